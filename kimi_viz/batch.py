@@ -1,0 +1,100 @@
+"""A batch of Kimi-K3 multimodal items as ``get_image_feature`` sees them.
+
+These mirror the fields of SGLang's ``MultimodalDataItem`` that decide the row counts:
+both grid keys, the ``kimi_k3_deferred_preprocessing`` config, the
+``encoder_local_preprocessed`` flag and the feature itself. Manifests (``kimi_viz.manifest``)
+read and write exactly this model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from PIL import Image
+
+GRID_KEYS = ("image_grid_thw", "grid_thws")   # image_grid_thw wins when both are present
+DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
+
+FeatureKind = Literal["image", "tensor", "shape_only"]
+
+
+@dataclass
+class Feature:
+    """An item's feature: a raw image, a tensor (CHW/HWC uint8 or eager patches), or only its shape.
+
+    ``layout`` is ``"image"`` for a PIL image, ``"chw"``/``"hwc"`` for a raw uint8 tensor and
+    ``"patches"`` for an eager ``[h*w, 3, 14, 14]`` feature; ``"stacked"`` marks a ``[B, N, 3, 14, 14]``
+    tensor (the S6 shape bug).
+    """
+
+    kind: FeatureKind
+    layout: str
+    shape: tuple[int, ...]
+    dtype: str
+    image: Image.Image | None = None
+    tensor: torch.Tensor | None = None
+
+    @classmethod
+    def from_image(cls, image: Image.Image) -> "Feature":
+        """Return a raw-image feature (shape is ``(height, width, bands)``)."""
+        return cls("image", "image", (image.height, image.width, len(image.getbands())), "uint8", image=image)
+
+    @classmethod
+    def from_tensor(cls, tensor: torch.Tensor, layout: str) -> "Feature":
+        """Return a tensor feature with the given layout (``chw``, ``hwc``, ``patches`` or ``stacked``)."""
+        dtype = str(tensor.dtype).replace("torch.", "")
+        return cls("tensor", layout, tuple(int(s) for s in tensor.shape), dtype, tensor=tensor)
+
+    @classmethod
+    def shape_only(cls, layout: str, shape: tuple[int, ...], dtype: str) -> "Feature":
+        """Return a feature that carries only its shape (a redacted capture)."""
+        return cls("shape_only", layout, tuple(int(s) for s in shape), dtype)
+
+    def redacted(self) -> "Feature":
+        """Return the shape-only copy of this feature."""
+        return Feature.shape_only(self.layout, self.shape, self.dtype)
+
+
+@dataclass
+class Item:
+    """One ``MultimodalDataItem`` (one image)."""
+
+    grids: dict[str, list[list[int]]]          # only the keys the item carries, each a list of [t, h, w]
+    feature: Feature
+    deferred: dict[str, Any] | None = None      # the kimi_k3_deferred_preprocessing config, None when eager
+    local_preprocessed: bool = False
+    original_size: tuple[int, int] | None = None   # (width, height) of the upload
+    label: str = ""                              # a human name, e.g. the sample file
+
+    @property
+    def backend(self) -> str | None:
+        """Return ``"gpu"``/``"cpu"`` for a deferred item, ``None`` for an eager one."""
+        return None if self.deferred is None else self.deferred.get("backend")
+
+    def grid_source(self) -> str | None:
+        """Return which grid key SGLang reads for this item (``image_grid_thw`` wins), or None."""
+        for key in GRID_KEYS:
+            if key in self.grids:
+                return key
+        return None
+
+
+@dataclass
+class Batch:
+    """The items of one ``get_image_feature`` call plus the runtime facts that shape the split."""
+
+    items: list[Item]
+    processor: dict[str, Any] | None = None      # media_proc_cfg used by the cpu backend
+    attn_tp_size: int = 1
+    attn_tp_rank: int | None = None
+    image_indices: list[int] | None = None       # what the failing rank was asked to materialize, if known
+    sglang_version: str | None = None
+    code_variant: str = "post-fix"
+    note: str = ""
+    created_by: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.items)

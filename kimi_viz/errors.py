@@ -1,0 +1,79 @@
+"""Every exception the kit raises on bad input.
+
+All of them derive from :class:`KimiVizError`, so a caller (and the CLI, which turns them into
+exit code 2 with a one-line message) can catch the kit's own errors without catching bugs.
+Each message names the input, says what was expected, and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class KimiVizError(Exception):
+    """Base class: a bad input or an unusable environment, reported with a clear message."""
+
+
+# --- images -------------------------------------------------------------------------------
+class ImageLoadError(KimiVizError, ValueError):
+    """An image could not be turned into pixels."""
+
+
+class ImageNotFoundError(ImageLoadError, FileNotFoundError):
+    """The path given for an image does not exist."""
+
+
+class NotAnImageError(ImageLoadError):
+    """The bytes are not in any image format Pillow can decode."""
+
+
+class TruncatedImageError(ImageLoadError):
+    """The file starts like an image but ends early."""
+
+
+class EmptyImageError(ImageLoadError):
+    """The image has zero width or height."""
+
+
+class DecompressionBombError(ImageLoadError):
+    """The image has more pixels than the ``max_pixels`` limit allows."""
+
+
+class UnsupportedImageError(ImageLoadError):
+    """The image mode, channel count or array dtype cannot be processed."""
+
+
+# --- configuration and checkpoints ---------------------------------------------------------
+class ConfigError(KimiVizError, ValueError):
+    """A processor or model configuration value is missing or invalid (the message names the key)."""
+
+
+class CheckpointError(KimiVizError):
+    """A local checkpoint folder is missing files or tensors, or holds tensors of the wrong shape."""
+
+
+class DeviceError(KimiVizError, RuntimeError):
+    """The requested device (e.g. ``cuda``) is not available."""
+
+
+# --- row accounting ------------------------------------------------------------------------
+class RowCountError(KimiVizError, ValueError):
+    """``pixel_values`` rows do not fit the grids; the message names the first image that does not fit."""
+
+
+# --- manifests, scenarios, capture -----------------------------------------------------------
+class ManifestError(KimiVizError, ValueError):
+    """A manifest is malformed or unsafe; ``json_path`` names the offending field when known."""
+
+    def __init__(self, message: str, *, json_path: str | None = None):
+        super().__init__(f"{json_path}: {message}" if json_path else message)
+        self.json_path = json_path
+
+
+class ScenarioError(KimiVizError, KeyError):
+    """An unknown scenario name was asked for."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CaptureError(KimiVizError):
+    """The capture shim could not be installed or could not write its manifest."""

@@ -1,0 +1,30 @@
+"""Figures. Every function is ``draw_x(data, *, ax=None, ...) -> Axes``.
+
+When ``ax`` is None a new :class:`matplotlib.figure.Figure` is made (no pyplot state), and nothing
+here ever calls ``plt.show()``. Names are imported lazily from the modules below.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "draw_patch_grid": "patches",
+    "draw_grid_to_rows": "patches",
+    "draw_row_spans": "rows",
+    "draw_pixel_diff": "diff",
+    "draw_batch": "batch",
+    "draw_feature_map": "features",
+    "draw_token_norms": "features",
+    "draw_step": "steps",
+    "PALETTE": "palette",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kimi_viz.plots' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
