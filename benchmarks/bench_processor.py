@@ -1,0 +1,203 @@
+"""Time the kit's ``checkpoint`` backend against a plain transcription of the checkpoint processor.
+
+For every sample photo and the 4200x3150 image, both run on the same decoded image under the
+Kimi-K3 preset. The baseline is the checkpoint algorithm written plainly: PIL bicubic resize,
+transparency fill, ``np.pad``, float64 normalisation ``(x / 255.0).astype(float32)`` then
+``-= mean`` and ``*= 1 / std``, and a numpy transpose patchify. Reported per image: milliseconds
+(best of several runs), speedup, whether the outputs are bit-identical, and the peak memory seen
+by ``tracemalloc`` (numpy buffers; Pillow's own image buffers are invisible to it, for both) as a
+multiple of (output tensor bytes + decoded image bytes).
+
+    python benchmarks/bench_processor.py [--json PATH] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kimi_viz.config import ProcessorConfig, get_config  # noqa: E402
+from kimi_viz.data import SAMPLE_PHOTOS, sample_path  # noqa: E402
+from kimi_viz.images import load_image  # noqa: E402
+from kimi_viz.processor import Processor, resize_config  # noqa: E402
+
+LARGE_IMAGE = "rocket_4200x3150.jpg"
+TARGET_SPEEDUP_LARGE = 1.5
+TARGET_PEAK_RATIO = 1.5
+
+
+# --- the baseline: the checkpoint processor, transcribed plainly --------------------------------
+def baseline_fill(image: Image.Image, bg: dict[str, Any] | None) -> Image.Image:
+    """The checkpoint's fill_transparent_bg_with, plainly."""
+    if bg is None:
+        return image.convert("RGB")
+    if image.mode == "RGB":
+        return image
+    if not ("A" in image.getbands() or "transparency" in image.info):
+        return image.convert("RGB")
+    img = np.array(image.convert("RGBA"))
+    height, width = img.shape[:2]
+    board = np.ones((height, width, 3), dtype=np.uint8) * bg["chessboard_white_value"]
+    square = bg["chessboard_square_size"]
+    for y in range(0, height, square):
+        for x in range(0, width, square):
+            if (y // square + x // square) % 2 == (1 if bg["chessboard_square_on_top_left"] else 0):
+                board[y : y + square, x : x + square] = bg["chessboard_gray_value"]
+    alpha = np.stack([img[:, :, 3].astype(np.float32) / 255.0] * 3, axis=2)
+    return Image.fromarray((alpha * img[:, :, :3] + (1 - alpha) * board).astype(np.uint8))
+
+
+def baseline(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
+    """Return pixel_values for one image with the checkpoint's plain numpy pipeline."""
+    r = resize_config(*image.size, config)
+    resized = image.resize((r["new_width"], r["new_height"]), resample=Image.Resampling.BICUBIC)
+    x = np.asarray(baseline_fill(resized, config.background()))
+    x = np.pad(x, ((0, r["pad_height"]), (0, r["pad_width"]), (0, 0)), mode="constant", constant_values=0)
+    x = (x[None] / 255.0).astype(np.float32)
+    x -= np.array(config.image_mean)
+    x *= 1.0 / np.array(config.image_std)
+    p = config.patch_size
+    t, h, w, c = x.shape
+    x = x.reshape(t, h // p, p, w // p, p, c).transpose(0, 1, 3, 5, 2, 4).reshape(-1, c, p, p)
+    return torch.from_numpy(x)
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+def best_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """Return the fastest of ``repeats`` runs, in milliseconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best * 1000.0
+
+
+def peak_bytes(fn: Callable[[], Any]) -> int:
+    """Return the peak bytes tracemalloc sees while ``fn`` runs (its result included)."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del result
+    return peak
+
+
+def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, Any]:
+    """Return the timings, identity and memory of both pipelines on one image."""
+    loaded = load_image(sample_path(name))
+    image = loaded.image
+    processor = Processor(config, keep_images=False)
+
+    def ours() -> torch.Tensor:
+        return processor.preprocess(loaded).pixel_values
+
+    def theirs() -> torch.Tensor:
+        return baseline(image, config)
+
+    ours_out, theirs_out = ours(), theirs()
+    identical = ours_out.shape == theirs_out.shape and bool(
+        np.array_equal(ours_out.numpy().view(np.uint32), theirs_out.numpy().view(np.uint32))
+    )
+    output_bytes = ours_out.numel() * 4
+    decoded_bytes = image.width * image.height * len(image.getbands())
+    del ours_out, theirs_out
+    ms_ours = ms_theirs = float("inf")
+    for _ in range(repeats):                                # interleave so load changes hit both alike
+        ms_ours = min(ms_ours, best_ms(ours, 1))
+        ms_theirs = min(ms_theirs, best_ms(theirs, 1))
+    reference = output_bytes + decoded_bytes
+    return {
+        "image": name,
+        "size": list(image.size),
+        "mode": image.mode,
+        "grid_thw": list(resize_config(*image.size, config)["grid_thw"]),
+        "ms_ours": round(ms_ours, 2),
+        "ms_baseline": round(ms_theirs, 2),
+        "speedup": round(ms_theirs / ms_ours, 2),
+        "bit_identical": identical,
+        "output_bytes": output_bytes,
+        "decoded_bytes": decoded_bytes,
+        "peak_ours_bytes": (po := peak_bytes(ours)),
+        "peak_baseline_bytes": (pb := peak_bytes(theirs)),
+        "peak_ours_ratio": round(po / reference, 2),
+        "peak_baseline_ratio": round(pb / reference, 2),
+    }
+
+
+def check_targets(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """Return whether each target holds over all rows."""
+    large = next(r for r in rows if r["image"] == LARGE_IMAGE)
+    return {
+        "bit_identical_everywhere": all(r["bit_identical"] for r in rows),
+        "never_slower": all(r["speedup"] >= 1.0 for r in rows),
+        f"speedup_{LARGE_IMAGE}_at_least_{TARGET_SPEEDUP_LARGE}": large["speedup"] >= TARGET_SPEEDUP_LARGE,
+        f"peak_at_most_{TARGET_PEAK_RATIO}x_output_plus_decoded": all(
+            r["peak_ours_ratio"] <= TARGET_PEAK_RATIO for r in rows
+        ),
+    }
+
+
+def markdown(rows: list[dict[str, Any]], targets: dict[str, bool]) -> str:
+    """Return the results as a markdown table plus the target checklist."""
+    lines = [
+        "| image | size | grid | ours ms | baseline ms | speedup | bit-identical | peak ours | peak baseline |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['image']} | {r['size'][0]}x{r['size'][1]} {r['mode']} | {r['grid_thw'][1]}x{r['grid_thw'][2]} "
+            f"| {r['ms_ours']:.1f} | {r['ms_baseline']:.1f} | {r['speedup']:.2f}x "
+            f"| {'yes' if r['bit_identical'] else 'NO'} | {r['peak_ours_ratio']:.2f}x | {r['peak_baseline_ratio']:.2f}x |"
+        )
+    lines.append("")
+    lines.append("Peak memory is a multiple of (output tensor bytes + decoded image bytes), as seen by tracemalloc.")
+    lines.append("")
+    lines.extend(f"- [{'x' if ok else ' '}] {name}" for name, ok in targets.items())
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--repeats", type=int, default=12, help="timed runs per image (the best one counts)")
+    args = parser.parse_args(argv)
+
+    config = get_config("kimi-k3")
+    rows = [bench_image(name, config, args.repeats) for name in (*SAMPLE_PHOTOS, LARGE_IMAGE)]
+    targets = check_targets(rows)
+    print(markdown(rows, targets))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "preset": config.name,
+                    "python": platform.python_version(),
+                    "numpy": np.__version__,
+                    "machine": platform.machine(),
+                    "results": rows,
+                    "targets": targets,
+                },
+                indent=2,
+            )
+        )
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Processor configuration: the ``media_proc_cfg`` of a checkpoint's ``preprocessor_config.json``.
+
+Two presets ship with the kit (``kimi-k3`` and ``kimi-k25``); any other configuration can be read
+from a local checkpoint folder. Every invalid value raises :class:`~kimi_viz.errors.ConfigError`
+naming the key, what was expected and which file to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import CheckpointError, ConfigError
+
+BACKGROUND_PATTERNS = ("white", "black", "gray", "chessboard")
+FILL_STAGES = ("before_resize", "after_resize")
+
+# The checkpoint's TransparentBgConfig defaults, used for keys missing from transparent_bg_config.
+BACKGROUND_DEFAULTS: dict[str, Any] = {
+    "pattern": "black",
+    "chessboard_square_size": 16,
+    "chessboard_square_on_top_left": True,
+    "chessboard_white_value": 255,
+    "chessboard_gray_value": 200,
+}
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """The NaViT processor settings that decide grids, token counts and pixel values."""
+
+    name: str
+    patch_size: int = 14
+    merge_kernel_size: int = 2
+    in_patch_limit: int = 65536
+    patch_limit_on_one_side: int = 512
+    fixed_output_tokens: int | None = None
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    transparent_bg_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
+    transparent_bg_fill_stage: str | None = None
+
+    @property
+    def fill_stage(self) -> str:
+        """Return the effective fill stage (the checkpoint defaults to ``before_resize``)."""
+        return self.transparent_bg_fill_stage or "before_resize"
+
+    def background(self) -> dict[str, Any] | None:
+        """Return ``transparent_bg_config`` with the checkpoint's defaults filled in, or None."""
+        if self.transparent_bg_config is None:
+            return None
+        return {**BACKGROUND_DEFAULTS, **self.transparent_bg_config}
+
+    def to_media_proc_cfg(self) -> dict[str, Any]:
+        """Return the ``media_proc_cfg`` dict (the transparency keys only when set)."""
+        cfg: dict[str, Any] = {
+            "in_patch_limit": self.in_patch_limit,
+            "patch_size": self.patch_size,
+            "merge_kernel_size": self.merge_kernel_size,
+            "patch_limit_on_one_side": self.patch_limit_on_one_side,
+            "fixed_output_tokens": self.fixed_output_tokens,
+            "image_mean": list(self.image_mean),
+            "image_std": list(self.image_std),
+        }
+        if self.transparent_bg_config is not None:
+            cfg["transparent_bg_config"] = dict(self.transparent_bg_config)
+        if self.transparent_bg_fill_stage is not None:
+            cfg["transparent_bg_fill_stage"] = self.transparent_bg_fill_stage
+        return cfg
+
+    def with_name(self, name: str) -> "ProcessorConfig":
+        """Return a copy of this config under another name."""
+        return replace(self, name=name)
+
+    @classmethod
+    def from_media_proc_cfg(
+        cls, cfg: Mapping[str, Any], *, name: str = "custom", source: str = "preprocessor_config.json"
+    ) -> "ProcessorConfig":
+        """Return a validated config from a ``media_proc_cfg`` dict (``source`` names the file in errors)."""
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(f"media_proc_cfg: expected a JSON object, got {type(cfg).__name__}; fix {source}")
+        for key in ("patch_size", "merge_kernel_size", "in_patch_limit", "patch_limit_on_one_side",
+                    "image_mean", "image_std"):
+            if key not in cfg:
+                raise ConfigError(f"media_proc_cfg.{key}: missing (a required key); fix {source}")
+        fixed = cfg.get("fixed_output_tokens")
+        return cls(
+            name=name,
+            patch_size=_positive_int(cfg["patch_size"], "patch_size", source),
+            merge_kernel_size=_merge_kernel_size(cfg["merge_kernel_size"], "media_proc_cfg.merge_kernel_size", source),
+            in_patch_limit=_positive_int(cfg["in_patch_limit"], "in_patch_limit", source),
+            patch_limit_on_one_side=_positive_int(cfg["patch_limit_on_one_side"], "patch_limit_on_one_side", source),
+            fixed_output_tokens=None if fixed is None else _positive_int(fixed, "fixed_output_tokens", source),
+            image_mean=_three_floats(cfg["image_mean"], "image_mean", source, nonzero=False),
+            image_std=_three_floats(cfg["image_std"], "image_std", source, nonzero=True),
+            transparent_bg_config=_background(cfg.get("transparent_bg_config"), source),
+            transparent_bg_fill_stage=_fill_stage(cfg.get("transparent_bg_fill_stage"), source),
+        )
+
+
+# --- validation helpers ----------------------------------------------------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(value: Any, key: str, source: str) -> int:
+    if not _is_int(value) or value <= 0:
+        raise ConfigError(f"media_proc_cfg.{key}: expected a positive int, got {value!r}; fix {source}")
+    return int(value)
+
+
+def _merge_kernel_size(value: Any, key: str, source: str) -> int:
+    """Return the merge kernel as an int from ``2`` or ``[2, 2]``; non-square kernels are refused."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2 or not all(_is_int(v) and v > 0 for v in value):
+            raise ConfigError(f"{key}: expected a positive int or [k, k], got {value!r}; fix {source}")
+        if value[0] != value[1]:
+            raise ConfigError(
+                f"{key}: expected a square kernel [k, k], got {list(value)!r} "
+                f"(Kimi's NaViT merge uses one size for both sides); fix {source}"
+            )
+        return int(value[0])
+    if not _is_int(value) or value <= 0:
+        raise ConfigError(f"{key}: expected a positive int or [k, k], got {value!r}; fix {source}")
+    return int(value)
+
+
+def _three_floats(value: Any, key: str, source: str, *, nonzero: bool) -> tuple[float, float, float]:
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == 3
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    )
+    if not ok:
+        raise ConfigError(f"media_proc_cfg.{key}: expected a list of 3 numbers, got {value!r}; fix {source}")
+    if nonzero and any(float(v) == 0.0 for v in value):
+        raise ConfigError(f"media_proc_cfg.{key}: expected non-zero values, got {list(value)!r}; fix {source}")
+    return (float(value[0]), float(value[1]), float(value[2]))
+
+
+def _background(value: Any, source: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    key = "media_proc_cfg.transparent_bg_config"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected an object or null, got {value!r}; fix {source}")
+    unknown = sorted(set(value) - set(BACKGROUND_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; expected one of {sorted(BACKGROUND_DEFAULTS)}; fix {source}")
+    pattern = value.get("pattern", BACKGROUND_DEFAULTS["pattern"])
+    if pattern not in BACKGROUND_PATTERNS:
+        raise ConfigError(f"{key}.pattern: expected one of {list(BACKGROUND_PATTERNS)}, got {pattern!r}; fix {source}")
+    if "chessboard_square_size" in value:
+        square = value["chessboard_square_size"]
+        if not _is_int(square) or square <= 0:
+            raise ConfigError(f"{key}.chessboard_square_size: expected a positive int, got {square!r}; fix {source}")
+    for shade in ("chessboard_white_value", "chessboard_gray_value"):
+        if shade in value:
+            level = value[shade]
+            if not _is_int(level) or not 0 <= level <= 255:
+                raise ConfigError(f"{key}.{shade}: expected an int in 0..255, got {level!r}; fix {source}")
+    if "chessboard_square_on_top_left" in value and not isinstance(value["chessboard_square_on_top_left"], bool):
+        raise ConfigError(
+            f"{key}.chessboard_square_on_top_left: expected true or false, "
+            f"got {value['chessboard_square_on_top_left']!r}; fix {source}"
+        )
+    return dict(value)
+
+
+def _fill_stage(value: Any, source: str) -> str | None:
+    if value is None:
+        return None
+    if value not in FILL_STAGES:
+        raise ConfigError(
+            f"media_proc_cfg.transparent_bg_fill_stage: expected one of {list(FILL_STAGES)}, got {value!r}; fix {source}"
+        )
+    return str(value)
+
+
+# --- presets -------------------------------------------------------------------------------------
+PRESETS: dict[str, ProcessorConfig] = {
+    "kimi-k3": ProcessorConfig(
+        name="kimi-k3",
+        in_patch_limit=65536,
+        transparent_bg_config={
+            "pattern": "chessboard",
+            "chessboard_square_size": 8,
+            "chessboard_square_on_top_left": True,
+            "chessboard_white_value": 255,
+            "chessboard_gray_value": 180,
+        },
+        transparent_bg_fill_stage="after_resize",
+    ),
+    # No transparent_bg_config: the checkpoint drops alpha with a plain convert("RGB") before resizing.
+    "kimi-k25": ProcessorConfig(name="kimi-k25", in_patch_limit=16384),
+}
+
+
+def _preset_key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
+    """Return a :class:`ProcessorConfig` from a preset name, a config, a ``media_proc_cfg`` dict,
+    a full ``preprocessor_config.json`` dict, or a path to a folder / ``preprocessor_config.json``."""
+    if isinstance(preset_or_config, ProcessorConfig):
+        return preset_or_config
+    if isinstance(preset_or_config, Mapping):
+        if "media_proc_cfg" in preset_or_config:
+            return ProcessorConfig.from_media_proc_cfg(preset_or_config["media_proc_cfg"], name="custom")
+        return ProcessorConfig.from_media_proc_cfg(preset_or_config, name="custom", source="the config dict")
+    if isinstance(preset_or_config, (str, Path)):
+        key = _preset_key(str(preset_or_config))
+        if isinstance(preset_or_config, str) and key in PRESETS:
+            return PRESETS[key]
+        path = Path(preset_or_config)
+        if path.exists():
+            return load_preprocessor_config(path)
+        raise ConfigError(
+            f"unknown processor config {str(preset_or_config)!r}: expected a preset "
+            f"({', '.join(PRESETS)}) or a path to a checkpoint folder or preprocessor_config.json"
+        )
+    raise ConfigError(
+        f"processor config: expected a preset name, ProcessorConfig, dict or path, got {type(preset_or_config).__name__}"
+    )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from exc
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from exc
+
+
+def load_preprocessor_config(path: str | Path) -> ProcessorConfig:
+    """Return the config in ``media_proc_cfg`` of ``preprocessor_config.json`` (a file, or a folder holding it)."""
+    path = Path(path)
+    file = path if path.suffix == ".json" else path / "preprocessor_config.json"
+    folder = file.parent
+    if not file.is_file():
+        raise CheckpointError(
+            f"{file} does not exist; expected a checkpoint folder with preprocessor_config.json "
+            "(or the path of that file)"
+        )
+    data = _read_json(file)
+    if not isinstance(data, dict) or "media_proc_cfg" not in data:
+        raise ConfigError(f"media_proc_cfg: missing from {file}; expected the Kimi processor's media_proc_cfg object")
+    return ProcessorConfig.from_media_proc_cfg(data["media_proc_cfg"], name=folder.name or str(folder), source=str(file))
+
+
+def read_vision_config(folder: str | Path) -> dict[str, Any]:
+    """Return the ``vision_config`` dict of ``folder/config.json`` with ``merge_kernel_size`` as an int."""
+    folder = Path(folder)
+    file = folder if folder.suffix == ".json" else folder / "config.json"
+    if not file.is_file():
+        raise CheckpointError(f"{file} does not exist; expected a checkpoint folder with config.json")
+    data = _read_json(file)
+    vision = data.get("vision_config") if isinstance(data, dict) else None
+    if not isinstance(vision, dict):
+        raise ConfigError(f"vision_config: missing from {file}; expected the model's vision_config object")
+    vision = dict(vision)
+    if "merge_kernel_size" in vision:
+        vision["merge_kernel_size"] = _merge_kernel_size(
+            vision["merge_kernel_size"], "vision_config.merge_kernel_size", str(file)
+        )
+    return vision
