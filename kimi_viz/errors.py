@@ -59,6 +59,10 @@ class RowCountError(KimiVizError, ValueError):
     """``pixel_values`` rows do not fit the grids; the message names the first image that does not fit."""
 
 
+class LayoutLookupError(RowCountError, IndexError):
+    """A row, token, image or patch index that lies outside the layout."""
+
+
 # --- manifests, scenarios, capture -----------------------------------------------------------
 class ManifestError(KimiVizError, ValueError):
     """A manifest is malformed or unsafe; ``json_path`` names the offending field when known."""

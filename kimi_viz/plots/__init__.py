@@ -12,6 +12,8 @@ _EXPORTS = {
     "draw_patch_grid": "patches",
     "draw_grid_to_rows": "patches",
     "draw_row_spans": "rows",
+    "draw_row_track": "rows",
+    "row_spans_height_pt": "rows",
     "draw_pixel_diff": "diff",
     "draw_batch": "batch",
     "draw_feature_map": "features",

@@ -1,0 +1,163 @@
+"""A gallery of the figures for a set of images: small PNGs plus one self-contained ``index.html``.
+
+``write_gallery(out_dir)`` runs the processor on the sample photos (and the oversized 4200×3150
+sample, whose 222×296 grid exceeds the patch budget) and writes: the batch overview, the row
+spans, the row spans a consumer with another preset's limits would expect (first divergence
+marked), every image on its patch grid with its first merged token highlighted, one image's
+patches linked to their rows, and the checkpoint-vs-torch pixel difference of a resized image.
+The HTML page links the PNGs by relative path and references nothing on the network.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from matplotlib.axes import Axes
+
+from .data import SAMPLE_PHOTOS, images_dir, sample_path
+from .layout import BatchLayout, compare_layouts
+
+BIG_SAMPLE = "rocket_4200x3150.jpg"
+OTHER_PRESET = {"kimi-k3": "kimi-k25", "kimi-k25": "kimi-k3"}
+PNG_METADATA = {"Software": None}
+
+
+@dataclass
+class GalleryFigure:
+    """One written figure: its file name, a title and a caption for the page."""
+
+    file: str
+    title: str
+    caption: str
+
+
+def default_images() -> list[Path]:
+    """Return the gallery's default images: the sample photos, then the oversized sample when present."""
+    paths = [sample_path(name) for name in SAMPLE_PHOTOS]
+    if (images_dir() / BIG_SAMPLE).is_file():
+        paths.append(sample_path(BIG_SAMPLE))
+    return paths
+
+
+def _save(ax: Axes, path: Path, dpi: int) -> None:
+    ax.figure.savefig(path, format="png", dpi=dpi, metadata=PNG_METADATA)
+
+
+def _slug(text: str) -> str:
+    stem = Path(text).stem
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in stem) or "image"
+
+
+def _resized_index(records: Sequence[Any]) -> int:
+    """Return the index of the first image the processor resized (0 when none was)."""
+    for record in records:
+        resize = record.resize or {}
+        if (resize.get("new_width"), resize.get("new_height")) != tuple(record.source_size):
+            return record.index
+    return 0
+
+
+def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, preset: str = "kimi-k3",
+                  dpi: int = 80) -> list[Path]:
+    """Write the figures for ``images`` (default: the sample images) and ``index.html`` into ``out_dir``.
+
+    Returns the written paths: the PNGs in page order, then ``index.html``.
+    """
+    from .plots import draw_batch, draw_grid_to_rows, draw_patch_grid, draw_pixel_diff, draw_row_spans
+    from .processor import Processor, resize_config
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sources = list(images) if images is not None else default_images()
+    output = Processor(preset, backend="checkpoint").preprocess(sources)
+    layout = BatchLayout.from_output(output)
+    figures: list[GalleryFigure] = []
+
+    def add(ax: Axes, file: str, title: str, caption: str) -> None:
+        _save(ax, out / file, dpi)
+        figures.append(GalleryFigure(file, title, caption))
+
+    add(draw_batch(output), "batch.png", "The batch",
+        f"{len(layout)} images under {preset}: each on its patch grid, above the packed pixel_values rows "
+        f"({layout.total_rows} rows, {layout.total_tokens} merged tokens).")
+    add(draw_row_spans(layout), "row_spans.png", "Row spans",
+        "Every image's rows [start, end) of pixel_values with its grid and patch count, and its merged tokens.")
+
+    other = OTHER_PRESET.get(preset)
+    if other is not None:
+        grids = [resize_config(*record.source_size, other)["grid_thw"] for record in output.records]
+        produced = BatchLayout.from_grids(grids, labels=[s.label for s in layout.spans])
+        comparison = compare_layouts(layout, produced)
+        add(draw_row_spans(layout, produced=produced), "row_spans_vs_other_preset.png",
+            f"{preset} rows against a {other} consumer",
+            f"The rows a consumer running the {other} limits would produce for the same uploads. "
+            + (comparison.message if not comparison.equal else "The two layouts agree for these images."))
+
+    for span, record in zip(layout.spans, output.records):
+        first_token = layout.token_to_rows(span.tokens[0]) if span.num_tokens else []
+        add(draw_patch_grid(output, span.index, highlight_rows=first_token),
+            f"patch_grid_{span.index:02d}_{_slug(span.label)}.png", f"{span.label} on its patch grid",
+            f"Grid {span.grid_text}, rows [{span.rows[0]}, {span.rows[1]}); the four rows of its first merged "
+            f"token (token {span.tokens[0]}) are highlighted.")
+
+    if len(layout):
+        add(draw_grid_to_rows(output, layout, index=0), f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
+            f"{layout.spans[0].label}: patches to rows",
+            "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.")
+        index = _resized_index(output.records)
+        source = sources[index]
+        checkpoint = Processor(preset, backend="checkpoint").preprocess([source])
+        torch_path = Processor(preset, backend="torch", device="cpu").preprocess([source])
+        name = layout.spans[index].label
+        add(draw_pixel_diff(checkpoint, torch_path), f"pixel_diff_{_slug(name)}.png",
+            f"{name}: checkpoint vs torch pixels",
+            "Per-patch max |difference| between the checkpoint (CPU, PIL) path and SGLang's torch path.")
+
+    page = out / "index.html"
+    page.write_text(_html(figures, preset, layout), encoding="utf-8")
+    return [out / f.file for f in figures] + [page]
+
+
+def _html(figures: Sequence[GalleryFigure], preset: str, layout: BatchLayout) -> str:
+    """Return the gallery page: inline CSS, relative image links, nothing fetched from a network."""
+    items = "\n".join(
+        f"<figure id=\"{html.escape(Path(f.file).stem)}\">\n"
+        f"  <h2>{html.escape(f.title)}</h2>\n"
+        f"  <a href=\"{html.escape(f.file)}\"><img src=\"{html.escape(f.file)}\" alt=\"{html.escape(f.title)}\"></a>\n"
+        f"  <figcaption>{html.escape(f.caption)}</figcaption>\n"
+        f"</figure>"
+        for f in figures
+    )
+    rows = "\n".join(
+        f"<tr><td>{s.index}</td><td>{html.escape(s.label)}</td><td>{s.grid_text}</td>"
+        f"<td>[{s.rows[0]}, {s.rows[1]})</td><td>{s.patches}</td><td>[{s.tokens[0]}, {s.tokens[1]})</td></tr>"
+        for s in layout.spans
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>kimi-viz gallery ({html.escape(preset)})</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em auto; max-width: 1000px; color: #111; }}
+figure {{ margin: 2em 0; }}
+img {{ max-width: 100%; border: 1px solid #ccc; }}
+figcaption {{ color: #333; font-size: 0.95em; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+td, th {{ border: 1px solid #bbb; padding: 0.2em 0.6em; text-align: right; }}
+</style>
+</head>
+<body>
+<h1>kimi-viz gallery: {len(layout)} images under {html.escape(preset)}</h1>
+<p>{layout.total_rows} rows of pixel_values, {layout.total_tokens} merged tokens.</p>
+<table>
+<tr><th>#</th><th>image</th><th>grid t×h×w</th><th>rows</th><th>patches</th><th>tokens</th></tr>
+{rows}
+</table>
+{items}
+</body>
+</html>
+"""

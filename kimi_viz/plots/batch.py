@@ -1,0 +1,81 @@
+"""The whole batch at a glance: every image on its grid, above the packed row track."""
+
+from __future__ import annotations
+
+import math
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ..errors import KimiVizError
+from ..layout import BatchLayout
+from ..records import ProcessorOutput
+from .palette import color_for, edge_style_for
+from .patches import draw_image_with_lattice, record_label
+from .rows import draw_row_spans, row_spans_height_pt
+
+THUMB_MAX_LINES = 24     # lattice lines per side in a thumbnail; bigger grids show every k-th line
+
+
+def draw_batch(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes | None = None,
+               max_columns: int = 6, produced: BatchLayout | None = None) -> Axes:
+    """Return the row-track Axes of a small-multiples figure of the batch; ``.figure`` holds every panel.
+
+    Above: one thumbnail per image (its picture, a lattice of every ``k``-th patch line so big grids
+    stay legible, the padding, a frame in the image's track colour and line style, and a title with
+    index, name, grid and row span). Below: :func:`~kimi_viz.plots.rows.draw_row_spans` of the batch
+    (with ``produced`` compared when given). With ``fig`` the panels fill that figure; with ``ax``
+    (a subplot) they fill that subplot's grid cell and ``ax`` becomes the row track; with neither a
+    new Figure is made.
+    """
+    n = len(output.records)
+    layout = BatchLayout.from_output(output)
+    columns = max(1, min(n, max_columns))
+    rows = max(1, math.ceil(n / columns))
+    width_in = 12.0
+    thumb_in = width_in / columns * 0.72
+    title_in, top_in, bottom_in = 0.75, 0.55, 0.6
+    if ax is not None:
+        spec = ax.get_subplotspec()
+        if spec is None:
+            raise KimiVizError("draw_batch needs ax to be a subplot (made with add_subplot); pass fig= instead")
+        fig = ax.figure
+        track_in = 2.4
+        grid = spec.subgridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [track_in], hspace=0.75)
+        ax.set_subplotspec(grid[-1, :])
+        track_ax = ax
+    else:
+        own = fig is None
+        if own:
+            fig = Figure(figsize=(width_in, rows * (thumb_in + title_in) + 3.0 + top_in + bottom_in))
+        height_in = fig.get_figheight()
+        grid = fig.add_gridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [2.4], hspace=0.75,
+                                left=0.1, right=0.98, top=1 - top_in / height_in, bottom=bottom_in / height_in)
+        track_ax = fig.add_subplot(grid[-1, :])
+        if own:     # size the figure so the row track gets the height its labels need
+            track_in = row_spans_height_pt(layout, ax=track_ax, produced=produced) / 72.0
+            height_in = rows * (thumb_in + title_in) + track_in + top_in + bottom_in
+            fig.set_size_inches(width_in, height_in)
+            mean_in = (rows * thumb_in + track_in) / (rows + 1)
+            grid.set_height_ratios([thumb_in] * rows + [track_in])
+            grid.update(top=1 - top_in / height_in, bottom=bottom_in / height_in, hspace=title_in / mean_in)
+            track_ax.set_position(track_ax.get_subplotspec().get_position(fig))
+
+    for i, record in enumerate(output.records):
+        thumb = fig.add_subplot(grid[i // columns, i % columns])
+        t, h, w = record.grid_thw
+        step = max(1, math.ceil(max(h, w) / THUMB_MAX_LINES))
+        draw_image_with_lattice(thumb, record, lattice_step=step, merge_lines=False, oversample=1.0)
+        thumb.set_xticks([])
+        thumb.set_yticks([])
+        for spine in thumb.spines.values():
+            spine.set_edgecolor(color_for(i))
+            spine.set_linewidth(2.5)
+            spine.set_linestyle(edge_style_for(i))
+        thumb.set_title(f"{i}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
+                        f"rows [{record.rows[0]}, {record.rows[1]})", fontsize=7)
+        thumb.set_xlabel(f"lattice: every {step} patches" if step > 1 else "lattice: every patch", fontsize=6)
+        thumb.set_gid(f"thumbnail-{i}")
+
+    draw_row_spans(layout, produced=produced, ax=track_ax)
+    return track_ax
