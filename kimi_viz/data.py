@@ -43,7 +43,8 @@ def sample_path(name: str) -> Path:
     return path
 
 
-# The eight ordinary photos used by benchmarks, scenarios and the demo (32416 patches under K3).
+# The eight ordinary photos used by scenarios, the demo and the processor benchmark
+# (22160 patches under K3).
 SAMPLE_PHOTOS = (
     "astronaut.png",
     "chelsea.png",

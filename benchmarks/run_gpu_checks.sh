@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The one script to run on a GPU machine: the encoder's GPU correctness checks, then its benchmark.
+#
+#   benchmarks/run_gpu_checks.sh [OUTDIR]        # OUTDIR defaults to $OUT, else ./gpu-results
+#
+# Needs only a Python with a CUDA build of torch (set PYTHON to choose it). Writes into OUTDIR:
+#   environment.txt        GPU, driver, torch and CUDA versions
+#   bench_encoder.json     checks, matmul ceiling, every timing row and the targets
+#   bench_encoder.md       the same as markdown tables (also printed to stdout)
+#   bench_encoder.log      progress and warnings
+# Exit status: that of the benchmark (1 when a correctness check fails).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR="${1:-${OUT:-gpu-results}}"
+mkdir -p "$OUTDIR"
+
+if [ -z "${PYTHON:-}" ]; then
+  for candidate in python3 python .venv/bin/python; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      PYTHON="$candidate"; break
+    fi
+  done
+fi
+PYTHON="${PYTHON:-python3}"
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi not available"
+  "$PYTHON" -c "import sys, torch; print('python', sys.version.split()[0]); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda available', torch.cuda.is_available())"
+} > "$OUTDIR/environment.txt" 2>&1
+cat "$OUTDIR/environment.txt"
+
+timeout "${BENCH_TIMEOUT:-480}" "$PYTHON" benchmarks/bench_encoder.py --checks --json "$OUTDIR/bench_encoder.json" \
+  2> "$OUTDIR/bench_encoder.log"
+status=$?
+echo "--- bench_encoder.log (tail)"
+tail -n 30 "$OUTDIR/bench_encoder.log"
+exit $status
