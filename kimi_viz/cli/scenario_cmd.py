@@ -1,0 +1,85 @@
+"""``kimi-viz scenario``: list the scenario catalogue, or replay one scenario and print its verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..scenarios import SCENARIOS, get_scenario
+from ..verdict import exit_code, format_verdict
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``scenario`` sub-command with its ``list`` and ``run`` actions."""
+    parser = subparsers.add_parser(
+        "scenario",
+        help="list the reproducible scenarios, or replay one and print its verdict",
+        description="Named batches built from the sample images, one per way SGLang's deferred split breaks "
+        "(S1 ... S13) plus healthy batches, each with the outcome SGLang 0.5.23 gives.",
+    )
+    actions = parser.add_subparsers(dest="scenario_action", metavar="ACTION")
+    listing = actions.add_parser("list", help="list the scenarios and their expected outcomes",
+                                 description="List every scenario: name, class, TP size, code variant and the "
+                                 "outcome SGLang gives.")
+    listing.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    listing.set_defaults(func=run_list)
+    running = actions.add_parser(
+        "run", help="replay one scenario and print its verdict",
+        description="Replay a scenario on every rank and print the verdict: outcome and exact message per rank, "
+        "the first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean "
+        "replay, 1 the error is reproduced, 2 bad input.",
+        epilog="--json prints the verdict schema {outcome, error, ranks, divergence} shared with "
+        "`kimi-viz triage --json`.",
+    )
+    running.add_argument("name", metavar="NAME", help="scenario name (see `kimi-viz scenario list`)")
+    running.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    running.add_argument("--manifest-out", metavar="DIR",
+                         help="also write the scenario's batch as a manifest folder (or .zip) here")
+    running.add_argument("--redact", action="store_true",
+                         help="with --manifest-out: write shape-only features (no pixels)")
+    running.add_argument("--mode", choices=("pixels", "shapes"), default="pixels",
+                         help="materialize pixels (default) or derive rows from shapes only")
+    running.set_defaults(func=run_scenario_cmd)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print the catalogue (a table, or JSON with ``--json``); return 0."""
+    if args.json:
+        print(json.dumps([s.to_json() for s in SCENARIOS.values()], indent=2))
+        return 0
+    width = max(len(name) for name in SCENARIOS)
+    print(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
+    for scenario in SCENARIOS.values():
+        expected = scenario.expected
+        what = "ok" + (" (silent)" if expected.silent else "") if expected.outcome == "ok" else \
+            f"{expected.type}: {expected.message}"
+        print(f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
+              f"{scenario.variant:<8}  {what}")
+    return 0
+
+
+def run_scenario_cmd(args: argparse.Namespace) -> int:
+    """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
+    from ..deferred import replay
+
+    scenario = get_scenario(args.name)
+    batch = scenario.build()
+    if args.manifest_out:
+        from ..manifest import write_manifest
+
+        path = write_manifest(batch, args.manifest_out, redact=args.redact)
+        print(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", file=sys.stderr)
+    trace = replay(batch, tp_size=scenario.tp_size, variant=scenario.variant, mode=args.mode)
+    verdict = trace.verdict()
+    if args.json:
+        print(json.dumps(verdict, indent=2, default=str))
+    else:
+        print(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} =="))
+    return exit_code(verdict)
