@@ -21,7 +21,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/kimi-viz demo --out $(DEMO_OUT)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q tests notebooks --nbmake-timeout=300
+	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 tests notebooks
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_processor.py

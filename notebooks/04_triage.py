@@ -1,0 +1,99 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Triage a captured batch
+#
+# **A serving process raised "Kimi-K3 deferred feature length does not match image grids" and
+# someone attached a manifest: which image broke the count, why, and what fixes it?**
+#
+# A manifest is what `kimi-viz capture` writes from a live SGLang when `get_image_feature` fails:
+# the items' grids, deferred configs and raw images (or only their shapes, with `--redact`), plus
+# the attention-TP size and rank. This notebook replays it through SGLang 0.5.23's code path, prints
+# the verdict, draws where the counts part, and writes a self-contained `report.html` to attach to
+# the issue. It is built to be run with papermill:
+#
+#     papermill notebooks/04_triage.ipynb triage-out.ipynb -p manifest /path/to/manifest -p out_dir triage-out
+#
+# With `manifest = None` it triages a built-in example: scenario S2 (a stale `image_grid_thw`,
+# cpu backend). Runs in a few seconds on CPU.
+
+# %% tags=["parameters"]
+manifest = None
+variant = "post-fix"
+tp = None
+device = "auto"
+out_dir = "build/triage"
+
+# %%
+# %matplotlib inline
+from kimi_viz import plots
+from kimi_viz.manifest import read_manifest, write_manifest
+from kimi_viz.scenarios import get_scenario
+from kimi_viz.stepper import Stepper
+from kimi_viz.triage import triage
+
+# %% [markdown]
+# ## 1. The manifest
+#
+# `variant` picks the code to replay: `"post-fix"` (SGLang 0.5.23), `"pre-fix"` (the August 2026
+# code that indexed grids with shard-local positions) or `"both"`. `tp` overrides the recorded
+# attention-TP size (None keeps it). Without a manifest, the S2 example is written into `out_dir`.
+
+# %%
+manifest_path = manifest if manifest is not None else write_manifest(get_scenario("s2-cpu").build(), f"{out_dir}/manifest-s2-cpu")
+batch = read_manifest(manifest_path)
+{"manifest": str(manifest_path), "items": len(batch.items), "attention TP": batch.attn_tp_size,
+ "recorded rank": batch.attn_tp_rank, "SGLang": batch.sglang_version, "recorded code": batch.code_variant,
+ "grids": [(item.label, item.backend, item.grids) for item in batch.items]}
+
+# %% [markdown]
+# ## 2. The verdict
+#
+# Outcome and exact message per rank, the first diverging image with both counts, the scenario
+# class, and the fix.
+
+# %%
+result = triage(manifest_path, out_dir=out_dir, variant=variant, tp=tp)
+print(result.text())
+
+# %% [markdown]
+# ## 3. Where the counts part
+#
+# The step where the replay ended on the failing rank (or on rank 0 when nothing fails), with the
+# variables SGLang had at that moment: the rows it expected from the grids it read, above the rows
+# its preprocessing produced, image by image.
+
+# %%
+plots.draw_step(result.trace, -1).figure
+
+# %% [markdown]
+# Every step of that rank, from collecting the grids to the check (the same stepper is embedded in
+# the report):
+
+# %%
+Stepper(result.trace)
+
+# %% [markdown]
+# ## 4. The report
+#
+# `report.html` is one self-contained file (figures embedded, the step-by-step stepper, the trace as
+# JSON, no network references): attach it to the issue together with the manifest. `trace.json`
+# holds the same trace for tools; `summary.png` the figure above.
+
+# %%
+{name: str(path) for name, path in result.outputs.items()}
