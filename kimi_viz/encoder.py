@@ -57,7 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import CheckpointError, ConfigError, DeviceError, RowCountError, UnsupportedImageError
+from .devices import resolve_device
+from .errors import CheckpointError, ConfigError, RowCountError, UnsupportedImageError
 
 Grid = tuple[int, int, int]
 
@@ -720,21 +721,6 @@ def check_rows(pixel_values: torch.Tensor, grids: Sequence[Grid], patch_size: in
 # =============================================================================================
 # 6. Devices, dtypes, weights
 # =============================================================================================
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """Return the torch device for ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``."""
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise DeviceError(f"device {device!r} is not a device name; expected auto, cpu or cuda") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(
-            f"device {str(device)!r} was asked for but CUDA is not available (torch {torch.__version__}); "
-            "use --device cpu or --device auto")
-    return resolved
-
-
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
            "fp16": torch.float16, "float16": torch.float16}
 

@@ -20,17 +20,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .config import ProcessorConfig, get_config
-from .errors import DeviceError, UnsupportedImageError
-
-
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """Return a torch device: ``"auto"`` means CUDA when available, else CPU."""
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(f"device {str(device)!r} was asked for but CUDA is not available; use device='cpu' or 'auto'")
-    return dev
+from .devices import resolve_device
+from .errors import UnsupportedImageError
 
 
 def to_chw_uint8(image: Image.Image | torch.Tensor | np.ndarray) -> torch.Tensor:

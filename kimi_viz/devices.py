@@ -1,0 +1,22 @@
+"""Device selection shared by the torch pixel path, the encoder and the replay."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import DeviceError
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """Return the torch device for ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise DeviceError(f"device {device!r} is not a device name; expected auto, cpu or cuda") from exc
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(
+            f"device {str(device)!r} was asked for but CUDA is not available (torch {torch.__version__}); "
+            "use device 'cpu' or 'auto'")
+    return resolved
