@@ -1,0 +1,271 @@
+"""Manifest version 1: the writer and the strict reader agree, field by field, for folders and zips."""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zipfile
+
+import jsonschema
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from kimi_viz.batch import Batch, Feature, Item
+from kimi_viz.errors import ManifestError
+from kimi_viz.manifest import (
+    ManifestWarning,
+    json_path,
+    manifest_payload,
+    read_manifest,
+    schema_path,
+    validate_manifest_json,
+    write_manifest,
+)
+
+RESIZE = {"num_tokens": 6, "new_width": 80, "new_height": 40, "pad_width": 4, "pad_height": 2}
+
+
+def _deferred(backend: str) -> dict:
+    return {"backend": backend, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "transparent_bg_config": {"pattern": "chessboard", "chessboard_square_size": 8,
+                                      "chessboard_square_on_top_left": True, "chessboard_white_value": 255,
+                                      "chessboard_gray_value": 180},
+            "resize_config": dict(RESIZE)}
+
+
+def _noise(mode: str, size=(80, 40), seed=0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    bands = len(Image.new(mode, (1, 1)).getbands())
+    array = rng.integers(0, 256, (size[1], size[0], bands), dtype=np.uint8)
+    if mode == "P":
+        image = Image.fromarray(array[..., 0], mode="L").convert("P")
+        image.info["transparency"] = 5
+        return image
+    if bands == 1:
+        return Image.fromarray(array[..., 0], mode="L").convert(mode)
+    return Image.fromarray(array, mode=mode)
+
+
+@pytest.fixture
+def batch() -> Batch:
+    items = [
+        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("RGB")), _deferred("cpu"), original_size=(80, 40),
+             label="rgb"),
+        Item({"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]}, Feature.from_image(_noise("RGBA", seed=1)),
+             _deferred("cpu"), original_size=(80, 40), label="rgba with a stale image_grid_thw"),
+        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("P", seed=2)), _deferred("cpu"), label="palette"),
+        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("CMYK", seed=3)), _deferred("cpu"), label="cmyk"),
+        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_tensor(torch.arange(3 * 40 * 80).reshape(3, 40, 80)
+                                                             .to(torch.uint8), "chw"), _deferred("gpu"), label="chw"),
+        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.randn(4, 3, 14, 14), "patches"),
+             local_preprocessed=True, label="eager"),
+        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.randn(4, 3, 14, 14).to(torch.bfloat16), "patches"),
+             label="bf16"),
+        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(5, 7, 3, dtype=torch.uint8), "hwc"),
+             _deferred("gpu"), label="hwc"),
+        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(3, 5, 0, dtype=torch.uint8), "chw"),
+             _deferred("cpu"), original_size=(0, 5), label="empty"),
+    ]
+    return Batch(items, processor={"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 65536,
+                                   "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
+                                   "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                                   "transparent_bg_config": None, "transparent_bg_fill_stage": "after_resize"},
+                 attn_tp_size=4, attn_tp_rank=3, image_indices=[4, 0], sglang_version="0.5.23",
+                 code_variant="pre-fix", note="free text", created_by="a test", extra={"processor_output": "stacked"})
+
+
+def _read_quietly(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # a manifest we wrote must read without any warning
+        return read_manifest(path)
+
+
+def _assert_same(got: Batch, want: Batch) -> None:
+    assert (got.attn_tp_size, got.attn_tp_rank, got.image_indices) == (4, 3, [4, 0])
+    assert (got.sglang_version, got.code_variant, got.note, got.created_by) == ("0.5.23", "pre-fix", "free text",
+                                                                                 "a test")
+    assert got.processor == want.processor
+    assert got.extra == {"processor_output": "stacked"}
+    assert len(got.items) == len(want.items)
+    for g, w in zip(got.items, want.items):
+        assert g.grids == w.grids
+        assert g.deferred == w.deferred
+        assert g.local_preprocessed == w.local_preprocessed
+        assert g.original_size == w.original_size
+        assert g.label == w.label
+        assert (g.feature.kind, g.feature.layout, g.feature.shape, g.feature.dtype) == \
+               (w.feature.kind, w.feature.layout, w.feature.shape, w.feature.dtype)
+        if w.feature.image is not None:
+            assert g.feature.image.mode == w.feature.image.mode
+            assert g.feature.image.info.get("transparency") == w.feature.image.info.get("transparency")
+            assert np.array_equal(np.asarray(g.feature.image), np.asarray(w.feature.image))
+        else:
+            assert g.feature.tensor.dtype == w.feature.tensor.dtype
+            assert torch.equal(g.feature.tensor, w.feature.tensor)
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
+def test_round_trip_is_exact(batch, tmp_path, suffix):
+    path = write_manifest(batch, tmp_path / f"m{suffix}")
+    _assert_same(_read_quietly(path), batch)
+
+
+def test_folder_layout_and_manifest_json(batch, tmp_path):
+    path = write_manifest(batch, tmp_path / "m")
+    names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    assert names == ["images/item0.png", "images/item1.png", "images/item2.png", "images/item3.tiff",
+                     "images/item4.png", "manifest.json", "tensors.safetensors"]
+    obj = json.loads((path / "manifest.json").read_text())
+    assert obj["format"] == "kimi-viz-manifest" and obj["version"] == 1
+    assert obj["items"][0]["feature"] == {"kind": "image", "file": "images/item0.png"}
+    # a gpu item's CHW uint8 RGB tensor is stored as a PNG (read back as the same CHW tensor) ...
+    assert obj["items"][4]["feature"] == {"kind": "image", "file": "images/item4.png"}
+    # ... other tensors go to tensors.safetensors, with their layout
+    assert obj["items"][7]["feature"] == {"kind": "tensor", "file": "tensors.safetensors", "key": "items.7.feature",
+                                          "shape": [5, 7, 3], "dtype": "uint8", "layout": "hwc"}
+    assert obj["items"][8]["feature"]["shape"] == [3, 5, 0]
+    assert obj["items"][6]["feature"]["dtype"] == "bfloat16"
+    assert obj["runtime"] == {"attn_tp_size": 4, "attn_tp_rank": 3, "image_indices": [4, 0]}
+    assert obj["source"] == {"sglang_version": "0.5.23", "code_variant": "pre-fix", "note": "free text"}
+    assert obj["items"][1]["grids"] == {"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]}
+    # The shipped JSON Schema accepts what the writer writes (checked with plain jsonschema too).
+    schema = json.loads(schema_path().read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(obj)
+
+
+def test_read_accepts_the_manifest_json_path_and_a_zip_of_the_folder(batch, tmp_path):
+    folder = write_manifest(batch, tmp_path / "capture-1")
+    _assert_same(_read_quietly(folder / "manifest.json"), batch)
+    archive = tmp_path / "attached.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for file in folder.rglob("*"):
+            if file.is_file():
+                zf.write(file, f"capture-1/{file.relative_to(folder).as_posix()}")
+    _assert_same(_read_quietly(archive), batch)
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
+def test_redact_writes_shapes_only(batch, tmp_path, suffix):
+    path = write_manifest(batch, tmp_path / f"r{suffix}", redact=True)
+    if suffix:
+        assert zipfile.ZipFile(path).namelist() == ["manifest.json"]
+    else:
+        assert [p.name for p in path.iterdir()] == ["manifest.json"]
+    got = _read_quietly(path)
+    for g, w in zip(got.items, batch.items):
+        assert g.feature.kind == "shape_only"
+        assert (g.feature.layout, g.feature.shape, g.feature.dtype) == (w.feature.layout, w.feature.shape,
+                                                                        w.feature.dtype)
+        assert g.feature.image is None and g.feature.tensor is None
+        assert g.grids == w.grids and g.deferred == w.deferred
+
+
+def test_gpu_item_stored_as_an_image_is_read_as_a_chw_tensor(tmp_path):
+    rgba = _noise("RGBA", seed=4)
+    item = Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(rgba), _deferred("gpu"))
+    got = _read_quietly(write_manifest(Batch([item]), tmp_path / "m")).items[0].feature
+    assert (got.kind, got.layout, got.shape, got.dtype) == ("tensor", "chw", (4, 40, 80), "uint8")
+    assert torch.equal(got.tensor, torch.from_numpy(np.array(rgba)).permute(2, 0, 1))
+
+
+def test_defaults_for_optional_sections(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "format": "kimi-viz-manifest", "version": 1,
+        "items": [{"grids": {"grid_thws": [[1, 2, 2]]},
+                   "feature": {"kind": "shape_only", "layout": "patches", "shape": [4, 3, 14, 14],
+                               "dtype": "float32"}}]}))
+    got = _read_quietly(tmp_path)
+    assert (got.attn_tp_size, got.attn_tp_rank, got.code_variant, got.processor) == (1, None, "post-fix", None)
+    assert got.items[0].deferred is None and got.items[0].local_preprocessed is False
+
+
+def test_unknown_keys_are_warnings_naming_the_path(batch, tmp_path):
+    path = write_manifest(batch, tmp_path / "m")
+    obj = json.loads((path / "manifest.json").read_text())
+    obj["shiny"] = 1
+    obj["items"][2]["deferred"]["resize_config"]["grid_thw"] = [1, 4, 6]
+    obj["runtime"]["dp_size"] = 2
+    (path / "manifest.json").write_text(json.dumps(obj))
+    with pytest.warns(ManifestWarning) as record:
+        got = read_manifest(path)
+    texts = sorted(str(w.message) for w in record)
+    assert any("items[2].deferred.resize_config.grid_thw: unknown key 'grid_thw'" in t for t in texts)
+    assert any("runtime.dp_size: unknown key 'dp_size'" in t for t in texts)
+    assert any("shiny: unknown key 'shiny'" in t for t in texts)
+    assert len(texts) == 3
+    assert validate_manifest_json(obj) == [
+        "items[2].deferred.resize_config.grid_thw: unknown key 'grid_thw' (ignored)",
+        "runtime.dp_size: unknown key 'dp_size' (ignored)",
+        "shiny: unknown key 'shiny' (ignored)",
+    ]
+    assert got.items[2].deferred["resize_config"]["grid_thw"] == [1, 4, 6]   # kept, only reported
+
+
+def _valid() -> dict:
+    obj, _ = manifest_payload(Batch([Item({"grid_thws": [[1, 2, 2]]},
+                                          Feature.shape_only("image", (28, 28, 3), "uint8"), _deferred("cpu"))]))
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "words"),
+    [
+        (lambda o: o.update(version="1"), "version", "expected the integer 1, got the string '1'"),
+        (lambda o: o.update(version=2), "version", "unsupported manifest version 2"),
+        (lambda o: o.update(format="kimi-viz-batch"), "format", "unknown format the string 'kimi-viz-batch'"),
+        (lambda o: o.pop("format"), "format", 'missing required key "format"'),
+        (lambda o: o.update(items={"0": {}}), "items", "expected a list, got an object with 1 keys"),
+        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, "2"), "items[0].grids.grid_thws[0][1]",
+         "expected an integer, got the string '2'"),
+        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, 2.0), "items[0].grids.grid_thws[0][1]",
+         "expected an integer, got the number 2.0"),
+        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(2, True), "items[0].grids.grid_thws[0][2]",
+         "expected an integer, got the boolean true"),
+        (lambda o: o["items"][0]["grids"]["grid_thws"][0].pop(), "items[0].grids.grid_thws[0]",
+         "expected a list of exactly 3 entries, got 2"),
+        (lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", "4"),
+         "items[0].deferred.resize_config.pad_width", "expected an integer, got the string '4'"),
+        (lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", -1),
+         "items[0].deferred.resize_config.pad_width", "expected a value >= 0, got the integer -1"),
+        (lambda o: o["items"][0]["deferred"]["resize_config"].pop("new_height"),
+         "items[0].deferred.resize_config.new_height", "missing required key 'new_height'"),
+        (lambda o: o["items"][0]["deferred"].__setitem__("backend", "tpu"), "items[0].deferred.backend",
+         'expected one of "gpu", "cpu", got the string \'tpu\''),
+        (lambda o: o["items"][0].__setitem__("local_preprocessed", 1), "items[0].local_preprocessed",
+         "expected true or false, got the integer 1"),
+        (lambda o: o["items"][0]["feature"].__setitem__("kind", "pickle"), "items[0].feature.kind",
+         'expected one of "image", "tensor", "shape_only"'),
+        (lambda o: o["items"][0].pop("feature"), "items[0].feature", "missing required key 'feature'"),
+        (lambda o: o["runtime"].__setitem__("attn_tp_size", 0), "runtime.attn_tp_size",
+         "expected a value >= 1, got the integer 0"),
+        (lambda o: o["runtime"].__setitem__("attn_tp_rank", 2), "runtime.attn_tp_rank",
+         "rank 2 does not exist with attn_tp_size 1"),
+        (lambda o: o["runtime"].__setitem__("image_indices", [0, 1]), "runtime.image_indices[1]",
+         "image index 1 is out of range for 1 items"),
+        (lambda o: o["source"].__setitem__("code_variant", "fixed"), "source.code_variant",
+         'expected one of "post-fix", "pre-fix"'),
+    ],
+)
+def test_wrong_fields_name_their_json_path(mutate, path, words):
+    obj = _valid()
+    mutate(obj)
+    with pytest.raises(ManifestError) as caught:
+        validate_manifest_json(obj)
+    assert caught.value.json_path == path
+    assert str(caught.value).startswith(f"{path}: ")
+    assert words in str(caught.value)
+
+
+def test_json_path_spelling():
+    assert json_path(["items", 3, "deferred", "resize_config", "pad_width"]) == "items[3].deferred.resize_config.pad_width"
+    assert json_path(["items", 0, "grids", "odd key"]) == 'items[0].grids["odd key"]'
+    assert json_path([]) == "(top level)"
+
+
+def test_writer_refuses_what_the_reader_would_refuse(tmp_path):
+    bad = Batch([Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(4, dtype=torch.int64), "patches"))])
+    with pytest.raises(ManifestError, match=r"items\[0\].feature.dtype: item 0's tensor has dtype int64"):
+        write_manifest(bad, tmp_path / "m")
