@@ -27,6 +27,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_processor.py
 	$(PY) benchmarks/bench_plots.py
 	$(PY) benchmarks/bench_deferred.py
+	$(PY) benchmarks/bench_capture.py
+	$(PY) benchmarks/bench_encoder.py --device cpu --preset tiny --quick
 
 clean:
 	rm -rf $(VENV) build $(DEMO_OUT)

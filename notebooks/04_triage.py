@@ -68,7 +68,7 @@ batch = read_manifest(manifest_path)
 # class, and the fix.
 
 # %%
-result = triage(manifest_path, out_dir=out_dir, variant=variant, tp=tp)
+result = triage(manifest_path, out_dir=out_dir, variant=variant, tp=tp, device=device)
 print(result.text())
 
 # %% [markdown]

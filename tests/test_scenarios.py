@@ -114,21 +114,9 @@ def test_unknown_scenario_lists_the_valid_names():
     assert "unknown scenario 's5'" in message and "healthy-tp1" in message and "s13-zero-size" in message
 
 
-def _persisted(name: str) -> bool:
-    """Return True when a manifest can carry everything this scenario's batch relies on."""
-    from kimi_viz import manifest
-
-    if "processor_output" not in SCENARIOS[name].build().extra:
-        return True
-    schema = json.loads(manifest.schema_path().read_text())
-    return "processor_output" in json.dumps(schema["properties"]["runtime"])
-
-
 @pytest.mark.parametrize("redact", [False, True], ids=["pixels", "redacted"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path):
-    if not _persisted(name):
-        pytest.skip("the manifest format does not carry Batch.extra['processor_output'] yet")
     scenario = SCENARIOS[name]
     batch = scenario.build()
     mode = "shapes" if redact else "pixels"
@@ -141,6 +129,7 @@ def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path)
     assert replayed["error"] == direct["error"]
     assert replayed["ranks"] == direct["ranks"]
     assert replayed["divergence"]["scenario_class"] == scenario.scenario_class
+    assert again.extra.get("processor_output") == batch.extra.get("processor_output")
 
 
 # --- the CLI -----------------------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""``kimi-viz triage``: replay a captured manifest, print the verdict, and write a self-contained report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..triage import MODE_CHOICES, VARIANT_CHOICES, triage
+
+
+def _rank(text: str) -> int | str:
+    if text in ("recorded", "all"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'recorded', 'all' or a rank number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``triage`` sub-command."""
+    parser = subparsers.add_parser(
+        "triage",
+        help="replay a manifest, print the verdict and write report.html, summary.png and trace.json",
+        description="Replay SGLang's deferred split on a manifest (folder, manifest.json or .zip) for every rank "
+        "(or the rank the capture recorded) and print the verdict: outcome and exact message per rank, the "
+        "first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean replay, "
+        "1 the error is reproduced, 2 bad input.",
+        epilog="--json prints one object in the verdict schema {outcome, error, ranks, divergence}; with "
+        "--variant both it adds \"variants\": {\"post-fix\": verdict, \"pre-fix\": verdict} and the top-level "
+        "fields are the primary (recorded) variant's.",
+    )
+    parser.add_argument("manifest", metavar="MANIFEST", help="manifest folder, its manifest.json, or a .zip of it")
+    parser.add_argument("--out", metavar="DIR", help="write report.html, summary.png and trace.json here")
+    parser.add_argument("--variant", choices=VARIANT_CHOICES, default=None,
+                        help="SGLang code to replay: post-fix, pre-fix or both (default: the recorded one)")
+    parser.add_argument("--tp", type=_positive, metavar="N", help="attention-TP size (default: the recorded one)")
+    parser.add_argument("--rank", type=_rank, default="recorded", metavar="R",
+                        help="'recorded' (default: the captured rank, else all), 'all', or a rank number")
+    parser.add_argument("--mode", choices=MODE_CHOICES, default="auto",
+                        help="pixels, shapes, or auto (shapes when the manifest is redacted; default)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where gpu-backend items are materialized (default auto: CUDA when present)")
+    parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Triage the manifest; return 0 (clean), 1 (error reproduced)."""
+    result = triage(args.manifest, out_dir=args.out, variant=args.variant, tp=args.tp, mode=args.mode,
+                    rank=args.rank, device=args.device)
+    if args.json:
+        print(json.dumps(result.verdict, indent=2, default=str))
+    else:
+        print(result.text())
+        if not args.out:
+            print("\n(pass --out DIR to also write report.html, summary.png and trace.json)")
+    return result.exit_code

@@ -1,0 +1,116 @@
+"""``kimi-viz demo``: every report, the gallery and the index are written, linked and self-contained, in time."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from kimi_viz.cli import main
+from kimi_viz.demo import DEMO_SCENARIOS
+from kimi_viz.scenarios import SCENARIOS
+
+KEY_SCENARIOS = {"healthy-tp2", "s1-cpu", "s2-cpu", "s3-mixed-local", "s4-cpu", "s13-zero-size"}
+TIME_LIMIT_S = 120.0
+
+
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("href", "src") and value:
+                self.hrefs.append(value)
+
+
+def links_of(page: Path) -> list[str]:
+    parser = Links()
+    parser.feed(page.read_text())
+    return parser.hrefs
+
+
+def test_demo_scenarios_are_catalogued_and_cover_the_key_ones():
+    assert set(DEMO_SCENARIOS) <= set(SCENARIOS)
+    assert KEY_SCENARIOS <= set(DEMO_SCENARIOS)
+    assert len(set(DEMO_SCENARIOS)) == len(DEMO_SCENARIOS)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "demo-out"
+    buffer = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["demo", "--out", str(out)])
+    return out, code, buffer.getvalue(), time.perf_counter() - started
+
+
+@pytest.mark.slow
+def test_demo_runs_in_time_and_says_where(demo):
+    out, code, printed, elapsed = demo
+    assert code == 0
+    assert elapsed < TIME_LIMIT_S, f"the demo took {elapsed:.1f} s"
+    assert printed.splitlines()[-1] == f"open {(out / 'index.html').resolve()}"
+    for name in DEMO_SCENARIOS:
+        assert re.search(rf"^  {re.escape(name)} ", printed, re.M)
+
+
+@pytest.mark.slow
+def test_demo_index_links_every_report_and_the_gallery(demo):
+    out = demo[0]
+    index = out / "index.html"
+    hrefs = links_of(index)
+    for name in DEMO_SCENARIOS:
+        assert f"{name}/report.html" in hrefs
+        for file in ("report.html", "summary.png", "trace.json", "manifest/manifest.json"):
+            assert (out / name / file).is_file(), (name, file)
+    assert "gallery/index.html" in hrefs
+    for href in hrefs:
+        assert (out / href).is_file(), href
+    for href in links_of(out / "gallery" / "index.html"):
+        assert (out / "gallery" / href).is_file(), href
+
+
+@pytest.mark.slow
+def test_demo_reports_match_the_catalogue_and_are_self_contained(demo):
+    out = demo[0]
+    for page in out.rglob("*.html"):
+        text = page.read_text()
+        assert "http://" not in text and "https://" not in text, page
+    for name in DEMO_SCENARIOS:
+        page = (out / name / "report.html").read_text()
+        verdict = json.loads(re.search(r'id="kv-verdict-json">(.*?)</script>', page, re.S).group(1))
+        expected = SCENARIOS[name].expected
+        assert verdict["outcome"] == expected.outcome, name
+        assert (verdict["error"] or {}).get("message") == expected.message, name
+        assert verdict["divergence"]["scenario_class"] == expected.scenario_class, name
+        assert 'class="kv-stepper' in page
+        assert not re.search(r'\b(src|href)="(?!data:|#)', page), name
+    index = (out / "index.html").read_text()
+    assert index.count(">yes<") == len(DEMO_SCENARIOS)      # every row "as catalogued"
+
+
+@pytest.mark.slow
+def test_demo_manifest_replays_with_triage(demo, capsys):
+    out = demo[0]
+    assert main(["triage", str(out / "s2-cpu" / "manifest"), "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["error"] == {"type": "ValueError",
+                                "message": "Kimi-K3 deferred feature length does not match image grids"}
+
+
+def test_demo_subset_without_gallery(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "d"), "--scenarios", "s3-mixed-local,s9-two-grids",
+                 "--no-gallery"]) == 0
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["index.html", "s3-mixed-local", "s9-two-grids"]
+    assert "gallery" not in (tmp_path / "d" / "index.html").read_text()
+    assert main(["demo", "--out", str(tmp_path / "e"), "--scenarios", "no-such-scenario"]) == 2
+    assert "unknown scenario 'no-such-scenario'" in capsys.readouterr().err

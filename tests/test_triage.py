@@ -1,0 +1,185 @@
+"""``kimi-viz triage``: every catalogue scenario survives manifest → triage with its expected verdict,
+in pixel and redacted (shape-only) manifests; the report files and the command's options."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kimi_viz.cli import main
+from kimi_viz.manifest import read_manifest, write_manifest
+from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.triage import triage
+from kimi_viz.verdict import validate_verdict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("error")      # a manifest the kit wrote reads without a single warning
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory) -> dict[tuple[str, bool], Path]:
+    """Every scenario written once as a pixel manifest and once redacted."""
+    root = tmp_path_factory.mktemp("scenarios")
+    written = {}
+    for name, scenario in SCENARIOS.items():
+        batch = scenario.build()
+        written[name, False] = write_manifest(batch, root / f"{name}-pixels")
+        written[name, True] = write_manifest(batch, root / f"{name}-redacted", redact=True)
+    return written
+
+
+CASES = [(name, redacted) for name, scenario in SCENARIOS.items() for redacted in (False, True)
+         if (not redacted or "shapes" in scenario.modes) and (redacted or "pixels" in scenario.modes)]
+
+
+@pytest.mark.parametrize(("name", "redacted"), CASES,
+                         ids=[f"{n}-{'redacted' if r else 'pixels'}" for n, r in CASES])
+def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacted):
+    scenario = SCENARIOS[name]
+    expected = scenario.expected
+    code, out, err = run_cli("triage", str(manifests[name, redacted]), "--json")
+    assert err == ""
+    verdict = json.loads(out)
+    validate_verdict(verdict)
+    assert set(verdict) == {"outcome", "error", "ranks", "divergence"}
+    assert code == (1 if expected.outcome == "error" else 0)
+    assert verdict["outcome"] == expected.outcome
+    if expected.type is None:
+        assert verdict["error"] is None
+    else:
+        assert verdict["error"] == {"type": expected.type, "message": expected.message}
+    assert [r["rank"] for r in verdict["ranks"]] == list(range(scenario.tp_size))
+    if expected.ranks is not None:
+        for rank in verdict["ranks"]:
+            outcome, type_, message = expected.ranks[rank["rank"]]
+            assert rank["outcome"] == outcome
+            assert rank["error"] == (None if type_ is None else {"type": type_, "message": message})
+    assert verdict["divergence"]["scenario_class"] == expected.scenario_class
+    assert verdict["divergence"]["silent"] == expected.silent
+
+
+def test_redacted_manifest_replays_in_shapes_mode(manifests, tmp_path):
+    pixels = triage(manifests["s2-cpu", False])
+    shapes = triage(manifests["s2-cpu", True])
+    assert (pixels.mode, shapes.mode) == ("pixels", "shapes")
+    assert pixels.verdict == shapes.verdict
+    assert all(item.feature.kind == "shape_only" for item in read_manifest(manifests["s2-cpu", True]).items)
+    code, _, err = run_cli("triage", str(manifests["s2-cpu", True]), "--mode", "pixels")
+    assert code == 2 and "shape-only" in err and "mode='shapes'" in err
+
+
+def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests):
+    code, out, _ = run_cli("triage", str(manifests["s1-cpu", False]))
+    assert code == 1
+    message = "Kimi-K3 deferred feature length does not match image grids"
+    assert f"outcome: error — ValueError: {message}" in out
+    assert "  rank 0: images [0] -> ok" in out
+    assert f"  rank 1: images [1, 2] -> ValueError: {message}" in out
+    assert "first diverging image: 1 (microaneurysms.png) on rank 1: expected 748 rows, produced 64" in out
+    assert "counts: expected 812, produced 68" in out
+    assert "scenario class: S1" in out
+    assert re.search(r"^fix: Upgrade SGLang .*global_indices", out, re.M)
+
+
+def test_both_variants(manifests):
+    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "both", "--json")
+    verdict = json.loads(out)
+    assert code == 1                                    # the recorded (pre-fix) code reproduces the error
+    assert set(verdict["variants"]) == {"pre-fix", "post-fix"}
+    assert verdict["error"]["message"] == "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+    assert verdict["variants"]["pre-fix"]["outcome"] == "error"
+    assert verdict["variants"]["post-fix"]["outcome"] == "ok"
+    assert verdict["variants"]["post-fix"]["divergence"]["scenario_class"] == "none"
+    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "post-fix", "--json")
+    assert code == 0 and json.loads(out)["outcome"] == "ok"
+
+
+def test_tp_override_and_recorded_rank(manifests, tmp_path):
+    code, out, _ = run_cli("triage", str(manifests["healthy-tp2", False]), "--tp", "4", "--json")
+    verdict = json.loads(out)
+    assert code == 0 and [r["rank"] for r in verdict["ranks"]] == [0, 1, 2, 3]
+    assert sorted(i for r in verdict["ranks"] for i in r["image_indices"]) == [0, 1, 2, 3, 4]
+    batch = read_manifest(manifests["s1-cpu", True])
+    batch.attn_tp_rank = 1
+    one_rank = write_manifest(batch, tmp_path / "rank1")
+    code, out, _ = run_cli("triage", str(one_rank), "--json")
+    verdict = json.loads(out)
+    assert code == 1 and [r["rank"] for r in verdict["ranks"]] == [1]
+    code, out, _ = run_cli("triage", str(one_rank), "--json", "--rank", "all")
+    assert [r["rank"] for r in json.loads(out)["ranks"]] == [0, 1]
+    code, _, err = run_cli("triage", str(one_rank), "--rank", "5")
+    assert code == 2 and "rank" in err
+    with pytest.raises(SystemExit):
+        run_cli("triage", str(one_rank), "--tp", "0")
+
+
+def test_out_writes_report_summary_and_trace(manifests, tmp_path):
+    out_dir = tmp_path / "out"
+    code, out, _ = run_cli("triage", str(manifests["s2-cpu", False]), "--out", str(out_dir))
+    assert code == 1
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report.html", "summary.png", "trace.json"]
+    assert f"wrote {out_dir / 'report.html'}" in out
+    png = (out_dir / "summary.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    trace = json.loads((out_dir / "trace.json").read_text())
+    assert trace["error"]["message"] == "Kimi-K3 deferred feature length does not match image grids"
+    assert trace["trace"]["ranks"][0]["steps"]
+    page = (out_dir / "report.html").read_text()
+    assert "http://" not in page and "https://" not in page
+    assert page.startswith("<!DOCTYPE html>")
+    # the verdict comes first, before any figure or table
+    assert page.index('id="kv-verdict"') < page.index("<img") < page.index('class="kv-stepper')
+    embedded = re.search(r'<script type="application/json" id="kv-trace">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(embedded) == trace
+    assert "ValueError: Kimi-K3 deferred feature length does not match image grids" in page
+    assert re.search(r'<img[^>]+src="data:image/png;base64,', page)
+    assert not re.search(r'\b(src|href)="(?!data:|#)', page)      # nothing loaded from anywhere else
+
+
+def test_urls_in_free_text_are_made_inert(manifests, tmp_path):
+    batch = read_manifest(manifests["s3-mixed-local", True])
+    batch.note = "see https://example.invalid/issue and http://x.invalid </script><b>"
+    path = write_manifest(batch, tmp_path / "m")
+    run_cli("triage", str(path), "--out", str(tmp_path / "out"))
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "http://" not in page and "https://" not in page
+    assert "https&#58;//example.invalid/issue" in page
+    embedded = re.search(r'id="kv-trace">(.*?)</script>', page, re.S).group(1)
+    assert "</script>" not in embedded
+
+
+def test_subprocess_smoke_zip(manifests, tmp_path):
+    archive = tmp_path / "s2.zip"
+    write_manifest(read_manifest(manifests["s2-gpu", False]), archive)
+    result = subprocess.run([sys.executable, "-m", "kimi_viz", "triage", str(archive), "--json"], capture_output=True,
+                            text=True, timeout=120, cwd=REPO, env=dict(os.environ))
+    assert result.returncode == 1, result.stderr
+    verdict = json.loads(result.stdout)
+    validate_verdict(verdict)
+    assert verdict["error"] == {"type": "ValueError", "message": "Kimi-K3 deferred GPU preprocessing produced wrong grids"}
+
+
+def test_missing_processor_config_assumes_the_k3_preset(manifests, tmp_path):
+    batch = read_manifest(manifests["s2-cpu", True])
+    batch.processor = None
+    path = write_manifest(batch, tmp_path / "no-processor")
+    code, out, _ = run_cli("triage", str(path))
+    assert code == 1
+    assert "assumed: the manifest records no processor config" in out
+    assert "ValueError: Kimi-K3 deferred feature length does not match image grids" in out
