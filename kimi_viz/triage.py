@@ -214,7 +214,9 @@ def rank_figure(trace, rank):
     from .layout import BatchLayout
 
     rows = list(rank.images)
-    labels = [f"image {r['image']}" + (f" ({r['label']})" if r.get("label") else "") for r in rows]
+    # Spans are numbered by their position on this rank; name the global image when it differs.
+    labels = [(r.get("label") or f"image {r['image']}") + ("" if r["image"] == pos else f", global image {r['image']}")
+              for pos, r in enumerate(rows)]
     expected = [r.get("expected_grid") for r in rows]
     produced = [r.get("produced_grid") for r in rows]
     outcome = "ok" if rank.error is None else f"{rank.error.type}: {rank.error.message}"
