@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import read_vision_config
 from .devices import resolve_device
 from .errors import CheckpointError, ConfigError, RowCountError, UnsupportedImageError
 
@@ -759,23 +760,8 @@ def _read_vision_config(folder: Path) -> tuple[dict[str, Any], str | None]:
         raise CheckpointError(
             f"{file} does not exist; expected a Kimi checkpoint folder holding config.json, "
             "model.safetensors.index.json and its shards (or use VisionEncoder.random() without weights)")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{file}: expected a JSON object with a vision_config")
-    try:  # the shared reader normalises merge_kernel_size and names the file in its errors
-        from .config import read_vision_config
-    except ImportError:  # pragma: no cover - trees without kimi_viz.config
-        read_vision_config = None
-    if read_vision_config is not None:
-        vision = read_vision_config(folder)
-    else:
-        vision = data.get("vision_config")
-        if not isinstance(vision, dict):
-            raise ConfigError(f"vision_config: missing from {file}; expected the model's vision_config object")
-        vision = dict(vision)
+    vision = read_vision_config(folder)   # validates the JSON and normalises merge_kernel_size
+    data = json.loads(file.read_text(encoding="utf-8"))
     text = data.get("text_config")
     if vision.get("text_hidden_size") is None and isinstance(text, dict) and text.get("hidden_size"):
         vision["text_hidden_size"] = text["hidden_size"]
