@@ -8,6 +8,7 @@ naming the key, what was expected and which file to fix.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -135,6 +136,8 @@ def _three_floats(value: Any, key: str, source: str, *, nonzero: bool) -> tuple[
     )
     if not ok:
         raise ConfigError(f"media_proc_cfg.{key}: expected a list of 3 numbers, got {value!r}; fix {source}")
+    if not all(math.isfinite(v) for v in value):
+        raise ConfigError(f"media_proc_cfg.{key}: expected finite values, got {list(value)!r}; fix {source}")
     if nonzero and any(float(v) == 0.0 for v in value):
         raise ConfigError(f"media_proc_cfg.{key}: expected non-zero values, got {list(value)!r}; fix {source}")
     return (float(value[0]), float(value[1]), float(value[2]))
@@ -208,9 +211,8 @@ def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
     if isinstance(preset_or_config, ProcessorConfig):
         return preset_or_config
     if isinstance(preset_or_config, Mapping):
-        if "media_proc_cfg" in preset_or_config:
-            return ProcessorConfig.from_media_proc_cfg(preset_or_config["media_proc_cfg"], name="custom")
-        return ProcessorConfig.from_media_proc_cfg(preset_or_config, name="custom", source="the config dict")
+        inner = preset_or_config.get("media_proc_cfg", preset_or_config)
+        return ProcessorConfig.from_media_proc_cfg(inner, name="custom", source="the config dict")
     if isinstance(preset_or_config, (str, Path)):
         key = _preset_key(str(preset_or_config))
         if isinstance(preset_or_config, str) and key in PRESETS:
@@ -232,6 +234,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason}); expected a JSON file") from exc
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from exc
 

@@ -243,6 +243,14 @@ def _from_torch(tensor: Any, max_pixels: int) -> Image.Image:
 
 
 # --- after loading -----------------------------------------------------------------------------
+def has_alpha(image: Image.Image) -> bool:
+    """Return True when the image carries transparency: an ``A`` band or a ``transparency`` entry.
+
+    This is the test both the checkpoint's fill and SGLang's ``to_chw_uint8`` apply (the latter to
+    non-RGB images only)."""
+    return "A" in image.getbands() or "transparency" in image.info
+
+
 def _exif_orientation(image: Image.Image) -> int | None:
     try:
         value = image.getexif().get(EXIF_ORIENTATION_TAG)
@@ -253,7 +261,7 @@ def _exif_orientation(image: Image.Image) -> int | None:
 
 def sixteen_bit_to_l(image: Image.Image) -> Image.Image:
     """Return an 8-bit ``L`` image from a 16/32-bit integer image: ``clip(v, 0, 65535) >> 8``."""
-    values = np.asarray(image.convert("I"), dtype=np.int64) if image.mode != "I" else np.asarray(image, dtype=np.int64)
+    values = np.asarray(image if image.mode == "I" else image.convert("I"))      # int32
     return Image.fromarray((np.clip(values, 0, 65535) >> 8).astype(np.uint8), mode="L")
 
 

@@ -7,32 +7,29 @@ transparency, zero-pads at the bottom and right, normalises ``float32(x / 255.0)
 Here the same numbers come out of a cheaper route: the resized image is written straight into a
 pre-zeroed padded uint8 buffer, patchified as uint8 a band of patch rows at a time, and each
 uint8 value is mapped through a 256-entry float32 table built with exactly the checkpoint's
-operations — so every output float is the one the checkpoint computes for that byte. Large RGB
-images are resized in strips on several threads (PIL's two resampling passes work row by row and
-column by column, so the bytes are the same), and pixels leave PIL a band of rows at a time, so no
-full-size float or byte-string temporary is ever made.
+operations — so every output float is the one the checkpoint computes for that byte. The resize
+is one PIL ``resize`` call, as in the checkpoint (Pillow picks the order of its two passes from the
+sizes, so splitting the work would not give the same bytes), and pixels leave PIL a band of rows at
+a time, so no full-size float or byte-string temporary is ever made.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .config import ProcessorConfig, get_config
+from .config import BACKGROUND_PATTERNS, ProcessorConfig, get_config
+from .errors import ConfigError
+from .images import has_alpha
 
 # Patch rows per band: small bands keep the uint8 staging buffer in cache.
 _BAND_ROWS = 2
 # Pixels per band of rows when copying out of PIL or compositing (bounds the temporaries).
 _BAND_PIXELS = 1 << 14
-# Source size from which RGB resizes run in strips, one per thread.
-_PARALLEL_PIXELS = 1_000_000
-_POOL: ThreadPoolExecutor | None = None
 
 
 @functools.lru_cache(maxsize=32)
@@ -69,13 +66,11 @@ def background(height: int, width: int, bg: dict[str, Any], top: int = 0) -> np.
         return np.where(parity == gray_parity, gray, white).astype(np.uint8)
     level = {"white": 255, "black": 0, "gray": 128}.get(pattern)
     if level is None:
-        raise ValueError(f"invalid background pattern {pattern!r}")
+        raise ConfigError(
+            f"transparent_bg_config.pattern: expected one of {', '.join(BACKGROUND_PATTERNS)}, got {pattern!r}; "
+            "fix the processor config"
+        )
     return np.full((height, width), level, dtype=np.uint8)
-
-
-def has_alpha(image: Image.Image) -> bool:
-    """Return True when the checkpoint composites this image: an alpha band or a ``transparency`` entry."""
-    return "A" in image.getbands() or "transparency" in image.info
 
 
 def _band_rows(width: int) -> int:
@@ -129,69 +124,18 @@ def fill_transparent(image: Image.Image, bg: dict[str, Any] | None, out: np.ndar
     return out
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="kimi-viz-resize")
-    return _POOL
-
-
-def _workers() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def _strips(length: int, count: int) -> list[tuple[int, int]]:
-    step = -(-length // count)
-    return [(start, min(length, start + step)) for start in range(0, length, step)]
-
-
-def resize_rgb_into(image: Image.Image, size: tuple[int, int], out: np.ndarray) -> np.ndarray:
-    """Write ``image.resize(size, BICUBIC)`` of an RGB (or L) image into ``out`` (uint8 ``(h, w, 3)``).
-
-    PIL resizes in two separable passes on 8-bit pixels: horizontal (each row on its own), then
-    vertical (each column on its own), each with coefficients that depend only on the two sizes.
-    So for large images the horizontal pass runs on strips of rows and the vertical pass on strips
-    of columns, one strip per thread (PIL releases the GIL while resampling): the same bytes as a
-    single ``resize`` call, in less wall time.
-    """
-    width, height = image.size
-    new_w, new_h = size
-    if image.size == size:
-        return copy_into(image, out)               # PIL's resize would return a copy
-    workers = _workers()
-    if width * height < _PARALLEL_PIXELS or workers < 2:
-        return copy_into(image.resize(size, resample=Image.Resampling.BICUBIC), out)
-    bicubic = Image.Resampling.BICUBIC
-    middle = image
-    if new_w != width:
-        def horizontal(rows: tuple[int, int]) -> Image.Image:
-            top, bottom = rows
-            return image.crop((0, top, width, bottom)).resize((new_w, bottom - top), resample=bicubic)
-
-        row_strips = _strips(height, workers)
-        middle = Image.new(image.mode, (new_w, height))
-        for (top, _), strip in zip(row_strips, _pool().map(horizontal, row_strips)):
-            middle.paste(strip, (0, top))
-    if new_h == height:
-        return copy_into(middle, out)
-
-    def vertical(columns: tuple[int, int]) -> None:
-        left, right = columns
-        strip = middle.crop((left, 0, right, height)).resize((right - left, new_h), resample=bicubic)
-        copy_into(strip, out[:, left:right])
-
-    list(_pool().map(vertical, _strips(new_w, workers)))
-    return out
-
-
 def resize_image(image: Image.Image, resize: dict[str, Any], config: ProcessorConfig) -> Image.Image:
     """Return the image resized to ``(new_width, new_height)`` with PIL bicubic, as the checkpoint does.
 
     With fill stage ``before_resize`` the image is made RGB first (composited when a background is
     configured); with ``after_resize`` it keeps its own mode (PIL resizes ``P`` and ``1`` with NEAREST).
+    An image that already has the new size is returned as it is (PIL's resize would copy it).
     """
     image = _before_resize(image, config)
-    return image.resize((resize["new_width"], resize["new_height"]), resample=Image.Resampling.BICUBIC)
+    size = (resize["new_width"], resize["new_height"])
+    if image.size == size:
+        return image
+    return image.resize(size, resample=Image.Resampling.BICUBIC)
 
 
 def _before_resize(image: Image.Image, config: ProcessorConfig) -> Image.Image:
@@ -209,13 +153,7 @@ def padded_uint8(image: Image.Image, resize: dict[str, Any], config: ProcessorCo
     """
     new_w, new_h = resize["new_width"], resize["new_height"]
     padded = np.zeros((new_h + resize["pad_height"], new_w + resize["pad_width"], 3), dtype=np.uint8)
-    target = padded[:new_h, :new_w]
-    image = _before_resize(image, config)
-    if image.mode == "RGB":
-        resize_rgb_into(image, (new_w, new_h), target)
-    else:                                              # after_resize: resize in the image's own mode, then fill
-        resized = image.resize((new_w, new_h), resample=Image.Resampling.BICUBIC)
-        fill_transparent(resized, config.background(), out=target)
+    fill_transparent(resize_image(image, resize, config), config.background(), out=padded[:new_h, :new_w])
     return padded
 
 

@@ -22,6 +22,7 @@ from PIL import Image
 from .config import ProcessorConfig, get_config
 from .devices import resolve_device
 from .errors import UnsupportedImageError
+from .images import has_alpha
 
 
 def to_chw_uint8(image: Image.Image | torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -29,7 +30,7 @@ def to_chw_uint8(image: Image.Image | torch.Tensor | np.ndarray) -> torch.Tensor
     (an ``A`` band or a ``transparency`` entry, and mode not RGB), else RGB; a 1-channel tensor is
     repeated to 3 channels."""
     if isinstance(image, Image.Image):
-        alpha = image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
+        alpha = image.mode != "RGB" and has_alpha(image)
         array = np.array(image.convert("RGBA" if alpha else "RGB"), copy=True)
         return torch.from_numpy(array).permute(2, 0, 1)
     if isinstance(image, np.ndarray):

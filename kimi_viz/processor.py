@@ -23,10 +23,11 @@ import torch
 from PIL import Image
 
 from .config import ProcessorConfig, get_config
+from .devices import resolve_device
 from .errors import CheckpointError, KimiVizError
-from .images import LoadedImage, load_image
+from .images import ALPHA_POLICIES, LoadedImage, load_image
 from .pixels_checkpoint import checkpoint_pixels, normalization_lut, padded_uint8, patchify_normalize
-from .pixels_torch import resolve_device, to_chw_uint8, torch_pixels, torch_pixels_and_image
+from .pixels_torch import to_chw_uint8, torch_pixels, torch_pixels_and_image
 from .records import PATCH_CONTENT, PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
 from .resize import resize_config
 
@@ -89,7 +90,7 @@ class Processor:
     ):
         if backend not in BACKENDS:
             raise KimiVizError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-        if alpha not in ("keep", "discard"):
+        if alpha not in ALPHA_POLICIES:
             raise KimiVizError(f"unknown alpha policy {alpha!r}; expected 'keep' or 'discard'")
         self.config: ProcessorConfig = get_config(preset_or_config)
         self.backend = backend
@@ -180,6 +181,8 @@ def load_hf_processor(folder: str | Path) -> Any:
         data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{file}: not valid JSON ({exc.msg}); fix the file") from exc
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{file}: not UTF-8 text ({exc.reason}); expected a JSON file") from exc
     auto_map = data.get("auto_map") if isinstance(data, dict) else None
     if not isinstance(auto_map, dict) or "AutoImageProcessor" not in auto_map:
         raise KimiVizError(
@@ -257,7 +260,9 @@ def compare(a: Any, b: Any, images: Any) -> list[dict[str, Any]]:
     ``(pixel_values, grid_thws)``.
     """
     items = _as_list(images)
-    pils = [load_image(item).image for item in items]
+    # Our Processor loads the images itself (under its own policy); others get them decoded once here.
+    foreign = not all(isinstance(proc, Processor) for proc in (a, b))
+    pils = [load_image(item).image for item in items] if foreign else []
     outputs = [_run(proc, items, pils) for proc in (a, b)]
     blocks = [_split(pixels, grids, len(items)) for pixels, grids in outputs]
     report = []

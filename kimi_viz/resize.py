@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from .config import ProcessorConfig, get_config
 from .errors import EmptyImageError
 
@@ -17,14 +19,9 @@ RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height", "num_tokens
 
 
 def _side(value: Any, name: str) -> int:
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                return _side(int(value), name)
-        except ImportError:  # pragma: no cover
-            pass
         raise TypeError(f"resize_config: {name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise EmptyImageError(

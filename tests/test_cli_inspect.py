@@ -58,12 +58,14 @@ def test_config_path_overrides_preset(capsys, sample, tmp_path):
     assert report["images"][0]["grid_thw"] == [1, 14, 20]
 
 
-def test_table(capsys, sample):
+def test_table(capsys, sample, pixel_goldens):
     assert main(["inspect", str(sample("chelsea.png")), str(sample("astronaut_tiny_20x5.png"))]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "preset kimi-k3"
     assert lines[1].split()[:4] == ["image", "size", "mode", "resized"]
-    assert "451x300" in lines[2] and "1,22,34" in lines[2] and "[0, 748)" in lines[2] and "e15e991c9c57" in lines[2]
+    golden = next(e for e in pixel_goldens["images"]["kimi_k3"] if e["file"] == "chelsea.png")
+    assert "451x300" in lines[2] and "1,22,34" in lines[2] and "[0, 748)" in lines[2]
+    assert lines[2].split()[-1] == golden["pixel_values_sha256"][:12]
     assert "20x5" in lines[3] and "[748, 752)" in lines[3]
     assert lines[-1] == "total: 752 rows, 188 tokens"
 

@@ -96,6 +96,20 @@ def test_invalid_values_name_the_key(key, value, message):
     assert str(info.value).startswith(message)
 
 
+@pytest.mark.parametrize("key", ["image_mean", "image_std"])
+def test_non_finite_mean_or_std_is_refused(key):
+    cfg = {**PRESETS["kimi-k3"].to_media_proc_cfg(), key: [0.5, float("nan"), 0.5]}
+    with pytest.raises(ConfigError, match=rf"^media_proc_cfg.{key}: expected finite values, got \[0.5, nan, 0.5\]"):
+        ProcessorConfig.from_media_proc_cfg(cfg)
+
+
+def test_config_dict_errors_name_the_dict():
+    bad = {**PRESETS["kimi-k3"].to_media_proc_cfg(), "patch_size": 0}
+    for given in (bad, {"media_proc_cfg": bad}):
+        with pytest.raises(ConfigError, match=r"^media_proc_cfg.patch_size: expected a positive int, got 0; fix the config dict$"):
+            get_config(given)
+
+
 def test_missing_key_is_named():
     cfg = PRESETS["kimi-k3"].to_media_proc_cfg()
     del cfg["in_patch_limit"]
@@ -109,6 +123,9 @@ def test_load_preprocessor_config_errors(tmp_path):
     file = tmp_path / "preprocessor_config.json"
     file.write_text("{not json")
     with pytest.raises(ConfigError, match=r"preprocessor_config.json: not valid JSON"):
+        load_preprocessor_config(tmp_path)
+    file.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match=r"preprocessor_config.json: not UTF-8 text .*; expected a JSON file"):
         load_preprocessor_config(tmp_path)
     file.write_text(json.dumps({"image_processor_type": "X"}))
     with pytest.raises(ConfigError, match=r"^media_proc_cfg: missing from .*preprocessor_config.json"):

@@ -178,3 +178,12 @@ def test_folder_without_remote_code_is_explained(tmp_path):
 def test_missing_folder_is_a_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"preprocessor_config.json does not exist"):
         load_hf_processor(tmp_path / "nowhere")
+
+
+def test_unreadable_config_is_a_checkpoint_error(tmp_path):
+    (tmp_path / "preprocessor_config.json").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(CheckpointError, match=r"preprocessor_config.json: not UTF-8 text .*; expected a JSON file"):
+        load_hf_processor(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"preprocessor_config.json: not valid JSON"):
+        load_hf_processor(tmp_path)

@@ -20,7 +20,7 @@ from kimi_viz.errors import (
     TruncatedImageError,
     UnsupportedImageError,
 )
-from kimi_viz.images import LoadedImage, load_image
+from kimi_viz.images import LoadedImage, has_alpha, load_image
 
 
 def png_bytes(image: Image.Image) -> bytes:
@@ -100,6 +100,12 @@ def test_exif_orientation_policy(sample):
     assert turned.loader == {"exif_transpose": True, "alpha": "keep", "exif_orientation": 6}
     # orientation 6 = rotate 90 degrees clockwise to display
     assert np.array_equal(np.asarray(turned.image), np.asarray(kept.image.transpose(Image.Transpose.ROTATE_270)))
+
+
+def test_has_alpha(sample):
+    assert [has_alpha(Image.new(mode, (2, 2))) for mode in ("RGB", "L", "RGBA", "LA", "PA", "P", "CMYK")] == [
+        False, False, True, True, True, False, False]
+    assert has_alpha(load_image(sample("coffee_palette_transparent.png")).image)      # a P image with a transparent index
 
 
 def test_alpha_discard_converts_to_rgb_first(sample):

@@ -204,20 +204,54 @@ def test_empty_batch():
     assert out.records == []
 
 
-def test_channel_parallel_resize_equals_pil():
-    """Large RGB images are resized in strips on several threads; the bytes equal one PIL resize."""
-    from kimi_viz.pixels_checkpoint import _PARALLEL_PIXELS, resize_rgb_into
-
+def alpha_test_image(width: int, height: int) -> Image.Image:
+    """A noisy RGBA image whose alpha runs from 0 to 255 across the width."""
     rng = np.random.default_rng(0)
-    smooth = np.kron(rng.integers(0, 256, (60, 80, 3), dtype=np.uint8), np.ones((20, 20, 1), np.uint8))
+    smooth = np.kron(rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8),
+                     np.ones((16, 16, 1), np.uint8))[:height, :width]
     noisy = np.clip(smooth.astype(int) + rng.integers(-40, 41, smooth.shape), 0, 255).astype(np.uint8)
-    image = Image.fromarray(noisy)                     # 1600 x 1200
-    assert image.width * image.height >= _PARALLEL_PIXELS
-    # down, up, one side only, both sides unchanged
-    for size in [(1599, 1199), (1000, 777), (333, 1100), (2100, 1500), (1600, 700), (900, 1200), (1600, 1200)]:
-        out = np.zeros((size[1], size[0], 3), np.uint8)
-        resize_rgb_into(image, size, out)
-        assert np.array_equal(out, np.asarray(image.resize(size, Image.Resampling.BICUBIC))), size
+    alpha = np.broadcast_to(np.linspace(0, 255, width).astype(np.uint8), (height, width))
+    return Image.fromarray(np.dstack([noisy, alpha]), mode="RGBA")
+
+
+def in_mode(rgba: Image.Image, mode: str) -> Image.Image:
+    """The RGBA test image in another mode: a palette with a transparent index, 16-bit grey, ..."""
+    if mode == "P":
+        palette = rgba.convert("RGB").quantize(64)
+        palette.info["transparency"] = 0
+        return palette
+    if mode == "I;16":
+        return Image.fromarray(np.asarray(rgba.convert("L")).astype(np.uint16) * 257)
+    return rgba.convert(mode)
+
+
+# (480, 720) -> one-pixel shrink, a ~1.5% shrink (like 4200x3150 -> 4138x3103), one side only,
+# shrinks that Pillow 13 runs vertical pass first (it picks the order of its two passes), no change,
+# and an enlargement (a foreign resize config).
+SIZES = [(479, 719), (472, 709), (480, 680), (450, 720), (470, 400), (240, 100), (480, 720), (500, 760)]
+
+
+@pytest.mark.parametrize("preset", ["kimi-k3", "kimi-k25"])
+@pytest.mark.parametrize("mode", ["RGB", "L", "LA", "RGBA", "P", "CMYK", "I;16"])
+def test_checkpoint_resize_is_one_pil_resize(preset, mode):
+    """The padded image equals one PIL bicubic resize of the loaded image, filled as the checkpoint
+    fills it (K3: after the resize, on a chessboard; K2.5: ``convert("RGB")`` before it)."""
+    config = get_config(preset)
+    image = load_image(in_mode(alpha_test_image(480, 720), mode)).image
+    assert image.mode == ("L" if mode == "I;16" else mode)
+    for width, height in SIZES:
+        resize = resize_config(width, height, config)          # applied as given to the 480x720 image
+        assert (resize["new_width"], resize["new_height"]) == (width, height)
+        padded, rows = checkpoint_pixels(image, resize, config)
+        if config.fill_stage == "before_resize":
+            expected = np.asarray(image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC))
+        else:
+            resized = image.resize((width, height), Image.Resampling.BICUBIC)
+            has_alpha = "A" in resized.getbands() or "transparency" in resized.info
+            expected = plain_fill(resized, config.background()) if has_alpha else np.asarray(resized.convert("RGB"))
+        assert np.array_equal(padded[:height, :width], expected), (mode, width, height)
+        assert not padded[height:].any() and not padded[:, width:].any()
+        assert rows.shape[0] == resize["grid_thw"][1] * resize["grid_thw"][2]
 
 
 def plain_fill(image: Image.Image, bg: dict) -> np.ndarray:
@@ -255,3 +289,11 @@ def test_background_patterns_match_the_checkpoint(sample, bg):
     for name in ("horse.png", "camera_vignette_la.png"):
         image = load_image(sample(name)).image.resize((203, 157), Image.Resampling.BICUBIC)
         assert np.array_equal(fill_transparent(image, bg), plain_fill(image, bg)), name
+
+
+def test_unknown_background_pattern_is_a_config_error():
+    from kimi_viz.errors import ConfigError
+    from kimi_viz.pixels_checkpoint import background
+
+    with pytest.raises(ConfigError, match=r"^transparent_bg_config.pattern: expected one of white, black, gray, chessboard, got 'plaid'"):
+        background(4, 4, {"pattern": "plaid"})

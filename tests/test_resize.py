@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +69,16 @@ def test_zero_or_negative_size_is_an_empty_image(width, height):
 def test_non_integer_size_is_refused():
     with pytest.raises(TypeError, match="width must be an int, got float"):
         resize_config(10.0, 10)
+    with pytest.raises(TypeError, match="height must be an int, got bool"):
+        resize_config(10, True)
+    with pytest.raises(TypeError, match="width must be an int, got float64"):
+        resize_config(np.float64(10.0), 10)
+
+
+def test_numpy_integer_sizes_are_ints():
+    got = resize_config(np.int64(4200), np.uint16(3150))
+    assert got == resize_config(4200, 3150)
+    assert all(type(v) is int for k, v in got.items() if k != "grid_thw")
 
 
 @settings(max_examples=300, deadline=None)
