@@ -39,7 +39,7 @@ from kimi_viz.config import get_config  # noqa: E402
 from kimi_viz.data import SAMPLE_PHOTOS  # noqa: E402
 from kimi_viz.deferred import replay  # noqa: E402
 from kimi_viz.resize import resize_config  # noqa: E402
-from kimi_viz.scenarios import deferred_item  # noqa: E402
+from kimi_viz.scenarios import deferred_config, deferred_item  # noqa: E402
 
 K3 = "kimi-k3"
 
@@ -47,7 +47,6 @@ K3 = "kimi-k3"
 def shape_only_batch(n: int = 256, tp: int = 8, seed: int = 0) -> Batch:
     """Return ``n`` redacted deferred items of random sizes (half gpu, half cpu) at attention-TP ``tp``."""
     rng = random.Random(seed)
-    cfg = get_config(K3).to_media_proc_cfg()
     items = []
     for i in range(n):
         width, height = rng.randint(64, 4000), rng.randint(64, 3000)
@@ -55,13 +54,10 @@ def shape_only_batch(n: int = 256, tp: int = 8, seed: int = 0) -> Batch:
         backend = "gpu" if i % 2 else "cpu"
         feature = (Feature.shape_only("chw", (3, height, width), "uint8") if backend == "gpu"
                    else Feature.shape_only("image", (height, width, 3), "uint8"))
-        deferred = {"backend": backend, "image_mean": cfg["image_mean"], "image_std": cfg["image_std"],
-                    "transparent_bg_config": cfg.get("transparent_bg_config"),
-                    "resize_config": {k: resize[k] for k in ("num_tokens", "new_width", "new_height",
-                                                             "pad_width", "pad_height")}}
-        items.append(Item(grids={"grid_thws": [list(resize["grid_thw"])]}, feature=feature, deferred=deferred,
-                          original_size=(width, height), label=f"image {i}"))
-    return Batch(items=items, processor=cfg, attn_tp_size=tp)
+        items.append(Item(grids={"grid_thws": [list(resize["grid_thw"])]}, feature=feature,
+                          deferred=deferred_config(backend, resize, K3), original_size=(width, height),
+                          label=f"image {i}"))
+    return Batch(items=items, processor=get_config(K3).to_media_proc_cfg(), attn_tp_size=tp)
 
 
 def photos_batch(tp: int = 2) -> Batch:
@@ -84,6 +80,7 @@ def timed(fn: Callable[[], Any], runs: int, warmup: int = 1) -> tuple[float, Any
 
 
 def bench_shapes(runs: int) -> dict[str, Any]:
+    """Return the ``shapes-256-tp8`` row: the full shape replay against one ``replay(rank=r)`` per rank."""
     batch = shape_only_batch()
     tp = batch.attn_tp_size
     kit, trace = timed(lambda: replay(batch, mode="shapes"), runs)
@@ -96,6 +93,7 @@ def bench_shapes(runs: int) -> dict[str, Any]:
 
 
 def bench_pixels(runs: int) -> dict[str, Any]:
+    """Return the ``pixels-8-photos-tp2`` row: the split pixel replay against every rank doing every image."""
     batch = photos_batch()
     tp = batch.attn_tp_size
     kit, trace = timed(lambda: replay(batch, mode="pixels"), runs)
@@ -108,6 +106,7 @@ def bench_pixels(runs: int) -> dict[str, Any]:
 
 
 def markdown(results: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+    """Return the results as a markdown table under a one-line machine summary."""
     lines = [f"deferred-split replay on {machine['cpus']} CPU(s), {machine['python']}, torch {machine['torch']}", "",
              "| workload | images | TP | rows | kit (ms) | baseline (ms) | baseline | speed-up | target (ms) | met |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|:---:|"]
@@ -120,6 +119,7 @@ def markdown(results: list[dict[str, Any]], machine: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run both workloads; return 0 when every target is met, else 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     parser.add_argument("--runs", type=int, default=0, help="timed runs per workload (default: 20 shapes, 3 pixels)")

@@ -23,9 +23,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from PIL import Image
 
-from .batch import Batch, Feature, Item
+from .batch import GRID_KEYS, Batch, Feature, Item
+from .config import PRESETS, get_config
+from .devices import resolve_device
+from .divergence import Divergence, analyse
 from .errors import ConfigError
+from .images import has_alpha
+from .pixels_checkpoint import checkpoint_pixels
+from .pixels_torch import to_chw_uint8, torch_pixels
+from .resize import grid_of, resize_config
+from .verdict import build_verdict
 
 # ------------------------------------------------------------------------------------------------
 # The exceptions SGLang 0.5.23 raises on this path, copied literally. ``{}`` marks a formatted part.
@@ -65,7 +74,6 @@ MSG_EXPECTED_TENSOR = "expected torch.Tensor, got {}"
 MSG_PROCESSOR_LENGTH = "Kimi-K3 processor feature length does not match image grids: {} != {}"
 MSG_MIX_DEFERRED_OLD = "Kimi-K3 cannot mix deferred and preprocessed image features"
 
-GRID_KEYS = ("image_grid_thw", "grid_thws")
 PROCESSOR_OUTPUTS = ("concatenated", "stacked", "list")
 VARIANTS = ("post-fix", "pre-fix")
 MODES = ("pixels", "shapes", "auto")
@@ -181,8 +189,6 @@ class Trace:
 
     def verdict(self) -> dict[str, Any]:
         """Return the verdict shared with ``kimi-viz triage``: outcome, error, ranks, divergence."""
-        from .verdict import build_verdict
-
         return build_verdict(self)
 
     def to_json(self) -> dict[str, Any]:
@@ -197,14 +203,6 @@ class Trace:
             "ranks": [r.to_json() for r in self.ranks],
         }
         return data
-
-
-def __getattr__(name: str):
-    if name == "Divergence":  # the report's type lives with the analysis
-        from .divergence import Divergence
-
-        return Divergence
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _SGLangRaise(Exception):
@@ -227,8 +225,7 @@ def assign_ranks(patch_counts: list[int], tp_size: int) -> list[list[int]]:
     keeps that assignment order, so it is *not* sorted by index. (With attention-TP size 1 SGLang
     does not call the balancer; :func:`replay` then uses ``[0 .. n-1]``.)
     """
-    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise ConfigError(f"tp_size: expected a positive int, got {tp_size!r}")
+    _check_tp_size(tp_size)
     counts = [int(c) for c in patch_counts]
     loads = [0] * tp_size
     ranks: list[list[int]] = [[] for _ in range(tp_size)]
@@ -242,6 +239,11 @@ def assign_ranks(patch_counts: list[int], tp_size: int) -> list[list[int]]:
 # ------------------------------------------------------------------------------------------------
 # Small helpers
 # ------------------------------------------------------------------------------------------------
+def _check_tp_size(tp_size: Any) -> None:
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise ConfigError(f"tp_size: expected a positive int, got {tp_size!r}")
+
+
 def _prod(values: list[int]) -> int:
     return math.prod(int(v) for v in values)
 
@@ -294,7 +296,7 @@ def _has_alpha(feature: Feature) -> bool:
     """Return True when SGLang's ``to_chw_uint8`` keeps an alpha channel for this image (RGBA)."""
     image = feature.image
     if image is not None:
-        return image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
+        return image.mode != "RGB" and has_alpha(image)
     bands = int(feature.shape[2]) if len(feature.shape) > 2 else 3
     return bands in (2, 4)
 
@@ -329,14 +331,6 @@ def _pick_mode(batch: Batch, mode: str) -> str:
     return mode
 
 
-def _consumer_config(batch: Batch):
-    from .config import get_config
-
-    if batch.processor is None:
-        return None
-    return get_config(batch.processor)
-
-
 def replay(
     batch: Batch,
     *,
@@ -362,8 +356,7 @@ def replay(
     if variant not in VARIANTS:
         raise ConfigError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
     tp = batch.attn_tp_size if tp_size is None else tp_size
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ConfigError(f"tp_size: expected a positive int, got {tp!r}")
+    _check_tp_size(tp)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
         raise ConfigError(f"rank: expected an int in 0..{tp - 1} for tp_size {tp}, got {rank!r}")
     mode = _pick_mode(batch, mode)
@@ -373,10 +366,8 @@ def replay(
             f"batch.extra['processor_output']: expected one of {list(PROCESSOR_OUTPUTS)}, got {processor_output!r}"
         )
     if mode == "pixels":
-        from .pixels_torch import resolve_device
-
         device = resolve_device(device)
-    consumer = _consumer_config(batch)
+    consumer = None if batch.processor is None else get_config(batch.processor)
     ranks_wanted = list(range(tp)) if rank is None else [rank]
 
     grid_step, grids, grid_error = _collect_grids(batch)
@@ -395,8 +386,6 @@ def replay(
 
 
 def _finish(trace: Trace) -> Trace:
-    from .divergence import analyse
-
     trace.divergence = analyse(trace)
     return trace
 
@@ -696,8 +685,7 @@ def _gpu_group(ctx: _Context, state: _RankState, group_items: list[Item], indice
                                   global_indices[position])
             for position in members:
                 _gpu_fill_probe(channels_in[position], background, global_indices[position])
-        grids = [(1, (r["new_height"] + r["pad_height"]) // ctx.patch_size,
-                  (r["new_width"] + r["pad_width"]) // ctx.patch_size) for r in resizes]
+        grids = [grid_of(r, ctx.patch_size) for r in resizes]
         rows = [_prod(list(gr)) for gr in grids]
         tensors = None
         if ctx.mode == "pixels":
@@ -821,11 +809,8 @@ def alpha_composite(alpha: torch.Tensor, rgb: torch.Tensor, background: torch.Te
 def _gpu_pixels(ctx: _Context, group_items: list[Item], resizes: list[dict[str, int]], channels: list[int],
                 mean: Any, std: Any, background: Any) -> list[torch.Tensor]:
     """Return each image's rows through the kit's torch path, with the group's first config."""
-    from .config import PRESETS
-    from .pixels_torch import to_chw_uint8, torch_pixels
-
     base = ctx.consumer if ctx.consumer is not None else PRESETS["kimi-k3"]
-    config = dataclasses.replace(base, patch_size=ctx.patch_size, image_mean=tuple(float(v) for v in mean),
+    config = dataclasses.replace(base, image_mean=tuple(float(v) for v in mean),
                                  image_std=tuple(float(v) for v in std), transparent_bg_config=background)
     out = []
     for item, resize, count in zip(group_items, resizes, channels):
@@ -848,8 +833,6 @@ def _gpu_pixels(ctx: _Context, group_items: list[Item], resizes: list[dict[str, 
 
 def _cpu_group(ctx: _Context, state: _RankState, group_items: list[Item], indices: list[int],
                global_indices: list[int], base: dict[str, Any], steps: list[Step]) -> _Produced:
-    from .resize import resize_config
-
     inputs = []
     step = Step("preprocess_cpu", "Preprocess the cpu group (the checkpoint processor)", "§6.5",
                 {**base, "inputs": inputs, "processor": None if ctx.consumer is None
@@ -954,8 +937,6 @@ def _cpu_stage(feature: Feature, image: int) -> tuple[int, int, str]:
 
 def _cpu_image(feature: Feature):
     """Return the PIL image SGLang hands the checkpoint processor for this feature."""
-    from PIL import Image
-
     if feature.image is not None:
         return feature.image
     tensor = feature.tensor
@@ -970,8 +951,6 @@ def _cpu_image(feature: Feature):
 
 
 def _cpu_pixels(ctx: _Context, group_items: list[Item], resizes: list[dict[str, Any]]) -> list[torch.Tensor]:
-    from .pixels_checkpoint import checkpoint_pixels
-
     return [checkpoint_pixels(_cpu_image(item.feature), resize, ctx.consumer)[1]
             for item, resize in zip(group_items, resizes)]
 

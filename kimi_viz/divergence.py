@@ -15,6 +15,8 @@ import math
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .batch import Batch, Feature, Item
+from .config import get_config
+from .resize import grid_of, resize_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from .deferred import RankTrace, Trace
@@ -90,11 +92,12 @@ def _feature_size(feature: Feature) -> tuple[int, int] | None:
 
 
 def _looks_hwc(feature: Feature) -> bool:
+    """Return True for a 3-D tensor laid out (or, by its shape, apparently) as HWC."""
     shape = [int(s) for s in feature.shape]
-    if feature.layout == "hwc":
-        return True
-    return (feature.layout == "chw" and len(shape) == 3 and shape[0] not in (1, 2, 3, 4)
-            and shape[-1] in (1, 3, 4))
+    if len(shape) != 3:
+        return False
+    return feature.layout == "hwc" or (feature.layout == "chw" and shape[0] not in (1, 2, 3, 4)
+                                       and shape[-1] in (1, 3, 4))
 
 
 def _channels(feature: Feature) -> int | None:
@@ -104,7 +107,7 @@ def _channels(feature: Feature) -> int | None:
     return None
 
 
-def findings(batch: Batch, *, variant: str = "post-fix", consumer: Any = None) -> list[dict[str, Any]]:
+def findings(batch: Batch, *, consumer: Any = None) -> list[dict[str, Any]]:
     """Return every anomaly of ``batch`` that §7 names, as ``{"class", "image", "text", ...}``, in image order."""
     found: list[dict[str, Any]] = []
     output = batch.extra.get("processor_output", "concatenated")
@@ -130,14 +133,11 @@ def findings(batch: Batch, *, variant: str = "post-fix", consumer: Any = None) -
         if item.deferred is not None and channels is not None and not _looks_hwc(feature) and channels not in (1, 3, 4):
             found.append({"class": "S11", "image": i, "text": f"item {i} is a {channels}-channel tensor"})
         if item.deferred is not None and _looks_hwc(feature):
-            shape = list(feature.shape)
-            found.append({"class": "S12", "image": i,
-                          "text": f"item {i}'s tensor {shape} is HWC; SGLang reads it as CHW: a {shape[0]}-channel "
-                                  f"{shape[2]}x{shape[1]} (WxH) image"})
+            found.append({"class": "S12", "image": i, "text": _hwc_text(item, i)})
         if feature.layout == "stacked" or len(feature.shape) == 5:
             found.append({"class": "S6", "image": i,
                           "text": f"item {i}'s feature is a stacked {list(feature.shape)} tensor"})
-        if item.deferred is None and feature.layout == "patches" and rows and feature.shape and \
+        if item.deferred is None and feature.layout == "patches" and len(rows) == 1 and feature.shape and \
                 int(feature.shape[0]) != _prod(rows[0]):
             found.append({"class": "S10", "image": i, "key": item.grid_source(),
                           "text": f"eager item {i} has {int(feature.shape[0])} rows but its grid {rows[0]} holds "
@@ -148,9 +148,9 @@ def findings(batch: Batch, *, variant: str = "post-fix", consumer: Any = None) -
     if output != "concatenated":
         cpu = [i for i, it in enumerate(batch.items) if it.backend == "cpu"]
         if cpu:
+            shape = "stacked [B, N, 3, 14, 14] tensor" if output == "stacked" else "per-image list"
             found.append({"class": "S6", "image": cpu[0],
-                          "text": f"the checkpoint processor returns pixel_values as a {output} "
-                                  f"{'[B, N, 3, 14, 14] tensor' if output == 'stacked' else 'per-image list'}"})
+                          "text": f"the checkpoint processor returns pixel_values as a {shape}"})
     local = [bool(it.local_preprocessed) for it in batch.items]
     if any(local) and not all(local):
         first = local.index(False) if local[0] else local.index(True)
@@ -160,6 +160,18 @@ def findings(batch: Batch, *, variant: str = "post-fix", consumer: Any = None) -
     return found
 
 
+def _hwc_text(item: Item, index: int) -> str:
+    """Return the S12 finding: how the producer and the item's backend read an HWC tensor."""
+    shape = [int(s) for s in item.feature.shape]
+    text = f"item {index}'s tensor {shape} is HWC; "
+    as_chw = f"a {shape[0]}-channel {shape[2]}x{shape[1]} (WxH) image"
+    if item.backend == "cpu" and shape[0] not in (1, 3, 4):
+        # The cpu backend's to_hwc_uint8 reads a tensor whose first axis is not 1, 3 or 4 as HWC.
+        return text + (f"SGLang's producer reads it as CHW ({as_chw}) for its grid, but the cpu backend reads it as "
+                       f"HWC ({shape[1]}x{shape[0]})")
+    return text + f"SGLang reads it as CHW: {as_chw}"
+
+
 def _config_mismatch(item: Item, index: int, consumer: Any) -> dict[str, Any] | None:
     """Return an S4 finding when the item's resize_config is not what the consumer's config gives."""
     if consumer is None or item.deferred is None or not isinstance(item.deferred.get("resize_config"), dict):
@@ -167,15 +179,15 @@ def _config_mismatch(item: Item, index: int, consumer: Any) -> dict[str, Any] | 
     size = item.original_size or _feature_size(item.feature)
     if size is None or 0 in size or _looks_hwc(item.feature):
         return None
-    from .resize import resize_config
-
-    own = resize_config(int(size[0]), int(size[1]), consumer)
-    given = item.deferred["resize_config"]
     keys = ("new_width", "new_height", "pad_width", "pad_height")
-    if all(int(given.get(k, -1)) == own[k] for k in keys):
+    try:
+        given = {k: int(item.deferred["resize_config"][k]) for k in keys}
+    except (KeyError, TypeError, ValueError):
+        return None  # an incomplete resize_config: the replay reports SGLang's own KeyError for it
+    own = resize_config(int(size[0]), int(size[1]), consumer)
+    if all(given[k] == own[k] for k in keys):
         return None
-    given_grid = [1, (given["new_height"] + given["pad_height"]) // consumer.patch_size,
-                  (given["new_width"] + given["pad_width"]) // consumer.patch_size]
+    given_grid = list(grid_of(given, consumer.patch_size))
     return {"class": "S4", "image": index, "key": "resize_config",
             "given_grid": given_grid, "consumer_grid": list(own["grid_thw"]),
             "text": (f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given['new_width']}x"
@@ -212,8 +224,8 @@ def image_table(trace: "Trace") -> list[dict[str, Any]]:
 def analyse(trace: "Trace") -> Divergence:
     """Return the divergence report of ``trace`` (see the module docstring for its fields)."""
     batch = trace.batch
-    consumer = _consumer(batch)
-    found = findings(batch, variant=trace.variant, consumer=consumer)
+    consumer = None if batch.processor is None else get_config(batch.processor)
+    found = findings(batch, consumer=consumer)
     table = image_table(trace)
     by_image = {row["image"]: row for row in table}
     failing = trace.failing_rank
@@ -258,17 +270,6 @@ def analyse(trace: "Trace") -> Divergence:
     return report
 
 
-def _consumer(batch: Batch):
-    if batch.processor is None:
-        return None
-    from .config import get_config
-
-    try:
-        return get_config(batch.processor)
-    except Exception:  # noqa: BLE001 - an unusable config is reported by the replay itself
-        return None
-
-
 def _first(found: list[dict[str, Any]], cls: str, image: int | None = None) -> dict[str, Any] | None:
     return next((f for f in found if f["class"] == cls and (image is None or f["image"] == image)), None)
 
@@ -282,7 +283,7 @@ def _explain_error(trace: "Trace", rank: "RankTrace", found: list[dict[str, Any]
     report["first_image"] = image
     error = rank.error
     where = f"rank {rank.rank}"
-    if kind in ("grid_rows",):
+    if kind == "grid_rows":
         report["scenario_class"] = "S9"
         report["wrong_expectation"] = _key_of(trace.batch, image)
         report["explanation"] = (f"Item {image} carries {cause.get('rows')} grid rows; get_image_feature needs exactly "
@@ -301,12 +302,18 @@ def _explain_error(trace: "Trace", rank: "RankTrace", found: list[dict[str, Any]
                                  if size else f"Image {image} has a zero side.")
         return
     if kind == "channels":
-        if _first(found, "S12", image) is not None:
+        channels = cause.get("channels")
+        feature = trace.batch.items[image].feature if image is not None else None
+        shape = [int(s) for s in feature.shape] if feature is not None and feature.layout in ("chw", "hwc") else []
+        hwc = _first(found, "S12", image)
+        if hwc is not None and shape and channels == shape[0]:   # the HWC tensor's height taken as channels
             report["scenario_class"] = "S12"
-            report["explanation"] = _first(found, "S12", image)["text"] + "; SGLang then fails on its channels."
+            report["explanation"] = hwc["text"] + "; SGLang then fails on its channels."
         else:
             report["scenario_class"] = "S11"
-            report["explanation"] = (f"Image {image} reaches preprocessing with {cause.get('channels')} channels; "
+            read_as = (f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
+                       if len(shape) == 3 and channels != shape[0] else "")
+            report["explanation"] = (f"Image {image} reaches preprocessing with {channels} channels{read_as}; "
                                      "SGLang handles 1, 3 or 4 and fails on this one.")
         return
     if kind == "processor_output":

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from PIL import Image
 
 from .batch import Batch, Feature, Item
+from .config import get_config
 from .data import sample_path
 from .deferred import (
     MSG_CHANNEL_COUNT,
@@ -28,6 +30,9 @@ from .deferred import (
     replay,
 )
 from .errors import ScenarioError
+from .pixels_checkpoint import checkpoint_pixels
+from .pixels_torch import to_chw_uint8
+from .resize import resize_config
 
 CONSUMER = "kimi-k3"          # the model's own checkpoint processor (the cpu backend)
 
@@ -78,7 +83,6 @@ class Scenario:
         batch.code_variant = self.variant
         batch.note = self.description
         batch.created_by = f"kimi-viz scenario {self.name}"
-        batch.processor = batch.processor or _config(CONSUMER).to_media_proc_cfg()
         return batch
 
     def to_json(self) -> dict[str, Any]:
@@ -91,30 +95,23 @@ class Scenario:
 # ------------------------------------------------------------------------------------------------
 # Building items the way SGLang's producer does
 # ------------------------------------------------------------------------------------------------
-def _config(name: str):
-    from .config import get_config
-
-    return get_config(name)
-
-
 def _open(name: str) -> Image.Image:
     with Image.open(sample_path(name)) as image:
         image.load()
         return image.copy()
 
 
-def _resize(width: int, height: int, preset: str) -> dict[str, Any]:
-    from .resize import resize_config
-
-    return resize_config(width, height, preset)
-
-
 def _grid(resize: dict[str, Any]) -> list[int]:
     return [int(v) for v in resize["grid_thw"]]
 
 
-def _deferred(backend: str, resize: dict[str, Any], preset: str) -> dict[str, Any]:
-    cfg = _config(preset).to_media_proc_cfg()
+def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER) -> dict[str, Any]:
+    """Return the ``kimi_k3_deferred_preprocessing`` dict SGLang's producer writes for one image.
+
+    ``resize`` is the image's :func:`~kimi_viz.resize.resize_config` and ``preset`` the producer's
+    processor config (mean, std and background come from it).
+    """
+    cfg = get_config(preset).to_media_proc_cfg()
     return {
         "backend": backend,
         "image_mean": list(cfg["image_mean"]),
@@ -125,12 +122,6 @@ def _deferred(backend: str, resize: dict[str, Any], preset: str) -> dict[str, An
     }
 
 
-def _chw(image: Image.Image) -> torch.Tensor:
-    from .pixels_torch import to_chw_uint8
-
-    return to_chw_uint8(image).contiguous()
-
-
 def deferred_item(name: str, backend: str, *, preset: str = CONSUMER, image: Image.Image | None = None) -> Item:
     """Return a deferred item for a sample image as SGLang's producer makes it (grid_thws + deferred config).
 
@@ -138,32 +129,35 @@ def deferred_item(name: str, backend: str, *, preset: str = CONSUMER, image: Ima
     producer's processor config (its resize_config and grid).
     """
     image = image if image is not None else _open(name)
-    resize = _resize(image.width, image.height, preset)
-    feature = Feature.from_tensor(_chw(image), "chw") if backend == "gpu" else Feature.from_image(image)
-    return Item(grids={"grid_thws": [_grid(resize)]}, feature=feature, deferred=_deferred(backend, resize, preset),
-                original_size=(image.width, image.height), label=name)
+    resize = resize_config(image.width, image.height, preset)
+    feature = (Feature.from_tensor(to_chw_uint8(image).contiguous(), "chw") if backend == "gpu"
+               else Feature.from_image(image))
+    return Item(grids={"grid_thws": [_grid(resize)]}, feature=feature,
+                deferred=deferred_config(backend, resize, preset), original_size=(image.width, image.height),
+                label=name)
 
 
 def eager_rows(name: str, preset: str = CONSUMER) -> torch.Tensor:
     """Return the checkpoint processor's rows ``[h*w, 3, 14, 14]`` for a sample image."""
-    from .pixels_checkpoint import checkpoint_pixels
+    return _rows_of(_open(name), preset)
 
-    image = _open(name)
-    return checkpoint_pixels(image, _resize(image.width, image.height, preset), preset)[1].clone()
+
+def _rows_of(image: Image.Image, preset: str) -> torch.Tensor:
+    return checkpoint_pixels(image, resize_config(image.width, image.height, preset), preset)[1].clone()
 
 
 def eager_item(name: str, *, local_preprocessed: bool = False, rows: torch.Tensor | None = None,
                grid: list[int] | None = None) -> Item:
     """Return an eager item (feature already ``[h*w, 3, 14, 14]``) for a sample image."""
     image = _open(name)
-    resize = _resize(image.width, image.height, CONSUMER)
-    tensor = rows if rows is not None else eager_rows(name)
+    resize = resize_config(image.width, image.height, CONSUMER)
+    tensor = rows if rows is not None else _rows_of(image, CONSUMER)
     return Item(grids={"grid_thws": [grid or _grid(resize)]}, feature=Feature.from_tensor(tensor, "patches"),
                 local_preprocessed=local_preprocessed, original_size=(image.width, image.height), label=name)
 
 
 def _batch(items: list[Item], **extra: Any) -> Batch:
-    return Batch(items=items, processor=_config(CONSUMER).to_media_proc_cfg(), extra=dict(extra))
+    return Batch(items=items, processor=get_config(CONSUMER).to_media_proc_cfg(), extra=dict(extra))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -189,7 +183,7 @@ def _s2(backend: str) -> Callable[[], Batch]:
         stale = deferred_item("chelsea.png", backend)
         # The upload was 451x340 when image_grid_thw was written; the image was re-cropped to 451x300
         # and grid_thws / resize_config were recomputed, but image_grid_thw was not.
-        stale.grids["image_grid_thw"] = [_grid(_resize(451, 340, CONSUMER))]
+        stale.grids["image_grid_thw"] = [_grid(resize_config(451, 340, CONSUMER))]
         return _batch([deferred_item("text.png", backend), stale])
     return build
 
@@ -246,24 +240,22 @@ def _s10() -> Batch:
 def _s11(backend: str) -> Callable[[], Batch]:
     def build() -> Batch:
         image = _open("camera_vignette_la.png")                       # 512x512, mode LA
-        two = torch.from_numpy(__import__("numpy").array(image)).permute(2, 0, 1).contiguous()   # [2, H, W]
-        resize = _resize(int(two.shape[-1]), int(two.shape[-2]), CONSUMER)
+        two = torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()   # [2, H, W]
+        resize = resize_config(int(two.shape[-1]), int(two.shape[-2]), CONSUMER)
         item = Item(grids={"grid_thws": [_grid(resize)]}, feature=Feature.from_tensor(two, "chw"),
-                    deferred=_deferred(backend, resize, CONSUMER), original_size=(image.width, image.height),
+                    deferred=deferred_config(backend, resize), original_size=(image.width, image.height),
                     label="camera_vignette_la.png as a 2-channel tensor")
         return _batch([deferred_item("microaneurysms.png", backend), item])
     return build
 
 
 def _s12() -> Batch:
-    import numpy as np
-
     image = _open("chelsea.png")
     hwc = torch.from_numpy(np.array(image)).contiguous()          # [300, 451, 3]
     # The producer reads width = shape[-1] = 3 and height = shape[-2] = 451.
-    resize = _resize(int(hwc.shape[-1]), int(hwc.shape[-2]), CONSUMER)
+    resize = resize_config(int(hwc.shape[-1]), int(hwc.shape[-2]), CONSUMER)
     item = Item(grids={"grid_thws": [_grid(resize)]}, feature=Feature.from_tensor(hwc, "hwc"),
-                deferred=_deferred("gpu", resize, CONSUMER), original_size=(image.width, image.height),
+                deferred=deferred_config("gpu", resize), original_size=(image.width, image.height),
                 label="chelsea.png as an HWC tensor")
     return _batch([deferred_item("text.png", "gpu"), item])
 
@@ -271,7 +263,7 @@ def _s12() -> Batch:
 def _s13() -> Batch:
     empty = torch.zeros((3, 5, 0), dtype=torch.uint8)
     item = Item(grids={"grid_thws": [[1, 2, 2]]}, feature=Feature.from_tensor(empty, "chw"),
-                deferred=_deferred("cpu", _resize(1, 5, CONSUMER), CONSUMER), original_size=(0, 5),
+                deferred=deferred_config("cpu", resize_config(1, 5, CONSUMER)), original_size=(0, 5),
                 label="an empty 0x5 image")
     return _batch([deferred_item("microaneurysms.png", "cpu"), item])
 
@@ -394,4 +386,4 @@ def run_scenario(name: str, *, mode: str = "pixels", device: Any = "cpu") -> Tra
 
 
 __all__ = ["Scenario", "ExpectedOutcome", "SCENARIOS", "get_scenario", "run_scenario", "deferred_item",
-           "eager_item", "eager_rows", "HEALTHY_IMAGES"]
+           "deferred_config", "eager_item", "eager_rows", "HEALTHY_IMAGES"]

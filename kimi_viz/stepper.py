@@ -116,6 +116,28 @@ COLUMNS = (
 )
 
 
+def _counts_table(counts: dict[str, Any], *, th_style: str = "") -> str:
+    """Return a :meth:`Stepper.counts` dict as ``table.kv-counts`` markup.
+
+    The cells (values, ``data-key`` and the ``kv-pass`` / ``kv-fail`` classes) are the ones the static
+    page's script writes, so the widget and the static page show the same table. ``th_style`` is an
+    optional inline style for the row headers.
+    """
+    rows = []
+    for key, label in COLUMNS:
+        value = counts[key]
+        css = ""
+        if key == "check" and value in ("PASS", "FAIL"):
+            css = "kv-pass" if value == "PASS" else "kv-fail"
+        elif key == "error" and value:
+            css = "kv-fail"
+        text = "—" if value is None else str(value)
+        style = f' style="{th_style}"' if th_style else ""
+        rows.append(f'<tr><th scope="row"{style}>{html.escape(label)}</th><td class="{css}" data-key="{key}">'
+                    f"{html.escape(text)}</td></tr>")
+    return f'<table class="kv-counts">{"".join(rows)}</table>'
+
+
 def _json_for_script(value: Any) -> str:
     """Return JSON safe to put inside a ``<script>`` element."""
     return json.dumps(value, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
@@ -210,11 +232,6 @@ class Stepper:
         outcome = ("ok" if self.rank.error is None else f"{self.rank.error.type}: {self.rank.error.message}")
         heading = (f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size} ({self.trace.variant} code): "
                    f"{outcome}")
-        table = "".join(
-            f'<tr><th scope="row">{html.escape(label)}</th><td data-key="{key}">'
-            f'{html.escape(str(first[key]) if first[key] is not None else "—")}</td></tr>'
-            for key, label in COLUMNS
-        )
         n = len(self)
         return (
             f'<div class="kv-stepper" id="{root}" data-steps="{n}" data-rank="{self.rank.rank}" tabindex="0">\n'
@@ -228,7 +245,7 @@ class Stepper:
             '<button type="button" class="kv-play" aria-label="play the steps">&#9654; Play</button>'
             f'<span class="kv-position">1 / {n}</span></div>\n'
             f'<div class="kv-title">Step 1 of {n} · {html.escape(first["spec_ref"])} {html.escape(first["title"])}</div>\n'
-            f'<table class="kv-counts">{table}</table>\n'
+            f"{_counts_table(first)}\n"
             f'<img class="kv-frame" src="{frames[0]}" alt="step 1: {html.escape(first["title"])}">\n'
             f'<script type="application/json" class="kv-data">{_json_for_script(data)}</script>\n'
             f"<script>{JS % {'root': json.dumps(root)}}</script>\n"
@@ -237,14 +254,8 @@ class Stepper:
 
     # --- live widget ------------------------------------------------------------------------------
     def counts_html(self, k: int) -> str:
-        """Return the counts of step ``k`` as an HTML table (the widget's counts panel)."""
-        counts = self.counts(k)
-        body = "".join(
-            f'<tr><th style="text-align:left;padding-right:12px">{html.escape(label)}</th>'
-            f'<td data-key="{key}">{html.escape(str(counts[key]) if counts[key] is not None else "—")}</td></tr>'
-            for key, label in COLUMNS
-        )
-        return f'<table class="kv-counts">{body}</table>'
+        """Return the counts of step ``k`` as an HTML table: the widget's counts panel, the static page's cells."""
+        return _counts_table(self.counts(k), th_style="text-align:left;padding-right:12px")
 
     def widget(self):
         """Return the live ipywidgets control (built once): slider, previous/next, play, counts, figure."""

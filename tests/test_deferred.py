@@ -304,3 +304,50 @@ def test_verdict_schema_refuses_a_malformed_verdict(s1_trace):
     verdict["ranks"][0]["outcome"] = "fine"
     with pytest.raises(jsonschema.ValidationError):
         validate_verdict(verdict)
+
+
+# --- divergence: inputs the replay accepts are explained, never crash the analysis ---------------------
+def test_a_deferred_config_without_a_resize_key_is_reported_not_crashed():
+    gpu = deferred_item("microaneurysms.png", "gpu")
+    del gpu.deferred["resize_config"]["pad_height"]
+    trace = replay(_batch(gpu), mode="shapes")
+    assert (trace.error.type, trace.error.message) == ("KeyError", "'pad_height'")
+    assert "lacks 'pad_height'" in trace.divergence["explanation"]
+    cpu = deferred_item("microaneurysms.png", "cpu")     # the cpu backend computes its own resize
+    del cpu.deferred["resize_config"]["pad_height"]
+    trace = replay(_batch(cpu), mode="shapes")
+    assert trace.outcome == "ok" and trace.divergence["scenario_class"] == "none"
+
+
+def test_a_two_dimensional_hwc_feature_is_no_s12():
+    item = deferred_item("microaneurysms.png", "gpu")
+    item.feature = Feature.shape_only("hwc", (102, 102), "uint8")
+    trace = replay(_batch(item), mode="shapes")
+    assert trace.outcome == "ok"
+    assert [f["class"] for f in trace.divergence["findings"]] == []
+
+
+def test_an_hwc_tensor_on_the_cpu_backend_is_read_as_hwc_there():
+    item = deferred_item("chelsea.png", "cpu")
+    hwc = torch.from_numpy(np.array(item.feature.image)).contiguous()           # [300, 451, 3]
+    item.feature = Feature.from_tensor(hwc, "hwc")
+    item.grids = {"grid_thws": [[1, 34, 2]]}                                   # the producer's CHW reading: 3x451
+    trace = replay(_batch(item), mode="shapes")
+    assert trace.error.message == "Kimi-K3 deferred CPU preprocessing produced wrong grids"
+    div = trace.divergence
+    assert div["scenario_class"] == "S12"
+    assert (div["expected_grid"], div["produced_grid"]) == ([1, 34, 2], [1, 22, 34])
+    assert "SGLang's producer reads it as CHW (a 300-channel 3x451 (WxH) image) for its grid, but the cpu " \
+           "backend reads it as HWC (451x300)" in div["explanation"]
+
+
+def test_findings_name_each_anomaly_once_and_correctly():
+    from kimi_viz.scenarios import run_scenario
+
+    s9 = run_scenario("s9-two-grids", mode="shapes").divergence["findings"]
+    assert [f["class"] for f in s9] == ["S9"]          # the aggregated feature matches both grids: no S10
+    s6 = run_scenario("s6-list", mode="shapes").divergence["findings"]
+    assert [f["text"] for f in s6] == ["the checkpoint processor returns pixel_values as a per-image list"]
+    s11 = run_scenario("s11-cpu-two-channels", mode="shapes").divergence["explanation"]
+    assert s11.startswith("Image 1 reaches preprocessing with 512 channels (the cpu backend reads its "
+                          "[2, 512, 512] tensor as HWC")

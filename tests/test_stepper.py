@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 from pathlib import Path
@@ -12,7 +14,7 @@ from matplotlib.axes import Axes
 from kimi_viz.errors import ConfigError
 from kimi_viz.plots import draw_step
 from kimi_viz.scenarios import run_scenario
-from kimi_viz.stepper import Stepper
+from kimi_viz.stepper import COLUMNS, Stepper
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -119,6 +121,28 @@ def test_live_widget_controls_update_the_counts(s1):
     assert "812" in counts.value and "68" in counts.value and image.value == stepper.frame(5)
     prev_button.click()
     assert slider.value == 4
+
+
+def test_widget_and_static_page_show_the_same_counts(s1):
+    pytest.importorskip("ipywidgets")
+    stepper = Stepper(s1)
+    page = stepper.to_html()
+    data = json.loads(re.search(r'<script type="application/json" class="kv-data">(.*?)</script>', page).group(1))
+    assert data["counts"] == [stepper.counts(k) for k in range(len(stepper))]    # what the page's script shows
+
+    def cells(markup: str) -> dict[str, str]:
+        return dict(re.findall(r'<td class="[\w-]*" data-key="(\w+)">([^<]*)</td>', markup))
+
+    controls, _title, counts, _image = stepper.widget().children
+    slider = controls.children[1]
+    static_first = cells(page.split("</table>")[0])
+    for k, shown in enumerate(data["counts"]):
+        slider.value = k
+        expected = {key: html.escape("—" if shown[key] is None else str(shown[key])) for key, _ in COLUMNS}
+        assert cells(counts.value) == expected
+        if k == 0:
+            assert static_first == expected
+    assert 'class="kv-fail" data-key="check">FAIL<' in counts.value              # step 6 fails in both forms
 
 
 @pytest.mark.browser

@@ -86,7 +86,7 @@ def step_lines(trace: "Trace", rank: "RankTrace", k: int) -> list[tuple[str, str
         verdict = "PASS" if step.check["passed"] else "FAIL"
         lines.append(("check", f"check [{verdict}] {step.check['name']}: expected {_short(step.check['expected'])}, "
                                f"actual {_short(step.check['actual'])}"))
-    wanted = KEY_VARIABLES.get(step.name.split(":")[0], ())
+    wanted = KEY_VARIABLES.get(step.name, ())
     for key in wanted:
         if key in step.variables and step.variables[key] is not None:
             lines.append(("var", f"{key} = {_short(step.variables[key])}"))
