@@ -10,7 +10,7 @@ Cases, each against its baseline measured in the same run:
 * the start-up of ``python -c pass`` with the ``sitecustomize`` shim on ``PYTHONPATH`` and capture on,
   against plain start-up.
 
-    python benchmarks/bench_capture.py [--calls 200000] [--starts 10] [--json results.json]
+    python benchmarks/bench_capture.py [--calls 200000] [--starts 20] [--json results.json]
 """
 
 from __future__ import annotations

@@ -12,17 +12,18 @@ runs a command with the ``sitecustomize`` shim of ``kimi_viz/_capture_shim`` on 
 which calls :func:`install_import_hook` in every Python process the command starts.
 
 The shim imports this module in every Python process at start-up, so only modules the
-interpreter has already loaded are imported at module level (no pathlib, dataclasses, typing or
-importlib.abc); everything else, the manifest writer included, is imported on first use.
+interpreter has already loaded are imported at module level (``_thread`` rather than
+``threading``; no pathlib, dataclasses, typing or importlib.abc); everything else, the manifest
+writer included, is imported on first use.
 """
 
 from __future__ import annotations
 
+import _thread
 import functools
 import itertools
 import os
 import sys
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -42,11 +43,9 @@ ENV_TP_SIZE = "KIMI_VIZ_ATTN_TP_SIZE"
 ENV_TP_RANK = "KIMI_VIZ_ATTN_TP_RANK"
 
 WRAPPED_ATTR = "__kimi_viz_capture_original__"
-DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
-GRID_KEYS = ("image_grid_thw", "grid_thws")
 
 _counter = itertools.count()
-_counter_lock = threading.Lock()
+_counter_lock = _thread.allocate_lock()   # threading.Lock, without importing threading at start-up
 
 
 def log(message: str) -> None:
@@ -71,22 +70,6 @@ def _flag(value: str | None) -> bool:
 # ------------------------------------------------------------------------------------------
 # Turning SGLang items into the kit's batch model
 # ------------------------------------------------------------------------------------------
-def _plain(value: Any) -> Any:
-    """Return tensors, arrays, tuples and dataclasses as plain lists/dicts/numbers."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist) and not isinstance(value, (str, bytes)):
-        return _plain(tolist())
-    return value
-
-
 def _model_data(item: Any) -> dict:
     data = getattr(item, "__dict__", {}).get("model_specific_data")
     if data is None:
@@ -104,7 +87,9 @@ def _item_value(item: Any, data: dict, key: str) -> Any:
 
 
 def _grid_rows(value: Any) -> list[list[int]] | None:
-    value = _plain(value)
+    from .manifest import jsonable
+
+    value = jsonable(value)
     if value is None:
         return None
     if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
@@ -112,7 +97,7 @@ def _grid_rows(value: Any) -> list[list[int]] | None:
     return [[int(v) for v in row] for row in value]
 
 
-def _tensor_layout(tensor: Any, backend: str | None) -> str:
+def _tensor_layout(tensor: Any) -> str:
     shape = tuple(tensor.shape)
     if len(shape) == 5:
         return "stacked"
@@ -132,17 +117,17 @@ def _feature_of(value: Any, backend: str | None):
     from .manifest import DTYPES
 
     if isinstance(value, Image.Image):
-        image = value.copy()
-        image.info = dict(value.info)
-        return Feature.from_image(image)
+        return Feature.from_image(value.copy())   # copy() loads the pixels and copies .info
     if value is not None and not isinstance(value, torch.Tensor) and hasattr(value, "__array__"):
+        import numpy as np
+
         try:
-            value = torch.from_numpy(__import__("numpy").asarray(value))
-        except Exception:
+            value = torch.from_numpy(np.asarray(value))
+        except Exception:  # an array torch cannot hold: recorded by its shape below
             pass
     if isinstance(value, torch.Tensor):
         tensor = value.detach().cpu()
-        layout = _tensor_layout(tensor, backend)
+        layout = _tensor_layout(tensor)
         dtype = str(tensor.dtype).replace("torch.", "")
         if dtype not in DTYPES:
             return Feature.shape_only(layout, tuple(tensor.shape), "unknown")
@@ -154,7 +139,8 @@ def _feature_of(value: Any, backend: str | None):
 
 def item_from_sglang(item: Any, index: int):
     """Return the kit :class:`~kimi_viz.batch.Item` for one SGLang ``MultimodalDataItem``."""
-    from .batch import Item
+    from .batch import DEFERRED_KEY, GRID_KEYS, Item
+    from .manifest import jsonable
 
     data = _model_data(item)
     grids = {}
@@ -163,7 +149,7 @@ def item_from_sglang(item: Any, index: int):
         if rows is not None:
             grids[key] = rows
     deferred = _item_value(item, data, DEFERRED_KEY)
-    deferred = _plain(deferred) if deferred is not None else None
+    deferred = jsonable(deferred) if deferred is not None else None
     backend = deferred.get("backend") if isinstance(deferred, dict) else None
     local = bool(_item_value(item, data, "encoder_local_preprocessed") or False)
     feature = _feature_of(getattr(item, "feature", None), backend)
@@ -181,7 +167,6 @@ def _attention_tp(model: Any) -> tuple[int, int | None, str]:
     """Return ``(attn_tp_size, attn_tp_rank, where it came from)`` for the running process."""
     if model is not None and getattr(model, "use_data_parallel", True) is False:
         return 1, None, "use_data_parallel is off: every rank materializes every image"
-    probes = []
 
     def from_dp_attention():
         from sglang.srt.layers import dp_attention
@@ -194,8 +179,7 @@ def _attention_tp(model: Any) -> tuple[int, int | None, str]:
         parallel = get_parallel()
         return parallel.attn_tp_size, parallel.attn_tp_rank
 
-    probes += [from_dp_attention, from_runtime_context]
-    for probe in probes:
+    for probe in (from_dp_attention, from_runtime_context):
         try:
             size, rank = probe()
             return int(size), int(rank), f"sglang {probe.__name__.replace('from_', '')}"
@@ -238,17 +222,20 @@ def _code_variant(function: Any) -> tuple[str, str]:
     text = "\n".join(sources)
     if "global_indices" in text:
         return "post-fix", "detected: SGLang maps shard-local indices through global_indices"
-    if DEFERRED_KEY in text or "deferred" in text:
+    if "deferred" in text:   # also matches kimi_k3_deferred_preprocessing
         return "pre-fix", "detected: deferred split without global_indices"
     return "post-fix", "not detected from the source; triage with --variant both"
 
 
 def _processor_config(model: Any) -> dict | None:
+    """Return the ``media_proc_cfg`` of the model's checkpoint image processor as plain JSON, or None."""
+    from .manifest import jsonable
+
     for name in ("_encoder_image_processor", "image_processor", "_image_processor"):
         processor = getattr(model, name, None) if model is not None else None
         config = getattr(processor, "media_proc_cfg", None)
         if isinstance(config, dict):
-            return _plain(config)
+            return jsonable(config)
     return None
 
 
@@ -394,7 +381,7 @@ class KimiK3ImportHook:
     def __init__(self, on_loaded: Callable[[Any], None], target: str = TARGET_MODULE):
         self.on_loaded = on_loaded
         self.target = target
-        self._local = threading.local()
+        self._local = _thread._local()   # threading.local, without importing threading
 
     def find_spec(self, fullname, path, target=None):
         """Return the real spec of the target module with its loader's ``exec_module`` wrapped."""

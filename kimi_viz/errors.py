@@ -80,4 +80,4 @@ class ScenarioError(KimiVizError, KeyError):
 
 
 class CaptureError(KimiVizError):
-    """The capture shim could not be installed or could not write its manifest."""
+    """``kimi-viz capture`` was given nothing to run (the shim itself never raises into the process)."""

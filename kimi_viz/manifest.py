@@ -41,10 +41,13 @@ MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # the JSON header of a safetensors fi
 MAX_IMAGE_FILE_BYTES = 1024 * 1024 * 1024  # one encoded image file
 MAX_ZIP_MEMBERS = 100_000
 
+# what zipfile raises for a truncated or damaged member
+_ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+
 # dtype names in manifests -> (safetensors header name, bytes per element)
 DTYPES = {"uint8": ("U8", 1), "float32": ("F32", 4), "bfloat16": ("BF16", 2), "float16": ("F16", 2)}
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "GIF", "BMP")
-PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"})
+PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})   # Pillow writes these to PNG losslessly
 TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
 
 
@@ -242,6 +245,9 @@ def _parse_json(data: bytes, where: str) -> Any:
         return json.loads(text, parse_constant=refuse_constant)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except ValueError as exc:   # an integer literal longer than Python converts
+        reason = str(exc).split(";")[0]
+        raise ManifestError(f"{where} could not be read as JSON ({reason}); expected a kimi-viz manifest") from None
     except RecursionError as exc:
         raise ManifestError(f"{where} is nested too deeply to be a kimi-viz manifest") from exc
 
@@ -287,11 +293,11 @@ class _FolderSource:
                 raise ManifestError(f"file {name!r} does not exist in the manifest folder {self.label}; "
                                     "copy the whole manifest folder (or use the .zip)", json_path=where) from None
             if stat.S_ISLNK(info.st_mode):
-                target = current.resolve()
+                target = self._resolve(current, name, where)
                 if not target.is_relative_to(self.real_root):
                     raise ManifestError(f"file {name!r} is a symbolic link pointing outside the manifest "
                                         f"folder (to {target}); refusing to read it", json_path=where)
-        resolved = candidate.resolve()
+        resolved = self._resolve(candidate, name, where)
         if not resolved.is_relative_to(self.real_root):
             raise ManifestError(f"file {name!r} resolves to {resolved}, outside the manifest folder "
                                 f"{self.real_root}; refusing to read it", json_path=where)
@@ -299,22 +305,46 @@ class _FolderSource:
             raise ManifestError(f"{name!r} is not a regular file in {self.label}", json_path=where)
         return resolved
 
+    @staticmethod
+    def _resolve(path: Path, name: str, where: str) -> Path:
+        try:
+            return path.resolve()
+        except (OSError, RuntimeError) as exc:   # RuntimeError: a symbolic link loop
+            raise ManifestError(f"file {name!r} cannot be resolved inside the manifest folder ({exc}); "
+                                "replace the link with the file itself", json_path=where) from None
+
+    @staticmethod
+    def _size(path: Path, name: str, where: str) -> int:
+        try:
+            return path.stat().st_size
+        except OSError as exc:
+            raise ManifestError(f"file {name!r} cannot be read ({exc.strerror or exc}); check its permissions",
+                                json_path=where) from None
+
+    @staticmethod
+    def _open(path: Path, name: str, where: str):
+        try:
+            return open(path, "rb")
+        except OSError as exc:
+            raise ManifestError(f"file {name!r} cannot be opened ({exc.strerror or exc}); check its permissions",
+                                json_path=where) from None
+
     def size(self, name: str, where: str) -> int:
-        return self._path(name, where).stat().st_size
+        return self._size(self._path(name, where), name, where)
 
     def read(self, name: str, where: str, limit: int) -> bytes:
         path = self._path(name, where)
-        size = path.stat().st_size
+        size = self._size(path, name, where)
         if size > limit:
             raise ManifestError(f"file {name!r} is {size} bytes, more than the {limit}-byte limit", json_path=where)
-        with open(path, "rb") as handle:
+        with self._open(path, name, where) as handle:
             return handle.read(size + 1)[:limit]   # read(n) allocates n bytes up front: ask for the size
 
     def open_stream(self, name: str, where: str):
-        return open(self._path(name, where), "rb")
+        return self._open(self._path(name, where), name, where)
 
     def read_range(self, name: str, where: str, offset: int, count: int) -> bytes:
-        with open(self._path(name, where), "rb") as handle:
+        with self.open_stream(name, where) as handle:
             handle.seek(offset)
             return handle.read(count)
 
@@ -351,15 +381,15 @@ class _ZipSource:
         if info.file_size > limit:
             raise ManifestError(f"file {name!r} is {info.file_size} bytes, more than the {limit}-byte limit",
                                 json_path=where)
-        return _read_member(self.archive, info, self.label)
+        return _read_member(self.archive, info, self.label, where)
 
     def open_stream(self, name: str, where: str):
         info = self._info(name, where)
         try:
             return self.archive.open(info)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
+        except _ZIP_DAMAGE as exc:
             raise ManifestError(f"zip {self.label} is damaged or truncated while reading {info.filename!r} "
-                                f"({exc}); re-create the zip") from None
+                                f"({exc}); re-create the zip", json_path=where) from None
 
     def read_range(self, name: str, where: str, offset: int, count: int) -> bytes:
         info = self._info(name, where)
@@ -372,30 +402,30 @@ class _ZipSource:
                         break
                     remaining -= len(chunk)
                 return handle.read(count)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as exc:
+        except _ZIP_DAMAGE as exc:
             raise ManifestError(f"zip {self.label} is damaged or truncated while reading {info.filename!r} "
-                                f"({exc}); re-create the zip") from None
+                                f"({exc}); re-create the zip", json_path=where) from None
 
     def load_tensor(self, name: str, where: str, key: str):
         from safetensors.torch import load
 
         if name not in self._loaded:
             info = self._info(name, where)
-            self._loaded[name] = load(_read_member(self.archive, info, self.label))
+            self._loaded[name] = load(_read_member(self.archive, info, self.label, where))
         return self._loaded[name][key]
 
 
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> bytes:
-    """Return a zip member's bytes, turning damage (truncation, bad CRC) into ManifestError."""
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str, where: str) -> bytes:
+    """Return a zip member's bytes, turning damage (truncation, bad CRC) into ManifestError naming ``where``."""
     try:
         with archive.open(info) as handle:
             data = handle.read(info.file_size + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
+    except _ZIP_DAMAGE as exc:
         raise ManifestError(f"zip {label} is damaged or truncated while reading {info.filename!r} ({exc}); "
-                            "re-create the zip") from None
+                            "re-create the zip", json_path=where) from None
     if len(data) != info.file_size:
         raise ManifestError(f"zip {label} member {info.filename!r} has {len(data)} bytes, its header says "
-                            f"{info.file_size}; the zip is damaged")
+                            f"{info.file_size}; the zip is damaged (re-create it)", json_path=where)
     return data
 
 
@@ -403,7 +433,7 @@ def _open_zip(path: Path) -> tuple[zipfile.ZipFile, str]:
     """Open a manifest zip, check every member name, and return it with the prefix of manifest.json."""
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+    except (*_ZIP_DAMAGE, ValueError) as exc:   # NotImplementedError: a zip version zipfile does not read
         raise ManifestError(f"{path} is not a readable zip ({exc}); a truncated or damaged download? "
                             "re-create it from the manifest folder") from None
     try:
@@ -452,7 +482,10 @@ def _check_elements(shape: list[int], max_elements: int, where: str) -> int:
 
 
 def read_safetensors_header(source, name: str, where: str) -> dict:
-    """Return the JSON header of a safetensors file after checking it is one; never loads tensor data."""
+    """Return the JSON header of a safetensors file after checking it is one; never loads tensor data.
+
+    The returned dict also holds ``"__data_len__"``: the number of data bytes after the header.
+    """
     size = source.size(name, where)
     start = source.read_range(name, where, 0, 8)
     if len(start) < 8:
@@ -468,12 +501,17 @@ def read_safetensors_header(source, name: str, where: str) -> dict:
                             "safetensors files", json_path=where)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):   # bad UTF-8, bad JSON, an integer too long to convert
         raise ManifestError(f"{name!r} has a damaged safetensors header (not JSON)", json_path=where) from None
     if not isinstance(header, dict):
         raise ManifestError(f"{name!r} has a damaged safetensors header (not an object)", json_path=where)
     header["__data_len__"] = size - 8 - header_len
     return header
+
+
+def _is_shape(value: Any) -> bool:
+    """Return whether a safetensors header ``shape`` is a list of non-negative integers."""
+    return isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
 
 
 def _check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int) -> None:
@@ -488,7 +526,7 @@ def _check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int
         raise ManifestError(f"tensor {key!r} is stored as {info.get('dtype')!r} but the manifest declares "
                             f"{dtype!r} ({st_dtype})", json_path=where + ".dtype")
     stored_shape = info.get("shape")
-    if not isinstance(stored_shape, list) or [s for s in stored_shape if not isinstance(s, int) or isinstance(s, bool)]:
+    if not _is_shape(stored_shape):
         raise ManifestError(f"tensor {key!r} has a damaged shape in the safetensors header", json_path=where + ".key")
     if stored_shape != shape:
         raise ManifestError(f"tensor {key!r} is stored with shape {stored_shape} but the manifest declares "
@@ -505,7 +543,7 @@ def _check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int
     for other, other_info in header.items():
         if other.startswith("__"):
             continue
-        if not isinstance(other_info, dict) or not isinstance(other_info.get("shape"), list):
+        if not isinstance(other_info, dict) or not _is_shape(other_info.get("shape")):
             raise ManifestError(f"tensor {other!r} in {entry['file']!r} has a damaged header entry",
                                 json_path=where + ".file")
         _check_elements(other_info["shape"], max_elements, where + ".file")
@@ -532,6 +570,9 @@ def _open_image(stream, name: str, where: str, max_pixels: int):
         raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
     except (OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
         raise ManifestError(f"{name!r} could not be read as an image ({exc})", json_path=where) from None
+    except (zipfile.BadZipFile, zlib.error) as exc:   # a damaged member of a manifest zip
+        raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip",
+                            json_path=where) from None
     width, height = image.size
     if width * height > max_pixels:
         raise ManifestError(f"{name!r} is {width}x{height} = {width * height} pixels, more than the limit of "
@@ -557,12 +598,9 @@ def _decode_image(data: bytes, name: str, where: str, max_pixels: int):
 
 def _to_chw_uint8(image):
     """Return an image as SGLang's gpu backend receives it: a CHW uint8 tensor (RGBA when it has alpha)."""
-    import numpy as np
-    import torch
+    from .pixels_torch import to_chw_uint8
 
-    has_alpha = image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
-    array = np.array(image.convert("RGBA" if has_alpha else "RGB"), copy=True)
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+    return to_chw_uint8(image).contiguous()
 
 
 # ------------------------------------------------------------------------------------------
@@ -642,7 +680,7 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch
         items.append(Item(
             grids={key: [list(row) for row in raw["grids"][key]] for key in GRID_KEYS if key in raw["grids"]},
             feature=feature,
-            deferred=json.loads(json.dumps(deferred)) if deferred is not None else None,
+            deferred=deferred,
             local_preprocessed=bool(raw.get("local_preprocessed", False)),
             original_size=tuple(size) if size is not None else None,
             label=raw.get("label", ""),
@@ -660,13 +698,20 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch
         code_variant=source_info.get("code_variant", "post-fix"),
         note=source_info.get("note", ""),
         created_by=obj.get("created_by", ""),
-        extra=json.loads(json.dumps(obj.get("extra") or {})),
+        extra=obj.get("extra") or {},
     )
 
 
 def _emit(found: list[str], label: str) -> None:
-    for text in found:
-        warnings.warn(f"manifest {label}: {text}", ManifestWarning, stacklevel=3)
+    for text in found:   # stacklevel: _emit <- _read_source <- read_manifest <- its caller
+        warnings.warn(f"manifest {label}: {text}", ManifestWarning, stacklevel=4)
+
+
+def _read_source(source, json_label: str, max_elements: int, max_pixels: int) -> Batch:
+    """Return the batch of an opened folder or zip: manifest.json parsed and validated, payloads checked, then loaded."""
+    obj = _parse_json(source.read(MANIFEST_NAME, MANIFEST_NAME, MAX_JSON_BYTES), json_label)
+    _emit(validate_manifest_json(obj), source.label)
+    return _build_batch(obj, source, max_elements, max_pixels)
 
 
 def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pixels: int = 2**28) -> Batch:
@@ -678,17 +723,12 @@ def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pix
     path = Path(path)
     try:
         info = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):   # ValueError: a NUL byte in the path
         raise ManifestError(f"manifest {path} does not exist; expected a manifest folder, its manifest.json "
                             "or a .zip of the folder") from None
     if stat.S_ISDIR(info.st_mode) or path.name == MANIFEST_NAME:
         folder = path if stat.S_ISDIR(info.st_mode) else path.parent
-        source = _FolderSource(folder)
-        data = source.read(MANIFEST_NAME, "manifest.json", MAX_JSON_BYTES)
-        obj = _parse_json(data, f"{folder / MANIFEST_NAME}")
-        found = validate_manifest_json(obj)
-        _emit(found, str(folder))
-        return _build_batch(obj, source, max_elements, max_pixels)
+        return _read_source(_FolderSource(folder), str(folder / MANIFEST_NAME), max_elements, max_pixels)
     if not zipfile.is_zipfile(path):
         if path.suffix.lower() == ".zip":
             raise ManifestError(f"{path} is not a readable zip (truncated or damaged?); re-create it from "
@@ -696,12 +736,8 @@ def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pix
         raise ManifestError(f"{path} is neither a manifest folder, a manifest.json nor a .zip of a manifest folder")
     archive, prefix = _open_zip(path)
     with archive:
-        source = _ZipSource(archive, prefix, str(path))
-        data = source.read(MANIFEST_NAME, "manifest.json", MAX_JSON_BYTES)
-        obj = _parse_json(data, f"{path}:{prefix}{MANIFEST_NAME}")
-        found = validate_manifest_json(obj)
-        _emit(found, str(path))
-        return _build_batch(obj, source, max_elements, max_pixels)
+        return _read_source(_ZipSource(archive, prefix, str(path)), f"{path}:{prefix}{MANIFEST_NAME}",
+                            max_elements, max_pixels)
 
 
 # ------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,13 +178,17 @@ def triage(
     from .manifest import read_manifest
 
     batch = read_manifest(manifest_path)
-    args = [f"kimi-viz triage {manifest_path}"]
+    args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
     if variant:
         args.append(f"--variant {variant}")
     if tp is not None:
         args.append(f"--tp {tp}")
     if mode != "auto":
         args.append(f"--mode {mode}")
+    if rank != "recorded":
+        args.append(f"--rank {'all' if rank is None else rank}")
+    if device != "auto":
+        args.append(f"--device {device}")
     return triage_batch(batch, out_dir=out_dir, variant=variant, tp=tp, mode=mode, rank=rank,
                         device=device, source=str(manifest_path), reproduce=" ".join(args))
 

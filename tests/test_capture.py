@@ -243,6 +243,24 @@ def test_shim_finds_the_kit_in_an_interpreter_that_lacks_it(tmp_path):
     assert result.stdout.split() == ["KimiK3ImportHook", str(REPO)]
 
 
+def test_shim_imports_nothing_heavy_at_start_up(tmp_path):
+    """Capture on, nothing imported yet: a process gains only the shim, the capture module and tiny stdlib bits."""
+    probe = "import sys; print(' '.join(sorted(sys.modules)))"
+    plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    shimmed = capture.capture_environment(tmp_path, base=plain)
+    modules = []
+    for env in (plain, shimmed):
+        result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
+                                cwd=tmp_path)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        modules.append(set(result.stdout.split()))
+    added = modules[1] - modules[0]
+    assert {"sitecustomize", "kimi_viz.capture"} <= added
+    assert added <= {"sitecustomize", "kimi_viz", "kimi_viz.capture", "__future__", "importlib.machinery"}, added
+    assert not any(m for m in added if m.split(".")[0] in ("torch", "numpy", "PIL", "threading", "pathlib"))
+    assert not list(tmp_path.iterdir())          # capture on, nothing failed: nothing written
+
+
 def test_capture_environment_keeps_pythonpath(tmp_path):
     env = capture.capture_environment(tmp_path, base={"PYTHONPATH": "/a:/b"})
     assert env["PYTHONPATH"] == f"{capture.shim_dir()}{os.pathsep}/a:/b"

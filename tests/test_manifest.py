@@ -163,6 +163,23 @@ def test_redact_writes_shapes_only(batch, tmp_path, suffix):
         assert g.grids == w.grids and g.deferred == w.deferred
 
 
+@pytest.mark.parametrize(("mode", "values", "suffix"), [
+    ("I", [[0, 70_000], [-5, 2**31 - 1]], "tiff"),        # 32-bit: PNG cannot hold it
+    ("F", [[0.25, -1.5], [3e38, 0.0]], "tiff"),
+    ("I;16", [[0, 65_535], [1, 300]], "png"),
+])
+def test_wide_image_modes_round_trip_losslessly(tmp_path, mode, values, suffix):
+    dtype = {"I": np.int32, "F": np.float32, "I;16": np.uint16}[mode]
+    image = Image.fromarray(np.array(values, dtype=dtype))
+    assert image.mode == mode
+    item = Item({"grid_thws": [[1, 2, 2]]}, Feature.from_image(image), _deferred("cpu"))
+    path = write_manifest(Batch([item]), tmp_path / "m")
+    assert json.loads((path / "manifest.json").read_text())["items"][0]["feature"]["file"] == f"images/item0.{suffix}"
+    got = _read_quietly(path).items[0].feature.image
+    assert got.mode == mode
+    assert np.array_equal(np.asarray(got), np.asarray(image))
+
+
 def test_gpu_item_stored_as_an_image_is_read_as_a_chw_tensor(tmp_path):
     rgba = _noise("RGBA", seed=4)
     item = Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(rgba), _deferred("gpu"))

@@ -324,6 +324,85 @@ def test_zip_file_reference_outside_the_zip_is_refused(tmp_path, capsys, tripwir
     refuse(path, capsys, "items[0].feature.file", "contains '..'")
 
 
+def test_integer_too_long_for_python_in_manifest_json_is_refused(tmp_path, capsys, tripwires):
+    folder = write_valid(tmp_path / "m")
+    text = (folder / "manifest.json").read_text().replace('"version": 1', '"version": 1, "x": ' + "9" * 5000, 1)
+    (folder / "manifest.json").write_text(text)
+    refuse(folder, capsys, "manifest.json could not be read as JSON", "digits")
+
+
+def _write_safetensors(folder: Path, header: dict, data_bytes: int = 9408, raw_header: str | None = None) -> None:
+    text = raw_header if raw_header is not None else json.dumps(header)
+    (folder / "tensors.safetensors").write_bytes(struct.pack("<Q", len(text)) + text.encode() + b"\0" * data_bytes)
+
+
+def test_integer_too_long_for_python_in_the_safetensors_header_is_refused(tmp_path, capsys, tripwires):
+    folder = write_valid(tmp_path / "m")
+    entry = json.dumps({"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]})
+    _write_safetensors(folder, {}, raw_header='{"items.1.feature": ' + entry + ', "n": ' + "9" * 5000 + "}")
+    refuse(folder, capsys, "items[1].feature.file", "damaged safetensors header")
+
+
+@pytest.mark.parametrize("shape", [["x"], [None], [[2]], [1.5], [True], [-5, 2], "4"],
+                         ids=["string", "null", "list", "float", "bool", "negative", "not-a-list"])
+def test_another_tensor_with_a_damaged_shape_is_refused_before_loading(tmp_path, capsys, tripwires, shape):
+    folder = write_valid(tmp_path / "m")
+    _write_safetensors(folder, {"items.1.feature": {"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]},
+                                "other": {"dtype": "U8", "shape": shape, "data_offsets": [0, 1]}})
+    refuse(folder, capsys, "items[1].feature.file", "tensor 'other'", "damaged header entry")
+
+
+def test_symlink_loop_is_refused(tmp_path, capsys, tripwires):
+    folder = write_valid(tmp_path / "m")
+    images = folder / "images"
+    (images / "item0.png").unlink()
+    (images / "a").symlink_to("b")
+    (images / "b").symlink_to("a")
+    (images / "item0.png").symlink_to("a")
+    refuse(folder, capsys, "items[0].feature.file", "cannot be resolved", "replace the link")
+
+
+def test_unreadable_payload_is_refused(tmp_path, capsys, tripwires, monkeypatch):
+    import kimi_viz.manifest as manifest_module
+
+    folder = write_valid(tmp_path / "m")
+    real_open = open
+
+    def open_denied(file, *args, **kwargs):   # what a file without read permission does for a non-root user
+        if str(file).endswith("item0.png"):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(manifest_module, "open", open_denied, raising=False)
+    refuse(folder, capsys, "items[0].feature.file", "cannot be opened (Permission denied)", "permissions")
+
+
+def test_zip_with_a_damaged_image_member_is_refused(tmp_path, capsys, tripwires):
+    path = write_manifest(small_batch(), tmp_path / "m.zip")
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("images/item0.png")
+    assert info.compress_type == zipfile.ZIP_DEFLATED
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    data[start] = 0b111          # final block of the reserved deflate type 3: zlib refuses it at once
+    path.write_bytes(bytes(data))
+    refuse(path, capsys, "items[0].feature.file", "damaged", "re-create the zip")
+
+
+def test_zip_needing_a_newer_zip_version_is_refused(tmp_path, capsys, tripwires):
+    path = write_manifest(small_batch(), tmp_path / "m.zip")
+    data = bytearray(path.read_bytes())
+    entry = data.index(b"PK\x01\x02")                      # the first central directory entry
+    data[entry + 6:entry + 8] = struct.pack("<H", 100)       # "version needed to extract": 10.0
+    path.write_bytes(bytes(data))
+    refuse(path, capsys, "m.zip", "not a readable zip", "zip file version 10.0")
+
+
+def test_path_with_a_nul_byte_is_refused():
+    with pytest.raises(ManifestError, match="does not exist"):
+        read_manifest("manifest\0.zip")
+
+
 def test_missing_manifest_and_not_a_manifest(tmp_path, capsys):
     assert main(["triage", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err

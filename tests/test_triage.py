@@ -183,3 +183,12 @@ def test_missing_processor_config_assumes_the_k3_preset(manifests, tmp_path):
     assert code == 1
     assert "assumed: the manifest records no processor config" in out
     assert "ValueError: Kimi-K3 deferred feature length does not match image grids" in out
+
+
+def test_report_reproduce_line_repeats_every_option(manifests, tmp_path):
+    manifest = manifests["s3-mixed-local", True]
+    result = triage(manifest, out_dir=tmp_path / "out", variant="both", rank="all", device="cpu")
+    page = result.outputs["report"].read_text()
+    assert f"<code>kimi-viz triage {manifest} --variant both --rank all --device cpu</code>" in page
+    page = triage(manifest, out_dir=tmp_path / "default").outputs["report"].read_text()
+    assert f"<code>kimi-viz triage {manifest}</code>" in page

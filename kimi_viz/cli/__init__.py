@@ -26,13 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kimi-viz {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}_cmd")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}_cmd":
-                raise
-            continue
-        module.register(subparsers)
+        importlib.import_module(f"{__name__}.{name}_cmd").register(subparsers)
     return parser
 
 
