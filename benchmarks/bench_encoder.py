@@ -87,6 +87,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 # --- timing ---------------------------------------------------------------------------------------
 def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -141,6 +142,7 @@ def sdpa_preference(enabled: bool):
 # --- benchmark ------------------------------------------------------------------------------------
 def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str], *, quick: bool,
           ceiling_tflops: float) -> list[dict[str, Any]]:
+    """Return one timing row per workload and variant (a row with ``error`` when a variant fails)."""
     device = model.device
     rows = []
     for name, grids in workloads.items():
@@ -198,7 +200,7 @@ def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str],
 
 
 def evaluate_targets(rows: list[dict[str, Any]], device: torch.device, preset: str) -> list[dict[str, Any]]:
-    """Return the issue's targets, each with its measured value and pass/fail (kimi-k3 on CUDA only)."""
+    """Return the performance targets, each with its measured value and pass/fail (kimi-k3 on CUDA only)."""
     if device.type != "cuda" or preset != "kimi-k3":
         return []
     by = {(r["workload"], r["variant"]): r for r in rows if "error" not in r}
@@ -223,6 +225,7 @@ def evaluate_targets(rows: list[dict[str, Any]], device: torch.device, preset: s
 
 # --- correctness checks ---------------------------------------------------------------------------
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Return ‖a − b‖ / ‖b‖ in float64."""
     a, b = a.detach().double().cpu(), b.detach().double().cpu()
     return float((a - b).norm() / b.norm())
 
@@ -241,6 +244,7 @@ def run_checks(preset: str, device: torch.device) -> list[dict[str, Any]]:
 
 
 def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> None:
+    """Append each check to ``checks`` as it completes (so an exception keeps the earlier ones)."""
 
     def record(name: str, value: float, limit: float, note: str = "", *, above: bool = False) -> None:
         ok = value > limit if above else value <= limit
@@ -280,7 +284,9 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
         half.attn_impl = impl
         half.cuda_graphs = False
         together = half.encode(pixels, small).features
-        alone = torch.cat([half.encode(pixels[:96], small[:1]).features, half.encode(pixels[96:], small[1:]).features])
+        first_rows = small[0][0] * small[0][1] * small[0][2]
+        alone = torch.cat([half.encode(pixels[:first_rows], small[:1]).features,
+                           half.encode(pixels[first_rows:], small[1:]).features])
         record(f"two images together vs alone ({impl}, {half.layout(small).attn_impl}), rel L2",
                rel_l2(together, alone), 1e-2)
     half.attn_impl = "per_image"
@@ -301,6 +307,7 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
 
 # --- output ---------------------------------------------------------------------------------------
 def markdown(result: dict[str, Any]) -> str:
+    """Return the results as markdown: a header line, the checks, the timings and the targets."""
     env = result["environment"]
     lines = [
         f"Vision encoder `{result['preset']}` in {result['dtype']} on {env['device_name']} "
@@ -336,6 +343,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
+    """Return torch, CUDA, Python and device facts for the report."""
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
             "device": str(device), "device_name": platform.processor() or "CPU"}
     if device.type == "cuda":
@@ -350,6 +358,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return 0, 1 when a check or a variant failed, 2 when no GPU is there for a full run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto, cuda or cpu (default auto)")
     parser.add_argument("--preset", default="kimi-k3", choices=sorted(PRESETS))

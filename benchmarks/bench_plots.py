@@ -101,6 +101,7 @@ def baseline(record: ImageRecord, dpi: int, figsize: tuple[float, float]) -> flo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run both cases; return 0 when every case meets its targets, else 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of ours per case (best is reported)")
     parser.add_argument("--dpi", type=int, default=100)

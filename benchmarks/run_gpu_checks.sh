@@ -3,7 +3,10 @@
 #
 #   benchmarks/run_gpu_checks.sh [OUTDIR]        # OUTDIR defaults to $OUT, else ./gpu-results
 #
-# Needs only a Python with a CUDA build of torch (set PYTHON to choose it). Writes into OUTDIR:
+# Needs only a Python with a CUDA build of torch and numpy (set PYTHON to choose it): the encoder
+# imports nothing else at module level, the benchmark uses random weights (no safetensors), and
+# tqdm is imported only when a progress bar is asked for (never here: stderr goes to a log).
+# Writes into OUTDIR:
 #   environment.txt        GPU, driver, torch and CUDA versions
 #   bench_encoder.json     checks, matmul ceiling, every timing row and the targets
 #   bench_encoder.md       the same as markdown tables (also printed to stdout)
@@ -16,7 +19,7 @@ mkdir -p "$OUTDIR"
 
 if [ -z "${PYTHON:-}" ]; then
   for candidate in python3 python .venv/bin/python; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import numpy, torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
       PYTHON="$candidate"; break
     fi
   done

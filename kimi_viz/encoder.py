@@ -5,7 +5,9 @@ Read it top to bottom:
 1. :class:`VisionConfig` and ``PRESETS`` (``kimi-k3``, ``kimi-k25``, ``tiny``).
 2. Position helpers: the learned 2-D table resized to each grid, the sin/cos time table, and the
    2-D rotary embedding (RoPE), all plain functions so they can be read and tested on their own.
-3. The modules, named exactly like the checkpoint's tensors::
+3. Attention confined to each image: one SDPA call per image, a block-diagonal mask, or one
+   packed varlen FlashAttention call.
+4. The modules, named exactly like the checkpoint's tensors::
 
        vision_tower.patch_embed.proj.weight              Conv2d(3 -> D, k=14, s=14)
        vision_tower.patch_embed.pos_emb.weight           (64, 64, D) learned table
@@ -16,7 +18,9 @@ Read it top to bottom:
        mm_projector.proj.0 / proj.2                      Linear -> GELU -> Linear
        mm_projector.post_norm (K3) / pre_norm (K2.5)
 
-4. :class:`VisionEncoder`: ``random()``, ``from_checkpoint()`` (reads only the vision shards of a
+5. :class:`EncoderOutput`, :class:`LoadReport` and the input checks (grids, row counts).
+6. Dtypes, random initialisation, and reading a checkpoint's ``config.json`` and shard index.
+7. :class:`VisionEncoder`: ``random()``, ``from_checkpoint()`` (reads only the vision shards of a
    sharded checkpoint) and ``encode()`` (checks the row accounting, then runs the tower).
 
 One forward pass, per image of grid ``(t, h, w)`` (``N = Σ t·h·w`` rows in, ``Σ h·w/4`` rows out)::
@@ -53,6 +57,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -258,14 +263,7 @@ def resize_position_table(table: torch.Tensor, height: int, width: int, mode: st
 
 def time_table(dim: int, frames: int) -> torch.Tensor:
     """Return the fixed 1-D sin/cos table ``[frames, dim]`` (``[sin(t·ω), cos(t·ω)]``, float32)."""
-    half = dim // 2
-    try:
-        import numpy as np  # the reference computes it in numpy float32; do the same when possible
-    except ImportError:  # pragma: no cover - numpy ships with the kit
-        omega = 1.0 / 10000 ** (torch.arange(half, dtype=torch.float32) / (dim / 2.0))
-        angles = torch.outer(torch.arange(frames, dtype=torch.float32), omega)
-        return torch.cat([angles.sin(), angles.cos()], dim=1)
-    omega = np.arange(half, dtype=np.float32)
+    omega = np.arange(dim // 2, dtype=np.float32)     # in numpy float32, as the reference computes it
     omega /= dim / 2.0
     omega = 1.0 / 10000**omega
     angles = np.einsum("m,d->md", np.arange(frames, dtype=np.float32), omega)
@@ -656,12 +654,20 @@ def normalise_grids(grid_thws: Any) -> list[Grid]:
                                 "(t, h, w) as returned by the processor")
         values = grid_thws.tolist()
     else:
-        values = [list(row) for row in grid_thws]
+        try:
+            values = [list(row) for row in grid_thws]
+        except TypeError:
+            values = [[]]
         if any(len(row) != 3 for row in values):
-            raise RowCountError("grid_thws rows must be (t, h, w) triples, as returned by the processor")
+            raise RowCountError(f"grid_thws is {grid_thws!r}; its rows must be (t, h, w) triples, as returned "
+                                "by the processor")
     if not values:
         raise RowCountError("grid_thws is empty; expected one (t, h, w) row per image")
-    return [(int(t), int(h), int(w)) for t, h, w in values]
+    try:
+        return [(int(t), int(h), int(w)) for t, h, w in values]
+    except (TypeError, ValueError) as exc:
+        raise RowCountError(f"grid_thws is {grid_thws!r}; expected integer (t, h, w) rows, as returned by "
+                            "the processor") from exc
 
 
 def check_grids(grids: Sequence[Grid], config: VisionConfig) -> None:
@@ -719,8 +725,29 @@ def check_rows(pixel_values: torch.Tensor, grids: Sequence[Grid], patch_size: in
         f"{have - need} extra rows follow it; pass the pixel_values and grid_thws of the same processor output")
 
 
+def _spans(counts: Iterable[int]) -> list[tuple[int, int]]:
+    """Return the consecutive ``[start, end)`` spans of blocks of these sizes, starting at 0."""
+    spans, start = [], 0
+    for count in counts:
+        spans.append((start, start + count))
+        start += count
+    return spans
+
+
+def _chunks(patches: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """Return ``[first, last)`` image ranges whose rows add up to at most ``limit`` (one image at least)."""
+    chunks, first, total = [], 0, 0
+    for i, count in enumerate(patches):
+        if i > first and total + count > limit:
+            chunks.append((first, i))
+            first, total = i, 0
+        total += count
+    chunks.append((first, len(patches)))
+    return chunks
+
+
 # =============================================================================================
-# 6. Devices, dtypes, weights
+# 6. Dtypes, weights, checkpoint files
 # =============================================================================================
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
            "fp16": torch.float16, "float16": torch.float16}
@@ -734,7 +761,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         return dtype
     key = str(dtype).lower().replace("torch.", "")
     if key not in _DTYPES:
-        raise ConfigError(f"dtype {dtype!r} is not supported; expected bf16 or fp32")
+        raise ConfigError(f"dtype {dtype!r} is not supported; expected bf16, fp16 or fp32")
     return _DTYPES[key]
 
 
@@ -811,6 +838,7 @@ class VisionEncoder(nn.Module):
     graph_max_patches = 16384     # larger batches are compute-bound: graphs buy nothing there
     graph_device_types = ("cuda",)
     graph_cache_size = 8
+    graph_hits_size = 256         # grid lists whose sightings are counted
     chunk_patches = 131072        # images are encoded in groups of at most this many rows
 
     def __init__(self, config: VisionConfig | str = "kimi-k3"):
@@ -938,8 +966,9 @@ class VisionEncoder(nn.Module):
         self._graph_hits.clear()
 
     # --- layout -------------------------------------------------------------------------------
-    def resolve_attn_impl(self, n_images: int, impl: str | None = None) -> str:
-        """Return the concrete attention path for a batch of ``n_images`` on this encoder's device."""
+    def resolve_attn_impl(self, impl: str | None = None) -> str:
+        """Return the concrete attention path (``per_image``, ``packed_varlen`` or ``packed_mask``) that
+        ``impl`` (default: ``self.attn_impl``) means on this encoder's device and dtype."""
         impl = impl or self.attn_impl
         if impl not in ATTENTION_IMPLS:
             raise ConfigError(f"attn_impl {impl!r} is not known; expected one of {', '.join(ATTENTION_IMPLS)}")
@@ -954,17 +983,15 @@ class VisionEncoder(nn.Module):
     def layout(self, grids: Sequence[Grid], attn_impl: str | None = None) -> Layout:
         """Return the (cached) row spans, RoPE angles and cu_seqlens of a list of grids."""
         grids = tuple(tuple(g) for g in grids)
-        impl = self.resolve_attn_impl(len(grids), attn_impl)
+        impl = self.resolve_attn_impl(attn_impl)
         key = (grids, impl, str(self.device))
         hit = self._layouts.get(key)
         if hit is not None:
             self._layouts.move_to_end(key)
             return hit
-        spans, start, angles = [], 0, []
+        spans, angles = _spans(t * h * w for t, h, w in grids), []
         per_hw: dict[tuple[int, int], torch.Tensor] = {}
         for t, h, w in grids:
-            spans.append((start, start + t * h * w))
-            start += t * h * w
             if (h, w) not in per_hw:
                 per_hw[(h, w)] = rope_angles(h, w, self.config.head_dim, self.config.rope_theta)
             angles.append(per_hw[(h, w)].repeat(t, 1))
@@ -1013,7 +1040,9 @@ class VisionEncoder(nn.Module):
         if self.cuda_graphs is True:
             return True
         key = (layout.grids, layout.attn_impl)
-        self._graph_hits[key] = self._graph_hits.get(key, 0) + 1
+        self._graph_hits[key] = self._graph_hits.pop(key, 0) + 1      # most recent last
+        while len(self._graph_hits) > self.graph_hits_size:           # forget grid lists not seen lately
+            del self._graph_hits[next(iter(self._graph_hits))]
         return self._graph_hits[key] >= 2 or key in self._graphs   # capture on the second sighting
 
     def _forward_graphed(self, pixel_rows: torch.Tensor, layout: Layout) -> torch.Tensor:
@@ -1113,26 +1142,6 @@ class VisionEncoder(nn.Module):
             merged=joined.get("merged"),
             timings=timings,
         )
-
-
-def _spans(counts: Iterable[int]) -> list[tuple[int, int]]:
-    spans, start = [], 0
-    for count in counts:
-        spans.append((start, start + count))
-        start += count
-    return spans
-
-
-def _chunks(patches: Sequence[int], limit: int) -> list[tuple[int, int]]:
-    """Return ``[first, last)`` image ranges whose rows add up to at most ``limit`` (one image at least)."""
-    chunks, first, total = [], 0, 0
-    for i, count in enumerate(patches):
-        if i > first and total + count > limit:
-            chunks.append((first, i))
-            first, total = i, 0
-        total += count
-    chunks.append((first, len(patches)))
-    return chunks
 
 
 def encode(encoder: VisionEncoder, pixel_values: torch.Tensor, grid_thws: Any, *,

@@ -72,7 +72,8 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = list(images) if images is not None else default_images()
-    output = Processor(preset, backend="checkpoint").preprocess(sources)
+    checkpoint_processor = Processor(preset, backend="checkpoint")
+    output = checkpoint_processor.preprocess(sources)
     layout = BatchLayout.from_output(output)
     figures: list[GalleryFigure] = []
 
@@ -109,7 +110,7 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
             "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.")
         index = _resized_index(output.records)
         source = sources[index]
-        checkpoint = Processor(preset, backend="checkpoint").preprocess([source])
+        checkpoint = checkpoint_processor.preprocess([source])
         torch_path = Processor(preset, backend="torch", device="cpu").preprocess([source])
         name = layout.spans[index].label
         add(draw_pixel_diff(checkpoint, torch_path), f"pixel_diff_{_slug(name)}.png",

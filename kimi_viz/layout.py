@@ -18,7 +18,6 @@ whatever its ``t``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -92,10 +91,11 @@ def _padding_counts(pad_mask: np.ndarray | None) -> tuple[int | None, int | None
     return int((mask == PATCH_FULLY_PADDING).sum()), int((mask == PATCH_PARTLY_PADDING).sum())
 
 
-def _label_of(source: str, index: int) -> str:
-    """Return a short human name for an image source (its file name when it is a path)."""
+def source_label(source: str | None, index: int) -> str:
+    """Return a short name for image ``index``: the file name of its ``source`` when that is a path
+    (POSIX or Windows separators), else ``"image <index>"`` (for ``"<bytes>"``, ``"<numpy>"``, ...)."""
     if source and not source.startswith("<"):
-        return Path(source).name
+        return source.replace("\\", "/").rsplit("/", 1)[-1]
     return f"image {index}"
 
 
@@ -154,16 +154,12 @@ class BatchLayout:
     @classmethod
     def from_output(cls, output: ProcessorOutput) -> "BatchLayout":
         """Return the layout recorded by a processor (checked against its grids and ``pixel_values``)."""
-        merge = 2
-        config = getattr(output, "config", None)
-        if config is not None:
-            kernel = getattr(config, "merge_kernel_size", merge) or merge
-            merge = int(kernel[0] if isinstance(kernel, (list, tuple)) else kernel)
+        merge = int(getattr(output.config, "merge_kernel_size", 2))    # ProcessorConfig holds it as an int
         spans = []
         row = 0
         for i, record in enumerate(output.records):
             grid = _grid_tuple(record.grid_thw, i)
-            label = _label_of(record.source, i)
+            label = source_label(record.source, i)
             start, end = (int(v) for v in record.rows)
             if (start, end) != (row, row + grid[0] * grid[1] * grid[2]):
                 raise RowCountError(
@@ -279,6 +275,8 @@ class BatchLayout:
 
     def patch_to_row(self, image: int, y: Any, x: Any, t: Any = 0) -> Any:
         """Return the row of patch ``(y, x)`` of frame ``t`` of ``image`` (int, or array for array input)."""
+        if isinstance(image, (bool, np.bool_)) or not isinstance(image, (int, np.integer)):
+            raise LayoutLookupError(f"image {image!r} is not an integer; pass one image index")
         if not 0 <= int(image) < len(self.spans):
             raise LayoutLookupError(
                 f"image {image} is outside the batch's {len(self.spans)} images; pass 0..{len(self.spans) - 1}"

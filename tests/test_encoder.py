@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ from kimi_viz.encoder import (
     count_parameters,
     matmul_flops,
 )
-from kimi_viz.errors import DeviceError, RowCountError, UnsupportedImageError
+from kimi_viz.errors import DeviceError, LayoutLookupError, RowCountError, UnsupportedImageError
 
 TINY = PRESETS["tiny"]
 
@@ -188,9 +189,26 @@ def test_device_cuda_without_cuda_is_a_device_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError, match="CUDA is not available"):
         enc.resolve_device("cuda")
+    with pytest.raises(DeviceError, match=r"device 'gpu' is not a device name; expected auto, cpu or cuda"):
+        enc.resolve_device("gpu")
     assert enc.resolve_device("auto").type == "cpu"
     assert enc.resolve_dtype(None, torch.device("cpu")) == torch.float32
     assert enc.resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
+
+
+def test_a_cuda_index_beyond_the_devices_is_a_device_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert enc.resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(DeviceError, match=r"device 'cuda:3' was asked for but this machine has 1 CUDA device\(s\); "
+                                          r"use cuda:0 to cuda:0"):
+        enc.resolve_device("cuda:3")
+
+
+@pytest.mark.parametrize("grids", [5, [(1, 2)], [("a", 2, 2)], [None]])
+def test_malformed_grid_thws_are_a_row_count_error(tiny, grids):
+    with pytest.raises(RowCountError, match=r"grid_thws is .*(t, h, w)"):
+        tiny.encode(torch.zeros(4, 3, 14, 14), grids)
 
 
 # --- independence ---------------------------------------------------------------------------------
@@ -408,6 +426,26 @@ def test_from_dict_reads_sglang_names():
 
 
 # --- figures --------------------------------------------------------------------------------------
+def test_pca_of_wide_features_matches_the_exact_svd():
+    """Above EXACT_PCA_MAX rows and columns the seeded randomised SVD gives the exact answer's colours."""
+    from kimi_viz.plots import features
+
+    g = torch.Generator().manual_seed(1)
+    n, width = 640, 600
+    strong = torch.randn(n, 5, generator=g, dtype=torch.float64) * torch.tensor([9.0, 5, 3, 2, 1], dtype=torch.float64)
+    x = strong @ torch.randn(5, width, generator=g, dtype=torch.float64) + torch.randn(n, width, generator=g,
+                                                                                        dtype=torch.float64) * 0.5
+    assert min(x.shape) > features.EXACT_PCA_MAX
+    colors, ratio = features.pca_colors(x)
+    centred = (x - x.mean(0)).numpy()
+    u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    assert np.allclose(ratio, s[:3] ** 2 / np.sum(s**2), rtol=1e-9, atol=0)
+    for c in range(3):                            # same component up to sign, before percentile scaling
+        red = colors[:, c]
+        assert abs(np.corrcoef(red[(red > 0) & (red < 1)], (u[:, c] * s[c])[(red > 0) & (red < 1)])[0, 1]) > 0.9999
+    assert np.array_equal(features.pca_colors(x)[0], colors)             # seeded: the same figure every time
+
+
 def test_pca_colors_recover_the_dominant_direction():
     from kimi_viz.plots.features import pca_colors
 
@@ -445,6 +483,10 @@ def test_draw_feature_map_over_the_processed_image(tiny, sample):
     assert [im.get_gid() for im in ax3.get_images()] == ["feature-map-pca"]
     with pytest.raises(ValueError, match="image 0 has grid 1×4×4 \\(4 tokens\\) but 187 feature rows"):
         draw_feature_map(out.image_features(1), (1, 4, 4))
+    with pytest.raises(RowCountError, match=r"grid 'big' is not \(t, h, w\) or \(h, w\) of positive integers"):
+        draw_feature_map(out.image_features(1), "big")
+    with pytest.raises(LayoutLookupError, match=r"image index 2 is outside the encoder output's 2 images; pass 0..1"):
+        draw_feature_map(out, index=2)
 
 
 def test_draw_token_norms_labels_each_image(tiny):
@@ -483,7 +525,7 @@ def _bench_module():
     return module
 
 
-def test_benchmark_workloads_are_the_issue_s_grids(pixel_goldens):
+def test_benchmark_workloads_are_the_documented_grids(pixel_goldens):
     bench = _bench_module()
     goldens = {g["file"]: tuple(g["grid_thws"][0]) for g in pixel_goldens["images"]["kimi_k3"] if not g["exif_transpose"]}
     for name, grid in bench.PHOTO_GRIDS.items():
@@ -580,3 +622,12 @@ def test_k25_style_tower_runs_with_layernorms_biases_and_pre_norm_projector():
     p = model.mm_projector
     expected = p.proj(F.layer_norm(out.merged, (TINY.hidden_size,), p.pre_norm.weight, p.pre_norm.bias, 1e-5).flatten(1))
     torch.testing.assert_close(out.features, expected)
+
+
+def test_graph_sightings_are_counted_for_a_bounded_number_of_grid_lists(tiny):
+    model = copy.deepcopy(tiny)
+    model.graph_device_types, model.graph_hits_size = ("cpu",), 2
+    layouts = [model.layout([(1, 2, 2 * k)]) for k in (1, 2, 3)]
+    assert [model._use_graph(layout, 4) for layout in layouts] == [False, False, False]
+    assert list(model._graph_hits) == [(((1, 2, 4),), "per_image"), (((1, 2, 6),), "per_image")]
+    assert model._use_graph(layouts[2], 4) is True                  # second sighting of the latest list

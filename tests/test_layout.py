@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kimi_viz.errors import KimiVizError, RowCountError
-from kimi_viz.layout import BatchLayout, ImageSpan, LayoutLookupError, compare_layouts
+from kimi_viz.layout import BatchLayout, ImageSpan, LayoutLookupError, compare_layouts, layout_of, source_label
 from kimi_viz.records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
 
 REAL_BATCH = ("astronaut.png", "coffee.png", "text.png")
@@ -166,6 +166,8 @@ def test_patch_to_row_vectorised():
     (lambda lay: lay.token_to_rows(803), r"token 803 is outside the batch's 803 merged tokens"),
     (lambda lay: lay.patch_to_row(1, 30, 0), r"y=30 is outside image 1 \(image 1, grid 1×30×44\); expected 0 <= y < 30"),
     (lambda lay: lay.patch_to_row(3, 0, 0), r"image 3 is outside the batch's 3 images"),
+    (lambda lay: lay.patch_to_row("1", 0, 0), r"image '1' is not an integer; pass one image index"),
+    (lambda lay: lay.token_to_rows(2.0), r"token 2.0 is not an integer"),
 ])
 def test_lookups_outside_the_layout_raise_with_the_bad_value(call, pattern):
     layout = BatchLayout.from_grids([(1, 38, 38), (1, 30, 44), (1, 14, 32)])
@@ -239,3 +241,17 @@ def test_compare_layouts_equal():
 def test_image_span_properties():
     span = ImageSpan(0, "x", (2, 4, 6), (10, 58), (3, 9))
     assert (span.patches, span.num_tokens, span.grid_text) == (48, 6, "2×4×6")
+
+
+def test_source_label_is_the_file_name_or_the_index():
+    assert source_label("/data/images/coffee.png", 1) == "coffee.png"
+    assert source_label("C:\\photos\\cat.jpg", 2) == "cat.jpg"
+    assert source_label("<bytes>", 3) == "image 3"
+    assert source_label("", 4) == source_label(None, 4) == "image 4"
+
+
+def test_layout_of_accepts_a_layout_an_output_or_grids(real_output):
+    layout = BatchLayout.from_output(real_output)
+    assert layout_of(layout) is layout
+    assert [s.rows for s in layout_of(real_output).spans] == [s.rows for s in layout.spans]
+    assert [s.rows for s in layout_of([s.grid for s in layout.spans]).spans] == [s.rows for s in layout.spans]

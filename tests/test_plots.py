@@ -416,3 +416,47 @@ def test_crowded_batches_keep_labels_readable():
     for gid, text in labels.items():
         assert text == gid.rsplit("-", 1)[1] or text.startswith(gid.rsplit("-", 1)[1] + ": ")
     assert ax.figure.get_size_inches()[1] < 8                                 # levels capped
+
+
+def test_grid_to_rows_of_a_lone_record_keeps_its_global_rows(real_output):
+    record = real_output.records[2]                     # text.png: rows [2764, 3212), grid 1×14×32
+    rows = [2764, 2764 + 32 + 5, 3211]
+    ax = draw_grid_to_rows(record, rows=rows)
+    width = 32 * PATCH
+    links = find(ax, "row-links").get_segments()
+    for row, (patch_end, track_end) in zip(rows, links):
+        assert (int(patch_end[1] // PATCH), int(patch_end[0] // PATCH)) == divmod(row - 2764, 32)
+        assert track_end[0] == pytest.approx((row - 2764 + 0.5) * width / 448)    # on the image's own track
+    assert texts_with_prefix(ax, "link-label-")["link-label-2801"] == "row 2801 ← (1, 5)"
+    assert "rows [2764, 3212)" in ax.get_title()
+    # the batch track places the span at its real rows, inside [0, 3212)
+    batch_fills = [c for c in ax.collections if (c.get_gid() or "").startswith("batch-rows-fills")]
+    (span,) = [path.vertices[:4, 0] for fills in batch_fills for path in fills.get_paths()]
+    assert (span.min(), span.max()) == pytest.approx((2764 * width / 3212, width))
+    assert any("only image 2 is known" in t.get_text() for t in ax.texts)
+
+
+def test_grid_to_rows_refuses_a_record_outside_the_layout(real_output):
+    with pytest.raises(LayoutLookupError, match=r"image 2 \(text\.png\) is outside the layout's 1 images"):
+        draw_grid_to_rows(real_output.records[2], BatchLayout.from_grids([(1, 38, 38)]))
+
+
+def test_highlights_take_one_row_one_pair_or_whole_floats_and_refuse_malformed_patches(real_output):
+    ax = draw_patch_grid(real_output, 1, highlight_rows=1500, highlight_patches=(29.0, 43.0))
+    assert set(texts_with_prefix(ax, "highlight-label-")) == {"highlight-label-1500", "highlight-label-2763"}
+    with pytest.raises(LayoutLookupError, match=r"patches form an array of shape \(2, 3\) \(int64\); pass patches "
+                                                r"of image 1 \(coffee\.png\) as \(y, x\) integer pairs"):
+        draw_patch_grid(real_output, 1, highlight_patches=[(0, 1, 2), (3, 4, 5)])
+    with pytest.raises(LayoutLookupError, match=r"patches have different lengths"):
+        draw_patch_grid(real_output, 1, highlight_patches=[(0, 1), (2,)])
+    with pytest.raises(LayoutLookupError, match=r"rows must be integers, got float64 values"):
+        draw_patch_grid(real_output, 1, highlight_rows=[1500.5])
+
+
+def test_row_spans_accept_a_processor_output_or_grids(real_output, expected_spans):
+    from_output = texts_with_prefix(draw_row_spans(real_output), "span-label-")
+    from_grids = texts_with_prefix(draw_row_spans([grid for _, _, grid in expected_spans]), "span-label-")
+    assert len(from_output) == len(from_grids) == 3
+    for i, (start, end, _) in enumerate(expected_spans):
+        assert f"[{start}, {end})" in from_output[f"span-label-{i}"]
+        assert f"[{start}, {end})" in from_grids[f"span-label-{i}"]

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from ..encoder import PRESETS, VisionEncoder, resolve_device, resolve_dtype
+from ..devices import resolve_device
+from ..encoder import PRESETS, VisionEncoder, resolve_dtype
 
 PROCESSOR_PRESET = {"kimi-k3": "kimi-k3", "kimi-k25": "kimi-k25", "tiny": "kimi-k3"}
 

@@ -14,7 +14,7 @@ from .patches import record_label, record_of
 
 def _level(output: ProcessorOutput) -> float:
     """Return one 8-bit level in normalised units (``1 / (255 * std)``; std 0.5 when unknown)."""
-    std = getattr(getattr(output, "config", None), "image_std", None) or (0.5,)
+    std = getattr(output.config, "image_std", None) or (0.5,)
     return 1.0 / (255.0 * float(std[0]))
 
 

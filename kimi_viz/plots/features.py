@@ -18,7 +18,10 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 
+from ..errors import LayoutLookupError, RowCountError
 from .palette import TEXT_COLOR, color_for, edge_style_for, hatch_for
+
+EXACT_PCA_MAX = 512      # up to this many rows or columns the SVD is exact; above, a seeded randomised one
 
 
 def _new_axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -33,6 +36,21 @@ def _to_numpy(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def _leading_svd(x: np.ndarray, k: int, power_iterations: int = 6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(u, s, vt)`` of the ``k`` leading singular triplets of ``x``: an exact SVD for small
+    inputs, else a randomised range finder with power iterations (seed 0, so figures are
+    reproducible) that costs ``O(n·C·k)`` instead of ``O(min(n, C)²·max(n, C))``."""
+    if min(x.shape) <= EXACT_PCA_MAX:
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        return u[:, :k], s[:k], vt[:k]
+    probe = np.random.default_rng(0).standard_normal((x.shape[1], k + 8))
+    basis = np.linalg.qr(x @ probe)[0]
+    for _ in range(power_iterations):
+        basis = np.linalg.qr(x @ np.linalg.qr(x.T @ basis)[0])[0]
+    u, s, vt = np.linalg.svd(basis.T @ x, full_matrices=False)
+    return (basis @ u)[:, :k], s[:k], vt[:k]
+
+
 def pca_colors(features: Any, components: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(colours [n, 3] in 0..1, explained variance ratio [3])`` of the first principal
     components of ``features`` ``[n, C]`` (each component scaled by its 1st–99th percentiles;
@@ -43,47 +61,64 @@ def pca_colors(features: Any, components: int = 3) -> tuple[np.ndarray, np.ndarr
     ratio = np.zeros(components)
     if x.shape[0] < 2 or not np.any(x):
         return colors, ratio
-    u, s, vt = np.linalg.svd(x, full_matrices=False)
-    k = min(components, s.shape[0])
-    scores = u[:, :k] * s[:k]
+    u, s, vt = _leading_svd(x, min(components, *x.shape))
+    k = s.shape[0]
+    scores = u * s
     for c in range(k):  # fix each component's sign so the result does not depend on the SVD's choice
         if vt[c, np.argmax(np.abs(vt[c]))] < 0:
             scores[:, c] = -scores[:, c]
     low, high = np.percentile(scores, 1, axis=0), np.percentile(scores, 99, axis=0)
     colors[:, :k] = np.clip((scores - low) / np.where(high > low, high - low, 1.0), 0.0, 1.0)
-    ratio[:k] = s[:k] ** 2 / np.sum(s**2)
+    ratio[:k] = s**2 / np.vdot(x, x)            # ‖x‖² = Σ of all squared singular values
     return colors, ratio
+
+
+def _check_index(index: int, count: int, what: str) -> None:
+    """Raise LayoutLookupError unless ``0 <= index < count``."""
+    if not 0 <= index < count:
+        raise LayoutLookupError(f"image index {index} is outside {what}'s {count} images; pass 0..{count - 1}")
 
 
 def _feature_source(output_or_features: Any, record_or_grid: Any, index: int) -> tuple[np.ndarray, tuple[int, int, int], Any]:
     """Return (this image's feature rows, its grid (t, h, w), its record or None)."""
     record = None
     if hasattr(record_or_grid, "records"):                  # a ProcessorOutput
+        _check_index(index, len(record_or_grid.records), "the processor output")
         record = record_or_grid.records[index]
     elif hasattr(record_or_grid, "grid_thw"):               # an ImageRecord
         record = record_or_grid
     if hasattr(output_or_features, "token_spans"):          # an EncoderOutput
+        _check_index(index, len(output_or_features.token_spans), "the encoder output")
         start, end = output_or_features.token_spans[index]
         features = output_or_features.features[start:end]
         grid = tuple(int(v) for v in output_or_features.grid_thws[index].tolist())
     else:
-        features = output_or_features
+        features = _to_numpy(output_or_features)
         if record is not None:
             grid = tuple(record.grid_thw)
             start, end = record.token_span
             if features.shape[0] != end - start and features.shape[0] >= end:
                 features = features[start:end]              # batch features: take this image's span
         elif record_or_grid is not None:
-            grid = tuple(int(v) for v in record_or_grid)
-            grid = grid if len(grid) == 3 else (1, *grid)
+            try:
+                grid = tuple(int(v) for v in record_or_grid)
+            except (TypeError, ValueError):
+                grid = ()
+            grid = grid if len(grid) != 2 else (1, *grid)
+            if len(grid) != 3 or min(grid) < 1:
+                raise RowCountError(f"grid {record_or_grid!r} is not (t, h, w) or (h, w) of positive integers; "
+                                    "pass the image's grid_thw")
         else:
-            raise ValueError("draw_feature_map needs the image's grid: pass an EncoderOutput, or features "
-                             "with an ImageRecord or a (t, h, w) grid")
+            raise RowCountError("draw_feature_map needs the image's grid: pass an EncoderOutput, or features "
+                                "with an ImageRecord or a (t, h, w) grid")
     features = _to_numpy(features)
     t, h, w = grid
+    if features.ndim != 2:
+        raise RowCountError(f"features of image {index} have shape {tuple(features.shape)}; expected "
+                            "[tokens, width] feature rows")
     if features.shape[0] != (h // 2) * (w // 2):
-        raise ValueError(f"image {index} has grid {t}×{h}×{w} ({(h // 2) * (w // 2)} tokens) but "
-                         f"{features.shape[0]} feature rows were given; pass that image's rows")
+        raise RowCountError(f"image {index} has grid {t}×{h}×{w} ({(h // 2) * (w // 2)} tokens) but "
+                            f"{features.shape[0]} feature rows were given; pass that image's rows")
     return features, grid, record
 
 
@@ -142,7 +177,7 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
     shade = PolyCollection(
         [[(start, 0), (end, 0), (end, 1), (start, 1)] for start, end in spans],
         transform=ax.get_xaxis_transform(), facecolors=[color_for(i) for i in range(len(spans))],
-        hatch=None, alpha=0.18, linewidths=0, gid="token-norms-spans",
+        alpha=0.18, linewidths=0, gid="token-norms-spans",
     )
     ax.add_collection(shade)
     hatched = [i for i in range(len(spans)) if hatch_for(i)]
@@ -158,7 +193,7 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
         lines.append(np.column_stack([x, norms[start:end]]) if end - start > 1
                      else np.array([[start, norms[start]], [end, norms[start]]]))
     ax.add_collection(LineCollection(
-        lines, colors=[TEXT_COLOR] * len(lines), linestyles=[edge_style_for(i) for i in range(len(lines))],
+        lines, colors=TEXT_COLOR, linestyles=[edge_style_for(i) for i in range(len(lines))],
         linewidths=1.0, gid="token-norms-lines",
     ))
     for i, ((start, end), (_, h, w)) in enumerate(zip(spans, grids)):

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 from PIL import Image
 
-from ..layout import BatchLayout, LayoutLookupError, layout_of
+from ..layout import BatchLayout, ImageSpan, LayoutLookupError, layout_of, source_label
 from ..records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
 from .palette import (
     HIGHLIGHT_COLOR,
@@ -58,8 +58,7 @@ def record_of(record_or_output: ImageRecord | ProcessorOutput, index: int = 0) -
 
 def record_label(record: ImageRecord) -> str:
     """Return a short name for a record's image (its file name when it came from a path)."""
-    source = record.source or ""
-    return source.replace("\\", "/").rsplit("/", 1)[-1] if source and not source.startswith("<") else f"image {record.index}"
+    return source_label(record.source, record.index)
 
 
 def _new_axes(width_px: float, height_px: float, *, width_in: float = 8.0, top_in: float = 0.85,
@@ -92,6 +91,15 @@ def _display_image(record: ImageRecord, ax: Axes, *, oversample: float = 1.5) ->
     return picture, (0.0, float(width), float(height), 0.0)
 
 
+def _full_length_lines(ys: np.ndarray, xs: np.ndarray, height: float, width: float) -> np.ndarray:
+    """Return ``[k, 2, 2]`` segments: a horizontal line across ``width`` at each ``ys``, then a
+    vertical line down ``height`` at each ``xs``."""
+    ys, xs = np.asarray(ys, dtype=float), np.asarray(xs, dtype=float)
+    horizontal = np.stack([np.stack([np.zeros_like(ys), ys], 1), np.stack([np.full_like(ys, width), ys], 1)], 1)
+    vertical = np.stack([np.stack([xs, np.zeros_like(xs)], 1), np.stack([xs, np.full_like(xs, height)], 1)], 1)
+    return np.concatenate([horizontal, vertical])
+
+
 def lattice_segments(h: int, w: int, step: int = 1, size: float = PATCH) -> np.ndarray:
     """Return full-length grid lines every ``step`` patches: ``[k, 2, 2]`` segments, horizontal lines first.
 
@@ -100,18 +108,12 @@ def lattice_segments(h: int, w: int, step: int = 1, size: float = PATCH) -> np.n
     """
     ys = np.unique(np.append(np.arange(0, h + 1, step), h)) * size
     xs = np.unique(np.append(np.arange(0, w + 1, step), w)) * size
-    horizontal = np.stack([np.stack([np.zeros_like(ys), ys], 1), np.stack([np.full_like(ys, w * size), ys], 1)], 1)
-    vertical = np.stack([np.stack([xs, np.zeros_like(xs)], 1), np.stack([xs, np.full_like(xs, h * size)], 1)], 1)
-    return np.concatenate([horizontal, vertical]).astype(float)
+    return _full_length_lines(ys, xs, h * size, w * size)
 
 
 def merge_segments(h: int, w: int, merge: int = MERGE, size: float = PATCH) -> np.ndarray:
     """Return the merge-group outlines: full-length lines every ``merge`` patches (``h//merge+1 + w//merge+1``)."""
-    ys = np.arange(0, h + 1, merge) * size
-    xs = np.arange(0, w + 1, merge) * size
-    horizontal = np.stack([np.stack([np.zeros_like(ys), ys], 1), np.stack([np.full_like(ys, w * size), ys], 1)], 1)
-    vertical = np.stack([np.stack([xs, np.zeros_like(xs)], 1), np.stack([xs, np.full_like(xs, h * size)], 1)], 1)
-    return np.concatenate([horizontal, vertical]).astype(float)
+    return _full_length_lines(np.arange(0, h + 1, merge) * size, np.arange(0, w + 1, merge) * size, h * size, w * size)
 
 
 def padding_overlay(pad_mask: np.ndarray, cells: int = OVERLAY_SUBPIXELS) -> np.ndarray:
@@ -197,11 +199,23 @@ def draw_image_with_lattice(ax: Axes, record: ImageRecord, *, lattice_step: int 
     return {"image": image, "lattice": lattice, "merge": merge, "padding": overlay}
 
 
+def _whole_numbers(values: np.ndarray) -> bool:
+    """Return whether ``values`` holds integers only (an integer dtype, or floats without a fraction)."""
+    if values.dtype.kind in "iu" or values.size == 0:
+        return True
+    return values.dtype.kind == "f" and bool(np.all(np.mod(values, 1) == 0))
+
+
 def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return (rows, t, y, x) arrays for global rows that must lie in this record's span."""
+    """Return (rows, t, y, x) arrays for global rows (one int or an iterable) that must lie in this record's span."""
     t, h, w = record.grid_thw
     start, end = record.rows
-    rows = np.atleast_1d(np.asarray(list(rows), dtype=np.int64))
+    values = np.asarray([rows] if isinstance(rows, (int, np.integer)) else list(rows))
+    if not _whole_numbers(values):
+        raise LayoutLookupError(
+            f"rows must be integers, got {values.dtype} values; pass global row "
+            f"indices of image {record.index} ({record_label(record)}), inside [{start}, {end})")
+    rows = values.astype(np.int64).reshape(-1)
     outside = (rows < start) | (rows >= end)
     if outside.any():
         raise LayoutLookupError(
@@ -214,9 +228,21 @@ def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarr
 
 
 def _patches_to_rows(record: ImageRecord, patches: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return (rows, t, y, x) arrays for ``(y, x)`` patches of frame 0."""
+    """Return (rows, t, y, x) arrays for ``(y, x)`` patches of frame 0 (a list of pairs, or one pair)."""
     t, h, w = record.grid_thw
-    yx = np.asarray(list(patches), dtype=np.int64).reshape(-1, 2)
+    expected = (f"pass patches of image {record.index} ({record_label(record)}) as (y, x) integer pairs, "
+                "e.g. [(0, 0), (1, 2)]")
+    try:
+        yx = np.asarray(list(patches))
+    except ValueError as exc:                    # ragged: pairs of different lengths
+        raise LayoutLookupError(f"patches have different lengths; {expected}") from exc
+    if yx.shape == (2,):                         # one (y, x) pair given on its own
+        yx = yx[None]
+    if yx.size == 0 and yx.ndim == 1:
+        yx = yx.reshape(0, 2)
+    if yx.ndim != 2 or yx.shape[1] != 2 or not _whole_numbers(yx):
+        raise LayoutLookupError(f"patches form an array of shape {yx.shape} ({yx.dtype}); {expected}")
+    yx = yx.astype(np.int64)
     bad = (yx[:, 0] < 0) | (yx[:, 0] >= h) | (yx[:, 1] < 0) | (yx[:, 1] >= w)
     if bad.any():
         y, x = (int(v) for v in yx[bad][0])
@@ -362,26 +388,33 @@ def draw_grid_to_rows(
     image's own rows ``[start, end)`` (row-major: ``row = start + y*w + x``), and below that the
     whole batch's row track with this image's span zoomed out of it. Each chosen row (global row
     numbers, default: corners, second patch row and centre) is linked from its patch to its
-    position on the track by one LineCollection (``gid="row-links"``).
+    position on the track by one LineCollection (``gid="row-links"``). Given a lone record and no
+    layout, the batch track shows only where that record's rows sit.
     """
     record = record_of(record_or_output, index)
     if layout is None:
         layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
-    batch = layout_of(layout) if layout is not None else BatchLayout.from_grids(
-        [record.grid_thw], labels=[record_label(record)])
-    span = batch.spans[record.index] if layout is not None else batch.spans[0]
-    if layout is not None and (span.grid != tuple(record.grid_thw) or span.rows != tuple(record.rows)):
-        raise LayoutLookupError(
-            f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
-            f"rows {list(record.rows)}, but the layout's image {record.index} has grid {span.grid_text} and "
-            f"rows {list(span.rows)}; pass the layout of the batch this record came from"
-        )
+    if layout is None:      # a lone record: the batch track shows where its own rows sit
+        batch = BatchLayout([ImageSpan(record.index, record_label(record), tuple(record.grid_thw),
+                                       tuple(record.rows), tuple(record.token_span))])
+    else:
+        batch = layout_of(layout)
+        if not 0 <= record.index < len(batch):
+            raise LayoutLookupError(
+                f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
+                "pass the layout of the batch this record came from")
+        span = batch.spans[record.index]
+        if span.grid != tuple(record.grid_thw) or span.rows != tuple(record.rows):
+            raise LayoutLookupError(
+                f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
+                f"rows {list(record.rows)}, but the layout's image {record.index} has grid {span.grid_text} and "
+                f"rows {list(span.rows)}; pass the layout of the batch this record came from"
+            )
     t, h, w = record.grid_thw
-    start, end = span.rows
+    start, end = (int(v) for v in record.rows)
     width, height = w * PATCH, h * PATCH
     if rows is None:
         rows_arr, frames, ys, xs = _patches_to_rows(record, _default_link_patches(h, w))
-        rows_arr = rows_arr - record.rows[0] + start
     else:
         rows_arr, frames, ys, xs = _rows_to_patches(record, rows)
     gap = 0.14 * max(height, width * 0.35)
@@ -416,8 +449,9 @@ def draw_grid_to_rows(
                      [(end * width / total, batch_y), (width, track_y + track_h)]])
     ax.add_collection(LineCollection(zoom, colors="0.35", linewidths=0.8, linestyles="dotted", gid="zoom-lines"),
                       autolim=False)
-    ax.text(width / 2, bottom + 0.05 * gap, f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})",
-            ha="center", va="top", fontsize=7.5)
+    batch_text = (f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})" if layout is not None
+                  else f"the batch: rows [0, {end}) or more; only image {record.index} is known here")
+    ax.text(width / 2, bottom + 0.05 * gap, batch_text, ha="center", va="top", fontsize=7.5)
 
     # Links: patch centre → row position on the image's track.
     centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)

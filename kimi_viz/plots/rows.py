@@ -14,8 +14,8 @@ labels, ``"<prefix>-fills-even"`` / ``"<prefix>-fills-odd"`` for fills, ``"diver
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -23,8 +23,11 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from ..layout import BatchLayout, ImageSpan, compare_layouts
+from ..layout import BatchLayout, ImageSpan, compare_layouts, layout_of
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
+
+if TYPE_CHECKING:
+    from ..records import ProcessorOutput
 
 CHAR_WIDTH_EM = 0.62     # a generous average glyph width of DejaVu Sans (digits are 0.636 em)
 LINE_HEIGHT_EM = 1.25
@@ -57,7 +60,6 @@ class TrackArtists:
     placements: list[LabelPlacement | None]
     levels: int                               # staggered outside-label levels used (0: all inside)
     level_height_pt: float
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def label_room_pt(self) -> float:
@@ -147,8 +149,8 @@ def fit_labels(
     final, step = short, 1
     while levels > max_levels and step < len(outside):
         step += 1
-        keep = set(outside[::step]) | {outside[-1]}
-        final = [text if (i not in outside or i in keep) else None for i, text in enumerate(short)]
+        dropped = set(outside) - set(outside[::step]) - {outside[-1]}
+        final = [None if i in dropped else text for i, text in enumerate(short)]
         _, levels = plan_labels(spans, final, **geometry)
     return final, levels
 
@@ -329,18 +331,24 @@ def _plan_row_spans(layout: BatchLayout, produced: BatchLayout | None, ax: Axes,
     return plan
 
 
-def row_spans_height_pt(layout: BatchLayout, *, ax: Axes, produced: BatchLayout | None = None,
+def row_spans_height_pt(layout: BatchLayout | ProcessorOutput | Sequence[Any], *, ax: Axes,
+                        produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None,
                         fontsize: float = 7.0, max_label_levels: int = 10) -> float:
     """Return the Axes height in points that :func:`draw_row_spans` needs at ``ax``'s current width.
 
     Use it to size a figure region before drawing; it sets ``ax``'s x limits and draws nothing.
     """
-    return _plan_row_spans(layout, produced, ax, fontsize, max_label_levels).needed_pt
+    produced = None if produced is None else layout_of(produced)
+    return _plan_row_spans(layout_of(layout), produced, ax, fontsize, max_label_levels).needed_pt
 
 
-def draw_row_spans(layout: BatchLayout, *, produced: BatchLayout | None = None, ax: Axes | None = None,
+def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
+                   produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None, ax: Axes | None = None,
                    fontsize: float = 7.0, max_label_levels: int = 10) -> Axes:
     """Return an Axes showing the packed ``pixel_values`` rows of ``layout`` as labelled spans.
+
+    ``layout`` and ``produced`` are :class:`~kimi_viz.layout.BatchLayout` objects, processor
+    outputs or lists of ``(t, h, w)`` grids (see :func:`~kimi_viz.layout.layout_of`).
 
     Tracks, top to bottom: expected rows (one span per image, labelled ``[start, end)``, grid and
     patch count; label gids ``span-label-<i>``); given ``produced``, the produced rows
@@ -357,6 +365,8 @@ def draw_row_spans(layout: BatchLayout, *, produced: BatchLayout | None = None, 
     The rows are laid out in points: a new figure is sized to fit them; a given ``ax`` shorter
     than :func:`row_spans_height_pt` is filled at a compressed scale.
     """
+    layout = layout_of(layout)
+    produced = None if produced is None else layout_of(produced)
     own_figure = ax is None
     if own_figure:
         fig = Figure(figsize=(11.0, 3.0))
