@@ -31,6 +31,7 @@ _EXPORTS = {
     "Stepper": "kimi_viz.stepper",
     "read_manifest": "kimi_viz.manifest",
     "write_manifest": "kimi_viz.manifest",
+    "explain": "kimi_viz.messages",
     "sample_images": "kimi_viz.data",
     "sample_path": "kimi_viz.data",
 }

@@ -12,7 +12,7 @@ import sys
 
 from ..errors import KimiVizError
 
-SUBCOMMANDS = ("inspect", "encode", "scenario", "triage", "capture", "demo")
+SUBCOMMANDS = ("inspect", "encode", "scenario", "triage", "capture", "explain", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
