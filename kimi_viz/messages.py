@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from . import deferred
@@ -33,8 +34,9 @@ class KnownMessage:
     scenarios: tuple[str, ...] = ()  # catalogue scenarios that reproduce it (kimi-viz scenario run NAME)
     next_step: str = NEXT_STEP
 
+    @cached_property
     def regex(self) -> re.Pattern[str]:
-        """Return the compiled pattern."""
+        """Return the compiled pattern (compiled once, on first use)."""
         return re.compile(self.pattern)
 
 
@@ -221,7 +223,7 @@ def explain(text: str) -> list[Recognised]:
     found: list[Recognised] = []
     for number, line in enumerate(text.splitlines() or [text], start=1):
         for known in KNOWN_MESSAGES:
-            match = known.regex().search(line)
+            match = known.regex.search(line)
             if match is None:
                 continue
             values = {name: _value(value) for name, value in match.groupdict().items()}
