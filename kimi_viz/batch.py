@@ -91,7 +91,8 @@ class Batch:
     attn_tp_rank: int | None = None
     image_indices: list[int] | None = None       # what the failing rank was asked to materialize, if known
     sglang_version: str | None = None
-    code_variant: str = "post-fix"
+    code_variant: str = "post-fix"               # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
+    code_variant_source: str = "assumed"         # "detected" (capture), "scenario", "recorded" or "assumed"
     note: str = ""
     created_by: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

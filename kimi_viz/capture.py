@@ -206,25 +206,31 @@ def _sglang_version() -> str | None:
         return str(value) if value else None
 
 
-def _code_variant(function: Any) -> tuple[str, str]:
-    """Return ``(code variant, how it was found)`` by looking for ``global_indices`` in SGLang's source."""
+def _code_variant(function: Any) -> tuple[str, str, str]:
+    """Return ``(code path, "detected" | "assumed", how it was found)`` from SGLang's ``get_image_feature`` source.
+
+    0.5.19 and later map backend-group positions through ``global_indices`` (post-fix); 0.5.18 has the
+    deferred split (``DEFERRED_PREPROCESSING_KEY``) without it (pre-fix); 0.5.17 has neither and
+    requires every feature to be a tensor (no-split). The method's own source decides; the module's
+    source is read only when the method's cannot be.
+    """
     import contextlib
     import inspect
 
-    sources = []
-    for name in (TARGET_MODULE, "sglang.srt.multimodal.mm_utils"):
-        module = sys.modules.get(name)
-        if module is not None:
-            with contextlib.suppress(Exception):
-                sources.append(inspect.getsource(module))
+    text = ""
     with contextlib.suppress(Exception):
-        sources.append(inspect.getsource(function))
-    text = "\n".join(sources)
+        text = inspect.getsource(function)
+    if not text:
+        module = sys.modules.get(TARGET_MODULE)
+        with contextlib.suppress(Exception):
+            text = inspect.getsource(module) if module is not None else ""
     if "global_indices" in text:
-        return "post-fix", "detected: SGLang maps shard-local indices through global_indices"
-    if "deferred" in text:   # also matches kimi_k3_deferred_preprocessing
-        return "pre-fix", "detected: deferred split without global_indices"
-    return "post-fix", "not detected from the source; triage with --variant both"
+        return "post-fix", "detected", "detected: SGLang maps shard-local indices through global_indices"
+    if "DEFERRED_PREPROCESSING_KEY" in text or "kimi_k3_deferred_preprocessing" in text:
+        return "pre-fix", "detected", "detected: deferred split without global_indices"
+    if "must be a torch.Tensor" in text:
+        return "no-split", "detected", "detected: no deferred split (every feature must be a tensor)"
+    return "post-fix", "assumed", "not detected from the source; the recorded SGLang version decides"
 
 
 def _processor_config(model: Any) -> dict | None:
@@ -245,7 +251,7 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
     from .batch import Batch
 
     size, rank, tp_source = _attention_tp(model)
-    variant, variant_source = _code_variant(function)
+    variant, variant_how, variant_source = _code_variant(function)
     processor = _processor_config(model)
     outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
     note = (f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
@@ -258,6 +264,7 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
         attn_tp_rank=rank,
         sglang_version=_sglang_version(),
         code_variant=variant,
+        code_variant_source=variant_how,
         note=note,
         created_by=f"kimi-viz {__version__} capture",
     )

@@ -33,6 +33,7 @@ from .errors import ConfigError
 from .images import has_alpha
 from .pixels_checkpoint import checkpoint_pixels
 from .pixels_torch import to_chw_uint8, torch_pixels
+from .releases import ReleaseChoice, choose_release, later_paths
 from .resize import grid_of, resize_config
 from .verdict import build_verdict
 
@@ -75,7 +76,7 @@ MSG_PROCESSOR_LENGTH = "Kimi-K3 processor feature length does not match image gr
 MSG_MIX_DEFERRED_OLD = "Kimi-K3 cannot mix deferred and preprocessed image features"
 
 PROCESSOR_OUTPUTS = ("concatenated", "stacked", "list")
-VARIANTS = ("post-fix", "pre-fix")
+VARIANTS = ("post-fix", "pre-fix", "no-split")
 MODES = ("pixels", "shapes", "auto")
 PIL_CLASS = "<class 'PIL.Image.Image'>"
 
@@ -163,6 +164,19 @@ class Trace:
     grid_thws_host: list[list[int]] | None
     assignment: list[list[int]] | None
     divergence: dict[str, Any] | None = None
+    release: ReleaseChoice | None = None
+    _fixed_in: Any = field(default=None, repr=False)
+
+    def fixed_in(self) -> dict[str, Any] | None:
+        """Return ``{"release", "change", "code_path"}`` of the first later release whose code replays clean, or None.
+
+        Only a failure (an exception on some rank) can be fixed; each later code path is replayed in
+        shapes mode on the same ranks, and the first whose replay raises nothing and diverges
+        nowhere silently names the release that fixes it.
+        """
+        if self._fixed_in is None:
+            self._fixed_in = _find_fix(self) or {}
+        return self._fixed_in or None
 
     @property
     def outcome(self) -> Outcome:
@@ -339,6 +353,7 @@ def replay(
     variant: str | None = None,
     mode: str = "pixels",
     device: Any = "cpu",
+    sglang_version: str | None = None,
 ) -> Trace:
     """Return the :class:`Trace` of SGLang 0.5.23's ``get_image_feature`` on ``batch``.
 
@@ -349,12 +364,19 @@ def replay(
     ``"pixels"`` (materialize with the kit's processors), ``"shapes"`` (row counts from sizes and
     resize configs only) or ``"auto"`` (pixels unless a feature is shape-only). Exceptions SGLang
     would raise are recorded in the trace, never raised; bad arguments raise the kit's errors.
+
+    ``sglang_version`` replays that release's code path (:mod:`kimi_viz.releases`: 0.5.17 has no
+    deferred split, 0.5.18 is pre-fix, 0.5.19 and later post-fix); with neither it nor ``variant``
+    the batch's recorded version, then its recorded code variant, then the newest release decide.
+    ``Trace.release`` says which release and path were replayed and how they were chosen.
     """
     if not isinstance(batch, Batch):
         raise ConfigError(f"replay: expected a kimi_viz.batch.Batch, got {type(batch).__name__}")
-    variant = batch.code_variant if variant is None else variant
-    if variant not in VARIANTS:
+    if variant is not None and variant not in VARIANTS:
         raise ConfigError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
+    choice = choose_release(sglang_version=sglang_version, variant=variant, recorded_version=batch.sglang_version,
+                            recorded_variant=batch.code_variant, recorded_variant_source=batch.code_variant_source)
+    variant = choice.code_path
     tp = batch.attn_tp_size if tp_size is None else tp_size
     _check_tp_size(tp)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
@@ -374,7 +396,7 @@ def replay(
     if grid_error is not None:
         traces = [RankTrace(r, None, [grid_step], "error", grid_error.info, cause=grid_error.cause)
                   for r in ranks_wanted]
-        trace = Trace(batch, tp, variant, mode, traces, None, None)
+        trace = Trace(batch, tp, variant, mode, traces, None, None, release=choice)
         return _finish(trace)
 
     ctx = _Context(batch, variant, mode, device, tp, consumer,
@@ -382,12 +404,29 @@ def replay(
     patches = [_prod(g) for g in grids]
     assignment = [list(range(len(grids)))] if tp == 1 else assign_ranks(patches, tp)
     traces = [_replay_rank(ctx, r, assignment, patches, grid_step) for r in ranks_wanted]
-    return _finish(Trace(batch, tp, variant, mode, traces, grids, assignment))
+    return _finish(Trace(batch, tp, variant, mode, traces, grids, assignment, release=choice))
 
 
 def _finish(trace: Trace) -> Trace:
     trace.divergence = analyse(trace)
     return trace
+
+
+def _find_fix(trace: Trace) -> dict[str, Any] | None:
+    """Return the first later release whose code path replays ``trace``'s batch clean on the same ranks."""
+    from .releases import PATH_INTRODUCED, RELEASES
+
+    if trace.outcome != "error" or trace.release is None:
+        return None
+    ranks = [r.rank for r in trace.ranks]
+    for path in later_paths(trace.variant):  # type: ignore[arg-type]
+        rank = ranks[0] if len(ranks) == 1 and trace.tp_size > 1 else None
+        later = replay(trace.batch, tp_size=trace.tp_size, rank=rank, variant=path, mode="shapes")
+        if later.outcome == "ok" and not (later.divergence or {}).get("silent"):
+            version, change = PATH_INTRODUCED[path]
+            return {"release": version, "change": change, "code_path": path,
+                    "summary": RELEASES[version].summary}
+    return None
 
 
 # --- §6.1: one grid per item --------------------------------------------------------------------
@@ -522,6 +561,9 @@ class _RankState:
 def _materialize(ctx: _Context, state: _RankState, steps: list[Step]) -> None:
     """Replay ``materialize_item_features(image_indices)`` on one rank, appending steps; raise on error."""
     items = [ctx.batch.items[g] for g in state.image_indices]
+    if ctx.variant == "no-split":
+        _materialize_no_split(ctx, state, items, steps)
+        return
     local = [bool(it.local_preprocessed) for it in items]
     selected = [{"local": k, "image": g, "label": it.label, "local_preprocessed": local[k],
                  "deferred": it.deferred is not None, "backend": it.backend,
@@ -558,6 +600,26 @@ def _materialize(ctx: _Context, state: _RankState, steps: list[Step]) -> None:
     for k, it in enumerate(items):
         state.features[k] = _eager_feature(ctx, it, check_message=MSG_FEATURE_TYPE, image=state.image_indices[k])
     _concatenate(ctx, state, steps, branch="eager")
+
+
+def _materialize_no_split(ctx: _Context, state: _RankState, items: list[Item], steps: list[Step]) -> None:
+    """Replay 0.5.17's ``materialize_item_features``: every feature must be a tensor; no grid or length check."""
+    selected = [{"local": k, "image": g, "label": it.label, "deferred": it.deferred is not None,
+                 "backend": it.backend, "feature": _feature_json(it.feature),
+                 "is_tensor": _is_tensor(it.feature)}
+                for k, (g, it) in enumerate(zip(state.image_indices, items))]
+    tensors = [_is_tensor(it.feature) for it in items]
+    steps.append(Step(
+        "select_items", "Select this rank's items (0.5.17: no deferred split)", "§9",
+        {"image_indices": state.image_indices, "selected": selected, "row_tracks": state.tracks()},
+        "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
+        "is; a deferred config is ignored, and nothing compares rows with grids here.",
+        {"name": "every feature is a torch.Tensor", "expected": "all tensors",
+         "actual": f"{sum(tensors)} of {len(tensors)}", "passed": all(tensors)},
+    ))
+    for k, it in enumerate(items):
+        state.features[k] = _eager_feature(ctx, it, check_message=MSG_FEATURE_TYPE, image=state.image_indices[k])
+    _concatenate(ctx, state, steps, branch="no-split")
 
 
 def _eager_feature(ctx: _Context, item: Item, *, check_message: str | None, image: int | None = None):

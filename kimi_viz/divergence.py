@@ -21,10 +21,10 @@ from .resize import grid_of, resize_config
 if TYPE_CHECKING:  # pragma: no cover
     from .deferred import RankTrace, Trace
 
-SCENARIO_CLASSES = ("S1", "S2", "S3", "S4", "S6", "S8", "S9", "S10", "S11", "S12", "S13")
+SCENARIO_CLASSES = ("S1", "S2", "S3", "S4", "S6", "S8", "S9", "S10", "S11", "S12", "S13", "skew")
 
 FIXES = {
-    "S1": "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.23 or later): the backend groups must read "
+    "S1": "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later): the backend groups must read "
           "grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local positions.",
     "S2": "Give each item one source of truth: drop the stale image_grid_thw (or rewrite it whenever the image is "
           "re-resized) so that the grid SGLang reads first matches the resize_config and grid_thws.",
@@ -44,6 +44,8 @@ FIXES = {
     "S12": "Permute HWC tensors to CHW (tensor.permute(2, 0, 1)) before handing them to SGLang, and compute the "
            "grid from the CHW width and height.",
     "S13": "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder.",
+    "skew": "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer; deferred items "
+            "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1).",
 }
 
 
@@ -196,6 +198,21 @@ def _config_mismatch(item: Item, index: int, consumer: Any) -> dict[str, Any] | 
                      f"(grid {list(own['grid_thw'])})")}
 
 
+def _no_split_findings(batch: Batch) -> list[dict[str, Any]]:
+    """Return a ``skew`` finding for every deferred item replayed on 0.5.17's code, which has no deferred split."""
+    found = []
+    for i, item in enumerate(batch.items):
+        if item.deferred is None:
+            continue
+        what = "a PIL image" if item.feature.kind == "image" or item.feature.layout == "image" else \
+            f"a raw {list(item.feature.shape)} {item.feature.dtype} tensor"
+        found.append({"class": "skew", "image": i, "key": "kimi_k3_deferred_preprocessing",
+                      "text": f"item {i} is deferred (its feature is {what}), but SGLang 0.5.17 has no deferred "
+                              "split: it takes every feature as already preprocessed rows and ignores the deferred "
+                              "config, so the producer runs a newer SGLang than this consumer"})
+    return found
+
+
 def image_table(trace: "Trace") -> list[dict[str, Any]]:
     """Return one row per replayed image (global index order): rank, grids, expected and produced rows."""
     batch = trace.batch
@@ -226,6 +243,8 @@ def analyse(trace: "Trace") -> Divergence:
     batch = trace.batch
     consumer = None if batch.processor is None else get_config(batch.processor)
     found = findings(batch, consumer=consumer)
+    if trace.variant == "no-split":
+        found = _no_split_findings(batch) + found
     table = image_table(trace)
     by_image = {row["image"]: row for row in table}
     failing = trace.failing_rank
@@ -321,7 +340,20 @@ def _explain_error(trace: "Trace", rank: "RankTrace", found: list[dict[str, Any]
         report["explanation"] = ("The checkpoint processor returned pixel_values as a per-image list; SGLang reads "
                                  "pixel_values.shape[0] and fails.")
         return
+    if kind == "feature_type" and _first(found, "skew", image) is not None:
+        report["scenario_class"] = "skew"
+        report["wrong_expectation"] = "a deferred item sent to a consumer without the deferred split"
+        report["explanation"] = (_first(found, "skew", image)["text"] +
+                                 f"; it raises {error} on {where}.")
+        return
     if kind == "trailing_shape":
+        skew = _first(found, "skew", image) or _first(found, "skew")
+        if skew is not None:
+            report["scenario_class"] = "skew"
+            report["wrong_expectation"] = "a deferred item sent to a consumer without the deferred split"
+            report["explanation"] = (skew["text"] + f"; on {where} image {image}'s feature {cause.get('shape')} "
+                                     f"cannot be concatenated with trailing shape {cause.get('expected_trailing')}.")
+            return
         report["scenario_class"] = "S6" if _first(found, "S6") is not None else "unknown"
         report["explanation"] = (f"On {where}, image {image}'s feature has shape {cause.get('shape')} while the "
                                  f"others have trailing shape {cause.get('expected_trailing')}: the features "
@@ -406,7 +438,7 @@ def _first_mismatch(rank: "RankTrace", hint: int | None) -> dict[str, Any] | Non
 def _explain_silent(trace: "Trace", found: list[dict[str, Any]], by_image: dict[int, Any],
                     report: dict[str, Any]) -> None:
     replayed = set(by_image)
-    silent = [f for f in found if f["class"] in ("S4", "S10", "S12", "S6", "S2", "S8", "S11")
+    silent = [f for f in found if f["class"] in ("skew", "S4", "S10", "S12", "S6", "S2", "S8", "S11")
               and (f["image"] in replayed or not replayed)]
     mismatched = [row for row in by_image.values() if row["match"] is False]
     if not silent and not mismatched:
@@ -432,10 +464,12 @@ def _explain_silent(trace: "Trace", found: list[dict[str, Any]], by_image: dict[
         "S10": "get_image_feature copies eager features without checking them; the tower fails later on the row count.",
         "S12": "the grid is computed from the same wrong reading, so every check passes and the encoder sees "
                "garbage pixels.",
+        "skew": "get_image_feature raises nothing, but the tower receives raw pixels as rows and fails later.",
     }.get(cls, "SGLang raises nothing in get_image_feature.")
     report["wrong_expectation"] = {"S4": "resize_config (another processor config)",
                                    "S10": "the eager feature's row count",
-                                   "S12": "the CHW reading of an HWC tensor"}.get(cls)
+                                   "S12": "the CHW reading of an HWC tensor",
+                                   "skew": "a deferred item sent to a consumer without the deferred split"}.get(cls)
     report["explanation"] = hit["text"] + "; " + tail
     if cls == "S4":
         report["expected_grid"] = hit.get("consumer_grid")

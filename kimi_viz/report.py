@@ -151,9 +151,13 @@ def verdict_html(verdict: Mapping[str, Any], *, heading: str, subtitle: str = ""
     fact("index mapping", div.get("index_mapping"), mono=True)
     fact("why", div.get("explanation"))
     fact("fix", div.get("fix"))
+    from .verdict import release_lines
+
+    release = "".join(f"<p class=\"kv-release\">{_e(line)}</p>" for line in release_lines(verdict))
     return (
         f"<section class=\"kv-verdict {css}\" id=\"kv-verdict\">"
         f"<h1><span class=\"kv-badge {css}\">{badge}</span>{_e(heading)}</h1>"
+        + release
         + (f"<p class=\"kv-note\">{_e(subtitle)}</p>" if subtitle else "")
         + f"<p class=\"kv-message\">{message}</p>"
         "<table class=\"kv-ranks\"><thead><tr><th>rank</th><th>image_indices</th><th>outcome</th><th>error</th>"

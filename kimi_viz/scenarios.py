@@ -81,6 +81,7 @@ class Scenario:
         batch = self.builder()
         batch.attn_tp_size = self.tp_size
         batch.code_variant = self.variant
+        batch.code_variant_source = "scenario"
         batch.note = self.description
         batch.created_by = f"kimi-viz scenario {self.name}"
         return batch
@@ -379,10 +380,16 @@ def get_scenario(name: str) -> Scenario:
     return SCENARIOS[key]
 
 
-def run_scenario(name: str, *, mode: str = "pixels", device: Any = "cpu") -> Trace:
-    """Return the replay :class:`~kimi_viz.deferred.Trace` of scenario ``name`` (every rank)."""
+def run_scenario(name: str, *, mode: str = "pixels", device: Any = "cpu", sglang_version: str | None = None,
+                 variant: str | None = None) -> Trace:
+    """Return the replay :class:`~kimi_viz.deferred.Trace` of scenario ``name`` (every rank).
+
+    By default the scenario's own code path is replayed; ``sglang_version`` (or ``variant``) replays
+    another release's.
+    """
     scenario = get_scenario(name)
-    return replay(scenario.build(), tp_size=scenario.tp_size, variant=scenario.variant, mode=mode, device=device)
+    return replay(scenario.build(), tp_size=scenario.tp_size, mode=mode, device=device,
+                  sglang_version=sglang_version, variant=variant)
 
 
 __all__ = ["Scenario", "ExpectedOutcome", "SCENARIOS", "get_scenario", "run_scenario", "deferred_item",

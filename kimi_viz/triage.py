@@ -23,8 +23,8 @@ from typing import Any
 from .batch import Batch
 from .errors import ConfigError
 
-VARIANTS = ("post-fix", "pre-fix")
-VARIANT_CHOICES = ("post-fix", "pre-fix", "both")
+VARIANTS = ("post-fix", "pre-fix", "no-split")
+VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
 PNG_METADATA = {"Software": None}
 
@@ -68,9 +68,11 @@ class TriageResult:
         batch = self.batch
         recorded = "all ranks" if batch.attn_tp_rank is None else f"rank {batch.attn_tp_rank}"
         ranks = "every rank" if self.rank is None else f"rank {self.rank}"
+        release = self.trace.release
+        replayed = release.label if release is not None else f"{self.variant} code"
         return (f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
-                f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: TP {self.tp_size}, "
-                f"{ranks}, {self.mode} mode")
+                f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: {replayed}, "
+                f"TP {self.tp_size}, {ranks}, {self.mode} mode")
 
     def text(self) -> str:
         """Return the verdict for a terminal: outcome and exact message per rank, divergence, class and fix."""
@@ -88,15 +90,19 @@ class TriageResult:
         return "\n".join(blocks)
 
 
-def _pick_variants(variant: str | None, recorded: str) -> tuple[str, list[str]]:
-    if variant is None:
-        variant = recorded if recorded in VARIANTS else "post-fix"
-    if variant not in VARIANT_CHOICES:
+def _pick_variants(variant: str | None, batch: Batch, sglang_version: str | None):
+    """Return ``(primary release choice, code paths to replay)``; ``both`` adds the other side of the S1 fix."""
+    from .releases import choose_release
+
+    if variant is not None and variant not in VARIANT_CHOICES:
         raise ConfigError(f"variant: expected one of {list(VARIANT_CHOICES)}, got {variant!r}")
+    choice = choose_release(sglang_version=sglang_version, variant=None if variant == "both" else variant,
+                            recorded_version=batch.sglang_version, recorded_variant=batch.code_variant,
+                            recorded_variant_source=batch.code_variant_source)
+    names = [choice.code_path]
     if variant == "both":
-        primary = recorded if recorded in VARIANTS else "post-fix"
-        return primary, [primary] + [v for v in VARIANTS if v != primary]
-    return variant, [variant]
+        names.append("pre-fix" if choice.code_path == "post-fix" else "post-fix")
+    return choice, names
 
 
 def _pick_rank(batch: Batch, tp: int, rank: int | str | None) -> int | None:
@@ -119,13 +125,17 @@ def triage_batch(
     mode: str = "auto",
     rank: int | str | None = "recorded",
     device: str = "auto",
+    sglang_version: str | None = None,
     source: str = "<batch>",
     title: str | None = None,
     reproduce: str = "",
 ) -> TriageResult:
     """Return the :class:`TriageResult` of replaying ``batch``; write the report files when ``out_dir`` is given.
 
-    ``variant``: ``None`` (the recorded code variant), ``"post-fix"``, ``"pre-fix"`` or ``"both"``.
+    ``sglang_version``: replay that release's code path (default: the recorded release, else the code
+    path the capture detected, else the newest release, stated). ``variant``: the lower-level switch,
+    ``"post-fix"``, ``"pre-fix"``, ``"no-split"``, or ``"both"`` (the chosen path plus the other side of
+    the S1 fix).
     ``tp``: override the recorded attention-TP size. ``rank``: ``"recorded"`` (the rank the capture
     recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/``shapes``.
     ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present, else CPU).
@@ -137,11 +147,18 @@ def triage_batch(
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
         raise ConfigError(f"--tp: expected a positive integer, got {tp!r}")
     tp_size = batch.attn_tp_size if tp is None else tp
-    primary, names = _pick_variants(variant, batch.code_variant)
+    _, names = _pick_variants(variant, batch, sglang_version)
+    primary = names[0]
     replay_rank = _pick_rank(batch, tp_size, rank)
     assumptions = _fill_missing_processor(batch)
-    traces = {name: replay(batch, tp_size=tp_size, rank=replay_rank, variant=name, mode=mode, device=device)
-              for name in names}
+    traces = {}
+    for name in names:
+        if name == primary:
+            asked = {"sglang_version": sglang_version,
+                     "variant": variant if variant not in (None, "both") else None}
+        else:
+            asked = {"variant": name}
+        traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
     result = TriageResult(batch, source, primary, traces, tp_size, replay_rank, traces[primary].mode,
                           assumptions=assumptions)
     if out_dir is not None:
@@ -173,12 +190,15 @@ def triage(
     mode: str = "auto",
     rank: int | str | None = "recorded",
     device: str = "auto",
+    sglang_version: str | None = None,
 ) -> TriageResult:
     """Return the :class:`TriageResult` of a manifest (folder, manifest.json or .zip); see :func:`triage_batch`."""
     from .manifest import read_manifest
 
     batch = read_manifest(manifest_path)
     args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
+    if sglang_version:
+        args.append(f"--sglang-version {shlex.quote(sglang_version)}")
     if variant:
         args.append(f"--variant {variant}")
     if tp is not None:
@@ -190,7 +210,8 @@ def triage(
     if device != "auto":
         args.append(f"--device {device}")
     return triage_batch(batch, out_dir=out_dir, variant=variant, tp=tp, mode=mode, rank=rank,
-                        device=device, source=str(manifest_path), reproduce=" ".join(args))
+                        device=device, sglang_version=sglang_version, source=str(manifest_path),
+                        reproduce=" ".join(args))
 
 
 # ------------------------------------------------------------------------------------------
@@ -335,7 +356,7 @@ def write_outputs(result: TriageResult, out_dir: str | os.PathLike, *, title: st
         batch=batch,
         summary_png=png,
         stepper_html=_stepper_html(result.trace),
-        title=title or f"kimi-viz triage — {result.variant} code",
+        title=title or f"kimi-viz triage — {result.trace.release.label if result.trace.release else result.variant}",
         facts=facts,
         other_verdicts=others,
         reproduce=reproduce,

@@ -30,9 +30,26 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "kimi-viz verdict",
     "type": "object",
-    "required": ["outcome", "error", "ranks", "divergence"],
+    "required": ["outcome", "error", "ranks", "divergence", "release"],
     "properties": {
         "outcome": {"enum": ["ok", "error"]},
+        "release": {
+            "type": "object",
+            "required": ["sglang_version", "code_path", "chosen_by", "note", "fixed_in"],
+            "properties": {
+                "sglang_version": {"type": "string"},
+                "code_path": {"enum": ["no-split", "pre-fix", "post-fix"]},
+                "chosen_by": {"enum": ["asked", "recorded", "detected", "variant", "assumed"]},
+                "asked": {"type": ["string", "null"]},
+                "note": {"type": "string"},
+                "fixed_in": {
+                    "type": ["object", "null"],
+                    "required": ["release", "change", "code_path"],
+                    "properties": {"release": {"type": "string"}, "change": {"type": "string"},
+                                   "code_path": {"type": "string"}, "summary": {"type": "string"}},
+                },
+            },
+        },
         "error": _ERROR,
         "ranks": {
             "type": "array",
@@ -53,7 +70,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
             "required": ["scenario_class", "silent", "first_image", "expected_rows", "produced_rows",
                          "expected_total", "produced_total", "wrong_expectation", "explanation", "fix", "images"],
             "properties": {
-                "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|none|unknown)$"},
+                "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|skew|none|unknown)$"},
                 "silent": {"type": "boolean"},
                 "first_image": {"type": ["integer", "null"]},
                 "expected_rows": {"type": ["integer", "null"]},
@@ -82,7 +99,36 @@ def build_verdict(trace: "Trace") -> dict[str, Any]:
             for r in trace.ranks
         ],
         "divergence": trace.divergence,
+        "release": release_json(trace),
     }
+
+
+def release_json(trace: "Trace") -> dict[str, Any]:
+    """Return the ``release`` block: which SGLang release and code path were replayed, how chosen, and the fix release."""
+    from .releases import choose_release
+
+    choice = trace.release or choose_release(variant=trace.variant)
+    return {**choice.to_json(), "fixed_in": trace.fixed_in()}
+
+
+def release_lines(verdict: dict[str, Any]) -> list[str]:
+    """Return the lines that say which release was replayed and, for a failure a later release fixes, which."""
+    release = verdict.get("release")
+    if not release:
+        return []
+    lines = [f"replayed: SGLang {release['sglang_version']} ({release['code_path']} path) — {release['note']}"]
+    fix = release.get("fixed_in")
+    if fix:
+        lines.append(f"fixed in {fix['release']}: {fix['change']} (its {fix['code_path']} path replays this "
+                     "batch clean)")
+    elif verdict.get("outcome") == "error":
+        from .releases import NEWEST
+
+        newest = release["sglang_version"] == NEWEST or release["code_path"] == "post-fix"
+        lines.append("not fixed by upgrading: " + (f"SGLang {NEWEST} runs this same code path" if newest else
+                                                   "no later release's code replays this batch clean")
+                     + "; the fix is in the batch (see fix)")
+    return lines
 
 
 def validate_verdict(verdict: Any) -> None:
@@ -100,6 +146,7 @@ def exit_code(verdict: dict[str, Any]) -> int:
 def format_verdict(verdict: dict[str, Any], *, title: str | None = None) -> str:
     """Return the verdict as a few lines of plain text for a terminal."""
     lines = [title] if title else []
+    lines += release_lines(verdict)
     error = verdict["error"]
     if error is None:
         lines.append("outcome: ok (SGLang raises nothing in get_image_feature)")
@@ -128,4 +175,5 @@ def format_verdict(verdict: dict[str, Any], *, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["VERDICT_SCHEMA", "build_verdict", "validate_verdict", "exit_code", "format_verdict"]
+__all__ = ["VERDICT_SCHEMA", "build_verdict", "validate_verdict", "exit_code", "format_verdict", "release_json",
+           "release_lines"]

@@ -23,7 +23,8 @@
 #
 # A manifest is what `kimi-viz capture` writes from a live SGLang when `get_image_feature` fails:
 # the items' grids, deferred configs and raw images (or only their shapes, with `--redact`), plus
-# the attention-TP size and rank. This notebook replays it through SGLang 0.5.23's code path, prints
+# the attention-TP size and rank, and the SGLang release. This notebook replays it through that release's
+# code path (0.5.17 has no deferred split, 0.5.18 has the S1 bug, 0.5.19 and later have the fix), prints
 # the verdict, draws where the counts part, and writes a self-contained `report.html` to attach to
 # the issue. It is built to be run with papermill:
 #
@@ -34,7 +35,8 @@
 
 # %% tags=["parameters"]
 manifest = None
-variant = "post-fix"
+sglang_version = None
+variant = None
 tp = None
 device = "auto"
 out_dir = "build/triage"
@@ -50,8 +52,10 @@ from kimi_viz.triage import triage
 # %% [markdown]
 # ## 1. The manifest
 #
-# `variant` picks the code to replay: `"post-fix"` (SGLang 0.5.23), `"pre-fix"` (the August 2026
-# code that indexed grids with shard-local positions) or `"both"`. `tp` overrides the recorded
+# By default the notebook replays the release the capture recorded (else the code path it detected
+# from SGLang's source, else the newest release, said in the verdict). `sglang_version` replays
+# another release (e.g. `"0.5.23"` to check that an upgrade fixes it); `variant` is the lower-level
+# switch: `"post-fix"`, `"pre-fix"`, `"no-split"` or `"both"`. `tp` overrides the recorded
 # attention-TP size (None keeps it). Without a manifest, the S2 example is written into `out_dir`.
 
 # %%
@@ -68,7 +72,7 @@ batch = read_manifest(manifest_path)
 # class, and the fix.
 
 # %%
-result = triage(manifest_path, out_dir=out_dir, variant=variant, tp=tp, device=device)
+result = triage(manifest_path, out_dir=out_dir, sglang_version=sglang_version, variant=variant, tp=tp, device=device)
 print(result.text())
 
 # %% [markdown]

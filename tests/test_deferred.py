@@ -283,7 +283,8 @@ def test_pixel_and_shape_replays_agree_on_every_count():
 def test_verdict_schema_and_json(s1_trace):
     verdict = s1_trace.verdict()
     validate_verdict(verdict)
-    assert set(verdict) == {"outcome", "error", "ranks", "divergence"}
+    assert set(verdict) == {"outcome", "error", "ranks", "divergence", "release"}
+    assert verdict["release"]["fixed_in"]["release"] == "0.5.19"
     assert verdict["outcome"] == "error"
     assert verdict["error"] == {"type": "ValueError", "message": MSG_LENGTH}
     assert verdict["ranks"] == [
@@ -294,7 +295,7 @@ def test_verdict_schema_and_json(s1_trace):
     full = json.loads(json.dumps(s1_trace.to_json()))
     assert {k: full[k] for k in verdict} == json.loads(json.dumps(verdict))
     assert full["trace"]["variant"] == "pre-fix" and len(full["trace"]["ranks"][1]["steps"]) == 6
-    assert VERDICT_SCHEMA["required"] == ["outcome", "error", "ranks", "divergence"]
+    assert VERDICT_SCHEMA["required"] == ["outcome", "error", "ranks", "divergence", "release"]
 
 
 def test_verdict_schema_refuses_a_malformed_verdict(s1_trace):

@@ -128,7 +128,8 @@ def test_folder_layout_and_manifest_json(batch, tmp_path):
     assert obj["items"][8]["feature"]["shape"] == [3, 5, 0]
     assert obj["items"][6]["feature"]["dtype"] == "bfloat16"
     assert obj["runtime"] == {"attn_tp_size": 4, "attn_tp_rank": 3, "image_indices": [4, 0]}
-    assert obj["source"] == {"sglang_version": "0.5.23", "code_variant": "pre-fix", "note": "free text"}
+    assert obj["source"] == {"sglang_version": "0.5.23", "code_variant": "pre-fix", "code_variant_source": "assumed",
+                             "note": "free text"}
     assert obj["items"][1]["grids"] == {"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]}
     # The shipped JSON Schema accepts what the writer writes (checked with plain jsonschema too).
     schema = json.loads(schema_path().read_text())

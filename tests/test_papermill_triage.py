@@ -83,6 +83,19 @@ def test_triage_notebook_parameters_change_the_replay(tmp_path):
     assert (out_dir / "report.html").is_file()
 
 
+def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
+    """A capture from SGLang 0.5.18 is replayed on 0.5.18's pre-fix path with the default parameters."""
+    batch = get_scenario("s1-cpu").build()
+    batch.sglang_version, batch.code_variant, batch.code_variant_source = "0.5.18", "post-fix", "assumed"
+    manifest = write_manifest(batch, tmp_path / "captured")
+    notebook, text = execute(tmp_path, manifest=str(manifest), device="cpu", out_dir=str(tmp_path / "out"))
+
+    assert "variant = None" in notebook.cells[1].source and "sglang_version = None" in notebook.cells[1].source
+    assert "replayed: SGLang 0.5.18 (pre-fix path)" in text
+    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in text
+    assert f"rank 1: images [1, 2] -> ValueError: {LENGTH_MESSAGE}" in text
+
+
 @pytest.mark.parametrize("bad_variant", ["post_fix"])
 def test_triage_notebook_fails_loudly_on_a_bad_parameter(tmp_path, bad_variant):
     manifest = write_manifest(get_scenario("s2-cpu").build(), tmp_path / "captured")

@@ -57,7 +57,10 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
     assert err == ""
     verdict = json.loads(out)
     validate_verdict(verdict)
-    assert set(verdict) == {"outcome", "error", "ranks", "divergence"}
+    assert set(verdict) == {"outcome", "error", "ranks", "divergence", "release"}
+    path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.variant]
+    assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.variant, path_release)
+    assert verdict["release"]["chosen_by"] == "detected"   # the manifest records the scenario's code, no version
     assert code == (1 if expected.outcome == "error" else 0)
     assert verdict["outcome"] == expected.outcome
     if expected.type is None:

@@ -40,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="with --manifest-out: write shape-only features (no pixels)")
     running.add_argument("--mode", choices=("pixels", "shapes"), default="pixels",
                          help="materialize pixels (default) or derive rows from shapes only")
+    running.add_argument("--sglang-version", metavar="V", default=None,
+                         help="replay the code path of this SGLang release (0.5.17 ... 0.5.23; default: the "
+                         "scenario's own path)")
+    running.add_argument("--variant", choices=("post-fix", "pre-fix", "no-split"), default=None,
+                         help="lower-level switch: replay this code path whatever the release")
     running.set_defaults(func=run_scenario_cmd)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -76,7 +81,8 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
 
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         print(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", file=sys.stderr)
-    trace = replay(batch, tp_size=scenario.tp_size, variant=scenario.variant, mode=args.mode)
+    trace = replay(batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version,
+                   variant=args.variant)
     verdict = trace.verdict()
     if args.json:
         print(json.dumps(verdict, indent=2, default=str))

@@ -1,0 +1,197 @@
+"""The release table: every row's code path, how a replay picks a release, and what verdicts say about it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kimi_viz.deferred import MSG_FEATURE_TYPE, MSG_LENGTH, replay
+from kimi_viz.errors import ConfigError
+from kimi_viz.manifest import read_manifest, write_manifest
+from kimi_viz.releases import RELEASES, choose_release, fixed_in, release_for
+from kimi_viz.scenarios import SCENARIOS
+
+TABLE = {
+    "0.5.17": ("no-split", "0.5.17"),
+    "0.5.18": ("pre-fix", "0.5.18"),
+    "0.5.19": ("post-fix", "0.5.19"),
+    "0.5.20": ("post-fix", "0.5.19"),
+    "0.5.21": ("post-fix", "0.5.19"),
+    "0.5.22": ("post-fix", "0.5.19"),
+    "0.5.23": ("post-fix", "0.5.23"),
+}
+PIL_TYPE = MSG_FEATURE_TYPE.format("<class 'PIL.Image.Image'>")
+
+
+def test_the_table_has_every_release_with_its_path_and_request_side():
+    assert {v: (r.code_path, r.request_side) for v, r in RELEASES.items()} == TABLE
+
+
+@pytest.mark.parametrize("version", list(TABLE))
+def test_each_release_maps_to_itself(version):
+    release, sentence = release_for(version)
+    assert release.version == version and sentence == f"SGLang {version}: {TABLE[version][0]} path"
+
+
+@pytest.mark.parametrize(("text", "base"), [("v0.5.18", "0.5.18"), ("0.5.23.post1", "0.5.23"),
+                                            ("0.5.19+cu129", "0.5.19"), ("0.5.18rc1", "0.5.18")])
+def test_suffixed_versions_are_taken_as_their_base_release_and_say_so(text, base):
+    release, sentence = release_for(text)
+    assert release.version == base
+    assert sentence.startswith(f"SGLang {text} is taken as {base}") or text == f"v{base}"
+
+
+@pytest.mark.parametrize("text", ["0.5.24", "0.6.0", "1.0.0"])
+def test_a_future_release_replays_the_newest_known_path_and_says_so(text):
+    release, sentence = release_for(text)
+    assert release.version == "0.5.23"
+    assert sentence == (f"SGLang {text} is newer than the newest release kimi-viz knows (0.5.23); replaying "
+                        "0.5.23's post-fix path")
+
+
+@pytest.mark.parametrize(("text", "words"), [("0.5.16", "has no Kimi-K3 model"), ("latest", "expected a release"),
+                                             ("", "expected a release")])
+def test_a_release_without_kimi_k3_or_garbage_is_a_one_line_error(text, words):
+    with pytest.raises(ConfigError, match=words) as info:
+        release_for(text)
+    assert "\n" not in str(info.value)
+
+
+def test_fixed_in_names_the_next_path_change():
+    assert fixed_in("no-split") == ("0.5.18", "deferred preprocessing in get_image_feature")
+    assert fixed_in("pre-fix") == ("0.5.19", "SGLang PRs #35305 / #36265")
+    assert fixed_in("post-fix") is None
+
+
+def test_choice_order_asked_then_recorded_then_detected_then_assumed():
+    asked = choose_release(sglang_version="0.5.18", recorded_version="0.5.23")
+    assert (asked.code_path, asked.chosen_by, asked.release.version) == ("pre-fix", "asked", "0.5.18")
+    recorded = choose_release(recorded_version="0.5.18", recorded_variant="post-fix",
+                              recorded_variant_source="detected")
+    assert (recorded.code_path, recorded.chosen_by) == ("pre-fix", "recorded")
+    detected = choose_release(recorded_version=None, recorded_variant="pre-fix", recorded_variant_source="detected")
+    assert (detected.code_path, detected.chosen_by, detected.release.version) == ("pre-fix", "detected", "0.5.18")
+    # A development build may hold either side of the fix: the capture's source detection decides.
+    dev = choose_release(recorded_version="0.5.19.dev3", recorded_variant="pre-fix", recorded_variant_source="detected")
+    assert (dev.code_path, dev.chosen_by) == ("pre-fix", "detected")
+    assumed = choose_release(recorded_variant="post-fix", recorded_variant_source="assumed")
+    assert (assumed.code_path, assumed.chosen_by, assumed.release.version) == ("post-fix", "assumed", "0.5.23")
+    assert "assuming the newest known release, 0.5.23" in assumed.note
+
+
+def test_variant_is_the_lower_level_switch_and_says_it_overrides():
+    choice = choose_release(sglang_version="0.5.23", variant="pre-fix")
+    assert (choice.code_path, choice.chosen_by, choice.release.version) == ("pre-fix", "variant", "0.5.23")
+    assert "the pre-fix path is replayed as asked (--variant)" in choice.note
+
+
+@pytest.mark.parametrize("version", list(TABLE))
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_s1_on_every_release(version, backend):
+    """S1's batch (three images at TP 2) on each release: 0.5.17 cannot take deferred items, 0.5.18 fails on
+    rank 1, every later release is clean."""
+    batch = SCENARIOS[f"s1-{backend}"].build()
+    trace = replay(batch, tp_size=2, sglang_version=version, mode="shapes")
+    verdict = trace.verdict()
+    assert verdict["release"]["sglang_version"] == version
+    assert verdict["release"]["code_path"] == TABLE[version][0]
+    outcomes = [(r.outcome, r.error and r.error.message) for r in trace.ranks]
+    if version == "0.5.17":
+        if backend == "cpu":   # PIL images reach the tensor check on both ranks
+            assert outcomes == [("error", PIL_TYPE), ("error", PIL_TYPE)]
+        else:                  # raw CHW tensors pass it, then cannot be concatenated on rank 1
+            assert outcomes[0] == ("ok", None)
+            assert outcomes[1] == ("error", "multimodal feature tensors must have matching trailing shapes: "
+                                            "expected torch.Size([102, 102]), got torch.Size([3, 5, 20])")
+        assert verdict["divergence"]["scenario_class"] == "skew"
+        assert verdict["release"]["fixed_in"]["release"] == "0.5.19"   # 0.5.18's path still fails (S1)
+    elif version == "0.5.18":
+        message = MSG_LENGTH if backend == "cpu" else "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+        assert outcomes == [("ok", None), ("error", message)]
+        assert verdict["divergence"]["scenario_class"] == "S1"
+        assert verdict["release"]["fixed_in"] == {
+            "release": "0.5.19", "change": "SGLang PRs #35305 / #36265", "code_path": "post-fix",
+            "summary": RELEASES["0.5.19"].summary}
+    else:
+        assert outcomes == [("ok", None), ("ok", None)]
+        assert verdict["release"]["fixed_in"] is None
+
+
+def test_a_healthy_batch_on_0_5_17_is_fixed_by_0_5_18():
+    trace = replay(SCENARIOS["healthy-tp1"].build(), sglang_version="0.5.17", mode="shapes")
+    assert trace.error.message == PIL_TYPE
+    assert trace.verdict()["release"]["fixed_in"]["release"] == "0.5.18"
+
+
+def test_a_failure_no_release_fixes_says_so():
+    trace = replay(SCENARIOS["s2-cpu"].build(), sglang_version="0.5.23", mode="shapes")
+    verdict = trace.verdict()
+    assert verdict["release"]["fixed_in"] is None
+    from kimi_viz.verdict import format_verdict
+
+    assert "not fixed by upgrading: SGLang 0.5.23 runs this same code path" in format_verdict(verdict)
+
+
+def _kimi_viz(*args, cwd=None):
+    done = subprocess.run([sys.executable, "-m", "kimi_viz", *args], capture_output=True, text=True, cwd=cwd)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def manifest_from_0_5_18(tmp_path_factory):
+    """S1's batch as a capture on SGLang 0.5.18 records it: the version, and the path detected from the source."""
+    batch = SCENARIOS["s1-cpu"].build()
+    batch.sglang_version = "0.5.18"
+    batch.code_variant, batch.code_variant_source = "pre-fix", "detected"
+    batch.created_by = "kimi-viz capture"
+    return write_manifest(batch, tmp_path_factory.mktemp("m") / "capture-0.5.18")
+
+
+def test_triage_of_a_0_5_18_capture_names_the_release_and_the_fix(manifest_from_0_5_18):
+    code, out, err = _kimi_viz("triage", str(manifest_from_0_5_18))
+    assert (code, err) == (1, "")
+    assert ("replayed: SGLang 0.5.18 (pre-fix path) — SGLang 0.5.18: pre-fix path (the version the capture "
+            "recorded)") in out
+    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in out
+    code, out, _ = _kimi_viz("triage", str(manifest_from_0_5_18), "--json")
+    release = json.loads(out)["release"]
+    assert (release["sglang_version"], release["chosen_by"], release["fixed_in"]["release"]) == \
+        ("0.5.18", "recorded", "0.5.19")
+
+
+def test_the_same_capture_replays_clean_as_0_5_23(manifest_from_0_5_18):
+    code, out, err = _kimi_viz("triage", str(manifest_from_0_5_18), "--sglang-version", "0.5.23", "--json")
+    assert (code, err) == (0, "")
+    verdict = json.loads(out)
+    assert verdict["outcome"] == "ok"
+    assert (verdict["release"]["sglang_version"], verdict["release"]["chosen_by"]) == ("0.5.23", "asked")
+
+
+def test_the_release_is_in_the_report(manifest_from_0_5_18, tmp_path):
+    code, _, _ = _kimi_viz("triage", str(manifest_from_0_5_18), "--out", str(tmp_path / "out"))
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert code == 1
+    assert "SGLang 0.5.18 (pre-fix path)" in html and "fixed in 0.5.19: SGLang PRs #35305 / #36265" in html
+
+
+def test_manifests_keep_how_the_code_path_was_found(manifest_from_0_5_18):
+    batch = read_manifest(manifest_from_0_5_18)
+    assert (batch.sglang_version, batch.code_variant, batch.code_variant_source) == ("0.5.18", "pre-fix", "detected")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--sglang-version", "0.5.16"], "SGLang 0.5.16 has no Kimi-K3 model"),
+    (["--sglang-version", "nightly"], "sglang_version: expected a release such as 0.5.23, got 'nightly'"),
+])
+def test_bad_release_on_the_command_line(manifest_from_0_5_18, args, words):
+    code, out, err = _kimi_viz("triage", str(manifest_from_0_5_18), *args)
+    assert code == 2 and out == "" and words in err and err.count("\n") == 1
+
+
+def test_scenario_run_takes_a_release():
+    code, out, _ = _kimi_viz("scenario", "run", "s1-cpu", "--sglang-version", "0.5.21", "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["release"]["sglang_version"] == "0.5.21" and verdict["outcome"] == "ok"
