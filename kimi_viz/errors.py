@@ -79,5 +79,9 @@ class ScenarioError(KimiVizError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class OutputError(KimiVizError, ValueError):
+    """An output path is a link, a file, lies under a file, or cannot be written."""
+
+
 class CaptureError(KimiVizError):
     """``kimi-viz capture`` was given nothing to run (the shim itself never raises into the process)."""

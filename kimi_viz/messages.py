@@ -1,265 +1,47 @@
-"""Recognise SGLang's Kimi-K3 vision errors in a log line and say what each one means.
+"""SGLang's own exception messages on the Kimi-K3 vision path, copied literally, each with its source.
 
-An on-call engineer usually starts from a traceback, not a batch. :func:`explain` finds every known
-message in a piece of text (§6–7 of ``docs/pipeline.md``: the deferred split's own errors, the
-processor's, and the later prompt- and encoder-side counts), pulls out the numbers the message
-carries, and returns where SGLang raises it, which scenario classes cause it, the catalogue
-scenarios that reproduce it, and what to do next. The message texts come from
-:mod:`kimi_viz.deferred`, so replay and recognition never disagree on a string.
+One catalogue for the whole kit: the replay raises these texts, :mod:`kimi_viz.explain` recognises
+them in logs, and the tests compare them with what the real SGLang raises. ``{}`` marks a part
+SGLang formats in. The comment above each names the file and function that raises it. The texts are
+the same in 0.5.18 to 0.5.23; 0.5.17 raises the grid-loop, tensor-type and ``mm_utils`` ones only.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
-
-from . import deferred
-
-NEXT_STEP = ("record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
-             "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause")
-
-
-@dataclass(frozen=True)
-class KnownMessage:
-    """One error SGLang raises on the Kimi-K3 vision path, with what it means."""
-
-    key: str
-    exception: str
-    pattern: str                     # a regular expression; named groups are the numbers it carries
-    raised_in: str                   # SGLang file and function
-    meaning: str
-    classes: tuple[str, ...] = ()    # scenario classes (docs/pipeline.md §7) that produce it
-    scenarios: tuple[str, ...] = ()  # catalogue scenarios that reproduce it (kimi-viz scenario run NAME)
-    next_step: str = NEXT_STEP
-
-    @cached_property
-    def regex(self) -> re.Pattern[str]:
-        """Return the compiled pattern (compiled once, on first use)."""
-        return re.compile(self.pattern)
-
-
-@dataclass
-class Recognised:
-    """A known message found in the text, with the values it carries and a reading of them."""
-
-    message: KnownMessage
-    text: str                        # the matched part of the input
-    line: int                        # 1-based line number in the input
-    values: dict[str, Any] = field(default_factory=dict)
-    reading: str = ""                # the numbers put into words, when the message has any
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready description of this match."""
-        known = self.message
-        return {"key": known.key, "exception": known.exception, "matched": self.text, "line": self.line,
-                "values": self.values, "reading": self.reading, "raised_in": known.raised_in,
-                "meaning": known.meaning, "classes": list(known.classes), "scenarios": list(known.scenarios),
-                "next_step": known.next_step}
-
-
-def _literal(message: str, **groups: str) -> str:
-    """Return a regex for an SGLang message template whose ``{}`` parts become the named groups, in order."""
-    parts = message.split("{}")
-    names = list(groups)
-    if len(names) != len(parts) - 1:
-        raise ValueError(f"{message!r} has {len(parts) - 1} fields, got names {names}")
-    pattern = re.escape(parts[0])
-    for name, rest in zip(names, parts[1:]):
-        pattern += f"(?P<{name}>{groups[name]})" + re.escape(rest)
-    return pattern
-
-
-MODEL = "sglang/srt/models/kimi_k3.py"
-IMAGE_PROCESSING = "sglang/srt/multimodal/kimi_k3_image_processing.py"
-
-KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
-    KnownMessage(
-        "feature-length", "ValueError", re.escape(deferred.MSG_LENGTH),
-        f"{MODEL}, KimiK3ForConditionalGeneration.get_image_feature (materialize_item_features)",
-        "Σ prod(grid_thw) of the images this rank materialized differs from the pixel_values rows its "
-        "preprocessing produced. The grids came from the wrong place (a shard-local index before the "
-        "global_indices fix, a stale image_grid_thw) or the rows came back in the wrong form.",
-        ("S1", "S2", "S6"), ("s1-cpu", "s2-cpu", "s6-stacked")),
-    KnownMessage(
-        "gpu-wrong-grids", "ValueError", re.escape(deferred.MSG_GPU_WRONG_GRIDS),
-        f"{MODEL}, get_image_feature (gpu backend group)",
-        "SGLang's torch preprocessing resized gpu-backend images to grids that differ from "
-        "grid_thws_host[global_indices]: the grid read for an image belongs to another image (S1), is a "
-        "stale image_grid_thw (S2), or has t > 1 (S8).",
-        ("S1", "S2", "S8"), ("s1-gpu", "s2-gpu", "s8-t2")),
-    KnownMessage(
-        "cpu-wrong-grids", "ValueError", re.escape(deferred.MSG_CPU_WRONG_GRIDS),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
-        "The consumer's checkpoint processor computed its own resize from each image's size and got grids "
-        "that differ from the items' grid_thws: producer and consumer run different processor limits "
-        "(e.g. Kimi-K2.5's 16384-patch budget against Kimi-K3's 65536).",
-        ("S4",), ("s4-cpu",)),
-    KnownMessage(
-        "one-grid", "ValueError", re.escape(deferred.MSG_ONE_GRID),
-        f"{MODEL}, get_image_feature (grid collection)",
-        "An item carries several grid rows: several images were aggregated into one MultimodalDataItem.",
-        ("S9",), ("s9-two-grids",)),
-    KnownMessage(
-        "mix-local", "ValueError", re.escape(deferred.MSG_MIX_LOCAL),
-        f"{MODEL}, materialize_item_features",
-        "Some images this rank selected were preprocessed locally by the encoder and others are deferred: "
-        "the EPD owner assignment over the whole batch differs from the model's over cache misses.",
-        ("S3",), ("s3-mixed-local",)),
-    KnownMessage(
-        "mix-deferred-old", "ValueError", re.escape(deferred.MSG_MIX_DEFERRED_OLD),
-        f"{MODEL} (older releases), get_image_feature",
-        "The older wording of the mixed local/deferred error.", ("S3",), ("s3-mixed-local",)),
-    KnownMessage(
-        "processor-length", "ValueError",
-        _literal(deferred.MSG_PROCESSOR_LENGTH, produced=r"\d+", expected=r"\d+"),
-        f"{IMAGE_PROCESSING} and sglang/srt/multimodal/processors/kimi_k3.py (checkpoint processor call)",
-        "The checkpoint processor returned a number of pixel_values rows that differs from the patches its "
-        "own grids describe: its output was not one concatenation (per-image lists or a stacked tensor), "
-        "or the grids belong to other images.",
-        ("S6",), ("s6-stacked",)),
-    KnownMessage(
-        "trailing-shapes", "ValueError",
-        _literal(deferred.MSG_TRAILING_SHAPES, expected=r"torch\.Size\(\[[^\]]*\]\)", got=r"torch\.Size\(\[[^\]]*\]\)"),
-        "sglang/srt/multimodal/mm_utils.py, materialize_multimodal_features",
-        "A feature of the wrong rank reached the concatenation, e.g. a stacked [B, N, 3, 14, 14] tensor "
-        "where [N, 3, 14, 14] rows were expected.",
-        ("S6",), ("s6-stacked-feature",)),
-    KnownMessage(
-        "list-shape", "AttributeError", re.escape("'list' object has no attribute 'shape'"),
-        f"{MODEL}, materialize_item_features (the length check)",
-        "The cpu group's preprocessing returned a per-image list instead of one concatenated tensor.",
-        ("S6",), ("s6-list",)),
-    KnownMessage(
-        "channel-count", "ValueError", _literal(deferred.MSG_CHANNEL_COUNT, channels=r"\d+"),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features (HWC staging)",
-        "A raw tensor with other than 1, 3 or 4 channels reached the cpu backend, or a CHW tensor was "
-        "read as HWC (then the 'channel count' is the image width).",
-        ("S11", "S12"), ("s11-cpu-two-channels",)),
-    KnownMessage(
-        "broadcast-alpha", "RuntimeError",
-        r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) "
-        r"at non-singleton dimension 1",
-        f"{IMAGE_PROCESSING}, fill_transparent_bg (gpu backend)",
-        "A 2-channel (grey + alpha) tensor reached the gpu backend's background fill, which takes channels "
-        "3.. as alpha and finds none.",
-        ("S11",), ("s11-two-channels",)),
-    KnownMessage(
-        "raw-uint8", "ValueError", _literal(deferred.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
-        f"{IMAGE_PROCESSING}, to_chw_uint8",
-        "A deferred image arrived as a non-uint8 tensor (e.g. already normalised floats)."),
-    KnownMessage(
-        "cpu-input-type", "TypeError", re.escape(deferred.MSG_CPU_INPUT_TYPE),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
-        "A cpu-backend item's feature is neither a PIL image nor a uint8 tensor."),
-    KnownMessage(
-        "feature-type", "TypeError", _literal(deferred.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
-        f"{MODEL}, materialize_item_features",
-        "An eager (non-deferred) item's feature is not a tensor."),
-    KnownMessage(
-        "unsupported-backend", "ValueError", _literal(deferred.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
-        f"{MODEL}, materialize_item_features",
-        "The deferred config names a backend other than 'gpu' or 'cpu': producer and consumer versions differ."),
-    KnownMessage(
-        "missing-backend", "KeyError", r"KeyError: 'backend'",
-        f"{MODEL}, materialize_item_features",
-        "The deferred config has no 'backend' key: the producer is older than the consumer."),
-    KnownMessage(
-        "bg-pattern", "ValueError", _literal(deferred.MSG_BG_PATTERN, pattern=r"\S+"),
-        f"{IMAGE_PROCESSING}, fill_transparent_bg",
-        "transparent_bg_config names a pattern other than white, black, gray or chessboard."),
-    KnownMessage(
-        "zero-division", "ZeroDivisionError", r"ZeroDivisionError: (?:float )?division by zero",
-        "sglang/srt/multimodal/processors/kimi_k25.py, navit_resize_config",
-        "An image of width or height 0 reached the NaViT resize (only this class of image divides by zero "
-        "there; check the traceback names navit_resize_config).",
-        ("S13",), ("s13-zero-size",)),
-    KnownMessage(
-        "insufficient-embedding", "RuntimeError",
-        r"Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=(?P<prompt_tokens>\d+) "
-        r"vs num_mm_tokens_in_embedding=(?P<feature_rows>\d+)",
-        "sglang/srt/managers/mm_schedule.py, get_embedding_and_mask",
-        "The prompt holds more <|media_pad|> tokens than the vision features have rows (§8: rows must equal "
-        "pad tokens): a feature that passed the deferred split holds fewer rows than its grid promised (a "
-        "stale eager feature), or the prompt was built from another resize than the pixels.",
-        ("S10",), ("s10-stale-eager",)),
-    KnownMessage(
-        "encoder-produced", "InternalError",
-        r"Encoder produced (?P<produced>\d+) tokens, but preprocessor metadata expected (?P<expected>\d+)",
-        "sglang/srt/disaggregation/encoder/server.py, slice_embedding",
-        "The EPD encoder's output rows differ from the token counts its preprocessing recorded: the "
-        "features did not follow their grids (e.g. a stale eager feature).",
-        ("S10",), ("s10-stale-eager",)),
+# ------------------------------------------------------------------------------------------------
+# The exceptions SGLang 0.5.23 raises on this path, copied literally. ``{}`` marks a formatted part.
+# ------------------------------------------------------------------------------------------------
+# sglang/srt/models/kimi_k3.py, get_image_feature: the grid loop (ValueError).
+MSG_ONE_GRID = (
+    "Kimi-K3 expects one vision grid per MultimodalDataItem; "
+    "split aggregated encoder inputs before get_image_feature()"
 )
+# kimi_k3.py, materialize_item_features: some but not all selected items are encoder-local (ValueError).
+MSG_MIX_LOCAL = "Kimi-K3 cannot mix local preprocessed and deferred images"
+# kimi_k3.py, materialize_item_features: a non-deferred item whose feature is no tensor (TypeError).
+MSG_FEATURE_TYPE = "Kimi-K3 image feature must be a torch.Tensor, got {}"
+# kimi_k3.py, materialize_item_features: gpu group grids != grid_thws_host[global_indices] (ValueError).
+MSG_GPU_WRONG_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+# kimi_k3.py, materialize_item_features: a backend other than "gpu" / "cpu" (ValueError).
+MSG_UNSUPPORTED_BACKEND = "Unsupported Kimi-K3 deferred preprocessing backend: {}"
+# kimi_k3.py, materialize_item_features: sum(patch_counts) != pixel_values.shape[0] (ValueError).
+MSG_LENGTH = "Kimi-K3 deferred feature length does not match image grids"
+# sglang/srt/multimodal/kimi_k3_image_processing.py, materialize_kimi_k3_cpu_features (ValueError):
+# the checkpoint processor's grids != cat(item.model_specific_data["grid_thws"]).
+MSG_CPU_WRONG_GRIDS = "Kimi-K3 deferred CPU preprocessing produced wrong grids"
+# kimi_k3_image_processing.py, materialize_kimi_k3_cpu_features: neither PIL nor uint8 tensor (TypeError).
+MSG_CPU_INPUT_TYPE = "Kimi-K3 deferred CPU preprocessing expects PIL or uint8 tensors"
+# kimi_k3_image_processing.py, materialize_kimi_k3_cpu_features: HWC channels not 1/3/4 (ValueError).
+MSG_CHANNEL_COUNT = "Unsupported Kimi-K3 image channel count: {}"
+# kimi_k3_image_processing.py, to_chw_uint8 (the gpu group's staging): a non-uint8 tensor (ValueError).
+MSG_RAW_UINT8 = "Kimi-K3 preprocessing expects raw uint8 pixels, got {}"
+# kimi_k3_image_processing.py, fill_transparent_bg: an unknown background pattern (ValueError).
+MSG_BG_PATTERN = "Invalid background pattern: {}"
+# sglang/srt/multimodal/mm_utils.py, materialize_multimodal_features (ValueError / TypeError).
+MSG_TRAILING_SHAPES = "multimodal feature tensors must have matching trailing shapes: expected {}, got {}"
+MSG_LEADING_DIM = "multimodal feature tensors must have a leading dimension"
+MSG_EXPECTED_TENSOR = "expected torch.Tensor, got {}"
 
-
-def _reading(key: str, values: dict[str, Any]) -> str:
-    """Return the numbers of a matched message put into words."""
-    if key == "processor-length":
-        produced, expected = values["produced"], values["expected"]
-        return (f"pixel_values has {produced} rows, the grids need {expected} "
-                f"({'+' if produced >= expected else ''}{produced - expected} rows)")
-    if key == "insufficient-embedding":
-        tokens, rows = values["prompt_tokens"], values["feature_rows"]
-        return (f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows "
-                f"({tokens - rows} missing)")
-    if key == "encoder-produced":
-        produced, expected = values["produced"], values["expected"]
-        return f"the encoder produced {produced} feature rows, the preprocessing metadata expects {expected}"
-    if key == "channel-count":
-        return f"a tensor was read with {values['channels']} channels"
-    if key == "broadcast-alpha":
-        return f"alpha had {values['a']} channels against {values['b']} colour channels"
-    return ""
-
-
-def _value(text: str) -> Any:
-    return int(text) if text.isdigit() else text
-
-
-def explain(text: str) -> list[Recognised]:
-    """Return every known Kimi-K3 vision message found in ``text`` (a log line, a traceback or a whole log)."""
-    found: list[Recognised] = []
-    for number, line in enumerate(text.splitlines() or [text], start=1):
-        for known in KNOWN_MESSAGES:
-            match = known.regex.search(line)
-            if match is None:
-                continue
-            values = {name: _value(value) for name, value in match.groupdict().items()}
-            found.append(Recognised(known, match.group(0), number, values, _reading(known.key, values)))
-    return _drop_repeats(found)
-
-
-def _drop_repeats(found: list[Recognised]) -> list[Recognised]:
-    """Return the matches with repeats of the same message and values (a traceback echoes them) removed."""
-    seen: set[tuple[str, tuple]] = set()
-    unique = []
-    for item in found:
-        signature = (item.message.key, tuple(sorted(item.values.items())))
-        if signature not in seen:
-            seen.add(signature)
-            unique.append(item)
-    return unique
-
-
-def format_explanations(found: list[Recognised]) -> str:
-    """Return a readable report of the matches (or a note that nothing known was found)."""
-    if not found:
-        return ("no known Kimi-K3 vision error in the text; the messages it knows are listed by "
-                "`kimi-viz explain --list`")
-    blocks = []
-    for item in found:
-        known = item.message
-        lines = [f"line {item.line}: {known.exception}: {item.text}",
-                 f"  raised in: {known.raised_in}",
-                 f"  meaning:   {known.meaning}"]
-        if item.reading:
-            lines.append(f"  numbers:   {item.reading}")
-        if known.classes:
-            lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7)")
-        if known.scenarios:
-            lines.append("  reproduce: " + "; ".join(f"kimi-viz scenario run {name}" for name in known.scenarios))
-        lines.append(f"  next:      {known.next_step}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+# Strings worth recognising in logs of other versions (not raised by the 0.5.23 code path replayed here).
+MSG_PROCESSOR_LENGTH = "Kimi-K3 processor feature length does not match image grids: {} != {}"
+MSG_MIX_DEFERRED_OLD = "Kimi-K3 cannot mix deferred and preprocessed image features"

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..devices import resolve_device
+from ..errors import UnsupportedImageError
 from .config import ProcessorConfig, get_config
-from .devices import resolve_device
-from .errors import UnsupportedImageError
 from .images import has_alpha
 
 
@@ -139,7 +139,7 @@ def torch_pixels_and_image(
 def torch_pixels(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "cpu") -> torch.Tensor:
     """Return float32 ``[h*w, 3, p, p]`` rows of one CHW uint8 image through SGLang's torch path.
 
-    ``resize`` is a :func:`kimi_viz.resize.resize_config` dict applied as given (it may belong to
+    ``resize`` is a :func:`kimi_viz.preprocess.resize.resize_config` dict applied as given (it may belong to
     another image size). ``device`` is ``"cpu"``, ``"cuda"`` or ``"auto"``; rows stay on it.
     """
     return torch_pixels_and_image(chw_uint8, resize, config, device)[0]

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import ConfigError
 from .config import BACKGROUND_PATTERNS, ProcessorConfig, get_config
-from .errors import ConfigError
 from .images import has_alpha
 
 # Patch rows per band: small bands keep the uint8 staging buffer in cache.
@@ -189,7 +189,7 @@ def checkpoint_pixels(
 ) -> tuple[np.ndarray, torch.Tensor]:
     """Return ``(padded uint8 HWC image, rows float32 [h*w, 3, p, p])`` for one image, checkpoint-exact.
 
-    ``resize`` is a :func:`kimi_viz.resize.resize_config` dict; it may come from another size than
+    ``resize`` is a :func:`kimi_viz.preprocess.resize.resize_config` dict; it may come from another size than
     the image's own (a stale or foreign config), and is applied as given. ``out`` (a float32 array of
     the right shape) receives the rows in place; the returned tensor shares its memory.
     """

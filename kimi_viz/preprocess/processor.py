@@ -2,8 +2,8 @@
 
 Two pixel backends give the two references SGLang runs:
 
-* ``"checkpoint"`` — the checkpoint's own CPU processor, bit for bit (:mod:`kimi_viz.pixels_checkpoint`);
-* ``"torch"`` — SGLang's torch ("gpu") path, on CPU or CUDA (:mod:`kimi_viz.pixels_torch`).
+* ``"checkpoint"`` — the checkpoint's own CPU processor, bit for bit (:mod:`kimi_viz.preprocess.pixels_checkpoint`);
+* ``"torch"`` — SGLang's torch ("gpu") path, on CPU or CUDA (:mod:`kimi_viz.preprocess.pixels_torch`).
 
 Both use the same NaViT resize (:func:`resize_config`), so grids, row spans and token spans agree;
 only the float values differ (by at most one 8-bit level after a resize).
@@ -22,13 +22,24 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..devices import resolve_device
+from ..errors import CheckpointError, KimiVizError
 from .config import ProcessorConfig, get_config
-from .devices import resolve_device
-from .errors import CheckpointError, KimiVizError
 from .images import ALPHA_POLICIES, LoadedImage, load_image
-from .pixels_checkpoint import checkpoint_pixels, normalization_lut, padded_uint8, patchify_normalize
+from .pixels_checkpoint import (
+    checkpoint_pixels,
+    normalization_lut,
+    padded_uint8,
+    patchify_normalize,
+)
 from .pixels_torch import to_chw_uint8, torch_pixels, torch_pixels_and_image
-from .records import PATCH_CONTENT, PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
+from .records import (
+    PATCH_CONTENT,
+    PATCH_FULLY_PADDING,
+    PATCH_PARTLY_PADDING,
+    ImageRecord,
+    ProcessorOutput,
+)
 from .resize import resize_config
 
 BACKENDS = ("checkpoint", "torch")
@@ -75,7 +86,7 @@ class Processor:
 
     ``device`` ("cpu", "cuda" or "auto") applies to the torch backend; the checkpoint backend always
     runs on the CPU. ``exif_transpose`` and ``alpha`` are the loader policy (see
-    :func:`kimi_viz.images.load_image`); ``keep_images`` keeps each padded uint8 input in its record.
+    :func:`kimi_viz.preprocess.images.load_image`); ``keep_images`` keeps each padded uint8 input in its record.
     """
 
     def __init__(

@@ -17,53 +17,64 @@ whatever its ``t``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .errors import LayoutLookupError, RowCountError
+from ..errors import LayoutLookupError, RowCountError
 from .records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ProcessorOutput
 
 
 @dataclass(frozen=True)
 class ImageSpan:
-    """One image's place in the batch: rows ``[start, end)`` of ``pixel_values`` and its merged tokens."""
+    """One image's place in the batch: rows ``[start, end)`` of ``pixel_values`` and its merged tokens.
+
+    ``index`` is the image's position in this layout; ``number`` the number it is shown with
+    (default: ``index``). Figures label and colour a span by its ``number``, so an image keeps
+    its number and colour when a figure shows only some images of a batch.
+    """
 
     index: int
     label: str
-    grid: tuple[int, int, int]
+    grid_thw: tuple[int, int, int]
     rows: tuple[int, int]
-    tokens: tuple[int, int]
+    token_span: tuple[int, int]
     padding_full: int | None = None       # patches entirely in the zero padding (None: unknown)
     padding_partial: int | None = None    # patches partly in the padding (None: unknown)
     pad_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
+    number: int | None = None             # the number shown in figures; None: index (set on construction)
+
+    def __post_init__(self) -> None:
+        if self.number is None:
+            object.__setattr__(self, "number", self.index)
 
     @property
     def patches(self) -> int:
         """Return the number of rows (patches) of this image: ``t*h*w``."""
-        t, h, w = self.grid
+        t, h, w = self.grid_thw
         return t * h * w
 
     @property
     def num_tokens(self) -> int:
         """Return the number of merged tokens of this image."""
-        return self.tokens[1] - self.tokens[0]
+        return self.token_span[1] - self.token_span[0]
 
     @property
     def grid_text(self) -> str:
         """Return the grid written ``t×h×w``."""
-        return "×".join(str(v) for v in self.grid)
+        return "×".join(str(v) for v in self.grid_thw)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict of this span (no pad mask)."""
         return {
             "index": self.index,
             "label": self.label,
-            "grid_thw": list(self.grid),
+            "grid_thw": list(self.grid_thw),
             "rows": list(self.rows),
             "patches": self.patches,
-            "token_span": list(self.tokens),
+            "token_span": list(self.token_span),
             "tokens": self.num_tokens,
             "padding_patches": {"full": self.padding_full, "partial": self.padding_partial},
         }
@@ -110,11 +121,11 @@ class BatchLayout:
         self.spans: list[ImageSpan] = list(spans)
         self.merge = int(merge)
         n = len(self.spans)
-        self._grids = np.array([s.grid for s in self.spans], dtype=np.int64).reshape(n, 3)
+        self._grids = np.array([s.grid_thw for s in self.spans], dtype=np.int64).reshape(n, 3)
         self._row_start = np.array([s.rows[0] for s in self.spans], dtype=np.int64)
         self._row_end = np.array([s.rows[1] for s in self.spans], dtype=np.int64)
-        self._token_start = np.array([s.tokens[0] for s in self.spans], dtype=np.int64)
-        self._token_end = np.array([s.tokens[1] for s in self.spans], dtype=np.int64)
+        self._token_start = np.array([s.token_span[0] for s in self.spans], dtype=np.int64)
+        self._token_end = np.array([s.token_span[1] for s in self.spans], dtype=np.int64)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -125,8 +136,14 @@ class BatchLayout:
         merge: int = 2,
         pad_masks: Sequence[np.ndarray | None] | None = None,
         labels: Sequence[str] | None = None,
-    ) -> "BatchLayout":
-        """Return the packed layout of images with these ``(t, h, w)`` grids, in order."""
+        numbers: Sequence[int] | None = None,
+    ) -> BatchLayout:
+        """Return the packed layout of images with these ``(t, h, w)`` grids, in order.
+
+        ``labels`` names each image (default ``"image <i>"``); ``numbers`` is the number each
+        span is shown with, labelled and coloured by in figures (default: its position), e.g. the
+        images' numbers in the whole batch when these grids are some of its images.
+        """
         if hasattr(grids, "tolist"):
             grids = grids.tolist()
         grids = list(grids)
@@ -136,6 +153,8 @@ class BatchLayout:
             )
         if labels is not None and len(labels) != len(grids):
             raise RowCountError(f"labels has {len(labels)} entries for {len(grids)} grids; pass one label per grid")
+        if numbers is not None and len(numbers) != len(grids):
+            raise RowCountError(f"numbers has {len(numbers)} entries for {len(grids)} grids; pass one number per grid")
         spans = []
         row = token = 0
         for i, value in enumerate(grids):
@@ -145,14 +164,15 @@ class BatchLayout:
             mask = None if pad_masks is None else pad_masks[i]
             full, partial = _padding_counts(mask)
             label = labels[i] if labels is not None else f"image {i}"
+            number = int(numbers[i]) if numbers is not None else i
             spans.append(ImageSpan(i, label, (t, h, w), (row, row + patches), (token, token + tokens),
-                                   full, partial, mask))
+                                   full, partial, mask, number))
             row += patches
             token += tokens
         return cls(spans, merge=merge)
 
     @classmethod
-    def from_output(cls, output: ProcessorOutput) -> "BatchLayout":
+    def from_output(cls, output: ProcessorOutput) -> BatchLayout:
         """Return the layout recorded by a processor (checked against its grids and ``pixel_values``)."""
         merge = int(getattr(output.config, "merge_kernel_size", 2))    # ProcessorConfig holds it as an int
         spans = []
@@ -199,7 +219,7 @@ class BatchLayout:
     @property
     def grids(self) -> list[tuple[int, int, int]]:
         """Return every image's ``(t, h, w)``."""
-        return [s.grid for s in self.spans]
+        return [s.grid_thw for s in self.spans]
 
     # --- lookups ---------------------------------------------------------------------------------
     def _rows_array(self, row: Any) -> np.ndarray:
@@ -265,7 +285,7 @@ class BatchLayout:
                 f"[0, {self.total_tokens}); pass a token inside that range"
             )
         image = int(np.searchsorted(self._token_end, token, side="right"))
-        t, h, w = self.spans[image].grid
+        t, h, w = self.spans[image].grid_thw
         m = self.merge
         ty, tx = divmod(token - int(self._token_start[image]), w // m)
         dy, dx = np.divmod(np.arange(m * m), m)
@@ -282,7 +302,7 @@ class BatchLayout:
                 f"image {image} is outside the batch's {len(self.spans)} images; pass 0..{len(self.spans) - 1}"
             )
         span = self.spans[int(image)]
-        frames, h, w = span.grid
+        frames, h, w = span.grid_thw
         ya, xa, ta = np.asarray(y, dtype=np.int64), np.asarray(x, dtype=np.int64), np.asarray(t, dtype=np.int64)
         for name, values, limit in (("y", ya, h), ("x", xa, w), ("t", ta, frames)):
             bad = (values < 0) | (values >= limit)
@@ -345,14 +365,14 @@ def compare_layouts(expected: BatchLayout, produced: BatchLayout) -> LayoutCompa
     for i in range(n):
         e = expected.spans[i] if i < len(expected) else None
         p = produced.spans[i] if i < len(produced) else None
-        same = e is not None and p is not None and e.rows == p.rows and e.grid == p.grid
+        same = e is not None and p is not None and e.rows == p.rows and e.grid_thw == p.grid_thw
         table.append({
             "index": i,
             "label": (e or p).label,  # type: ignore[union-attr]
             "expected_rows": None if e is None else list(e.rows),
             "produced_rows": None if p is None else list(p.rows),
-            "expected_grid": None if e is None else list(e.grid),
-            "produced_grid": None if p is None else list(p.grid),
+            "expected_grid": None if e is None else list(e.grid_thw),
+            "produced_grid": None if p is None else list(p.grid_thw),
             "equal": same,
         })
         if not same and first is None:
@@ -380,7 +400,7 @@ def compare_layouts(expected: BatchLayout, produced: BatchLayout) -> LayoutCompa
                             expected.total_rows, produced.total_rows, table, message)
 
 
-def layout_of(data: "BatchLayout | ProcessorOutput | Iterable[Any]") -> BatchLayout:
+def layout_of(data: BatchLayout | ProcessorOutput | Iterable[Any]) -> BatchLayout:
     """Return ``data`` as a :class:`BatchLayout` (a layout, a processor output, or a list of grids)."""
     if isinstance(data, BatchLayout):
         return data

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from .errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError
 
 BACKGROUND_PATTERNS = ("white", "black", "gray", "chessboard")
 FILL_STAGES = ("before_resize", "after_resize")
@@ -71,14 +72,14 @@ class ProcessorConfig:
             cfg["transparent_bg_fill_stage"] = self.transparent_bg_fill_stage
         return cfg
 
-    def with_name(self, name: str) -> "ProcessorConfig":
+    def with_name(self, name: str) -> ProcessorConfig:
         """Return a copy of this config under another name."""
         return replace(self, name=name)
 
     @classmethod
     def from_media_proc_cfg(
         cls, cfg: Mapping[str, Any], *, name: str = "custom", source: str = "preprocessor_config.json"
-    ) -> "ProcessorConfig":
+    ) -> ProcessorConfig:
         """Return a validated config from a ``media_proc_cfg`` dict (``source`` names the file in errors)."""
         if not isinstance(cfg, Mapping):
             raise ConfigError(f"media_proc_cfg: expected a JSON object, got {type(cfg).__name__}; fix {source}")
@@ -183,7 +184,7 @@ def _fill_stage(value: Any, source: str) -> str | None:
 
 
 # --- presets -------------------------------------------------------------------------------------
-PRESETS: dict[str, ProcessorConfig] = {
+PROCESSOR_PRESETS: dict[str, ProcessorConfig] = {
     "kimi-k3": ProcessorConfig(
         name="kimi-k3",
         in_patch_limit=65536,
@@ -215,14 +216,14 @@ def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
         return ProcessorConfig.from_media_proc_cfg(inner, name="custom", source="the config dict")
     if isinstance(preset_or_config, (str, Path)):
         key = _preset_key(str(preset_or_config))
-        if isinstance(preset_or_config, str) and key in PRESETS:
-            return PRESETS[key]
+        if isinstance(preset_or_config, str) and key in PROCESSOR_PRESETS:
+            return PROCESSOR_PRESETS[key]
         path = Path(preset_or_config)
         if path.exists():
             return load_preprocessor_config(path)
         raise ConfigError(
             f"unknown processor config {str(preset_or_config)!r}: expected a preset "
-            f"({', '.join(PRESETS)}) or a path to a checkpoint folder or preprocessor_config.json"
+            f"({', '.join(PROCESSOR_PRESETS)}) or a path to a checkpoint folder or preprocessor_config.json"
         )
     raise ConfigError(
         f"processor config: expected a preset name, ProcessorConfig, dict or path, got {type(preset_or_config).__name__}"

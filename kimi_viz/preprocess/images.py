@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import (
+from ..errors import (
     DecompressionBombError,
     EmptyImageError,
     ImageNotFoundError,

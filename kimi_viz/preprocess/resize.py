@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import EmptyImageError
 from .config import ProcessorConfig, get_config
-from .errors import EmptyImageError
 
 RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height", "num_tokens", "grid_thw")
 

@@ -45,7 +45,7 @@ class ImageRecord:
         return t * h * w
 
     @property
-    def tokens(self) -> int:
+    def num_tokens(self) -> int:
         """Return the number of merged tokens (``<|media_pad|>`` positions) of this image."""
         return self.token_span[1] - self.token_span[0]
 
@@ -65,7 +65,7 @@ class ImageRecord:
             "resize": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.resize.items()},
             "grid_thw": list(self.grid_thw),
             "patches": self.patches,
-            "tokens": self.tokens,
+            "tokens": self.num_tokens,
             "rows": list(self.rows),
             "token_span": list(self.token_span),
             "padding_patches": {
@@ -83,7 +83,7 @@ class ProcessorOutput:
     grid_thws: torch.Tensor
     records: list[ImageRecord]
     backend: str                     # "checkpoint" or "torch" (or the name of a foreign processor)
-    config: Any = None               # the kimi_viz.config.ProcessorConfig used
+    config: Any = None               # the kimi_viz.preprocess.config.ProcessorConfig used
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
