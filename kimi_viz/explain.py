@@ -5,7 +5,8 @@ message in a piece of text (§6–7 of ``docs/pipeline.md``: the deferred split'
 processor's, and the later prompt- and encoder-side counts), pulls out the numbers the message
 carries, and returns where SGLang raises it, which scenario classes cause it, the catalogue
 scenarios that reproduce it, and what to do next. The message texts come from
-:mod:`kimi_viz.deferred`, so replay and recognition never disagree on a string.
+:mod:`kimi_viz.messages`, the catalogue the replay raises, so replay and recognition never disagree
+on a string.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from . import deferred
+from . import messages
 
 NEXT_STEP = ("record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
              "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause")
@@ -76,44 +77,44 @@ IMAGE_PROCESSING = "sglang/srt/multimodal/kimi_k3_image_processing.py"
 
 KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
     KnownMessage(
-        "feature-length", "ValueError", re.escape(deferred.MSG_LENGTH),
+        "feature-length", "ValueError", re.escape(messages.MSG_LENGTH),
         f"{MODEL}, KimiK3ForConditionalGeneration.get_image_feature (materialize_item_features)",
         "Σ prod(grid_thw) of the images this rank materialized differs from the pixel_values rows its "
         "preprocessing produced. The grids came from the wrong place (a shard-local index before the "
         "global_indices fix, a stale image_grid_thw) or the rows came back in the wrong form.",
         ("S1", "S2", "S6"), ("s1-cpu", "s2-cpu", "s6-stacked")),
     KnownMessage(
-        "gpu-wrong-grids", "ValueError", re.escape(deferred.MSG_GPU_WRONG_GRIDS),
+        "gpu-wrong-grids", "ValueError", re.escape(messages.MSG_GPU_WRONG_GRIDS),
         f"{MODEL}, get_image_feature (gpu backend group)",
         "SGLang's torch preprocessing resized gpu-backend images to grids that differ from "
         "grid_thws_host[global_indices]: the grid read for an image belongs to another image (S1), is a "
         "stale image_grid_thw (S2), or has t > 1 (S8).",
         ("S1", "S2", "S8"), ("s1-gpu", "s2-gpu", "s8-t2")),
     KnownMessage(
-        "cpu-wrong-grids", "ValueError", re.escape(deferred.MSG_CPU_WRONG_GRIDS),
+        "cpu-wrong-grids", "ValueError", re.escape(messages.MSG_CPU_WRONG_GRIDS),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
         "The consumer's checkpoint processor computed its own resize from each image's size and got grids "
         "that differ from the items' grid_thws: producer and consumer run different processor limits "
         "(e.g. Kimi-K2.5's 16384-patch budget against Kimi-K3's 65536).",
         ("S4",), ("s4-cpu",)),
     KnownMessage(
-        "one-grid", "ValueError", re.escape(deferred.MSG_ONE_GRID),
+        "one-grid", "ValueError", re.escape(messages.MSG_ONE_GRID),
         f"{MODEL}, get_image_feature (grid collection)",
         "An item carries several grid rows: several images were aggregated into one MultimodalDataItem.",
         ("S9",), ("s9-two-grids",)),
     KnownMessage(
-        "mix-local", "ValueError", re.escape(deferred.MSG_MIX_LOCAL),
+        "mix-local", "ValueError", re.escape(messages.MSG_MIX_LOCAL),
         f"{MODEL}, materialize_item_features",
         "Some images this rank selected were preprocessed locally by the encoder and others are deferred: "
         "the EPD owner assignment over the whole batch differs from the model's over cache misses.",
         ("S3",), ("s3-mixed-local",)),
     KnownMessage(
-        "mix-deferred-old", "ValueError", re.escape(deferred.MSG_MIX_DEFERRED_OLD),
+        "mix-deferred-old", "ValueError", re.escape(messages.MSG_MIX_DEFERRED_OLD),
         f"{MODEL} (older releases), get_image_feature",
         "The older wording of the mixed local/deferred error.", ("S3",), ("s3-mixed-local",)),
     KnownMessage(
         "processor-length", "ValueError",
-        _literal(deferred.MSG_PROCESSOR_LENGTH, produced=r"\d+", expected=r"\d+"),
+        _literal(messages.MSG_PROCESSOR_LENGTH, produced=r"\d+", expected=r"\d+"),
         f"{IMAGE_PROCESSING} and sglang/srt/multimodal/processors/kimi_k3.py (checkpoint processor call)",
         "The checkpoint processor returned a number of pixel_values rows that differs from the patches its "
         "own grids describe: its output was not one concatenation (per-image lists or a stacked tensor), "
@@ -121,7 +122,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         ("S6",), ("s6-stacked",)),
     KnownMessage(
         "trailing-shapes", "ValueError",
-        _literal(deferred.MSG_TRAILING_SHAPES, expected=r"torch\.Size\(\[[^\]]*\]\)", got=r"torch\.Size\(\[[^\]]*\]\)"),
+        _literal(messages.MSG_TRAILING_SHAPES, expected=r"torch\.Size\(\[[^\]]*\]\)", got=r"torch\.Size\(\[[^\]]*\]\)"),
         "sglang/srt/multimodal/mm_utils.py, materialize_multimodal_features",
         "A feature of the wrong rank reached the concatenation, e.g. a stacked [B, N, 3, 14, 14] tensor "
         "where [N, 3, 14, 14] rows were expected.",
@@ -132,7 +133,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "The cpu group's preprocessing returned a per-image list instead of one concatenated tensor.",
         ("S6",), ("s6-list",)),
     KnownMessage(
-        "channel-count", "ValueError", _literal(deferred.MSG_CHANNEL_COUNT, channels=r"\d+"),
+        "channel-count", "ValueError", _literal(messages.MSG_CHANNEL_COUNT, channels=r"\d+"),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features (HWC staging)",
         "A raw tensor with other than 1, 3 or 4 channels reached the cpu backend, or a CHW tensor was "
         "read as HWC (then the 'channel count' is the image width).",
@@ -146,19 +147,19 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "3.. as alpha and finds none.",
         ("S11",), ("s11-two-channels",)),
     KnownMessage(
-        "raw-uint8", "ValueError", _literal(deferred.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
+        "raw-uint8", "ValueError", _literal(messages.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
         f"{IMAGE_PROCESSING}, to_chw_uint8",
         "A deferred image arrived as a non-uint8 tensor (e.g. already normalised floats)."),
     KnownMessage(
-        "cpu-input-type", "TypeError", re.escape(deferred.MSG_CPU_INPUT_TYPE),
+        "cpu-input-type", "TypeError", re.escape(messages.MSG_CPU_INPUT_TYPE),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
         "A cpu-backend item's feature is neither a PIL image nor a uint8 tensor."),
     KnownMessage(
-        "feature-type", "TypeError", _literal(deferred.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
+        "feature-type", "TypeError", _literal(messages.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
         f"{MODEL}, materialize_item_features",
         "An eager (non-deferred) item's feature is not a tensor."),
     KnownMessage(
-        "unsupported-backend", "ValueError", _literal(deferred.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
+        "unsupported-backend", "ValueError", _literal(messages.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
         f"{MODEL}, materialize_item_features",
         "The deferred config names a backend other than 'gpu' or 'cpu': producer and consumer versions differ."),
     KnownMessage(
@@ -166,7 +167,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         f"{MODEL}, materialize_item_features",
         "The deferred config has no 'backend' key: the producer is older than the consumer."),
     KnownMessage(
-        "bg-pattern", "ValueError", _literal(deferred.MSG_BG_PATTERN, pattern=r"\S+"),
+        "bg-pattern", "ValueError", _literal(messages.MSG_BG_PATTERN, pattern=r"\S+"),
         f"{IMAGE_PROCESSING}, fill_transparent_bg",
         "transparent_bg_config names a pattern other than white, black, gray or chessboard."),
     KnownMessage(

@@ -2,7 +2,7 @@
 
 These mirror the fields of SGLang's ``MultimodalDataItem`` that decide the row counts:
 both grid keys, the ``kimi_k3_deferred_preprocessing`` config, the
-``encoder_local_preprocessed`` flag and the feature itself. Manifests (``kimi_viz.manifest``)
+``encoder_local_preprocessed`` flag and the feature itself. Manifests (``kimi_viz.manifest.io``)
 read and write exactly this model.
 """
 
@@ -81,6 +81,20 @@ class Item:
         return None
 
 
+@dataclass(frozen=True)
+class RecordedOutcome:
+    """What the captured call itself did: ``"ok"``, or ``"error"`` with SGLang's exception type and message."""
+
+    outcome: Literal["ok", "error"]
+    type: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"outcome", "error": {"type", "message"} | null}``."""
+        error = None if self.type is None else {"type": self.type, "message": self.message or ""}
+        return {"outcome": self.outcome, "error": error}
+
+
 @dataclass
 class Batch:
     """The items of one ``get_image_feature`` call plus the runtime facts that shape the split."""
@@ -93,6 +107,7 @@ class Batch:
     sglang_version: str | None = None
     code_variant: str = "post-fix"               # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
     code_variant_source: str = "assumed"         # "detected" (capture), "scenario", "recorded" or "assumed"
+    recorded: RecordedOutcome | None = None      # what the captured call did (None: not recorded)
     note: str = ""
     created_by: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
@@ -117,6 +117,36 @@ class ReleaseChoice:
                 "asked": self.asked, "note": self.note}
 
 
+@dataclass(frozen=True)
+class FixRelease:
+    """The first later release whose code replays a failing batch clean, and what changed there."""
+
+    release: str
+    change: str
+    code_path: CodePath
+
+    @property
+    def summary(self) -> str:
+        """Return the release's code-path summary."""
+        return RELEASES[self.release].summary
+
+    @property
+    def text(self) -> str:
+        """Return e.g. ``"fixed in 0.5.19: SGLang PRs #35305 / #36265"``."""
+        return f"fixed in {self.release}: {self.change}"
+
+    def to_json(self) -> dict[str, str]:
+        """Return ``{"release", "change", "code_path", "summary"}``."""
+        return {"release": self.release, "change": self.change, "code_path": self.code_path,
+                "summary": self.summary}
+
+
+def fix_release(path: CodePath) -> FixRelease:
+    """Return the :class:`FixRelease` of the release that introduced ``path``."""
+    version, change = PATH_INTRODUCED[path]
+    return FixRelease(version, change, path)
+
+
 def release_for(version: str) -> tuple[Release, str]:
     """Return ``(release whose code runs, sentence)`` for an SGLang version string; raise ConfigError before 0.5.17.
 
@@ -203,5 +233,6 @@ def choose_release(
                          f"({release.code_path} path); pass --sglang-version to replay another")
 
 
-__all__ = ["CodePath", "CODE_PATHS", "Release", "RELEASES", "NEWEST", "FIX_PRS", "ReleaseChoice",
+__all__ = ["CodePath", "CODE_PATHS", "Release", "RELEASES", "NEWEST", "FIX_PRS", "ReleaseChoice", "FixRelease",
+           "fix_release",
            "choose_release", "release_for", "fixed_in", "later_paths", "parse_version"]

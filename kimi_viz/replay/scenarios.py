@@ -1,6 +1,6 @@
 """Named, reproducible batches for every way the deferred split breaks (pipeline spec §7), and healthy ones.
 
-Each :class:`Scenario` builds a :class:`~kimi_viz.batch.Batch` from the sample images the way
+Each :class:`Scenario` builds a :class:`~kimi_viz.replay.batch.Batch` from the sample images the way
 SGLang's producer (``prepare_kimi_k3_encoder_inputs``) would, then bends one thing, and states the
 outcome SGLang 0.5.23 gives: ``ok``, or the exception type and exact message (per rank where
 the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
@@ -16,9 +16,9 @@ import torch
 from PIL import Image
 
 from .batch import Batch, Feature, Item
-from .config import get_config
-from .data import sample_path
-from .deferred import (
+from ..preprocess.config import get_config
+from ..data import sample_path
+from ..messages import (
     MSG_CHANNEL_COUNT,
     MSG_CPU_WRONG_GRIDS,
     MSG_GPU_WRONG_GRIDS,
@@ -26,13 +26,13 @@ from .deferred import (
     MSG_MIX_LOCAL,
     MSG_ONE_GRID,
     MSG_TRAILING_SHAPES,
-    Trace,
-    replay,
 )
-from .errors import ScenarioError
-from .pixels_checkpoint import checkpoint_pixels
-from .pixels_torch import to_chw_uint8
-from .resize import resize_config
+from .split import replay
+from .trace import Trace
+from ..errors import ScenarioError
+from ..preprocess.pixels_checkpoint import checkpoint_pixels
+from ..preprocess.pixels_torch import to_chw_uint8
+from ..preprocess.resize import resize_config
 
 CONSUMER = "kimi-k3"          # the model's own checkpoint processor (the cpu backend)
 
@@ -109,7 +109,7 @@ def _grid(resize: dict[str, Any]) -> list[int]:
 def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER) -> dict[str, Any]:
     """Return the ``kimi_k3_deferred_preprocessing`` dict SGLang's producer writes for one image.
 
-    ``resize`` is the image's :func:`~kimi_viz.resize.resize_config` and ``preset`` the producer's
+    ``resize`` is the image's :func:`~kimi_viz.preprocess.resize.resize_config` and ``preset`` the producer's
     processor config (mean, std and background come from it).
     """
     cfg = get_config(preset).to_media_proc_cfg()
@@ -380,9 +380,9 @@ def get_scenario(name: str) -> Scenario:
     return SCENARIOS[key]
 
 
-def run_scenario(name: str, *, mode: str = "pixels", device: Any = "cpu", sglang_version: str | None = None,
+def run_scenario(name: str, *, mode: str = "pixels", device: Any = "auto", sglang_version: str | None = None,
                  variant: str | None = None) -> Trace:
-    """Return the replay :class:`~kimi_viz.deferred.Trace` of scenario ``name`` (every rank).
+    """Return the replay :class:`~kimi_viz.replay.split.Trace` of scenario ``name`` (every rank).
 
     By default the scenario's own code path is replayed; ``sglang_version`` (or ``variant``) replays
     another release's.

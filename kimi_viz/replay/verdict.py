@@ -1,23 +1,263 @@
-"""The verdict of a replay, in the one schema ``kimi-viz scenario run --json`` and ``kimi-viz triage --json`` share.
+"""The verdict of a replay: one status, told the same way in the CLI, JSON, the report, figures and notebooks.
 
-::
+A replay ends in exactly one :class:`Status`:
 
-    {"outcome": "ok" | "error",
-     "error": {"type": ..., "message": ...} | null,          # the first failing rank's exception
-     "ranks": [{"rank", "image_indices", "outcome", "error"}],
-     "divergence": {...}}                                    # see kimi_viz.divergence
+================================  ====  ==========================================================
+status                            exit  meaning
+================================  ====  ==========================================================
+``clean``                         0     SGLang raises nothing and every image's rows match its grid
+``error-reproduced``              1     the replay raises SGLang's error (the one recorded, if any)
+``silent-mismatch``               3     nothing is raised, but an image is encoded wrongly (S4, S10, S12 …)
+``not-reproduced``                4     the capture recorded an error; this replay is clean — look again
+``recorded-ok-replay-fails``      5     the capture recorded success; this replay raises
+================================  ====  ==========================================================
 
-:func:`build_verdict` makes it from a :class:`~kimi_viz.deferred.Trace`, :data:`VERDICT_SCHEMA`
-describes it (JSON Schema), :func:`format_verdict` writes it for people and :func:`exit_code` maps
-it to the CLI's exit status (0 clean, 1 an error reproduced).
+(Exit 2 is bad input.) :data:`STATUS_STYLES` gives each status its badge text, symbol, colour and
+one-line wording; every view uses them. :func:`build_verdict` makes a :class:`Verdict` from a
+:class:`~kimi_viz.replay.trace.Trace`, :data:`VERDICT_SCHEMA` describes its JSON (version
+:data:`VERDICT_VERSION`, see ``docs/outputs.md``), :func:`format_verdict` writes it for a terminal.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .deferred import Trace
+from .batch import Batch, RecordedOutcome
+from .divergence import Divergence
+from .releases import NEWEST, FixRelease, ReleaseChoice
+from .trace import ErrorInfo, Trace
+
+VERDICT_VERSION = 2
+
+
+class Status(str, Enum):
+    """How a replay ended, against what the capture recorded."""
+
+    CLEAN = "clean"
+    ERROR_REPRODUCED = "error-reproduced"
+    SILENT_MISMATCH = "silent-mismatch"
+    NOT_REPRODUCED = "not-reproduced"
+    RECORDED_OK_REPLAY_FAILS = "recorded-ok-replay-fails"
+
+
+@dataclass(frozen=True)
+class StatusStyle:
+    """How every view shows a status: badge text, a symbol (so colour is never the only signal), colours, words."""
+
+    badge: str
+    symbol: str
+    color: str          # the badge's background (Okabe–Ito palette, colour-blind safe)
+    text_color: str     # the badge's text, readable on ``color``
+    wording: str
+    exit_code: int
+
+
+STATUS_STYLES: dict[Status, StatusStyle] = {
+    Status.CLEAN: StatusStyle("CLEAN REPLAY", "✓", "#009E73", "#ffffff",
+                              "SGLang raises nothing in get_image_feature and every image's rows match its grid.", 0),
+    Status.ERROR_REPRODUCED: StatusStyle("ERROR REPRODUCED", "✗", "#D55E00", "#ffffff",
+                                         "The replay raises SGLang's error.", 1),
+    Status.SILENT_MISMATCH: StatusStyle("SILENT MISMATCH", "≠", "#CC79A7", "#000000",
+                                        "SGLang raises nothing, but an image is encoded wrongly: its rows or its "
+                                        "resolution are not what the consumer's grid says.", 3),
+    Status.NOT_REPRODUCED: StatusStyle("NOT REPRODUCED", "?", "#E69F00", "#000000",
+                                       "The capture recorded an error, but this replay is clean: the release, "
+                                       "attention-TP size or rank replayed is not the one that failed.", 4),
+    Status.RECORDED_OK_REPLAY_FAILS: StatusStyle("REPLAY FAILS, CAPTURE DID NOT", "!", "#0072B2", "#ffffff",
+                                                 "The capture recorded success, but this replay raises: the "
+                                                 "release or settings replayed differ from the server's.", 5),
+}
+EXIT_CODES = {status.value: style.exit_code for status, style in STATUS_STYLES.items()}
+
+
+def decide_status(outcome: str, silent: bool, recorded: RecordedOutcome | None) -> Status:
+    """Return the status of a replay that ended in ``outcome`` (``silent`` divergence), against the recording."""
+    if outcome == "error":
+        if recorded is not None and recorded.outcome == "ok":
+            return Status.RECORDED_OK_REPLAY_FAILS
+        return Status.ERROR_REPRODUCED
+    if recorded is not None and recorded.outcome == "error":
+        return Status.NOT_REPRODUCED
+    return Status.SILENT_MISMATCH if silent else Status.CLEAN
+
+
+@dataclass(frozen=True)
+class ImageIdentity:
+    """One image as every view names it: the global index, its file or label, source size, mode and backend."""
+
+    image: int
+    label: str
+    size: tuple[int, int] | None        # (width, height) of the upload, when known
+    mode: str | None                    # PIL mode, or the raw tensor's layout
+    backend: str | None                 # gpu, cpu, or None for an eager item
+
+    @property
+    def name(self) -> str:
+        """Return ``"image 1 (chelsea.png)"``: the one way the kit names an image."""
+        return f"image {self.image}" + (f" ({self.label})" if self.label and self.label != f"image {self.image}"
+                                        else "")
+
+    @property
+    def details(self) -> str:
+        """Return e.g. ``"451×300 RGB, cpu backend"``."""
+        parts = []
+        if self.size is not None:
+            parts.append(f"{self.size[0]}×{self.size[1]}" + (f" {self.mode}" if self.mode else ""))
+        elif self.mode:
+            parts.append(self.mode)
+        parts.append(f"{self.backend} backend" if self.backend else "eager")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"image", "label", "size", "mode", "backend"}``."""
+        return {"image": self.image, "label": self.label, "size": None if self.size is None else list(self.size),
+                "mode": self.mode, "backend": self.backend}
+
+
+def identities(batch: Batch) -> list[ImageIdentity]:
+    """Return the :class:`ImageIdentity` of every item of ``batch``, in global order."""
+    out = []
+    for i, item in enumerate(batch.items):
+        feature = item.feature
+        if feature.image is not None:
+            mode: str | None = feature.image.mode
+            size: tuple[int, int] | None = (feature.image.width, feature.image.height)
+        else:
+            mode = None if feature.layout == "image" else f"{feature.layout} {feature.dtype} tensor"
+            size = None
+        if item.original_size is not None:
+            size = (int(item.original_size[0]), int(item.original_size[1]))
+        out.append(ImageIdentity(i, item.label or f"image {i}", size, mode, item.backend))
+    return out
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank's outcome."""
+
+    rank: int
+    image_indices: list[int] | None
+    outcome: str
+    error: ErrorInfo | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"rank", "image_indices", "outcome", "error"}``."""
+        return {"rank": self.rank, "image_indices": self.image_indices, "outcome": self.outcome,
+                "error": None if self.error is None else self.error.to_json()}
+
+
+@dataclass
+class Verdict:
+    """The verdict of one replay: status, the exact error per rank, the release, the images and the divergence."""
+
+    status: Status
+    outcome: str
+    error: ErrorInfo | None
+    ranks: list[RankVerdict]
+    divergence: Divergence
+    release: ReleaseChoice
+    fixed_in: FixRelease | None
+    recorded: RecordedOutcome | None
+    images: list[ImageIdentity]
+    variants: dict[str, "Verdict"] = field(default_factory=dict)   # the other code paths replayed (--variant both)
+
+    @property
+    def style(self) -> StatusStyle:
+        """Return the status's badge, colour and wording."""
+        return STATUS_STYLES[self.status]
+
+    @property
+    def exit_code(self) -> int:
+        """Return the documented exit code of the status."""
+        return self.style.exit_code
+
+    @property
+    def failing_ranks(self) -> list[int]:
+        """Return the numbers of the ranks that raise."""
+        return [r.rank for r in self.ranks if r.outcome == "error"]
+
+    @property
+    def rank_summary(self) -> str:
+        """Return e.g. ``"3 of 4 ranks fail"`` (or ``"every rank passes"``)."""
+        n, failing = len(self.ranks), len(self.failing_ranks)
+        if failing == 0:
+            return "the replayed rank passes" if n == 1 else f"all {n} ranks pass"
+        if n == 1:
+            return f"rank {self.ranks[0].rank} fails"
+        return f"{failing} of {n} ranks fail"
+
+    @property
+    def recorded_differs(self) -> bool:
+        """Return True when the capture recorded an error other than the one this replay raises."""
+        rec = self.recorded
+        return (rec is not None and rec.outcome == "error" and self.error is not None
+                and (rec.type, rec.message) != (self.error.type, self.error.message))
+
+    def identity(self, image: int | None) -> ImageIdentity | None:
+        """Return the identity of global image ``image`` (None when out of range)."""
+        return self.images[image] if image is not None and 0 <= image < len(self.images) else None
+
+    def headline(self) -> str:
+        """Return the one sentence every view opens with: badge, what happened, where and which image."""
+        style = self.style
+        parts = [f"{style.symbol} {style.badge}"]
+        div = self.divergence
+        who = self.identity(div.first_image)
+        if self.status in (Status.ERROR_REPRODUCED, Status.RECORDED_OK_REPLAY_FAILS) and self.error is not None:
+            parts.append(f"{self.error.type}: {self.error.message}")
+            parts.append(self.rank_summary)
+        elif self.status is Status.NOT_REPRODUCED and self.recorded is not None:
+            parts.append(f"the capture recorded {self.recorded.type}: {self.recorded.message}; this replay raises "
+                         "nothing")
+        elif self.status is Status.SILENT_MISMATCH:
+            parts.append(f"{div.scenario_class}: nothing raised, but the rows or resolution are wrong")
+        if who is not None and self.status is not Status.CLEAN:
+            parts.append(f"first diverging: {who.name}")
+        return " — ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the verdict in the schema :data:`VERDICT_SCHEMA` (version :data:`VERDICT_VERSION`)."""
+        data: dict[str, Any] = {
+            "verdict_version": VERDICT_VERSION,
+            "status": self.status.value,
+            "status_text": self.style.wording,
+            "headline": self.headline(),
+            "exit_code": self.exit_code,
+            "outcome": self.outcome,
+            "error": None if self.error is None else self.error.to_json(),
+            "recorded": None if self.recorded is None else self.recorded.to_json(),
+            "release": {**self.release.to_json(),
+                        "fixed_in": None if self.fixed_in is None else self.fixed_in.to_json()},
+            "rank_summary": self.rank_summary,
+            "failing_ranks": self.failing_ranks,
+            "ranks": [r.to_json() for r in self.ranks],
+            "images": [i.to_json() for i in self.images],
+            "divergence": self.divergence.to_json(),
+        }
+        if self.variants:   # every code path replayed, this one included (its entry without "variants")
+            data["variants"] = {self.release.code_path: {k: v for k, v in data.items()},
+                                **{name: v.to_json() for name, v in self.variants.items()}}
+        return data
+
+
+def build_verdict(trace: Trace, *, recorded: RecordedOutcome | None = None) -> Verdict:
+    """Return the :class:`Verdict` of ``trace``; ``recorded`` defaults to what the batch's capture recorded."""
+    recorded = trace.batch.recorded if recorded is None else recorded
+    divergence = trace.divergence if trace.divergence is not None else Divergence()
+    status = decide_status(trace.outcome, divergence.silent, recorded)
+    ranks = [RankVerdict(r.rank, r.image_indices, r.outcome, r.error) for r in trace.ranks]
+    return Verdict(status, trace.outcome, trace.error, ranks, divergence, trace.release, trace.fixed_in, recorded,
+                   identities(trace.batch))
+
+
+def trace_document(trace: Trace, verdict: Verdict | None = None) -> dict[str, Any]:
+    """Return ``trace.json``: the verdict plus the step-by-step trace under ``"trace"``."""
+    data = (verdict or build_verdict(trace)).to_json()
+    data["trace"] = trace.to_json()
+    return data
+
 
 _ERROR = {
     "type": ["object", "null"],
@@ -30,9 +270,21 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "kimi-viz verdict",
     "type": "object",
-    "required": ["outcome", "error", "ranks", "divergence", "release"],
+    "required": ["verdict_version", "status", "status_text", "headline", "exit_code", "outcome", "error",
+                 "recorded", "release", "rank_summary", "failing_ranks", "ranks", "images", "divergence"],
     "properties": {
+        "verdict_version": {"const": VERDICT_VERSION},
+        "status": {"enum": [s.value for s in Status]},
+        "status_text": {"type": "string"},
+        "headline": {"type": "string"},
+        "exit_code": {"enum": sorted(EXIT_CODES.values())},
         "outcome": {"enum": ["ok", "error"]},
+        "error": _ERROR,
+        "recorded": {
+            "type": ["object", "null"],
+            "required": ["outcome", "error"],
+            "properties": {"outcome": {"enum": ["ok", "error"]}, "error": _ERROR},
+        },
         "release": {
             "type": "object",
             "required": ["sglang_version", "code_path", "chosen_by", "note", "fixed_in"],
@@ -50,7 +302,8 @@ VERDICT_SCHEMA: dict[str, Any] = {
                 },
             },
         },
-        "error": _ERROR,
+        "rank_summary": {"type": "string"},
+        "failing_ranks": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "ranks": {
             "type": "array",
             "items": {
@@ -65,115 +318,115 @@ VERDICT_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "images": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["image", "label", "size", "mode", "backend"],
+                "properties": {"image": {"type": "integer", "minimum": 0}, "label": {"type": "string"}},
+            },
+        },
         "divergence": {
             "type": "object",
-            "required": ["scenario_class", "silent", "first_image", "expected_rows", "produced_rows",
-                         "expected_total", "produced_total", "wrong_expectation", "explanation", "fix", "images"],
+            "required": ["scenario_class", "silent", "cause", "first_image", "expected_rows", "produced_rows",
+                         "expected_total", "produced_total", "grid_read_from", "wrong_expectation", "explanation",
+                         "fix", "images", "findings"],
             "properties": {
-                "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|skew|none|unknown)$"},
+                "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|skew|none|unclassified)$"},
                 "silent": {"type": "boolean"},
+                "cause": {"type": ["string", "null"]},
                 "first_image": {"type": ["integer", "null"]},
                 "expected_rows": {"type": ["integer", "null"]},
                 "produced_rows": {"type": ["integer", "null"]},
                 "expected_total": {"type": ["integer", "null"]},
                 "produced_total": {"type": ["integer", "null"]},
+                "grid_read_from": {"type": ["integer", "null"]},
                 "wrong_expectation": {"type": ["string", "null"]},
                 "explanation": {"type": "string"},
                 "fix": {"type": ["string", "null"]},
                 "images": {"type": "array"},
+                "findings": {"type": "array"},
             },
         },
     },
 }
 
 
-def build_verdict(trace: "Trace") -> dict[str, Any]:
-    """Return the verdict dict of a replay (plain JSON data)."""
-    error = trace.error
-    return {
-        "outcome": trace.outcome,
-        "error": None if error is None else error.to_json(),
-        "ranks": [
-            {"rank": r.rank, "image_indices": r.image_indices, "outcome": r.outcome,
-             "error": None if r.error is None else r.error.to_json()}
-            for r in trace.ranks
-        ],
-        "divergence": trace.divergence,
-        "release": release_json(trace),
-    }
+def validate_verdict(verdict: Any) -> None:
+    """Raise ``jsonschema.ValidationError`` unless the verdict JSON follows :data:`VERDICT_SCHEMA`."""
+    import jsonschema
+
+    jsonschema.validate(verdict, VERDICT_SCHEMA)
 
 
-def release_json(trace: "Trace") -> dict[str, Any]:
-    """Return the ``release`` block: which SGLang release and code path were replayed, how chosen, and the fix release."""
-    from .releases import choose_release
-
-    choice = trace.release or choose_release(variant=trace.variant)
-    return {**choice.to_json(), "fixed_in": trace.fixed_in()}
-
-
-def release_lines(verdict: dict[str, Any]) -> list[str]:
+def release_lines(verdict: Verdict) -> list[str]:
     """Return the lines that say which release was replayed and, for a failure a later release fixes, which."""
-    release = verdict.get("release")
-    if not release:
-        return []
-    lines = [f"replayed: SGLang {release['sglang_version']} ({release['code_path']} path) — {release['note']}"]
-    fix = release.get("fixed_in")
-    if fix:
-        lines.append(f"fixed in {fix['release']}: {fix['change']} (its {fix['code_path']} path replays this "
-                     "batch clean)")
-    elif verdict.get("outcome") == "error":
-        from .releases import NEWEST
-
-        newest = release["sglang_version"] == NEWEST or release["code_path"] == "post-fix"
+    release = verdict.release
+    lines = [f"replayed: {release.label} — {release.note}"]
+    if verdict.fixed_in is not None:
+        fix = verdict.fixed_in
+        lines.append(f"{fix.text} (its {fix.code_path} path replays this batch clean)")
+    elif verdict.outcome == "error":
+        newest = release.code_path == "post-fix"
         lines.append("not fixed by upgrading: " + (f"SGLang {NEWEST} runs this same code path" if newest else
                                                    "no later release's code replays this batch clean")
                      + "; the fix is in the batch (see fix)")
     return lines
 
 
-def validate_verdict(verdict: Any) -> None:
-    """Raise ``jsonschema.ValidationError`` unless ``verdict`` follows :data:`VERDICT_SCHEMA`."""
-    import jsonschema
-
-    jsonschema.validate(verdict, VERDICT_SCHEMA)
-
-
-def exit_code(verdict: dict[str, Any]) -> int:
-    """Return 0 when the batch replays cleanly, 1 when it reproduces an error."""
-    return 1 if verdict["outcome"] == "error" else 0
+def image_sentence(verdict: Verdict, image: int | None) -> str:
+    """Return ``"image 1 (chelsea.png; 451×300 RGB, cpu backend)"`` for a global image index."""
+    who = verdict.identity(image)
+    if who is None:
+        return "—" if image is None else f"image {image}"
+    return f"{who.name[:-1]}; {who.details})" if who.name.endswith(")") else f"{who.name} ({who.details})"
 
 
-def format_verdict(verdict: dict[str, Any], *, title: str | None = None) -> str:
-    """Return the verdict as a few lines of plain text for a terminal."""
+def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
+    """Return the verdict as plain text for a terminal: status first, failing ranks first."""
     lines = [title] if title else []
+    lines.append(verdict.headline())
+    lines.append(f"status: {verdict.status.value} (exit {verdict.exit_code}) — {verdict.style.wording}")
     lines += release_lines(verdict)
-    error = verdict["error"]
-    if error is None:
-        lines.append("outcome: ok (SGLang raises nothing in get_image_feature)")
-    else:
-        lines.append(f"outcome: error — {error['type']}: {error['message']}")
-    for rank in verdict["ranks"]:
-        what = "ok" if rank["error"] is None else f"{rank['error']['type']}: {rank['error']['message']}"
-        lines.append(f"  rank {rank['rank']}: images {rank['image_indices']} -> {what}")
-    div = verdict.get("divergence") or {}
-    cls = div.get("scenario_class", "none")
-    if cls != "none" or div.get("first_image") is not None:
-        silent = " (silent)" if div.get("silent") else ""
-        lines.append(f"scenario class: {cls}{silent}")
-        if div.get("first_image") is not None:
-            label = f" ({div['label']})" if div.get("label") else ""
-            lines.append(f"first diverging image: {div['first_image']}{label} on rank {div.get('rank')}: "
-                         f"expected {div.get('expected_rows')} rows, produced {div.get('produced_rows')}")
-        if div.get("expected_total") is not None or div.get("produced_total") is not None:
-            lines.append(f"counts: expected {div.get('expected_total')}, produced {div.get('produced_total')}")
-        if div.get("wrong_expectation"):
-            lines.append(f"wrong expectation from: {div['wrong_expectation']}")
-    if div.get("explanation"):
-        lines.append(f"why: {div['explanation']}")
-    if div.get("fix"):
-        lines.append(f"fix: {div['fix']}")
+    if verdict.recorded is not None:
+        rec = verdict.recorded
+        lines.append("recorded by the capture: " + ("ok" if rec.outcome == "ok" else f"{rec.type}: {rec.message}")
+                     + (" (differs from this replay's error)" if verdict.recorded_differs else ""))
+    error = verdict.error
+    lines.append("outcome: ok (SGLang raises nothing in get_image_feature)" if error is None
+                 else f"outcome: error — {error.type}: {error.message}")
+    lines.append(f"ranks: {verdict.rank_summary}")
+    ordered = sorted(verdict.ranks, key=lambda r: (r.outcome != "error", r.rank))
+    shown = ordered if len(ordered) <= 16 else [r for r in ordered if r.outcome == "error"][:16]
+    for rank in shown:
+        what = "ok" if rank.error is None else str(rank.error)
+        images = "(none yet: raised before the assignment)" if rank.image_indices is None else rank.image_indices
+        lines.append(f"  rank {rank.rank}: images {images} -> {what}")
+    if len(shown) < len(ordered):
+        lines.append(f"  ... {len(ordered) - len(shown)} more ranks (see --json)")
+    div = verdict.divergence
+    if div.scenario_class != "none" or div.first_image is not None:
+        silent = " (silent)" if div.silent else ""
+        lines.append(f"scenario class: {div.scenario_class}{silent}")
+        if div.first_image is not None:
+            counts = ("" if div.expected_rows is None and div.produced_rows is None
+                      else f": expected {div.expected_rows} rows, produced {div.produced_rows}")
+            lines.append(f"first diverging image: {image_sentence(verdict, div.first_image)} on rank {div.rank}"
+                         + counts)
+            if div.grid_read_from is not None:
+                lines.append(f"grid read from another image: the grid of image {div.grid_read_from}, read for image "
+                             f"{div.first_image}")
+        if div.expected_total is not None or div.produced_total is not None:
+            lines.append(f"counts: expected {div.expected_total}, produced {div.produced_total}")
+        if div.wrong_expectation:
+            lines.append(f"wrong expectation from: {div.wrong_expectation}")
+    if div.explanation:
+        lines.append(f"why: {div.explanation}")
+    if div.fix:
+        lines.append(f"fix: {div.fix}")
     return "\n".join(lines)
 
 
-__all__ = ["VERDICT_SCHEMA", "build_verdict", "validate_verdict", "exit_code", "format_verdict", "release_json",
-           "release_lines"]
+__all__ = ["VERDICT_VERSION", "Status", "StatusStyle", "STATUS_STYLES", "EXIT_CODES", "decide_status", "ImageIdentity",
+           "identities", "RankVerdict", "Verdict", "build_verdict", "trace_document", "VERDICT_SCHEMA",
+           "validate_verdict", "release_lines", "image_sentence", "format_verdict"]

@@ -1,0 +1,144 @@
+"""§6.5, cpu backend: the consumer's checkpoint processor on a rank's cpu-group items, and its grid check.
+
+``materialize_kimi_k3_cpu_features`` (``sglang/srt/multimodal/kimi_k3_image_processing.py``, the same in
+0.5.18 to 0.5.23) hands the raw images to the model's checkpoint processor, which computes its *own*
+resize from each image's size and the consumer's ``media_proc_cfg`` — not the item's
+``resize_config`` — and compares the grids it gets with each item's ``grid_thws``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PIL import Image
+
+from ..errors import ConfigError
+from ..messages import MSG_CHANNEL_COUNT, MSG_CPU_INPUT_TYPE, MSG_CPU_WRONG_GRIDS
+from ..preprocess.pixels_checkpoint import checkpoint_pixels
+from ..preprocess.resize import resize_config
+from .batch import Feature, Item
+from .group import BackendGroup, Produced
+from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, raises
+from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
+
+
+def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Produced:
+    """Replay the cpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
+    inputs: list[dict[str, Any]] = []
+    step = Step(PREPROCESS_CPU, "Preprocess the cpu group (the checkpoint processor)", "§6.5",
+                {**group.variables(), "inputs": inputs,
+                 "processor": None if ctx.consumer is None else ctx.consumer.to_media_proc_cfg()},
+                "", rows=state.tracks())
+    steps.append(step)
+    consumer = ctx.consumer
+    if consumer is None:
+        raise ConfigError(
+            "batch.processor is None but the batch has cpu-backend items: the cpu backend runs the "
+            "consumer's checkpoint processor, so its media_proc_cfg is needed (set Batch.processor, or "
+            "'processor' in the manifest)"
+        )
+    staged = []
+    try:
+        for item, g in zip(group.items, group.global_indices):
+            staged.append(_stage(item.feature, g))
+        resizes = []
+        for (width, height, _mode), g in zip(staged, group.global_indices):
+            if width == 0 or height == 0:
+                # The checkpoint's navit_resize_image divides by the width, then by the height.
+                raise raises("ZeroDivisionError", "division by zero", CauseKind.EMPTY_IMAGE, g, size=[width, height])
+            resizes.append(resize_config(width, height, consumer))
+    except SGLangRaise:
+        step.note = "The checkpoint processor cannot take this image."
+        raise
+    grids = [tuple(int(v) for v in r["grid_thw"]) for r in resizes]
+    rows = [prod(gr) for gr in grids]
+    for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes):
+        inputs.append({"image": g, "feature": feature_json(item.feature), "size": [width, height],
+                       "mode": mode_name, "own_resize": {k: resize[k] for k in ("new_width", "new_height",
+                                                                               "pad_width", "pad_height")},
+                       "item_resize_config": (item.deferred or {}).get("resize_config")})
+    for k, grid, n in zip(group.indices, grids, rows):
+        state.rows[k].produced_grid = list(grid)
+        state.rows[k].produced_rows = n
+    missing = next((g for item, g in zip(group.items, group.global_indices) if "grid_thws" not in item.grids), None)
+    expected = [] if missing is not None else [[int(v) for v in row] for item in group.items
+                                               for row in item.grids["grid_thws"]]
+    produced = [list(g) for g in grids]
+    passed = missing is None and produced == expected
+    tensors = None
+    note = ("The checkpoint processor computes its own resize from each image's size and the consumer's "
+            "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws.")
+    if ctx.mode == "pixels" and passed:
+        tensors = [checkpoint_pixels(_image_of(item.feature), resize, consumer)[1]
+                   for item, resize in zip(group.items, resizes)]
+        rows = [int(t.shape[0]) for t in tensors]
+    elif ctx.mode == "pixels":
+        note += " Pixels not materialized: the grid check fails on sizes alone."
+    output = ctx.processor_output
+    pixel_rows = None if output == "list" else (len(group.items) if output == "stacked" else sum(rows))
+    step.variables.update({
+        "produced_grids": produced,
+        "produced_rows": rows,
+        "expected_grids": None if missing is not None else expected,
+        "expected_from": "each item's grid_thws",
+        "processor_output": output,
+        "pixel_values_rows": pixel_rows,
+    })
+    step.rows = state.tracks()
+    step.check = Check("checkpoint grids == cat(item grid_thws)", step.variables["expected_grids"], produced, passed)
+    step.note = note
+    if missing is not None:
+        raise raises("KeyError", repr("grid_thws"), CauseKind.MISSING_GRID_THWS, missing)
+    if not passed:
+        bad = _first_grid_mismatch(group.items, grids)
+        raise raises("ValueError", MSG_CPU_WRONG_GRIDS, CauseKind.CPU_GRIDS, group.global_indices[bad],
+                     expected=group.items[bad].grids["grid_thws"], produced=list(grids[bad]))
+    return Produced(grids, rows, tensors, pixel_rows, output)
+
+
+def _first_grid_mismatch(items: list[Item], grids: list[tuple[int, int, int]]) -> int:
+    for k, (item, grid) in enumerate(zip(items, grids)):
+        if [[int(v) for v in row] for row in item.grids["grid_thws"]] != [list(grid)]:
+            return k
+    return 0
+
+
+def _stage(feature: Feature, image: int) -> tuple[int, int, str]:
+    """Return ``(width, height, PIL mode)`` of what the checkpoint processor receives; raise SGLang's errors."""
+    if not is_tensor(feature):
+        width, height, _ = image_size(feature)
+        mode_name = feature.image.mode if feature.image is not None else "?"
+        return width, height, mode_name
+    if feature.dtype != "uint8":
+        raise raises("TypeError", MSG_CPU_INPUT_TYPE, CauseKind.DTYPE, image, dtype=feature.dtype)
+    shape = [int(s) for s in feature.shape]
+    # to_hwc_uint8: 2-D gains a channel axis; a 3-D tensor whose first axis is 1, 3 or 4 is read as CHW.
+    if len(shape) == 2:
+        shape = shape + [1]
+    elif len(shape) == 3 and shape[0] in (1, 3, 4):
+        shape = [shape[1], shape[2], shape[0]]
+    if shape[-1] == 1:
+        shape[-1] = 3
+    channels = shape[-1]
+    if channels not in (1, 3, 4) or len(shape) != 3:
+        raise raises("ValueError", MSG_CHANNEL_COUNT.format(channels), CauseKind.CHANNELS, image, channels=channels)
+    return shape[1], shape[0], {3: "RGB", 4: "RGBA"}[channels]
+
+
+def _image_of(feature: Feature) -> Image.Image:
+    """Return the PIL image SGLang hands the checkpoint processor for this feature."""
+    if feature.image is not None:
+        return feature.image
+    tensor = feature.tensor
+    assert tensor is not None
+    if tensor.dim() == 2:
+        tensor = tensor.unsqueeze(-1)
+    elif tensor.dim() == 3 and tensor.shape[0] in (1, 3, 4):
+        tensor = tensor.permute(1, 2, 0)
+    if tensor.shape[-1] == 1:
+        tensor = tensor.repeat(1, 1, 3)
+    array = tensor.cpu().contiguous().numpy()
+    return Image.fromarray(array, mode="RGBA" if array.shape[-1] == 4 else "RGB")
+
+
+__all__ = ["preprocess_cpu"]

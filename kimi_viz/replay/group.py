@@ -1,0 +1,40 @@
+"""One backend group of a rank's deferred items, and what its preprocessing produced (shared by §6.5–6.6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .batch import Item
+
+
+@dataclass
+class BackendGroup:
+    """The deferred items of one backend on one rank: local positions, global indices and the grid rows read."""
+
+    backend: str
+    indices: list[int]              # local positions in the rank's image_indices
+    global_indices: list[int]       # [image_indices[i] for i in indices]
+    grid_rows_read: list[int]       # the rows of grid_thws_host the checks read (indices on the pre-fix code)
+    items: list[Item]
+
+    def variables(self) -> dict[str, Any]:
+        """Return the group's variables as SGLang names them, for a step snapshot."""
+        return {"backend": self.backend, "indices": self.indices, "global_indices": self.global_indices,
+                "grid_rows_read": self.grid_rows_read}
+
+
+@dataclass
+class Produced:
+    """What a group's preprocessing returned: grids, rows per image, tensors (pixels mode) and ``shape[0]``."""
+
+    grids: list[tuple[int, int, int]]
+    rows: list[int]
+    tensors: list[torch.Tensor] | None
+    pixel_rows: int | None                     # pixel_values.shape[0]; None for a per-image list
+    output: str = "concatenated"
+
+
+__all__ = ["BackendGroup", "Produced"]
