@@ -1,1 +1,63 @@
-"""."""
+"""Capture failing ``get_image_feature`` calls from a live SGLang process.
+
+:mod:`.hook` is the start-up part (the import hook, wrapping the method, :func:`patch`); it is
+imported in every Python process under ``kimi-viz capture``, so this package imports nothing else
+eagerly. :mod:`.record` (SGLang items to the kit's batch, the manifest written) and :mod:`.run`
+(running a command under capture) are imported on first use of one of their names.
+"""
+
+from .hook import (
+    ENV_ALL,
+    ENV_DIR,
+    ENV_PACKAGE_ROOT,
+    ENV_REDACT,
+    ENV_TP_RANK,
+    ENV_TP_SIZE,
+    TARGET_CLASS,
+    TARGET_METHOD,
+    TARGET_MODULE,
+    WRAPPED_ATTR,
+    CaptureSession,
+    KimiK3ImportHook,
+    install_from_environment,
+    install_import_hook,
+    log,
+    patch,
+    unwrap_method,
+    wrap_method,
+    wrap_module,
+)
+
+_LAZY = {
+    "item_from_sglang": "record",
+    "batch_from_call": "record",
+    "record_call": "record",
+    "capture_environment": "run",
+    "run_captured": "run",
+    "captured_manifests": "run",
+    "shim_dir": "run",
+}
+
+__all__ = [
+    "ENV_ALL", "ENV_DIR", "ENV_PACKAGE_ROOT", "ENV_REDACT", "ENV_TP_RANK", "ENV_TP_SIZE", "TARGET_CLASS",
+    "TARGET_METHOD", "TARGET_MODULE", "WRAPPED_ATTR", "CaptureSession", "KimiK3ImportHook",
+    "install_from_environment", "install_import_hook", "log", "patch", "unwrap_method", "wrap_method", "wrap_module",
+    # lazily, from .record and .run
+    "batch_from_call", "capture_environment", "captured_manifests", "item_from_sglang", "record_call", "run_captured",
+    "shim_dir",
+]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kimi_viz.capture' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

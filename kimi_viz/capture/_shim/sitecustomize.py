@@ -5,7 +5,7 @@ Python imports ``sitecustomize`` at start-up from the first folder on ``sys.path
 ``kimi-viz capture`` puts this folder first on ``PYTHONPATH``. This file then
 
 1. runs the ``sitecustomize`` that would otherwise have been found (so an existing one keeps working),
-2. when ``KIMI_VIZ_CAPTURE_DIR`` is set, installs the import hook of :mod:`kimi_viz.capture`
+2. when ``KIMI_VIZ_CAPTURE_DIR`` is set, installs the import hook of :mod:`kimi_viz.capture.hook`
    (nothing else changes until ``sglang.srt.models.kimi_k3`` is imported).
 
 It imports only what the interpreter has already loaded, and it never raises: any problem is
@@ -45,13 +45,13 @@ def _install():
     if not os.environ.get("KIMI_VIZ_CAPTURE_DIR"):
         return
     try:
-        from kimi_viz.capture import install_from_environment
+        from kimi_viz.capture.hook import install_from_environment
     except ImportError:
         root = os.environ.get("KIMI_VIZ_CAPTURE_PACKAGE_ROOT")
         if not root or root in sys.path:
             raise
         sys.path.append(root)  # last, so it never shadows anything the command imports
-        from kimi_viz.capture import install_from_environment
+        from kimi_viz.capture.hook import install_from_environment
 
     install_from_environment()
 

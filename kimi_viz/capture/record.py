@@ -1,0 +1,272 @@
+"""Turning one SGLang ``get_image_feature`` call into the kit's :class:`~kimi_viz.replay.batch.Batch`, and writing it.
+
+:func:`item_from_sglang` reads one ``MultimodalDataItem`` (both grid keys, the deferred config, the
+``encoder_local_preprocessed`` flag, the feature); :func:`batch_from_call` adds what the running
+process knows (attention TP, the SGLang release, the code path read from SGLang's source, the
+checkpoint processor's config, the call's outcome); :func:`record_call` writes it as a manifest.
+Imported only when a call is recorded, never at start-up (see :mod:`kimi_viz.capture.hook`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .names import ENV_TP_RANK, ENV_TP_SIZE, TARGET_MODULE, log
+
+_counter = itertools.count()
+_counter_lock = threading.Lock()
+
+
+def _model_data(item: Any) -> dict:
+    data = getattr(item, "__dict__", {}).get("model_specific_data")
+    if data is None:
+        try:
+            data = getattr(item, "model_specific_data", None)
+        except Exception:
+            data = None
+    return data if isinstance(data, dict) else {}
+
+
+def _item_value(item: Any, data: dict, key: str) -> Any:
+    if key in data:
+        return data[key]
+    return getattr(item, "__dict__", {}).get(key)
+
+
+def _grid_rows(value: Any) -> list[list[int]] | None:
+    from ..manifest import jsonable
+
+    value = jsonable(value)
+    if value is None:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        value = [value]
+    return [[int(v) for v in row] for row in value]
+
+
+def _tensor_layout(tensor: Any) -> str:
+    shape = tuple(tensor.shape)
+    if len(shape) == 5:
+        return "stacked"
+    if str(tensor.dtype) != "torch.uint8":
+        return "patches"
+    if len(shape) == 3 and shape[0] not in (1, 2, 3, 4) and shape[-1] in (1, 2, 3, 4):
+        return "hwc"
+    return "chw"
+
+
+def _feature_of(value: Any, backend: str | None):
+    """Return a kit Feature for an SGLang item's feature (PIL image, tensor, array, or anything else)."""
+    import torch
+    from PIL import Image
+
+    from ..replay.batch import Feature
+    from ..manifest import DTYPES
+
+    if isinstance(value, Image.Image):
+        return Feature.from_image(value.copy())   # copy() loads the pixels and copies .info
+    if value is not None and not isinstance(value, torch.Tensor) and hasattr(value, "__array__"):
+        import numpy as np
+
+        try:
+            value = torch.from_numpy(np.asarray(value))
+        except Exception:  # an array torch cannot hold: recorded by its shape below
+            pass
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        layout = _tensor_layout(tensor)
+        dtype = str(tensor.dtype).replace("torch.", "")
+        if dtype not in DTYPES:
+            return Feature.shape_only(layout, tuple(tensor.shape), "unknown")
+        return Feature.from_tensor(tensor.contiguous(), layout)
+    shape = tuple(int(s) for s in getattr(value, "shape", ()) or ())
+    layout = "image" if backend == "cpu" else "chw" if backend == "gpu" else "patches"
+    return Feature.shape_only(layout, shape, "unknown")
+
+
+def item_from_sglang(item: Any, index: int):
+    """Return the kit :class:`~kimi_viz.replay.batch.Item` for one SGLang ``MultimodalDataItem``."""
+    from ..replay.batch import DEFERRED_KEY, GRID_KEYS, Item
+    from ..manifest import jsonable
+
+    data = _model_data(item)
+    grids = {}
+    for key in GRID_KEYS:
+        rows = _grid_rows(_item_value(item, data, key))
+        if rows is not None:
+            grids[key] = rows
+    deferred = _item_value(item, data, DEFERRED_KEY)
+    deferred = jsonable(deferred) if deferred is not None else None
+    backend = deferred.get("backend") if isinstance(deferred, dict) else None
+    local = bool(_item_value(item, data, "encoder_local_preprocessed") or False)
+    feature = _feature_of(getattr(item, "feature", None), backend)
+    original_size = None
+    shape = feature.shape
+    if deferred is not None and len(shape) == 3 and feature.layout in ("image", "hwc"):
+        original_size = (shape[1], shape[0])
+    elif deferred is not None and len(shape) == 3 and feature.layout == "chw":
+        original_size = (shape[2], shape[1])
+    return Item(grids=grids, feature=feature, deferred=deferred, local_preprocessed=local,
+                original_size=original_size, label=f"item {index}")
+
+
+def _attention_tp(model: Any) -> tuple[int, int | None, str]:
+    """Return ``(attn_tp_size, attn_tp_rank, where it came from)`` for the running process."""
+    if model is not None and getattr(model, "use_data_parallel", True) is False:
+        return 1, None, "use_data_parallel is off: every rank materializes every image"
+
+    def from_dp_attention():
+        from sglang.srt.layers import dp_attention
+
+        return dp_attention.get_attention_tp_size(), dp_attention.get_attention_tp_rank()
+
+    def from_runtime_context():
+        from sglang.srt.runtime_context import get_parallel
+
+        parallel = get_parallel()
+        return parallel.attn_tp_size, parallel.attn_tp_rank
+
+    for probe in (from_dp_attention, from_runtime_context):
+        try:
+            size, rank = probe()
+            return int(size), int(rank), f"sglang {probe.__name__.replace('from_', '')}"
+        except Exception:
+            continue
+    size = os.environ.get(ENV_TP_SIZE)
+    rank = os.environ.get(ENV_TP_RANK)
+    if size:
+        try:
+            return int(size), (int(rank) if rank else None), f"${ENV_TP_SIZE}"
+        except ValueError:
+            pass
+    return 1, None, "unknown (assumed 1; pass --tp to triage)"
+
+
+def _sglang_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        module = sys.modules.get("sglang")
+        value = getattr(module, "__version__", None)
+        return str(value) if value else None
+
+
+def _code_variant(function: Any) -> tuple[str, str, str]:
+    """Return ``(code path, "detected" | "assumed", how it was found)`` from SGLang's ``get_image_feature`` source.
+
+    0.5.19 and later map backend-group positions through ``global_indices`` (post-fix); 0.5.18 has the
+    deferred split (``DEFERRED_PREPROCESSING_KEY``) without it (pre-fix); 0.5.17 has neither and
+    requires every feature to be a tensor (no-split). The method's own source decides; the module's
+    source is read only when the method's cannot be.
+    """
+    import contextlib
+    import inspect
+
+    text = ""
+    with contextlib.suppress(Exception):
+        text = inspect.getsource(function)
+    if not text:
+        module = sys.modules.get(TARGET_MODULE)
+        with contextlib.suppress(Exception):
+            text = inspect.getsource(module) if module is not None else ""
+    if "global_indices" in text:
+        return "post-fix", "detected", "detected: SGLang maps shard-local indices through global_indices"
+    if "DEFERRED_PREPROCESSING_KEY" in text or "kimi_k3_deferred_preprocessing" in text:
+        return "pre-fix", "detected", "detected: deferred split without global_indices"
+    if "must be a torch.Tensor" in text:
+        return "no-split", "detected", "detected: no deferred split (every feature must be a tensor)"
+    return "post-fix", "assumed", "not detected from the source; the recorded SGLang version decides"
+
+
+def _processor_config(model: Any) -> dict | None:
+    """Return the ``media_proc_cfg`` of the model's checkpoint image processor as plain JSON, or None."""
+    from ..manifest import jsonable
+
+    for name in ("_encoder_image_processor", "image_processor", "_image_processor"):
+        processor = getattr(model, name, None) if model is not None else None
+        config = getattr(processor, "media_proc_cfg", None)
+        if isinstance(config, dict):
+            return jsonable(config)
+    return None
+
+
+def batch_from_call(model: Any, items: list, *, error: BaseException | None = None, function: Any = None):
+    """Return a :class:`~kimi_viz.replay.batch.Batch` describing one ``get_image_feature(items)`` call.
+
+    ``batch.recorded`` is the call's outcome: ``RecordedOutcome("error", type(error).__name__, str(error))``
+    when it raised ``error``, else ``RecordedOutcome("ok")`` (a passing call recorded with ``--all``).
+    """
+    from .. import __version__
+    from ..replay.batch import Batch, RecordedOutcome
+
+    size, rank, tp_source = _attention_tp(model)
+    variant, variant_how, variant_source = _code_variant(function)
+    processor = _processor_config(model)
+    outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
+    note = (f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
+            f"attention TP from {tp_source}; code variant {variant_source}"
+            + ("" if processor is not None else "; the model's checkpoint-processor config was not found"))
+    return Batch(
+        items=[item_from_sglang(item, i) for i, item in enumerate(items)],
+        processor=processor,
+        attn_tp_size=size,
+        attn_tp_rank=rank,
+        sglang_version=_sglang_version(),
+        code_variant=variant,
+        code_variant_source=variant_how,
+        recorded=(RecordedOutcome("ok") if error is None
+                  else RecordedOutcome("error", type(error).__name__, str(error))),
+        note=note,
+        created_by=f"kimi-viz {__version__} capture",
+    )
+
+
+def _new_folder(out_dir: Path) -> Path:
+    """Return a new, empty folder under ``out_dir`` named by time, pid and a counter."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    while True:
+        with _counter_lock:
+            count = next(_counter)
+        folder = out_dir / f"{stamp}-pid{os.getpid()}-{count:04d}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
+def record_call(model: Any, items: Any, out_dir: str | os.PathLike, *, redact: bool = False,
+                error: BaseException | None = None, function: Any = None) -> Path | None:
+    """Write a manifest of one call's items to a new folder under ``out_dir``; return it (None on failure).
+
+    Never raises: a failure to capture is logged to stderr, so it can never mask the call's own error.
+    """
+    try:
+        import traceback
+
+        from ..manifest import write_manifest
+
+        batch = batch_from_call(model, list(items), error=error, function=function)
+        folder = _new_folder(Path(out_dir))
+        try:
+            write_manifest(batch, folder, redact=redact)
+        except Exception as exc:  # still keep what we can: the unvalidated JSON
+            log(f"manifest did not validate ({exc}); writing it unchecked")
+            write_manifest(batch, folder, redact=redact, check=False)
+        if error is not None:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            (folder / "traceback.txt").write_text(text, encoding="utf-8")
+        log(f"wrote {folder}" + (f" ({type(error).__name__}: {error})" if error is not None else ""))
+        return folder
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into the server
+        log(f"could not write a manifest ({type(exc).__name__}: {exc}); the original behaviour is unchanged")
+        return None
