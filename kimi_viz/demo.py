@@ -11,23 +11,15 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .replay.verdict import Verdict
 
 DEMO_SCENARIOS = ("healthy-tp2", "s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu", "s3-mixed-local", "s4-cpu", "s4-gpu",
                   "s6-stacked", "s8-t2", "s9-two-grids", "s10-stale-eager", "s11-two-channels", "s12-hwc",
                   "s13-zero-size")
 
-INDEX_CSS = """
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1b1b1b;
-       max-width: 1180px; margin: 0 auto; padding: 1.2rem 1.4rem 3rem; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
-table { border-collapse: collapse; width: 100%; }
-th, td { border: 1px solid #d0d0d0; padding: .3rem .5rem; text-align: left; vertical-align: top; }
-th { background: #f6f6f4; }
-code { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .88em; }
-.ok { color: #006B4F; font-weight: 600; } .error { color: #B34000; font-weight: 600; }
-.mismatch { background: #fbe3d6; }
-"""
 
 
 def _say(message: str) -> None:
@@ -37,13 +29,13 @@ def _say(message: str) -> None:
 def run_demo(out_dir: str | Path = "demo-out", *, scenarios: Sequence[str] = DEMO_SCENARIOS, gallery: bool = True,
              progress: Callable[[str], None] | None = _say) -> Path:
     """Write a report per scenario, the figure gallery and ``index.html`` under ``out_dir``; return the index path."""
+    from .files import prepare_folder, write_file
     from .manifest import write_manifest
-    from .scenarios import get_scenario
+    from .replay.scenarios import get_scenario
     from .triage import triage_batch
 
     say = progress or (lambda _message: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_folder(out_dir)
     rows = []
     started = time.perf_counter()
     for name in scenarios:
@@ -57,43 +49,43 @@ def run_demo(out_dir: str | Path = "demo-out", *, scenarios: Sequence[str] = DEM
                               reproduce=f"kimi-viz triage {manifest} --out {folder / 'triage'}")
         verdict = result.verdict
         expected = scenario.expected
-        matches = (verdict["outcome"] == expected.outcome
-                   and (verdict["error"] or {}).get("message") == expected.message)
+        matches = (verdict.outcome == expected.outcome
+                   and (None if verdict.error is None else verdict.error.message) == expected.message)
         rows.append((scenario, verdict, matches))
         say(f"  {scenario.name:<16} {_outcome_text(verdict):<90.90} {time.perf_counter() - t0:5.1f} s")
     gallery_index = None
     if gallery:
-        from .gallery import write_gallery
+        from .report.gallery import write_gallery
 
         t0 = time.perf_counter()
         gallery_index = write_gallery(out / "gallery")[-1]
         say(f"  {'gallery':<16} {len(list((out / 'gallery').glob('*.png')))} figures{'':<78} "
             f"{time.perf_counter() - t0:5.1f} s")
-    index = out / "index.html"
-    index.write_text(_index_html(rows, gallery_index, index.parent), encoding="utf-8")
+    index = write_file(out / "index.html", _index_html(rows, gallery_index, out).encode("utf-8"))
     say(f"wrote {len(rows)} reports in {time.perf_counter() - started:.1f} s; open {index}")
     return index
 
 
-def _outcome_text(verdict: dict) -> str:
-    error = verdict.get("error")
-    return "ok" if error is None else f"{error['type']}: {error['message']}"
+def _outcome_text(verdict: "Verdict") -> str:
+    return "ok" if verdict.error is None else str(verdict.error)
 
 
 def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
     from . import __version__
+    from .report.page import badge_html, page_css
 
     body = []
     for scenario, verdict, matches in rows:
-        div = verdict.get("divergence") or {}
-        css = "error" if verdict["outcome"] == "error" else "ok"
+        div = verdict.divergence
         report = f"{scenario.name}/report.html"
         body.append(
-            f"<tr class=\"{'' if matches else 'mismatch'}\"><td><a href=\"{html.escape(report)}\">"
+            f"<tr class=\"{'' if matches else 'kv-mismatch'}\" data-status=\"{verdict.status.value}\">"
+            f"<td><a href=\"{html.escape(report)}\">"
             f"{html.escape(scenario.name)}</a></td><td>{html.escape(scenario.title)}</td>"
-            f"<td>{html.escape(div.get('scenario_class') or '')}{' (silent)' if div.get('silent') else ''}</td>"
-            f"<td>{scenario.tp_size}</td><td>{html.escape(scenario.variant)}</td>"
-            f"<td class=\"{css}\"><code>{html.escape(_outcome_text(verdict))}</code></td>"
+            f"<td>{badge_html(verdict.status)}</td>"
+            f"<td>{html.escape(div.scenario_class)}{' (silent)' if div.silent else ''}</td>"
+            f"<td>{scenario.tp_size}</td><td>{html.escape(verdict.release.label)}</td>"
+            f"<td><code>{html.escape(_outcome_text(verdict))}</code></td>"
             f"<td>{'yes' if matches else 'NO'}</td>"
             f"<td><a href=\"{html.escape(scenario.name)}/summary.png\">summary.png</a> · "
             f"<a href=\"{html.escape(scenario.name)}/trace.json\">trace.json</a> · "
@@ -108,13 +100,13 @@ def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>kimi-viz demo</title>\n<style>{INDEX_CSS}</style>\n</head>\n<body>\n"
+        f"<title>kimi-viz demo</title>\n<style>{page_css()}</style>\n</head>\n<body>\n"
         "<h1>kimi-viz demo: SGLang's deferred split, healthy and broken</h1>\n"
         "<p>Each row is a batch built from the sample images, replayed step by step the way SGLang's "
         "<code>KimiK3ForConditionalGeneration.get_image_feature</code> runs it. Open a report for the verdict, the "
         "rows expected against the rows produced, and a stepper through every step. Each scenario's manifest "
         "sits next to its report: <code>kimi-viz triage SCENARIO/manifest</code> replays it again.</p>\n"
-        "<table><thead><tr><th>scenario</th><th>what</th><th>class</th><th>TP</th><th>code</th>"
+        "<table><thead><tr><th>scenario</th><th>what</th><th>status</th><th>class</th><th>TP</th><th>replayed as</th>"
         "<th>SGLang raises</th><th>as catalogued</th><th>files</th></tr></thead>\n<tbody>\n"
         + "\n".join(body)
         + "\n</tbody></table>\n"

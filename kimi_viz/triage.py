@@ -1,42 +1,46 @@
-"""Triage a manifest: replay it, print the verdict, and write ``report.html``, ``summary.png`` and ``trace.json``.
+"""Triage a manifest: replay it, tell the verdict, and write ``report.html``, ``summary.png`` and ``trace.json``.
 
-:func:`triage` reads a manifest (folder or ``.zip``), replays SGLang's deferred split on every
-rank (or only the rank the capture recorded) under the recorded code variant, the other one, or
-both, and returns a :class:`TriageResult` with the verdict (the schema of :mod:`kimi_viz.verdict`)
-and the paths written. :func:`triage_batch` does the same for a :class:`~kimi_viz.batch.Batch`
-already in memory (the demo uses it).
+:func:`triage` reads a manifest (folder or ``.zip``), replays SGLang's deferred split under the
+release the capture recorded (or the one asked for) on the rank the capture recorded (or every
+rank), compares the outcome with what the capture recorded, and returns a :class:`TriageResult`
+with the :class:`~kimi_viz.replay.verdict.Verdict` and the paths written. :func:`triage_batch` does
+the same for a :class:`~kimi_viz.replay.batch.Batch` already in memory (the demo uses it). This
+module only orchestrates: the replay lives in :mod:`kimi_viz.replay`, the figures in
+:mod:`kimi_viz.plots`, the pages in :mod:`kimi_viz.report`.
 
-Exit codes (``TriageResult.exit_code``): 0 when the primary variant replays cleanly, 1 when it
-reproduces an error; bad input raises the kit's errors (exit 2 in the CLI).
+Exit codes (``TriageResult.exit_code``) are the verdict status's: 0 clean, 1 error reproduced,
+3 silent mismatch, 4 not reproduced, 5 recorded ok but the replay fails; bad input raises the
+kit's errors (exit 2 in the CLI).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .batch import Batch
 from .errors import ConfigError
+from .replay.batch import Batch
 
-VARIANTS = ("post-fix", "pre-fix", "no-split")
+if TYPE_CHECKING:  # pragma: no cover
+    from .replay.trace import Trace
+    from .replay.verdict import Verdict
+
 VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
-PNG_METADATA = {"Software": None}
 
 
 @dataclass
 class TriageResult:
-    """The replay of one batch: the primary variant's verdict, every variant's trace, and the files written."""
+    """The replay of one batch: the primary code path's verdict, every path's trace, and the files written."""
 
     batch: Batch
     source: str                                   # the manifest path, or a label for an in-memory batch
-    variant: str                                  # the primary variant (its verdict decides the exit code)
-    traces: dict[str, Any]                        # variant -> kimi_viz.deferred.Trace
+    variant: str                                  # the primary code path (its verdict decides the exit code)
+    traces: dict[str, "Trace"]                    # code path -> trace
     tp_size: int
     rank: int | None
     mode: str
@@ -44,55 +48,51 @@ class TriageResult:
     assumptions: list[str] = field(default_factory=list)   # what the replay had to assume (said in every output)
 
     @property
-    def trace(self):
-        """Return the primary variant's trace."""
+    def trace(self) -> "Trace":
+        """Return the primary code path's trace."""
         return self.traces[self.variant]
 
     @property
-    def verdict(self) -> dict[str, Any]:
-        """Return the primary verdict; with several variants, plus ``"variants": {name: verdict}``."""
-        data = self.trace.verdict()
-        if len(self.traces) > 1:
-            data["variants"] = {name: trace.verdict() for name, trace in self.traces.items()}
-        return data
+    def verdict(self) -> "Verdict":
+        """Return the primary verdict; with several code paths its ``variants`` hold the others'."""
+        from .replay.verdict import build_verdict
+
+        verdict = build_verdict(self.trace)
+        verdict.variants = {name: build_verdict(trace) for name, trace in self.traces.items() if name != self.variant}
+        return verdict
 
     @property
     def exit_code(self) -> int:
-        """Return 0 when the primary variant replays cleanly, 1 when it reproduces an error."""
-        from .verdict import exit_code
-
-        return exit_code(self.trace.verdict())
+        """Return the primary verdict's exit code (0, 1, 3, 4 or 5)."""
+        return self.verdict.exit_code
 
     def describe(self) -> str:
-        """Return a one-line description of what was replayed."""
+        """Return a one-line description of what was recorded and what was replayed."""
         batch = self.batch
         recorded = "all ranks" if batch.attn_tp_rank is None else f"rank {batch.attn_tp_rank}"
         ranks = "every rank" if self.rank is None else f"rank {self.rank}"
-        release = self.trace.release
-        replayed = release.label if release is not None else f"{self.variant} code"
         return (f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
-                f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: {replayed}, "
-                f"TP {self.tp_size}, {ranks}, {self.mode} mode")
+                f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: "
+                f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode")
 
     def text(self) -> str:
-        """Return the verdict for a terminal: outcome and exact message per rank, divergence, class and fix."""
-        from .verdict import format_verdict
+        """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
+        from .replay.verdict import format_verdict
 
-        blocks = [f"manifest: {self.source}", self.describe()]
+        verdict = self.verdict
+        blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
         blocks += [f"assumed: {text}" for text in self.assumptions]
-        for name, trace in self.traces.items():
-            marker = " (primary)" if len(self.traces) > 1 and name == self.variant else ""
-            blocks.append("")
-            blocks.append(format_verdict(trace.verdict(), title=f"== {name} code{marker} =="))
+        for name, other in verdict.variants.items():
+            blocks += ["", format_verdict(other, title=f"== the same batch on the {name} code path ==")]
         if self.outputs:
             blocks.append("")
             blocks.extend(f"wrote {path}" for path in self.outputs.values())
         return "\n".join(blocks)
 
 
-def _pick_variants(variant: str | None, batch: Batch, sglang_version: str | None):
-    """Return ``(primary release choice, code paths to replay)``; ``both`` adds the other side of the S1 fix."""
-    from .releases import choose_release
+def _pick_paths(variant: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
+    """Return the code paths to replay, the primary first; ``both`` adds the other side of the S1 fix."""
+    from .replay.releases import choose_release
 
     if variant is not None and variant not in VARIANT_CHOICES:
         raise ConfigError(f"variant: expected one of {list(VARIANT_CHOICES)}, got {variant!r}")
@@ -102,7 +102,7 @@ def _pick_variants(variant: str | None, batch: Batch, sglang_version: str | None
     names = [choice.code_path]
     if variant == "both":
         names.append("pre-fix" if choice.code_path == "post-fix" else "post-fix")
-    return choice, names
+    return names
 
 
 def _pick_rank(batch: Batch, tp: int, rank: int | str | None) -> int | None:
@@ -135,31 +135,28 @@ def triage_batch(
     ``sglang_version``: replay that release's code path (default: the recorded release, else the code
     path the capture detected, else the newest release, stated). ``variant``: the lower-level switch,
     ``"post-fix"``, ``"pre-fix"``, ``"no-split"``, or ``"both"`` (the chosen path plus the other side of
-    the S1 fix).
-    ``tp``: override the recorded attention-TP size. ``rank``: ``"recorded"`` (the rank the capture
-    recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/``shapes``.
-    ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present, else CPU).
+    the S1 fix). ``tp``: override the recorded attention-TP size. ``rank``: ``"recorded"`` (the rank
+    the capture recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/
+    ``shapes``. ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present).
     """
-    from .deferred import replay
+    from .replay.ranks import check_tp_size
+    from .replay.split import replay
 
     if mode not in MODE_CHOICES:
         raise ConfigError(f"mode: expected one of {list(MODE_CHOICES)}, got {mode!r}")
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-        raise ConfigError(f"--tp: expected a positive integer, got {tp!r}")
-    tp_size = batch.attn_tp_size if tp is None else tp
-    _, names = _pick_variants(variant, batch, sglang_version)
-    primary = names[0]
+    tp_size = check_tp_size(batch.attn_tp_size if tp is None else tp, "--tp")
+    names = _pick_paths(variant, batch, sglang_version)
     replay_rank = _pick_rank(batch, tp_size, rank)
     assumptions = _fill_missing_processor(batch)
     traces = {}
     for name in names:
-        if name == primary:
-            asked = {"sglang_version": sglang_version,
-                     "variant": variant if variant not in (None, "both") else None}
+        if name == names[0]:
+            asked: dict[str, Any] = {"sglang_version": sglang_version,
+                                     "variant": variant if variant not in (None, "both") else None}
         else:
             asked = {"variant": name}
         traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
-    result = TriageResult(batch, source, primary, traces, tp_size, replay_rank, traces[primary].mode,
+    result = TriageResult(batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode,
                           assumptions=assumptions)
     if out_dir is not None:
         result.outputs = write_outputs(result, out_dir, title=title, reproduce=reproduce)
@@ -174,7 +171,7 @@ def _fill_missing_processor(batch: Batch) -> list[str]:
     """
     if batch.processor is not None or not any(item.backend == "cpu" for item in batch.items):
         return []
-    from .config import get_config
+    from .preprocess.config import get_config
 
     batch.processor = get_config("kimi-k3").to_media_proc_cfg()
     return ["the manifest records no processor config for its cpu-backend items; the consumer's checkpoint "
@@ -214,129 +211,25 @@ def triage(
                         reproduce=" ".join(args))
 
 
-# ------------------------------------------------------------------------------------------
-# Outputs
-# ------------------------------------------------------------------------------------------
-MAX_SUMMARY_RANKS = 8
-
-
-def _summary_ranks(trace) -> list:
-    """Return the ranks the summary shows: every rank (the failing one first when there are too many)."""
-    ranks = list(trace.ranks)
-    if len(ranks) <= MAX_SUMMARY_RANKS:
-        return ranks
-    failing = trace.failing_rank
-    chosen = ([failing] if failing is not None else []) + [r for r in ranks if r is not failing]
-    return sorted(chosen[:MAX_SUMMARY_RANKS], key=lambda r: r.rank)
-
-
-def _valid_grid(grid: Any) -> bool:
-    return (isinstance(grid, (list, tuple)) and len(grid) == 3
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid))
-
-
-def rank_figure(trace, rank):
-    """Return a Figure of one rank's rows: expected against produced (row spans, or bars as a fallback)."""
-    from .layout import BatchLayout
-
-    rows = list(rank.images)
-    # Spans are numbered by their position on this rank; name the global image when it differs.
-    labels = [(r.get("label") or f"image {r['image']}") + ("" if r["image"] == pos else f", global image {r['image']}")
-              for pos, r in enumerate(rows)]
-    expected = [r.get("expected_grid") for r in rows]
-    produced = [r.get("produced_grid") for r in rows]
-    outcome = "ok" if rank.error is None else f"{rank.error.type}: {rank.error.message}"
-    if len(outcome) > 110:
-        outcome = outcome[:107] + "..."
-    heading = f"rank {rank.rank} of attention-TP {trace.tp_size}, {trace.variant} code: {outcome}"
-    if rows and all(_valid_grid(g) for g in expected) and all(_valid_grid(g) for g in produced):
-        from .plots.rows import draw_row_spans
-
-        ax = draw_row_spans(BatchLayout.from_grids(expected, labels=labels),
-                            produced=BatchLayout.from_grids(produced, labels=labels))
-        ax.set_title(f"{heading}\n{ax.get_title()}", fontsize=ax.title.get_fontsize())
-        return ax.figure
-    return _bars_figure(rows, labels, heading)
-
-
-def summary_png(trace, *, dpi: int = 100) -> bytes:
-    """Return ``summary.png``: each replayed rank's expected and produced rows, stacked top to bottom."""
-    from PIL import Image
-
-    pngs = [figure_png(rank_figure(trace, rank), dpi=dpi) for rank in _summary_ranks(trace)]
-    if not pngs:
-        return figure_png(_bars_figure([], [], "no rank was replayed"), dpi=dpi)
-    if len(pngs) == 1:
-        return pngs[0]
-    pictures = [Image.open(io.BytesIO(png)) for png in pngs]
-    width = max(p.width for p in pictures)
-    sheet = Image.new("RGB", (width, sum(p.height for p in pictures)), "white")
-    y = 0
-    for picture in pictures:
-        sheet.paste(picture.convert("RGB"), (0, y))
-        y += picture.height
-    buffer = io.BytesIO()
-    sheet.save(buffer, format="PNG", optimize=False, compress_level=6)
-    return buffer.getvalue()
-
-
-def _bars_figure(rows: list[dict], labels: list[str], heading: str):
-    """Return a bar figure of expected and produced rows per image (for errors raised before any rows exist)."""
-    from matplotlib.figure import Figure
-
-    from .plots.palette import color_for
-
-    figure = Figure(figsize=(8.5, 0.6 + 0.45 * max(1, len(rows))), layout="constrained")
-    ax = figure.add_subplot()
-    if not rows:
-        ax.text(0.5, 0.5, "no image reached this rank's backend groups", ha="center", va="center")
-        ax.set_axis_off()
-        ax.set_title(heading, loc="left", fontsize=9)
-        return figure
-    ys = list(range(len(rows)))
-    expected = [int(r.get("expected_rows") or 0) for r in rows]
-    produced = [r.get("produced_rows") for r in rows]
-    ax.barh([y - 0.2 for y in ys], expected, height=0.38, color=color_for(0), label="expected rows (grid)")
-    ax.barh([y + 0.2 for y in ys], [p or 0 for p in produced], height=0.38, color=color_for(1),
-            hatch="//", edgecolor="black", label="produced rows")
-    for y, e, p in zip(ys, expected, produced):
-        ax.text(e, y - 0.2, f" {e}", va="center", fontsize=7)
-        ax.text(p or 0, y + 0.2, f" {p if p is not None else 'not materialized'}", va="center", fontsize=7)
-    ax.set_yticks(ys, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("pixel_values rows")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(heading, loc="left", fontsize=9)
-    return figure
-
-
-def figure_png(figure, *, dpi: int = 110) -> bytes:
-    """Return a Figure as PNG bytes (no software metadata)."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, metadata=PNG_METADATA)
-    return buffer.getvalue()
-
-
 def write_outputs(result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None,
                   reproduce: str = "") -> dict[str, Path]:
-    """Write ``report.html``, ``summary.png`` and ``trace.json`` (plus ``trace-<variant>.json`` for others)."""
+    """Write ``report.html``, ``summary.png`` and ``trace.json`` (plus ``trace-<path>.json`` for other code paths)."""
     from . import __version__
-    from .report import write_report
+    from .files import prepare_folder, write_file
+    from .replay.verdict import trace_document
+    from .report.html import write_report
+    from .report.stepper import Stepper
+    from .report.summary import summary_png
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    png = summary_png(result.trace)
-    summary = out / "summary.png"
-    summary.write_bytes(png)
-    trace_json = result.trace.to_json()
-    trace_path = out / "trace.json"
-    trace_path.write_text(json.dumps(trace_json, indent=1, default=str) + "\n", encoding="utf-8")
-    outputs = {"summary": summary, "trace": trace_path}
+    out = prepare_folder(out_dir)
+    verdict = result.verdict
+    png = summary_png(result.trace, verdict)
+    outputs = {"summary": write_file(out / "summary.png", png)}
+    document = trace_document(result.trace, verdict)
+    outputs["trace"] = write_file(out / "trace.json", _json_bytes(document))
     for name, trace in result.traces.items():
         if name != result.variant:
-            path = out / f"trace-{name}.json"
-            path.write_text(json.dumps(trace.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
-            outputs[f"trace-{name}"] = path
+            outputs[f"trace-{name}"] = write_file(out / f"trace-{name}.json", _json_bytes(trace_document(trace)))
     batch = result.batch
     facts = {
         "replay": result.describe(),
@@ -348,23 +241,22 @@ def write_outputs(result: TriageResult, out_dir: str | os.PathLike, *, title: st
         "note": batch.note,
         "kimi-viz": __version__,
     }
-    others = {name: trace.verdict() for name, trace in result.traces.items() if name != result.variant}
     outputs["report"] = write_report(
         out / "report.html",
-        verdict=result.trace.verdict(),
-        trace_json=trace_json,
+        verdict=verdict,
+        trace_json=document,
         batch=batch,
         summary_png=png,
-        stepper_html=_stepper_html(result.trace),
-        title=title or f"kimi-viz triage — {result.trace.release.label if result.trace.release else result.variant}",
+        stepper_html=Stepper(result.trace).to_html(),
+        title=title or f"kimi-viz triage — {result.trace.release.label}",
         facts=facts,
-        other_verdicts=others,
         reproduce=reproduce,
     )
     return outputs
 
 
-def _stepper_html(trace) -> str:
-    from .stepper import Stepper
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, default=str) + "\n").encode("utf-8")
 
-    return Stepper(trace).to_html()
+
+__all__ = ["TriageResult", "triage", "triage_batch", "write_outputs", "VARIANT_CHOICES", "MODE_CHOICES"]

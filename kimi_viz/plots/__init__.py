@@ -10,15 +10,19 @@ import importlib
 
 _EXPORTS = {
     "draw_patch_grid": "patches",
-    "draw_grid_to_rows": "patches",
+    "draw_grid_to_rows": "grid_rows",
     "draw_row_spans": "rows",
     "draw_row_track": "rows",
     "row_spans_height_pt": "rows",
     "draw_pixel_diff": "diff",
-    "draw_batch": "batch",
+    "draw_processor_output": "output",
     "draw_feature_map": "features",
     "draw_token_norms": "features",
     "draw_step": "steps",
+    "draw_rank_rows": "summary",
+    "draw_rank_bars": "summary",
+    "draw_grid_mismatch": "summary",
+    "draw_verdict_banner": "summary",
     "PALETTE": "palette",
 }
 

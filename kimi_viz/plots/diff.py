@@ -7,8 +7,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..layout import LayoutLookupError
-from ..records import ProcessorOutput
+from ..preprocess.layout import LayoutLookupError
+from ..preprocess.records import ProcessorOutput
 from .patches import record_label, record_of
 
 
@@ -81,7 +81,7 @@ def draw_pixel_diff(a: ProcessorOutput, b: ProcessorOutput, *, index: int = 0, a
                f"{differing} of {h * w} patches differ; grids equal: {grid_a}")
     if peak == 0.0:
         summary = f"identical: max |Δ| = 0 over all {h * w} patches; grids equal: {grid_a}"
-    ax.annotate(summary, xy=(0.0, 0.0), xycoords="axes fraction", xytext=(0, -30), textcoords="offset points",
+    ax.annotate(summary, xy=(0.0, 0.0), xycoords="axes fraction", xytext=(0, -36), textcoords="offset points",
                 ha="left", va="top", fontsize=8, gid="diff-summary")
     ax.set_title(f"{record_label(ra)}: {name_a} vs {name_b}, grid {grid_a}, rows [{ra.rows[0]}, {ra.rows[1]})",
                  fontsize=9)

@@ -1,4 +1,5 @@
-"""One image on its patch grid: the 14-px lattice, the 2x2 merge groups, padding and row numbers.
+"""One image on its patch grid: the 14-px lattice, the 2x2 merge groups, padding and row numbers
+(:func:`draw_patch_grid`; the shared drawing helpers are used by grid_rows.py and output.py too).
 
 Everything is drawn with a handful of fast artists whatever the grid size (up to 512 patches a
 side): one ``imshow`` of the image (downsampled to the Axes' pixel size first), one LineCollection
@@ -10,7 +11,7 @@ and one PolyCollection for highlighted patches (``gid="highlight"``). Coordinate
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -19,25 +20,35 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MultipleLocator
+from matplotlib.transforms import offset_copy
 from PIL import Image
 
-from ..layout import BatchLayout, ImageSpan, LayoutLookupError, layout_of, source_label
-from ..records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
+from ..preprocess.layout import (
+    LayoutLookupError,
+    source_label,
+)
+from ..preprocess.records import (
+    PATCH_FULLY_PADDING,
+    PATCH_PARTLY_PADDING,
+    ImageRecord,
+    ProcessorOutput,
+)
 from .palette import (
     HIGHLIGHT_COLOR,
     LATTICE_COLOR,
-    LINK_COLOR,
     MERGE_COLOR,
     PAD_FULL_RGBA,
     PAD_PARTIAL_RGBA,
-    color_for,
 )
-from .rows import LINE_HEIGHT_EM, text_size_px as _text_size, draw_row_track, plan_labels
+from .rows import text_size_px
 
 PATCH = 14                  # pixels per patch side
 MERGE = 2                   # patches per merge group side
 OVERLAY_SUBPIXELS = 4       # padding overlay resolution: texture cells per patch side
 BLANK_GRAY = 235
+LABEL_FONT = 8.5            # highlight labels, legend and notes of draw_patch_grid
+ROW_FONT_MIN, ROW_FONT_MAX = 8.0, 9.0    # row numbers on patches: bigger on bigger patches
+LEGEND_DROP_PT = 36.0       # the legend hangs this far below the Axes, under the tick labels and x label
 NICE_STEPS = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128)
 
 
@@ -152,9 +163,44 @@ def row_label_positions(h: int, w: int, max_labels: int) -> tuple[np.ndarray, np
     return np.unique(ys), np.unique(xs)
 
 
+def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Return whether two ``(x0, y0, x1, y1)`` boxes overlap."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _separated_labels(ax: Axes, start: int, w: int, ys: np.ndarray, xs: np.ndarray,
+                      fontsize: float) -> tuple[list[tuple[int, int]], list[tuple[float, float, float, float]]]:
+    """Return the ``(y, x)`` patches of the grid ``ys × xs`` whose row numbers get drawn, and their
+    label boxes in display pixels: the first and the last patch always (listed first), then every
+    other one (in raster order) whose box would not touch a box already kept, so row numbers never
+    overlap however small the patches are."""
+    dpi = ax.figure.dpi
+    candidates = [(int(y), int(x)) for y in ys for x in xs]
+    first, last = candidates[0], candidates[-1]
+    ordered = [first] + ([last] if last != first else []) + [c for c in candidates[1:-1]]
+    centres = ax.transData.transform([((x + 0.5) * PATCH, (y + 0.5) * PATCH) for y, x in ordered])
+    kept: list[tuple[int, int]] = []
+    boxes: list[tuple[float, float, float, float]] = []
+    pad = 0.25 * fontsize * dpi / 72.0                  # the text box's padding, on each side
+    for k, (y, x) in enumerate(ordered):
+        width, height = text_size_px(str(start + y * w + x), fontsize, dpi)
+        cx, cy = centres[k]
+        box = (cx - width / 2 - pad, cy - height / 2 - pad, cx + width / 2 + pad, cy + height / 2 + pad)
+        if k < 2 or not any(_boxes_overlap(box, b) for b in boxes):
+            kept.append((y, x))
+            boxes.append(box)
+    return kept, boxes
+
+
 def _patch_ticks(ax: Axes, h: int, w: int) -> None:
-    """Label the axes in patch units (every ``k`` patches, about eight ticks a side)."""
-    wanted = max(h, w) / 8
+    """Label the axes in patch units: every ``k`` patches, about eight ticks a side, and never closer
+    on screen than a tick label's width (so they cannot overlap however small the Axes)."""
+    ax.apply_aspect()
+    x0, x1 = ax.get_xlim()
+    patch_px = ax.bbox.width / max(abs(x1 - x0), 1e-9) * PATCH
+    label_px = text_size_px(str(max(h, w)), ax.xaxis.get_ticklabels()[0].get_fontsize()
+                            if ax.xaxis.get_ticklabels() else 10.0, ax.figure.dpi)[0] + 6.0
+    wanted = max(max(h, w) / 8, label_px / max(patch_px, 1e-9))
     step = next((s for s in NICE_STEPS if s >= wanted), NICE_STEPS[-1])
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_locator(MultipleLocator(step * PATCH))
@@ -267,6 +313,30 @@ def patch_squares(y: np.ndarray, x: np.ndarray, *, inset: float = 0.0) -> np.nda
     return verts
 
 
+def _free_label_spot(anchor: np.ndarray, width: float, height: float, *, right_first: bool, top_first: bool,
+                     taken: Sequence[tuple[float, float, float, float]], frame: Sequence[float], px_per_pt: float,
+                     steps: int) -> tuple[bool, bool, float, float, tuple[float, float, float, float]]:
+    """Return ``(right_half, top_half, dx_pt, dy_pt, box_px)`` for a highlight label of ``width`` ×
+    ``height`` px pointing at ``anchor`` (display px): first away from the nearest left/right and
+    top/bottom edges, then stepping further along either way and trying the other side, until its
+    box is inside ``frame`` and clear of every ``taken`` box (else the first choice)."""
+    first = None
+    for step in range(steps):
+        for right_half in (right_first, not right_first):
+            for top_half in (top_first, not top_first):
+                dx = -10.0 if right_half else 10.0
+                dy = (-10.0 if top_half else 10.0) + (-1 if top_half else 1) * step * (height / px_per_pt + 2)
+                x0 = anchor[0] + dx * px_per_pt - (width if right_half else 0)
+                y0 = anchor[1] + dy * px_per_pt - (height if top_half else 0)
+                box = (x0, y0, x0 + width, y0 + height)
+                spot = (right_half, top_half, dx, dy, box)
+                first = first or spot
+                inside = box[0] >= frame[0] and box[2] <= frame[2] and box[1] >= frame[1] and box[3] <= frame[3]
+                if inside and not any(_boxes_overlap(box, b) for b in taken):
+                    return spot
+    return first
+
+
 def draw_patch_grid(
     record_or_output: ImageRecord | ProcessorOutput,
     index: int = 0,
@@ -289,61 +359,60 @@ def draw_patch_grid(
     record = record_of(record_or_output, index)
     t, h, w = record.grid_thw
     if ax is None:
-        ax = _new_axes(w * PATCH, h * PATCH)
+        ax = _new_axes(w * PATCH, h * PATCH, bottom_in=1.15)
     draw_image_with_lattice(ax, record)
     start, end = record.rows
 
+    ax.apply_aspect()
+    row_labels: list[tuple[int, int]] = []              # (y, x) of the patches that show their row number
+    row_boxes: list[tuple[float, float, float, float]] = []
+    row_font = float(np.clip(_patch_px(ax, w) * 0.9, ROW_FONT_MIN, ROW_FONT_MAX))
     if show_row_numbers:
         ys, xs = row_label_positions(h, w, max_labels)
-        patch_px = _patch_px(ax, w)
-        fontsize = float(np.clip(patch_px * 0.9, 6.0, 7.5))
-        box = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.75)
-        for y in ys:
-            for x in xs:
-                row = start + int(y) * w + int(x)
-                ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(row), ha="center", va="center",
-                        fontsize=fontsize, bbox=box, zorder=6, gid=f"row-label-{row}")
+        row_labels, row_boxes = _separated_labels(ax, start, w, ys, xs, row_font)
 
     chosen = []
     if highlight_rows is not None:
         chosen.append(_rows_to_patches(record, highlight_rows))
     if highlight_patches is not None:
         chosen.append(_patches_to_rows(record, highlight_patches))
+    note = ""
     if chosen:
         rows, frames, ys_h, xs_h = (np.concatenate(parts) for parts in zip(*chosen))
         ax.add_collection(PolyCollection(patch_squares(ys_h, xs_h), facecolors=HIGHLIGHT_COLOR, alpha=0.55,
                                          edgecolors="#000000", linewidths=1.2, zorder=7, gid="highlight"),
                           autolim=False)
         box = dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=HIGHLIGHT_COLOR, alpha=0.9)
-        ax.apply_aspect()
         anchors_px = ax.transData.transform(np.stack([(xs_h + 0.5) * PATCH, (ys_h + 0.5) * PATCH], 1))
-        placed: list[tuple[float, float, float, float]] = []        # label boxes in display pixels
+        # Highlight labels avoid each other and the first and last row numbers (always shown);
+        # the other row numbers then make way for them.
+        placed: list[tuple[float, float, float, float]] = list(row_boxes[:2])   # label boxes in display pixels
         px_per_pt = ax.figure.dpi / 72.0
         for k in range(min(len(rows), max_highlight_labels)):
             where = f"({frames[k]}, {ys_h[k]}, {xs_h[k]})" if t > 1 else f"({ys_h[k]}, {xs_h[k]})"
             text = f"row {rows[k]} → {where}"
-            right_half = xs_h[k] > w / 2
-            top_half = ys_h[k] < h / 2          # labels point away from the nearest top/bottom edge
-            width, height = (v + 4 for v in _text_size(text, 7.5, ax.figure.dpi))
-            dx, dy = (-10 if right_half else 10), (-10 if top_half else 10)
-            for _ in range(max_highlight_labels):  # step away from the edge until the box is free
-                x0 = anchors_px[k, 0] + dx * px_per_pt - (width if right_half else 0)
-                y0 = anchors_px[k, 1] + dy * px_per_pt - (height if top_half else 0)
-                box_px = (x0, y0, x0 + width, y0 + height)
-                if not any(box_px[0] < b[2] and b[0] < box_px[2] and box_px[1] < b[3] and b[1] < box_px[3]
-                           for b in placed):
-                    break
-                dy += (-1 if top_half else 1) * (height / px_per_pt + 2)
+            width, height = (v + 6 for v in text_size_px(text, LABEL_FONT, ax.figure.dpi))
+            right_half, top_half, dx, dy, box_px = _free_label_spot(
+                anchors_px[k], width, height, right_first=xs_h[k] > w / 2, top_first=ys_h[k] < h / 2,
+                taken=placed, frame=ax.bbox.extents, px_per_pt=px_per_pt, steps=2 * max_highlight_labels)
             placed.append(box_px)
             ax.annotate(text, xy=((xs_h[k] + 0.5) * PATCH, (ys_h[k] + 0.5) * PATCH),
                         xytext=(dx, dy), textcoords="offset points",
                         ha="right" if right_half else "left", va="top" if top_half else "bottom",
-                        fontsize=7.5, bbox=box, zorder=8,
+                        fontsize=LABEL_FONT, bbox=box, zorder=8,
                         arrowprops=dict(arrowstyle="-", color="#000000", linewidth=0.7),
                         gid=f"highlight-label-{rows[k]}")
+        highlight_boxes = placed[len(row_boxes[:2]):]
+        keep = [k for k, b in enumerate(row_boxes) if k < 2 or not any(_boxes_overlap(b, o) for o in highlight_boxes)]
+        row_labels = [row_labels[k] for k in keep]
         if len(rows) > max_highlight_labels:
-            ax.text(0.0, 1.0, f"{len(rows)} highlighted patches, first {max_highlight_labels} labelled",
-                    transform=ax.transAxes, ha="left", va="bottom", fontsize=7)
+            note = f"\n{len(rows)} highlighted patches, first {max_highlight_labels} labelled"
+
+    text_box = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.75)
+    for y, x in sorted(row_labels):
+        row = start + int(y) * w + int(x)
+        ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(row), ha="center", va="center",
+                fontsize=row_font, bbox=text_box, zorder=6, gid=f"row-label-{row}")
 
     pad = np.asarray(record.pad_mask) if record.pad_mask is not None else np.zeros((h, w), np.int8)
     handles = [
@@ -354,7 +423,9 @@ def draw_patch_grid(
         Patch(facecolor=PAD_PARTIAL_RGBA, edgecolor="0.3",
               label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches"),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=7, frameon=False)
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")   # under the x label
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=2,
+              fontsize=LABEL_FONT, frameon=False)
     _patch_ticks(ax, h, w)
     frames_note = f", frame 0 of {t}" if t > 1 else ""
     resize = record.resize or {}
@@ -364,119 +435,5 @@ def draw_patch_grid(
                      f" + pad {resize.get('pad_width', 0)}×{resize.get('pad_height', 0)}"
                      f" (source {record.source_size[0]}×{record.source_size[1]})")
     ax.set_title(f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
-                 f"{record.tokens} tokens{frames_note}{size_note}", fontsize=9)
-    return ax
-
-
-def _default_link_patches(h: int, w: int) -> list[tuple[int, int]]:
-    """Return a few telling patches: the corners, the start of the second patch row, the centre."""
-    chosen = [(0, 0), (0, w - 1), (min(1, h - 1), 0), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
-    return list(dict.fromkeys(chosen))
-
-
-def draw_grid_to_rows(
-    record_or_output: ImageRecord | ProcessorOutput,
-    layout: BatchLayout | ProcessorOutput | None = None,
-    rows: Iterable[int] | None = None,
-    *,
-    index: int = 0,
-    ax: Axes | None = None,
-) -> Axes:
-    """Return an Axes linking chosen patches of an image to their rows of ``pixel_values``.
-
-    One Axes in image-pixel coordinates holds the image's patch grid, below it a track of the
-    image's own rows ``[start, end)`` (row-major: ``row = start + y*w + x``), and below that the
-    whole batch's row track with this image's span zoomed out of it. Each chosen row (global row
-    numbers, default: corners, second patch row and centre) is linked from its patch to its
-    position on the track by one LineCollection (``gid="row-links"``). Given a lone record and no
-    layout, the batch track shows only where that record's rows sit.
-    """
-    record = record_of(record_or_output, index)
-    if layout is None:
-        layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
-    if layout is None:      # a lone record: the batch track shows where its own rows sit
-        batch = BatchLayout([ImageSpan(record.index, record_label(record), tuple(record.grid_thw),
-                                       tuple(record.rows), tuple(record.token_span))])
-    else:
-        batch = layout_of(layout)
-        if not 0 <= record.index < len(batch):
-            raise LayoutLookupError(
-                f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
-                "pass the layout of the batch this record came from")
-        span = batch.spans[record.index]
-        if span.grid != tuple(record.grid_thw) or span.rows != tuple(record.rows):
-            raise LayoutLookupError(
-                f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
-                f"rows {list(record.rows)}, but the layout's image {record.index} has grid {span.grid_text} and "
-                f"rows {list(span.rows)}; pass the layout of the batch this record came from"
-            )
-    t, h, w = record.grid_thw
-    start, end = (int(v) for v in record.rows)
-    width, height = w * PATCH, h * PATCH
-    if rows is None:
-        rows_arr, frames, ys, xs = _patches_to_rows(record, _default_link_patches(h, w))
-    else:
-        rows_arr, frames, ys, xs = _rows_to_patches(record, rows)
-    gap = 0.14 * max(height, width * 0.35)
-    track_h = 0.06 * max(height, width * 0.35)
-    units_per_pt = 1.04 * width / (7.0 * 72.0)      # when the figure is width-bound (wide images)
-    label_room = max(gap, (4 * (LINE_HEIGHT_EM * 6.5 + 2) + 6) * units_per_pt)
-    track_y = height + gap
-    batch_y = track_y + track_h + label_room
-    bottom = batch_y + track_h * 0.7 + 12 * units_per_pt
-
-    if ax is None:
-        ax = _new_axes(1.04 * width, bottom + 0.25 * gap + 0.02 * height, top_in=0.5, bottom_in=0.6)
-    # Fix the frame first so the image is downsampled for the final on-screen size.
-    ax.set_xlim(-0.02 * width, 1.02 * width)
-    ax.set_ylim(bottom + 0.25 * gap, -0.02 * height)
-    ax.set_aspect("equal")
-    draw_image_with_lattice(ax, record, merge_lines=max(h, w) <= 128)
-    ax.set_xlim(-0.02 * width, 1.02 * width)
-    ax.set_ylim(bottom + 0.25 * gap, -0.02 * height)
-
-    # The image's own rows, then the batch.
-    patches = end - start
-    draw_row_track(ax, [(0, patches)], y=track_y, height=track_h, style_indices=[record.index],
-                   x_scale=width / max(patches, 1), gid_prefix="image-rows")
-    ax.text(width / 2, track_y + track_h / 2, f"rows [{start}, {end}) of image {record.index} · row = {start} + y·{w} + x",
-            ha="center", va="center", fontsize=7.5,
-            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85), zorder=4)
-    total = max(batch.total_rows, 1)
-    draw_row_track(ax, [s.rows for s in batch.spans], y=batch_y, height=track_h * 0.7,
-                   style_indices=[s.index for s in batch.spans], x_scale=width / total, gid_prefix="batch-rows")
-    zoom = np.array([[(start * width / total, batch_y), (0.0, track_y + track_h)],
-                     [(end * width / total, batch_y), (width, track_y + track_h)]])
-    ax.add_collection(LineCollection(zoom, colors="0.35", linewidths=0.8, linestyles="dotted", gid="zoom-lines"),
-                      autolim=False)
-    batch_text = (f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})" if layout is not None
-                  else f"the batch: rows [0, {end}) or more; only image {record.index} is known here")
-    ax.text(width / 2, bottom + 0.05 * gap, batch_text, ha="center", va="top", fontsize=7.5)
-
-    # Links: patch centre → row position on the image's track.
-    centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)
-    positions = (rows_arr - start + 0.5) * width / max(patches, 1)
-    targets = np.stack([positions, np.full(len(positions), track_y)], 1)
-    ax.add_collection(LineCollection(np.stack([centres, targets], 1), colors=LINK_COLOR, linewidths=1.1,
-                                     zorder=6, gid="row-links"), autolim=False)
-    ticks = np.stack([np.stack([positions, np.full(len(positions), track_y)], 1),
-                      np.stack([positions, np.full(len(positions), track_y + track_h)], 1)], 1)
-    ax.add_collection(LineCollection(ticks, colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
-                      autolim=False)
-    ax.add_collection(PolyCollection(patch_squares(ys, xs), facecolors=color_for(4), alpha=0.6,
-                                     edgecolors="#000000", linewidths=0.9, zorder=7, gid="linked-patches"),
-                      autolim=False)
-    texts = [f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
-             for k in range(len(rows_arr))]
-    x0, x1 = ax.get_xlim()
-    placements, _ = plan_labels([(p, p) for p in positions], texts,
-                                x_to_px=lambda v: (v - x0) / (x1 - x0) * ax.bbox.width,
-                                axes_width_px=ax.bbox.width, track_height_px=0.0, fontsize=6.5, dpi=ax.figure.dpi)
-    for k, place in enumerate(placements):
-        ax.annotate(place.text, xy=(positions[k], track_y + track_h), ha=place.ha, va="top",
-                    xytext=(place.dx_pt, -2 - place.level * (LINE_HEIGHT_EM * 6.5 + 2)), textcoords="offset points",
-                    fontsize=6.5, color=LINK_COLOR, zorder=8, gid=f"link-label-{rows_arr[k]}")
-    _patch_ticks(ax, h, w)
-    ax.set_yticks([t_ for t_ in ax.get_yticks() if 0 <= t_ <= height])
-    ax.set_title(f"{record_label(record)}: grid {t}×{h}×{w} → rows [{start}, {end}) of pixel_values", fontsize=9)
+                 f"{record.num_tokens} tokens{frames_note}{size_note}{note}", fontsize=9, pad=12)
     return ax

@@ -4,7 +4,7 @@
 an existing Axes, every span filled from the Okabe–Ito palette, odd spans hatched with dashed edges
 (so colour is never the only signal), each with a text label — inside the span when it fits, else
 above it on staggered levels with a leader line. :func:`draw_row_spans` stacks the tracks of a
-:class:`~kimi_viz.layout.BatchLayout`: expected rows, optionally produced rows with the first
+:class:`~kimi_viz.preprocess.layout.BatchLayout`: expected rows, optionally produced rows with the first
 divergence marked, and merged tokens.
 
 Artists carry ``gid`` values so code (and tests) can find them: ``"<prefix>-label-<i>"`` for span
@@ -14,8 +14,9 @@ labels, ``"<prefix>-fills-even"`` / ``"<prefix>-fills-odd"`` for fills, ``"diver
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -23,16 +24,17 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from ..layout import BatchLayout, ImageSpan, compare_layouts, layout_of
+from ..preprocess.layout import BatchLayout, ImageSpan, compare_layouts, layout_of
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
 
 if TYPE_CHECKING:
-    from ..records import ProcessorOutput
+    from ..preprocess.records import ProcessorOutput
 
 CHAR_WIDTH_EM = 0.62     # a generous average glyph width of DejaVu Sans (digits are 0.636 em)
 LINE_HEIGHT_EM = 1.25
 LABEL_GAP_PT = 4.0       # between a track's top edge and its first level of outside labels
 LABEL_PAD_PX = 4.0
+LABEL_FONT = 8.5         # span labels (pt); track names are 1 pt larger, the title 3 pt
 
 
 @dataclass
@@ -134,7 +136,7 @@ def fit_labels(
     """Return labels thinned so their outside levels fit ``max_levels``, and the levels used.
 
     Labels that fit inside their span are kept whole. When the outside ones need more than
-    ``max_levels`` levels they become the span index alone (the text before the first ``:``), and
+    ``max_levels`` levels they become the image number alone (the text before the first ``:``), and
     if that is still too many, only every k-th outside label is kept (the first and last always).
     ``geometry`` is passed to :func:`plan_labels`.
     """
@@ -182,7 +184,7 @@ def draw_row_track(
     colors: Sequence[str] | None = None,
     x_scale: float = 1.0,
     x_offset: float = 0.0,
-    fontsize: float = 7.0,
+    fontsize: float = LABEL_FONT,
     gid_prefix: str = "span",
     zorder: float = 2.0,
 ) -> TrackArtists:
@@ -273,14 +275,15 @@ def draw_row_track(
 
 
 def span_label(span: ImageSpan) -> str:
-    """Return the three-line label of an image's row span: name, ``[start, end)``, grid and patch count."""
-    return (f"{span.index}: {span.label}\n[{span.rows[0]}, {span.rows[1]})\n"
+    """Return the three-line label of an image's row span: its number and name, ``[start, end)``,
+    grid and patch count."""
+    return (f"{span.number}: {span.label}\n[{span.rows[0]}, {span.rows[1]})\n"
             f"{span.grid_text} · {span.patches} patches")
 
 
 def token_label(span: ImageSpan) -> str:
-    """Return the two-line label of an image's merged-token span."""
-    return f"{span.index}: [{span.tokens[0]}, {span.tokens[1]})\n{span.num_tokens} tokens"
+    """Return the two-line label of an image's merged-token span (led by the image's number)."""
+    return f"{span.number}: [{span.token_span[0]}, {span.token_span[1]})\n{span.num_tokens} tokens"
 
 
 ROW_TRACK_PT = 42.0
@@ -299,7 +302,7 @@ class _RowSpansPlan:
 
     def inputs(self, kind: str, source: BatchLayout):
         if kind == "tokens":
-            return [s.tokens for s in source.spans], self.token_scale
+            return [s.token_span for s in source.spans], self.token_scale
         return [s.rows for s in source.spans], 1.0
 
 
@@ -333,7 +336,7 @@ def _plan_row_spans(layout: BatchLayout, produced: BatchLayout | None, ax: Axes,
 
 def row_spans_height_pt(layout: BatchLayout | ProcessorOutput | Sequence[Any], *, ax: Axes,
                         produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None,
-                        fontsize: float = 7.0, max_label_levels: int = 10) -> float:
+                        fontsize: float = LABEL_FONT, max_label_levels: int = 10) -> float:
     """Return the Axes height in points that :func:`draw_row_spans` needs at ``ax``'s current width.
 
     Use it to size a figure region before drawing; it sets ``ax``'s x limits and draws nothing.
@@ -344,22 +347,24 @@ def row_spans_height_pt(layout: BatchLayout | ProcessorOutput | Sequence[Any], *
 
 def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
                    produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None, ax: Axes | None = None,
-                   fontsize: float = 7.0, max_label_levels: int = 10) -> Axes:
+                   fontsize: float = LABEL_FONT, max_label_levels: int = 10) -> Axes:
     """Return an Axes showing the packed ``pixel_values`` rows of ``layout`` as labelled spans.
 
-    ``layout`` and ``produced`` are :class:`~kimi_viz.layout.BatchLayout` objects, processor
-    outputs or lists of ``(t, h, w)`` grids (see :func:`~kimi_viz.layout.layout_of`).
+    ``layout`` and ``produced`` are :class:`~kimi_viz.preprocess.layout.BatchLayout` objects, processor
+    outputs or lists of ``(t, h, w)`` grids (see :func:`~kimi_viz.preprocess.layout.layout_of`).
 
     Tracks, top to bottom: expected rows (one span per image, labelled ``[start, end)``, grid and
     patch count; label gids ``span-label-<i>``); given ``produced``, the produced rows
     (``produced-label-<i>``) with the first divergence marked by a vertical line
     (``gid="divergence-marker"``) at the first differing image's start, annotated with both counts
     (``gid="divergence-label"``) and the differing spans outlined; then the merged tokens
-    (``token-label-<i>``), drawn to the same width as the rows.
+    (``token-label-<i>``), drawn to the same width as the rows. Labels lead with each image's
+    ``ImageSpan.number`` and fills follow it (colour, hatch, edge style), so an image keeps its
+    number and colour when the layout holds only some images of a batch (``from_grids(numbers=...)``).
 
     Every span gets its full label while the outside labels of a track fit in
     ``max_label_levels`` staggered levels; in a crowded batch (hundreds of images) spans too narrow
-    for their label are labelled by index only, then only every k-th of them
+    for their label are labelled by image number only, then only every k-th of them
     (see :func:`fit_labels`). The full numbers stay in ``layout.to_json()``.
 
     The rows are laid out in points: a new figure is sized to fit them; a given ``ax`` shorter
@@ -390,7 +395,7 @@ def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
     for (kind, prefix, height_pt, source), room, labels in reversed(list(zip(plan.tracks, plan.rooms, plan.labels))):
         spans, scale = plan.inputs(kind, source)
         draw_row_track(ax, spans, y=y, height=height_pt, labels=labels, x_scale=scale,
-                       fontsize=fontsize, gid_prefix=prefix)
+                       style_indices=[s.number for s in source.spans], fontsize=fontsize, gid_prefix=prefix)
         placed[kind] = (y, height_pt)
         centres.append(y + height_pt / 2)
         if kind == "tokens":
@@ -432,7 +437,7 @@ def _mark_divergence(ax: Axes, expected: BatchLayout, produced: BatchLayout, com
                                          zorder=4, gid="divergent-spans"), autolim=False)
     exp_rows = "none" if comparison.expected_rows is None else f"{comparison.expected_rows} rows"
     prod_rows = "none" if comparison.produced_rows is None else f"{comparison.produced_rows}"
-    text = (f"first divergence: image {i} ({span.label}) at row {x}\n"
+    text = (f"first divergence: image {span.number} ({span.label}) at row {x}\n"
             f"expected {exp_rows}, produced {prod_rows}\n"
             f"batch: expected {comparison.expected_total} rows, produced {comparison.produced_total}")
     x0, x1 = ax.get_xlim()

@@ -1,48 +1,62 @@
-"""One step of a deferred-split replay: its variables as text over the rank's row tracks.
+"""One step of a deferred-split replay: the rank's row tracks as they stand after that step.
 
-:func:`draw_step` shows step ``k`` of one rank of a :class:`~kimi_viz.deferred.Trace`: a text
-panel (step title, the spec section, the note, the check with PASS/FAIL, the key variables and the
-exception SGLang raises there) above two row tracks — the rows the checks *expect* for this rank's
-images (``prod(grid_thws_host[...])`` at the index the code reads) and the rows preprocessing
-*produced* — with the first divergence marked. Artists carry gids: ``expected-label-<i>``,
+:func:`draw_step` shows step ``k`` of one rank of a :class:`~kimi_viz.replay.trace.Trace`: two row
+tracks — the rows the checks *expect* for this rank's images (``prod(grid_thws_host[...])`` at the
+row the code reads, labelled with the image it was read from when that is another image) and the
+rows preprocessing *produced* so far — with the first divergence marked. Spans are numbered and
+coloured by global image. With ``text=True`` (the default) a text panel above the tracks holds the
+step's title, note, check and key variables (:func:`step_lines`); the stepper shows those as HTML
+beside the figure instead (``text=False``). Artists carry gids: ``expected-label-<i>``,
 ``produced-label-<i>``, ``divergence-marker``, ``divergence-label``, ``step-text``.
 """
 
 from __future__ import annotations
 
-import math
 import textwrap
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..errors import ConfigError
+from ..replay.trace import (
+    ASSIGN_RANKS,
+    COLLECT_GRIDS,
+    CONCATENATE,
+    GROUP_BACKENDS,
+    LENGTH_CHECK_CPU,
+    LENGTH_CHECK_GPU,
+    PREPROCESS_CPU,
+    PREPROCESS_GPU,
+    SELECT_ITEMS,
+    prod,
+)
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..deferred import RankTrace, Step, Trace
+    from ..replay.trace import RankTrace, Step, Trace
 
-TEXT_FONT = 7.5
+TEXT_FONT = 9.0
 MAX_LIST = 12
 
-# The variables worth printing per step, in order (others are summarised generically).
+# The variables worth showing per step, in order (others stay in trace.json).
 KEY_VARIABLES = {
-    "collect_grids": ("grid_thws_host", "patch_counts"),
-    "assign_ranks": ("tp_size", "patch_counts", "order_largest_first", "assignment", "loads", "image_indices",
-                     "recorded_image_indices"),
-    "select_items": ("image_indices", "locally_preprocessed"),
-    "group_backends": ("backend_groups", "eager", "variant"),
-    "preprocess_gpu": ("indices", "global_indices", "grid_rows_read", "expected_grids", "produced_grids",
-                       "produced_rows"),
-    "preprocess_cpu": ("indices", "global_indices", "expected_grids", "produced_grids", "produced_rows",
-                       "processor_output"),
-    "length_check_gpu": ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
-                         "pixel_values_rows"),
-    "length_check_cpu": ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
-                         "pixel_values_rows", "processor_output"),
-    "concatenate": ("branch", "total_rows", "rows_from_grids"),
+    COLLECT_GRIDS: ("grid_thws_host", "patch_counts"),
+    ASSIGN_RANKS: ("tp_size", "patch_counts", "order_largest_first", "assignment", "loads", "image_indices",
+                   "recorded_image_indices"),
+    SELECT_ITEMS: ("image_indices", "locally_preprocessed"),
+    GROUP_BACKENDS: ("backend_groups", "eager", "variant"),
+    PREPROCESS_GPU: ("indices", "global_indices", "grid_rows_read", "expected_grids", "produced_grids",
+                     "produced_rows"),
+    PREPROCESS_CPU: ("indices", "global_indices", "expected_grids", "produced_grids", "produced_rows",
+                     "processor_output"),
+    LENGTH_CHECK_GPU: ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
+                       "pixel_values_rows"),
+    LENGTH_CHECK_CPU: ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
+                       "pixel_values_rows", "processor_output"),
+    CONCATENATE: ("branch", "total_rows", "rows_from_grids"),
 }
 
 
@@ -58,52 +72,69 @@ def resolve_rank(trace: "Trace", rank: int | None) -> "RankTrace":
     return trace.ranks[0]
 
 
-def _short(value: Any, limit: int = MAX_LIST) -> str:
+def short(value: Any, limit: int = MAX_LIST) -> str:
     """Return a compact text of a variable (long lists cut with an ellipsis and their length)."""
     if isinstance(value, list):
         if len(value) > limit:
-            head = ", ".join(_short(v, limit) for v in value[:limit])
+            head = ", ".join(short(v, limit) for v in value[:limit])
             return f"[{head}, … ({len(value)} in all)]"
-        return "[" + ", ".join(_short(v, limit) for v in value) + "]"
+        return "[" + ", ".join(short(v, limit) for v in value) + "]"
     if isinstance(value, dict):
-        parts = [f"{k}: {_short(v, limit)}" for k, v in list(value.items())[:limit]]
+        parts = [f"{k}: {short(v, limit)}" for k, v in list(value.items())[:limit]]
         return "{" + ", ".join(parts) + ("" if len(value) <= limit else ", …") + "}"
     return str(value)
+
+
+def step_title(trace: "Trace", rank: "RankTrace", k: int) -> str:
+    """Return ``"Step k of n · §6.x Title — rank r of TP t, SGLang 0.5.x (path), mode"`` (k counted from 1)."""
+    step = rank.steps[k]
+    return (f"Step {k + 1} of {len(rank.steps)} · {step.spec_ref} {step.title} — rank {rank.rank} of TP "
+            f"{trace.tp_size}, {trace.release.label}, {trace.mode} mode")
+
+
+def key_variables(step: "Step") -> list[tuple[str, str]]:
+    """Return the step's key variables as ``(name, compact value)`` pairs (and where SGLang raised)."""
+    out = [(key, short(step.variables[key])) for key in KEY_VARIABLES.get(step.name, ())
+           if step.variables.get(key) is not None]
+    if step.cause is not None:
+        where = {k: v for k, v in step.cause.to_json().items() if v is not None}
+        out.append(("raised_at", short(where)))
+    return out
 
 
 def step_lines(trace: "Trace", rank: "RankTrace", k: int) -> list[tuple[str, str]]:
     """Return the text panel of step ``k`` as ``(kind, text)`` lines: kind is title/note/check/var/error."""
     k = k % len(rank.steps)
     step = rank.steps[k]
-    lines: list[tuple[str, str]] = [(
-        "title",
-        f"Step {k + 1} of {len(rank.steps)} · {step.spec_ref} {step.title} — rank {rank.rank} of TP {trace.tp_size}, "
-        f"{trace.variant} code, {trace.mode} mode",
-    )]
-    for chunk in textwrap.wrap(step.note, 150):
+    lines: list[tuple[str, str]] = [("title", step_title(trace, rank, k))]
+    for chunk in textwrap.wrap(step.note, 130):
         lines.append(("note", chunk))
     if step.check is not None:
-        verdict = "PASS" if step.check["passed"] else "FAIL"
-        lines.append(("check", f"check [{verdict}] {step.check['name']}: expected {_short(step.check['expected'])}, "
-                               f"actual {_short(step.check['actual'])}"))
-    wanted = KEY_VARIABLES.get(step.name, ())
-    for key in wanted:
-        if key in step.variables and step.variables[key] is not None:
-            lines.append(("var", f"{key} = {_short(step.variables[key])}"))
-    if step.variables.get("raised_at"):
-        where = {k: v for k, v in step.variables["raised_at"].items() if v is not None}
-        lines.append(("var", f"raised_at = {_short(where)}"))
+        verdict = "PASS" if step.check.passed else "FAIL"
+        lines.append(("check", f"check [{verdict}] {step.check.name}: expected {short(step.check.expected)}, "
+                               f"actual {short(step.check.actual)}"))
+    for key, value in key_variables(step):
+        lines.append(("var", f"{key} = {value}"))
     if step.error is not None:
         lines.append(("error", f"SGLang raises {step.error.type}: {step.error.message}"))
     return lines
 
 
-def _tracks(trace: "Trace", rank: "RankTrace", step: "Step") -> tuple[list[dict[str, Any]], bool]:
+@dataclass
+class _TrackRow:
+    image: int
+    label: str
+    grids: list[list[int]]              # the grid rows shown as expected (several for an S9 item)
+    read_from: int                      # the image whose grid_thws_host row was read
+    produced_grid: list[int] | None
+    produced_rows: int | None
+
+
+def _tracks(trace: "Trace", rank: "RankTrace", step: "Step") -> tuple[list[_TrackRow], bool]:
     """Return the per-image rows to draw and whether they are this rank's (else the whole batch's)."""
-    rows = step.variables.get("row_tracks")
-    if rows is not None:
-        return rows, True
-    mine = set(rank.image_indices or [])
+    if step.rows is not None:
+        return [_TrackRow(r.image, r.label, [r.expected_grid], r.grid_index_read, r.produced_grid, r.produced_rows)
+                for r in step.rows], True
     rows = []
     for g, item in enumerate(trace.batch.items):
         if trace.grid_thws_host is not None:
@@ -111,8 +142,7 @@ def _tracks(trace: "Trace", rank: "RankTrace", step: "Step") -> tuple[list[dict[
         else:  # SGLang raised while collecting the grids: show what each item carries
             source = item.grid_source()
             grids = [[int(v) for v in row] for row in item.grids.get(source, [])] if source else []
-        rows.append({"image": g, "label": item.label, "expected_grid": grids[0] if len(grids) == 1 else None,
-                     "grids": grids, "produced_grid": None, "produced_rows": None, "mine": g in mine})
+        rows.append(_TrackRow(g, item.label, grids, g, None, None))
     return rows, False
 
 
@@ -124,12 +154,12 @@ def _spans(counts: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | None = None) -> Axes:
+def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | None = None, text: bool = True) -> Axes:
     """Return an Axes with step ``k`` (negative counts from the end) of ``rank`` of ``trace``.
 
-    ``rank`` defaults to the first failing rank, else the first replayed one.
-    The row tracks go into ``ax`` (a new Figure when None); the step's variables go into a text
-    panel above them (a separate Axes of the new Figure, or an inset above ``ax``).
+    ``rank`` defaults to the first failing rank, else the first replayed one. The row tracks go
+    into ``ax`` (a new Figure when None); with ``text`` the step's title, note, check and variables
+    go into a text panel above them (a separate Axes of the new Figure, or an inset above ``ax``).
     """
     shown = resolve_rank(trace, rank)
     n = len(shown.steps)
@@ -137,93 +167,101 @@ def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | Non
         raise ConfigError(f"step {k!r} does not exist; rank {shown.rank} has steps 0..{n - 1} (or -{n}..-1)")
     k = k % n
     step = shown.steps[k]
-    lines = step_lines(trace, shown, k)
+    lines = step_lines(trace, shown, k) if text else []
     if ax is None:
-        fig = Figure(figsize=(11.0, 3.2 + 0.19 * len(lines)))
-        grid = fig.add_gridspec(2, 1, height_ratios=[0.2 * len(lines) + 0.3, 2.1], hspace=0.25,
-                                left=0.11, right=0.98, top=0.98, bottom=0.12)
-        text_ax = fig.add_subplot(grid[0])
-        ax = fig.add_subplot(grid[1])
+        if text:
+            fig = Figure(figsize=(11.0, 2.9 + 0.22 * len(lines)))
+            grid = fig.add_gridspec(2, 1, height_ratios=[0.22 * len(lines) + 0.3, 2.2], hspace=0.25,
+                                    left=0.12, right=0.98, top=0.98, bottom=0.14)
+            text_ax = fig.add_subplot(grid[0])
+            ax = fig.add_subplot(grid[1])
+        else:
+            fig = Figure(figsize=(9.5, 2.8))
+            fig.subplots_adjust(left=0.15, right=0.98, top=0.8, bottom=0.2)
+            ax = fig.add_subplot()
+            text_ax = None
     else:
-        text_ax = ax.inset_axes([0.0, 1.08, 1.0, 0.12 * len(lines) + 0.1])
-    _draw_text(text_ax, lines)
+        text_ax = ax.inset_axes((0.0, 1.08, 1.0, 0.12 * len(lines) + 0.1)) if text else None
+    if text_ax is not None:
+        _draw_text(text_ax, lines)
     _draw_tracks(ax, trace, shown, step)
     return ax
 
 
 def _draw_text(ax: Axes, lines: list[tuple[str, str]]) -> None:
     ax.set_axis_off()
-    styles = {"title": dict(fontweight="bold", fontsize=TEXT_FONT + 1.5), "note": dict(style="italic"),
-              "check": dict(family="monospace"), "var": dict(family="monospace"),
-              "error": dict(color=DIVERGENCE_COLOR, fontweight="bold")}
+    styles: dict[str, dict[str, Any]] = {
+        "title": dict(fontweight="bold", fontsize=TEXT_FONT + 1.5), "note": dict(style="italic"),
+        "check": dict(family="monospace"), "var": dict(family="monospace"),
+        "error": dict(color=DIVERGENCE_COLOR, fontweight="bold")}
     n = len(lines)
     for i, (kind, text) in enumerate(lines):
         style = {"fontsize": TEXT_FONT, **styles.get(kind, {})}
+        if kind == "check" and "[FAIL]" in text:
+            style["color"] = DIVERGENCE_COLOR
         ax.text(0.0, 1.0 - (i + 0.5) / n, text, transform=ax.transAxes, ha="left", va="center",
                 gid="step-text" if i == 0 else f"step-text-{i}", **style)
 
 
 def _draw_tracks(ax: Axes, trace: "Trace", rank: "RankTrace", step: "Step") -> None:
     rows, own = _tracks(trace, rank, step)
-    expected = [sum(math.prod(int(v) for v in grid) for grid in r.get("grids", [r["expected_grid"]]))
-                for r in rows]
-    known = [r["produced_rows"] is not None for r in rows]
-    produced = [r["produced_rows"] if r["produced_rows"] is not None else e for r, e in zip(rows, expected)]
+    expected = [sum(prod(grid) for grid in r.grids) for r in rows]
+    known = [r.produced_rows is not None for r in rows]
+    produced = [r.produced_rows if r.produced_rows is not None else e for r, e in zip(rows, expected)]
     x_max = max(sum(expected), sum(produced), 1)
     ax.set_xlim(-0.01 * x_max, 1.01 * x_max)
     ax.set_ylim(0.0, 100.0)
-    labels_e, labels_p = [], []
+    labels_e: list[str | None] = []
+    labels_p: list[str | None] = []
     for r, e, p, seen in zip(rows, expected, produced, known):
-        if r["expected_grid"] is None:
-            labels_e.append(f"{r['image']}: {len(r['grids'])} grid rows\n{e} rows")
+        if len(r.grids) != 1:
+            labels_e.append(f"{r.image}: {len(r.grids)} grid rows\n{e} rows")
             labels_p.append(None)
             continue
-        grid = "×".join(str(v) for v in r["expected_grid"])
-        read = r.get("grid_index", r["image"])
-        where = f" (row {read})" if read != r["image"] else ""
-        labels_e.append(f"{r['image']}: {grid}{where}\n{e} rows")
+        grid = "×".join(str(v) for v in r.grids[0])
+        where = f" (grid of image {r.read_from})" if r.read_from != r.image else ""
+        labels_e.append(f"{r.image}: {grid}{where}\n{e} rows")
         if not own:
             labels_p.append(None)
         elif seen:
-            pgrid = "×".join(str(v) for v in r["produced_grid"]) if r.get("produced_grid") else "eager"
-            labels_p.append(f"{r['image']}: {pgrid}\n{p} rows")
+            pgrid = "×".join(str(v) for v in r.produced_grid) if r.produced_grid else "eager"
+            labels_p.append(f"{r.image}: {pgrid}\n{p} rows")
         else:
-            labels_p.append(f"{r['image']}: not yet")
-    styles = [r["image"] for r in rows]
+            labels_p.append(f"{r.image}: not yet")
+    styles = [r.image for r in rows]
     draw_row_track(ax, _spans(expected), y=58.0, height=24.0, labels=labels_e, style_indices=styles,
-                   gid_prefix="expected")
+                   gid_prefix="expected", fontsize=TEXT_FONT)
     yticks = [70.0]
     names = ["expected rows\n(grids read)" if own else "declared rows\n(every image)"]
     if own:
         draw_row_track(ax, _spans(produced), y=14.0, height=24.0, labels=labels_p, style_indices=styles,
-                       gid_prefix="produced")
+                       gid_prefix="produced", fontsize=TEXT_FONT)
         yticks.insert(0, 26.0)
         names.insert(0, "produced rows")
         _mark_first_divergence(ax, rows, expected, produced, known)
-    else:
-        mine = [r for r in rows if r.get("mine")]
-        if mine:
-            ax.text(0.0, 30.0, f"rank {rank.rank} materializes images {rank.image_indices}", fontsize=TEXT_FONT,
-                    gid="rank-images")
+    elif rank.image_indices:
+        ax.text(0.0, 30.0, f"rank {rank.rank} materializes images {rank.image_indices}", fontsize=TEXT_FONT,
+                gid="rank-images")
     ax.set_yticks(yticks, names, fontsize=TEXT_FONT)
     ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", labelsize=TEXT_FONT)
     ax.set_xlabel("pixel_values rows on this rank" if own else "pixel_values rows of the whole batch",
                   fontsize=TEXT_FONT)
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
 
 
-def _mark_first_divergence(ax: Axes, rows: list[dict[str, Any]], expected: list[int], produced: list[int],
+def _mark_first_divergence(ax: Axes, rows: list[_TrackRow], expected: list[int], produced: list[int],
                            known: list[bool]) -> None:
     start = 0
     for r, e, p, seen in zip(rows, expected, produced, known):
-        grid_differs = seen and r.get("produced_grid") not in (None, r["expected_grid"])
+        grid_differs = seen and r.produced_grid not in (None, r.grids[0] if len(r.grids) == 1 else None)
         if seen and (e != p or grid_differs):
             ax.axvline(start, color=DIVERGENCE_COLOR, linewidth=2.0, linestyle=(0, (4, 2)), zorder=5,
                        gid="divergence-marker")
             x0, x1 = ax.get_xlim()
             right = (start - x0) / (x1 - x0) > 0.55
-            ax.annotate(f"first divergence: image {r['image']} ({r['label']})\nexpected {e} rows, produced {p}",
+            ax.annotate(f"first divergence: image {r.image} ({r.label})\nexpected {e} rows, produced {p}",
                         xy=(start, 92.0), xytext=(-6 if right else 6, 0), textcoords="offset points",
                         ha="right" if right else "left", va="center", fontsize=TEXT_FONT, color=DIVERGENCE_COLOR,
                         fontweight="bold", gid="divergence-label",
@@ -232,4 +270,4 @@ def _mark_first_divergence(ax: Axes, rows: list[dict[str, Any]], expected: list[
         start += p
 
 
-__all__ = ["draw_step", "step_lines", "resolve_rank"]
+__all__ = ["draw_step", "step_lines", "step_title", "key_variables", "resolve_rank", "short"]

@@ -1,1 +1,33 @@
-"""."""
+"""The pages and views of a verdict: ``report.html``, ``summary.png``, the stepper, notebook tables, the gallery.
+
+Names are imported lazily so ``import kimi_viz.report`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Stepper": "stepper",
+    "Table": "tables",
+    "VerdictView": "tables",
+    "ranks_table": "tables",
+    "images_table": "tables",
+    "divergence_table": "tables",
+    "items_table": "tables",
+    "assignment_table": "tables",
+    "render_report": "html",
+    "write_report": "html",
+    "summary_png": "summary",
+    "write_gallery": "gallery",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kimi_viz.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -11,14 +11,16 @@ The HTML page links the PNGs by relative path and references nothing on the netw
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from matplotlib.axes import Axes
 
-from .data import SAMPLE_PHOTOS, images_dir, sample_path
-from .layout import BatchLayout, compare_layouts
+from ..data import SAMPLE_PHOTOS, images_dir, sample_path
+from ..preprocess.layout import BatchLayout, compare_layouts
+from .tables import Table
 
 BIG_SAMPLE = "rocket_4200x3150.jpg"
 OTHER_PRESET = {"kimi-k3": "kimi-k25", "kimi-k25": "kimi-k3"}
@@ -66,8 +68,14 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
 
     Returns the written paths: the PNGs in page order, then ``index.html``.
     """
-    from .plots import draw_batch, draw_grid_to_rows, draw_patch_grid, draw_pixel_diff, draw_row_spans
-    from .processor import Processor, resize_config
+    from ..plots import (
+        draw_grid_to_rows,
+        draw_patch_grid,
+        draw_pixel_diff,
+        draw_processor_output,
+        draw_row_spans,
+    )
+    from ..preprocess.processor import Processor, resize_config
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,7 +89,7 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
         _save(ax, out / file, dpi)
         figures.append(GalleryFigure(file, title, caption))
 
-    add(draw_batch(output), "batch.png", "The batch",
+    add(draw_processor_output(output), "batch.png", "The batch",
         f"{len(layout)} images under {preset}: each on its patch grid, above the packed pixel_values rows "
         f"({layout.total_rows} rows, {layout.total_tokens} merged tokens).")
     add(draw_row_spans(layout), "row_spans.png", "Row spans",
@@ -98,11 +106,11 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
             + (comparison.message if not comparison.equal else "The two layouts agree for these images."))
 
     for span, record in zip(layout.spans, output.records):
-        first_token = layout.token_to_rows(span.tokens[0]) if span.num_tokens else []
+        first_token = layout.token_to_rows(span.token_span[0]) if span.num_tokens else []
         add(draw_patch_grid(output, span.index, highlight_rows=first_token),
             f"patch_grid_{span.index:02d}_{_slug(span.label)}.png", f"{span.label} on its patch grid",
             f"Grid {span.grid_text}, rows [{span.rows[0]}, {span.rows[1]}); the four rows of its first merged "
-            f"token (token {span.tokens[0]}) are highlighted.")
+            f"token (token {span.token_span[0]}) are highlighted.")
 
     if len(layout):
         add(draw_grid_to_rows(output, layout, index=0), f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
@@ -132,11 +140,9 @@ def _html(figures: Sequence[GalleryFigure], preset: str, layout: BatchLayout) ->
         f"</figure>"
         for f in figures
     )
-    rows = "\n".join(
-        f"<tr><td>{s.index}</td><td>{html.escape(s.label)}</td><td>{s.grid_text}</td>"
-        f"<td>[{s.rows[0]}, {s.rows[1]})</td><td>{s.patches}</td><td>[{s.tokens[0]}, {s.tokens[1]})</td></tr>"
-        for s in layout.spans
-    )
+    table = Table(["#", "image", "grid t×h×w", "rows", "patches", "tokens"],
+                  [(s.number, s.label, s.grid_text, f"[{s.rows[0]}, {s.rows[1]})", s.patches,
+                    f"[{s.token_span[0]}, {s.token_span[1]})") for s in layout.spans])._repr_html_()
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -154,10 +160,7 @@ td, th {{ border: 1px solid #bbb; padding: 0.2em 0.6em; text-align: right; }}
 <body>
 <h1>kimi-viz gallery: {len(layout)} images under {html.escape(preset)}</h1>
 <p>{layout.total_rows} rows of pixel_values, {layout.total_tokens} merged tokens.</p>
-<table>
-<tr><th>#</th><th>image</th><th>grid t×h×w</th><th>rows</th><th>patches</th><th>tokens</th></tr>
-{rows}
-</table>
+{table}
 {items}
 </body>
 </html>

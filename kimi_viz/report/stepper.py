@@ -1,112 +1,123 @@
-"""Step through a replay: a live ipywidgets control in Jupyter, a self-contained HTML page everywhere else.
+"""Step through a replay: a live ipywidgets control in Jupyter, a self-contained HTML stepper everywhere else.
 
-``Stepper(trace)`` shows one rank of a :class:`~kimi_viz.deferred.Trace` (the first failing rank
-by default) one step at a time: the :func:`~kimi_viz.plots.steps.draw_step` figure and a counts
-table (expected and produced rows, the check, the error). In a notebook with a kernel it is a
-widget (slider, previous / next, play); its mime bundle also carries :meth:`Stepper.to_html`, a
-static stepper with inline CSS and JavaScript and the frames embedded as PNG data URIs, so
-exported notebooks and reports step through without a kernel or a network.
+``Stepper(trace)`` shows one rank of a :class:`~kimi_viz.replay.trace.Trace` (the first failing rank
+by default) one step at a time, opening at the step where SGLang raises (the first step of a clean
+rank). Both forms look the same: a heading with the rank and its outcome (``FAIL`` in the failure
+colour), the controls, "Step k of n" matching the slider (which counts from 1), the step's note,
+check and key variables as HTML text, and the row tracks of :func:`~kimi_viz.plots.steps.draw_step`
+as a figure whose text is at least 10 CSS px at the size it is shown. The whole stepper fits a
+1440×900 window.
 
-Stable hooks for browser tests, in both forms: ``.kv-stepper`` (root), ``input.kv-slider``,
-``button.kv-prev``, ``button.kv-next``, ``button.kv-play``, ``.kv-counts`` (the table),
-``.kv-frame`` (the figure) and ``.kv-title``.
+In a notebook with a kernel it is a widget; beside it the cell also carries :meth:`Stepper.to_html`,
+the static stepper (inline CSS and JavaScript, frames as PNG data URIs), which hides itself when the
+live widget renders next to it. Exported notebooks (nbconvert HTML) and reports therefore step
+through without a kernel or a network; where the static stepper's script cannot run (a reopened,
+untrusted notebook) it says so and how to get a working one.
+
+Stable hooks for browser tests, in both forms: ``.kv-stepper`` (root), ``input.kv-slider`` (static)
+or ``.kv-slider`` (widget), ``button.kv-prev``, ``button.kv-next``, ``.kv-play``, ``.kv-counts``,
+``.kv-frame``, ``.kv-title``, ``.kv-heading`` and ``.kv-vars``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import itertools
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..replay.trace import prod
+from .page import escape, figure_png, json_for_script, png_data_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .deferred import RankTrace, Trace
+    from ..replay.trace import RankTrace, Trace
 
-PNG_METADATA = {"Software": None}
+FRAME_DPI = 100          # the frames' text is 9 pt: 12.5 px at this dpi
+FRAME_WIDTH_PX = 950     # shown at this width at most (never scaled up), so text stays >= 10 px
+FAIL_COLOR = "#B34000"
+PASS_COLOR = "#006B4F"
 _ids = itertools.count(1)
 
 CSS = """
 .kv-stepper { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 14px; color: #111;
-  border: 1px solid #bbb; border-radius: 6px; padding: 10px 12px; margin: 10px 0; max-width: 1100px; }
+  border: 1px solid #bbb; border-radius: 6px; padding: 8px 12px; margin: 8px 0; max-width: 980px; }
+.kv-stepper .kv-heading { font-weight: 700; font-size: 15px; margin: 0 0 6px; }
 .kv-stepper .kv-controls { display: flex; align-items: center; gap: 8px; flex-wrap: wrap; }
 .kv-stepper button { font: inherit; padding: 3px 10px; border: 1px solid #666; border-radius: 4px;
   background: #f4f4f4; cursor: pointer; }
 .kv-stepper button:focus-visible, .kv-stepper input:focus-visible { outline: 2px solid #0072B2; }
 .kv-stepper input.kv-slider { flex: 1 1 260px; }
-.kv-stepper .kv-title { font-weight: 600; margin: 8px 0 4px; }
-.kv-stepper table.kv-counts { border-collapse: collapse; margin: 4px 0 8px; }
-.kv-stepper table.kv-counts th, .kv-stepper table.kv-counts td { border: 1px solid #ccc; padding: 2px 8px;
-  text-align: left; font-variant-numeric: tabular-nums; }
-.kv-stepper table.kv-counts th { background: #f0f0f0; font-weight: 600; }
-.kv-stepper .kv-fail { color: #B34000; font-weight: 600; }
-.kv-stepper .kv-pass { color: #006B4F; }
-.kv-stepper img.kv-frame { max-width: 100%; height: auto; display: block; }
+.kv-stepper .kv-title { font-weight: 600; margin: 6px 0 2px; }
+.kv-stepper .kv-note { font-style: italic; color: #333; margin: 2px 0; font-size: 13px; }
+.kv-stepper .kv-body { display: flex; gap: 12px; flex-wrap: wrap; align-items: flex-start; }
+.kv-stepper table { border-collapse: collapse; margin: 4px 0; font-size: 13px; }
+.kv-stepper th, .kv-stepper td { border: 1px solid #ccc; padding: 1px 6px; text-align: left;
+  font-variant-numeric: tabular-nums; vertical-align: top; }
+.kv-stepper th { background: #f0f0f0; font-weight: 600; }
+.kv-stepper td.kv-var { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, monospace; font-size: 12px;
+  max-width: 560px; overflow-wrap: anywhere; }
+.kv-stepper .kv-fail { color: #B34000; font-weight: 700; }
+.kv-stepper .kv-pass { color: #006B4F; font-weight: 600; }
+.kv-stepper img.kv-frame { width: 100%; max-width: 950px; min-width: 760px; height: auto; display: block; }
+.kv-stepper .kv-script-note { background: #fff3d6; border: 1px solid #E69F00; padding: 4px 8px; margin: 4px 0;
+  font-size: 13px; }
 """
 
 JS = """
 (function () {
   var root = document.getElementById(%(root)s);
   if (!root) { return; }
+  var note = root.querySelector(".kv-script-note");
+  if (note) { note.hidden = true; }
   var data = JSON.parse(root.querySelector("script.kv-data").textContent);
+  var n = data.steps.length;
   var slider = root.querySelector("input.kv-slider");
   var frame = root.querySelector("img.kv-frame");
-  var table = root.querySelector("table.kv-counts");
-  var title = root.querySelector(".kv-title");
-  var position = root.querySelector(".kv-position");
   var play = root.querySelector("button.kv-play");
   var timer = null;
-  function esc(text) {
-    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  }
   function show(k) {
-    k = Math.max(0, Math.min(data.frames.length - 1, k));
+    k = Math.max(1, Math.min(n, k));
     slider.value = k;
-    frame.src = data.frames[k];
-    var c = data.counts[k];
-    frame.alt = "step " + (k + 1) + ": " + c.title;
-    title.textContent = "Step " + (k + 1) + " of " + data.frames.length + " \\u00b7 " + c.spec_ref + " " + c.title;
-    position.textContent = (k + 1) + " / " + data.frames.length;
-    var rows = "";
-    for (var i = 0; i < data.columns.length; i++) {
-      var key = data.columns[i][0];
-      var value = c[key] === null || c[key] === undefined ? "\\u2014" : c[key];
-      var css = key === "check" ? (value === "FAIL" ? "kv-fail" : (value === "PASS" ? "kv-pass" : "")) :
-                (key === "error" && c[key] ? "kv-fail" : "");
-      rows += "<tr><th scope=\\"row\\">" + esc(data.columns[i][1]) + "</th><td class=\\"" + css +
-              "\\" data-key=\\"" + key + "\\">" + esc(value) + "</td></tr>";
-    }
-    table.innerHTML = rows;
+    var s = data.steps[k - 1];
+    frame.src = s.frame;
+    frame.alt = s.alt;
+    root.querySelector(".kv-title").textContent = s.title;
+    root.querySelector(".kv-position").textContent = "Step " + k + " of " + n;
+    root.querySelector(".kv-note").textContent = s.note;
+    root.querySelector(".kv-counts").innerHTML = s.counts;
+    root.querySelector(".kv-vars").innerHTML = s.vars;
   }
+  function current() { return parseInt(slider.value, 10); }
   function stop() { if (timer !== null) { clearInterval(timer); timer = null; play.textContent = "\\u25b6 Play"; } }
-  slider.addEventListener("input", function () { stop(); show(parseInt(slider.value, 10)); });
-  root.querySelector("button.kv-prev").addEventListener("click", function () { stop(); show(parseInt(slider.value, 10) - 1); });
-  root.querySelector("button.kv-next").addEventListener("click", function () { stop(); show(parseInt(slider.value, 10) + 1); });
+  slider.addEventListener("input", function () { stop(); show(current()); });
+  root.querySelector("button.kv-prev").addEventListener("click", function () { stop(); show(current() - 1); });
+  root.querySelector("button.kv-next").addEventListener("click", function () { stop(); show(current() + 1); });
   play.addEventListener("click", function () {
     if (timer !== null) { stop(); return; }
     play.textContent = "\\u23f8 Pause";
-    if (parseInt(slider.value, 10) >= data.frames.length - 1) { show(0); }
-    timer = setInterval(function () {
-      var k = parseInt(slider.value, 10) + 1;
-      if (k >= data.frames.length) { stop(); return; }
-      show(k);
-    }, 1200);
+    if (current() >= n) { show(1); }
+    timer = setInterval(function () { if (current() >= n) { stop(); return; } show(current() + 1); }, 1200);
   });
   root.addEventListener("keydown", function (event) {
-    if (event.key === "ArrowRight") { stop(); show(parseInt(slider.value, 10) + 1); }
-    if (event.key === "ArrowLeft") { stop(); show(parseInt(slider.value, 10) - 1); }
+    if (event.key === "ArrowRight") { stop(); show(current() + 1); }
+    if (event.key === "ArrowLeft") { stop(); show(current() - 1); }
   });
-  show(0);
+  // Beside a live widget of the same cell, the static copy steps aside.
+  var area = root.closest(".jp-OutputArea, .output_area, .output");
+  function live() { return area && area.querySelector(".kv-stepper.kv-live"); }
+  if (area) {
+    var tries = 0;
+    var poll = setInterval(function () {
+      tries += 1;
+      if (live()) { root.hidden = true; clearInterval(poll); }
+      if (tries > 40) { clearInterval(poll); }
+    }, 250);
+  }
+  show(data.start);
 })();
 """
 
-COLUMNS = (
-    ("position", "step"),
-    ("name", "name"),
+COUNT_ROWS = (
     ("images", "images on this rank"),
     ("expected_rows", "rows the grids expect"),
     ("produced_rows", "rows produced so far"),
@@ -116,44 +127,30 @@ COLUMNS = (
 )
 
 
-def _counts_table(counts: dict[str, Any], *, th_style: str = "") -> str:
-    """Return a :meth:`Stepper.counts` dict as ``table.kv-counts`` markup.
-
-    The cells (values, ``data-key`` and the ``kv-pass`` / ``kv-fail`` classes) are the ones the static
-    page's script writes, so the widget and the static page show the same table. ``th_style`` is an
-    optional inline style for the row headers.
-    """
-    rows = []
-    for key, label in COLUMNS:
-        value = counts[key]
-        css = ""
-        if key == "check" and value in ("PASS", "FAIL"):
-            css = "kv-pass" if value == "PASS" else "kv-fail"
-        elif key == "error" and value:
-            css = "kv-fail"
-        text = "—" if value is None else str(value)
-        style = f' style="{th_style}"' if th_style else ""
-        rows.append(f'<tr><th scope="row"{style}>{html.escape(label)}</th><td class="{css}" data-key="{key}">'
-                    f"{html.escape(text)}</td></tr>")
-    return f'<table class="kv-counts">{"".join(rows)}</table>'
-
-
-def _json_for_script(value: Any) -> str:
-    """Return JSON safe to put inside a ``<script>`` element."""
-    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+def _cell(key: str, value: Any) -> str:
+    """Return one counts cell, the check and error coloured inline (so the widget shows them the same)."""
+    text = "—" if value is None else str(value)
+    style = ""
+    css = ""
+    if key == "check" and value in ("PASS", "FAIL"):
+        css = "kv-pass" if value == "PASS" else "kv-fail"
+        style = f"color:{PASS_COLOR if value == 'PASS' else FAIL_COLOR};font-weight:700"
+    elif key == "error" and value:
+        css, style = "kv-fail", f"color:{FAIL_COLOR};font-weight:700"
+    return f'<td class="{css}" data-key="{key}" style="{style}">{escape(text)}</td>'
 
 
 class Stepper:
     """Step through one rank of a replay; a widget in Jupyter, static HTML elsewhere."""
 
-    def __init__(self, trace: "Trace", *, rank: int | None = None, dpi: int = 80):
-        from .plots.steps import resolve_rank
+    def __init__(self, trace: "Trace", *, rank: int | None = None, dpi: int = FRAME_DPI):
+        from ..plots.steps import resolve_rank
 
         self.trace = trace
         self.rank: "RankTrace" = resolve_rank(trace, rank)
         self.dpi = int(dpi)
         self._frames: list[bytes | None] = [None] * len(self.rank.steps)
-        self._widget = None
+        self._widget: Any = None
 
     def __len__(self) -> int:
         return len(self.rank.steps)
@@ -161,6 +158,27 @@ class Stepper:
     def __repr__(self) -> str:
         return (f"Stepper(rank {self.rank.rank} of TP {self.trace.tp_size}, {len(self)} steps, "
                 f"{self.trace.outcome})")
+
+    @property
+    def start(self) -> int:
+        """Return the step the stepper opens at, counted from 1: where SGLang raises, else step 1."""
+        failing = self.rank.failing_step
+        return 1 if failing is None else failing + 1
+
+    @property
+    def heading(self) -> str:
+        """Return the stepper's heading: the rank, the release replayed and the rank's outcome."""
+        outcome = "ok" if self.rank.error is None else f"FAIL — {self.rank.error.type}: {self.rank.error.message}"
+        return f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, {self.trace.release.label}: {outcome}"
+
+    def heading_html(self) -> str:
+        """Return the heading as HTML, FAIL in the failure colour."""
+        head = (f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, "
+                f"{escape(self.trace.release.label)}: ")
+        if self.rank.error is None:
+            return head + f'<span class="kv-pass" style="color:{PASS_COLOR}">ok</span>'
+        return (head + f'<span class="kv-fail" style="color:{FAIL_COLOR};font-weight:700">FAIL</span> — '
+                f"{escape(self.rank.error.type)}: {escape(self.rank.error.message)}")
 
     # --- data -----------------------------------------------------------------------------------
     def _check_index(self, k: int) -> int:
@@ -170,15 +188,13 @@ class Stepper:
         return k % n
 
     def frame(self, k: int) -> bytes:
-        """Return the PNG bytes of step ``k``'s figure (drawn once, then cached)."""
+        """Return the PNG bytes of step ``k``'s row tracks (drawn once, then cached; ``k`` from 0)."""
         k = self._check_index(k)
         if self._frames[k] is None:
-            from .plots.steps import draw_step
+            from ..plots.steps import draw_step
 
-            ax = draw_step(self.trace, k, rank=self.rank.rank)
-            buffer = io.BytesIO()
-            ax.figure.savefig(buffer, format="png", dpi=self.dpi, metadata=PNG_METADATA)
-            self._frames[k] = buffer.getvalue()
+            ax = draw_step(self.trace, k, rank=self.rank.rank, text=False)
+            self._frames[k] = figure_png(ax.figure, dpi=self.dpi)
         return self._frames[k]  # type: ignore[return-value]
 
     def frames(self) -> list[bytes]:
@@ -186,134 +202,178 @@ class Stepper:
         return [self.frame(k) for k in range(len(self))]
 
     def counts(self, k: int) -> dict[str, Any]:
-        """Return the counts shown beside step ``k``: images, expected and produced rows, the check and error."""
+        """Return the counts shown beside step ``k`` (from 0): images, expected and produced rows, check, error."""
         k = self._check_index(k)
         step = self.rank.steps[k]
-        rows = step.variables.get("row_tracks")
-        if rows is None:
+        if step.rows is None:
             grids = self.trace.grid_thws_host or []
             images = len(self.trace.batch.items)
-            expected = sum(math.prod(g) for g in grids) if grids else None
+            expected = sum(prod(g) for g in grids) if grids else None
             produced = None
         else:
-            images = len(rows)
-            expected = sum(math.prod(int(v) for v in r["expected_grid"]) for r in rows)
-            known = [r["produced_rows"] for r in rows if r["produced_rows"] is not None]
+            images = len(step.rows)
+            expected = sum(r.expected_rows for r in step.rows)
+            known = [r.produced_rows for r in step.rows if r.produced_rows is not None]
             produced = sum(known) if known else None
         check = step.check
         detail = None
-        if check is not None and not isinstance(check.get("expected"), (list, dict)):
-            detail = f"expected {check['expected']}, actual {check['actual']}"
+        if check is not None and not isinstance(check.expected, (list, dict)):
+            detail = f"expected {check.expected}, actual {check.actual}"
         elif check is not None:
-            detail = check["name"]
+            detail = check.name
         return {
-            "step": k,
-            "position": f"{k + 1} of {len(self)}",
+            "step": k + 1,
+            "position": f"Step {k + 1} of {len(self)}",
             "name": step.name,
             "title": step.title,
             "spec_ref": step.spec_ref,
             "images": images,
             "expected_rows": expected,
             "produced_rows": produced,
-            "check": None if check is None else ("PASS" if check["passed"] else "FAIL"),
+            "check": None if check is None else ("PASS" if check.passed else "FAIL"),
             "check_detail": detail,
             "error": None if step.error is None else f"{step.error.type}: {step.error.message}",
         }
+
+    def title(self, k: int) -> str:
+        """Return ``"§6.x Title"`` of step ``k`` (from 0)."""
+        step = self.rank.steps[self._check_index(k)]
+        return f"{step.spec_ref} {step.title}"
+
+    def counts_html(self, k: int) -> str:
+        """Return the counts of step ``k`` as the ``table.kv-counts`` markup both forms show."""
+        counts = self.counts(k)
+        rows = "".join(f'<tr><th scope="row">{escape(label)}</th>{_cell(key, counts[key])}</tr>'
+                       for key, label in COUNT_ROWS)
+        return f'<table class="kv-counts">{rows}</table>'
+
+    def vars_html(self, k: int) -> str:
+        """Return step ``k``'s check and key variables as an HTML table (text, not pixels)."""
+        from ..plots.steps import key_variables
+
+        step = self.rank.steps[self._check_index(k)]
+        rows = []
+        if step.check is not None:
+            verdict = "PASS" if step.check.passed else "FAIL"
+            color = PASS_COLOR if step.check.passed else FAIL_COLOR
+            rows.append(f'<tr><th scope="row">check</th><td class="kv-var"><span style="color:{color};'
+                        f'font-weight:700">{verdict}</span> {escape(step.check.name)}</td></tr>')
+        rows += [f'<tr><th scope="row">{escape(key)}</th><td class="kv-var">{escape(value)}</td></tr>'
+                 for key, value in key_variables(step)]
+        return f'<table class="kv-vars">{"".join(rows)}</table>'
+
+    def _step_data(self, k: int) -> dict[str, Any]:
+        step = self.rank.steps[k]
+        return {"frame": png_data_uri(self.frame(k)), "title": self.title(k), "note": step.note,
+                "alt": f"step {k + 1}: {step.title}, the rank's expected and produced rows",
+                "counts": self.counts_html(k), "vars": self.vars_html(k)}
 
     # --- static HTML ------------------------------------------------------------------------------
     def to_html(self) -> str:
         """Return a self-contained static stepper: inline CSS and JS, PNG frames as data URIs, no network."""
         root = f"kv-stepper-{next(_ids)}"
-        frames = ["data:image/png;base64," + base64.b64encode(png).decode("ascii") for png in self.frames()]
-        counts = [self.counts(k) for k in range(len(self))]
-        data = {"frames": frames, "counts": counts, "columns": [list(c) for c in COLUMNS],
-                "rank": self.rank.rank, "tp_size": self.trace.tp_size, "variant": self.trace.variant}
-        first = counts[0]
-        outcome = ("ok" if self.rank.error is None else f"{self.rank.error.type}: {self.rank.error.message}")
-        heading = (f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size} ({self.trace.variant} code): "
-                   f"{outcome}")
         n = len(self)
+        steps = [self._step_data(k) for k in range(n)]
+        k = self.start
+        first = steps[k - 1]
+        data = {"steps": steps, "start": k, "rank": self.rank.rank, "tp_size": self.trace.tp_size,
+                "release": self.trace.release.label}
         return (
-            f'<div class="kv-stepper" id="{root}" data-steps="{n}" data-rank="{self.rank.rank}" tabindex="0">\n'
+            f'<div class="kv-stepper kv-static" id="{root}" data-steps="{n}" data-rank="{self.rank.rank}" '
+            f'data-start="{k}" tabindex="0">\n'
             f"<style>{CSS}</style>\n"
-            f'<div class="kv-heading">{html.escape(heading)}</div>\n'
+            f'<div class="kv-heading">{self.heading_html()}</div>\n'
+            '<p class="kv-script-note">This static stepper needs its script, which did not run here (Jupyter '
+            "does not run scripts in a reopened notebook's outputs). Re-run the cell for the live stepper, trust "
+            "the notebook, or open an HTML export of it in a browser; the figure below is the step shown.</p>\n"
             '<div class="kv-controls">'
             '<button type="button" class="kv-prev" aria-label="previous step">&#9664; Previous</button>'
-            f'<input type="range" class="kv-slider" min="0" max="{n - 1}" step="1" value="0" '
-            'aria-label="step">'
+            f'<input type="range" class="kv-slider" min="1" max="{n}" step="1" value="{k}" aria-label="step">'
             '<button type="button" class="kv-next" aria-label="next step">Next &#9654;</button>'
             '<button type="button" class="kv-play" aria-label="play the steps">&#9654; Play</button>'
-            f'<span class="kv-position">1 / {n}</span></div>\n'
-            f'<div class="kv-title">Step 1 of {n} · {html.escape(first["spec_ref"])} {html.escape(first["title"])}</div>\n'
-            f"{_counts_table(first)}\n"
-            f'<img class="kv-frame" src="{frames[0]}" alt="step 1: {html.escape(first["title"])}">\n'
-            f'<script type="application/json" class="kv-data">{_json_for_script(data)}</script>\n'
+            f'<span class="kv-position">Step {k} of {n}</span></div>\n'
+            f'<div class="kv-title">{escape(first["title"])}</div>\n'
+            f'<div class="kv-note">{escape(first["note"])}</div>\n'
+            f'<div class="kv-body">{first["counts"]}{first["vars"]}</div>\n'
+            f'<img class="kv-frame" src="{first["frame"]}" alt="{escape(first["alt"])}">\n'
+            f'<script type="application/json" class="kv-data">{json_for_script(data)}</script>\n'
             f"<script>{JS % {'root': json.dumps(root)}}</script>\n"
             "</div>"
         )
 
     # --- live widget ------------------------------------------------------------------------------
-    def counts_html(self, k: int) -> str:
-        """Return the counts of step ``k`` as an HTML table: the widget's counts panel, the static page's cells."""
-        return _counts_table(self.counts(k), th_style="text-align:left;padding-right:12px")
-
-    def widget(self):
-        """Return the live ipywidgets control (built once): slider, previous/next, play, counts, figure."""
+    def widget(self) -> Any:
+        """Return the live ipywidgets control (built once): the same heading, controls, text and figure."""
         if self._widget is not None:
             return self._widget
         import ipywidgets as widgets
 
         n = len(self)
-        slider = widgets.IntSlider(value=0, min=0, max=n - 1, step=1, description="step",
-                                   continuous_update=True, readout=True)
+        slider = widgets.IntSlider(value=self.start, min=1, max=n, step=1, description="step",
+                                   continuous_update=True, readout=True,
+                                   layout=widgets.Layout(width="420px"))
         slider.add_class("kv-slider")
-        prev_button = widgets.Button(description="◀ Previous", tooltip="previous step")
+        prev_button = widgets.Button(description="◀ Previous", tooltip="previous step",
+                                     layout=widgets.Layout(width="auto"))
         prev_button.add_class("kv-prev")
-        next_button = widgets.Button(description="Next ▶", tooltip="next step")
+        next_button = widgets.Button(description="Next ▶", tooltip="next step", layout=widgets.Layout(width="auto"))
         next_button.add_class("kv-next")
-        play = widgets.Play(value=0, min=0, max=n - 1, step=1, interval=1200, description="play")
+        play = widgets.Play(value=self.start, min=1, max=n, step=1, interval=1200, description="play")
         play.add_class("kv-play")
         widgets.jslink((play, "value"), (slider, "value"))
+        heading = widgets.HTML(f'<div class="kv-heading" style="font-weight:700;font-size:15px">'
+                               f"{self.heading_html()}</div>")
+        position = widgets.HTML()
+        position.add_class("kv-position")
         title = widgets.HTML()
         title.add_class("kv-title")
         counts = widgets.HTML()
         counts.add_class("kv-counts")
-        image = widgets.Image(format="png")
+        variables = widgets.HTML()
+        variables.add_class("kv-vars")
+        image = widgets.Image(format="png", layout=widgets.Layout(width=f"{FRAME_WIDTH_PX}px", max_width="100%"))
         image.add_class("kv-frame")
+        table_style = ("<style>.kv-live table{border-collapse:collapse;font-size:13px}.kv-live th,.kv-live td"
+                       "{border:1px solid #ccc;padding:1px 6px;text-align:left;vertical-align:top}"
+                       ".kv-live th{background:#f0f0f0}.kv-live td.kv-var{font-family:monospace;font-size:12px;"
+                       "max-width:560px;overflow-wrap:anywhere}</style>")
 
         def show(k: int) -> None:
-            c = self.counts(k)
-            title.value = f"<b>Step {k + 1} of {n} · {html.escape(c['spec_ref'])} {html.escape(c['title'])}</b>"
-            counts.value = self.counts_html(k)
-            image.value = self.frame(k)
+            i = k - 1
+            step = self.rank.steps[i]
+            position.value = f"<b>Step {k} of {n}</b>"
+            title.value = (f"<b>{escape(self.title(i))}</b><br><i style='font-size:13px'>{escape(step.note)}</i>")
+            counts.value = table_style + self.counts_html(i)
+            variables.value = self.vars_html(i)
+            image.value = self.frame(i)
 
         slider.observe(lambda change: show(int(change["new"])), names="value")
-        prev_button.on_click(lambda _: setattr(slider, "value", max(0, slider.value - 1)))
-        next_button.on_click(lambda _: setattr(slider, "value", min(n - 1, slider.value + 1)))
-        show(0)
-        box = widgets.VBox([widgets.HBox([prev_button, slider, next_button, play]), title, counts, image])
+        prev_button.on_click(lambda _: setattr(slider, "value", max(1, slider.value - 1)))
+        next_button.on_click(lambda _: setattr(slider, "value", min(n, slider.value + 1)))
+        show(self.start)
+        controls = widgets.HBox([prev_button, slider, next_button, play, position])
+        box = widgets.VBox([heading, controls, title, widgets.HBox([counts, variables]), image],
+                           layout=widgets.Layout(max_width="990px", border="1px solid #bbb", padding="6px 10px"))
         box.add_class("kv-stepper")
+        box.add_class("kv-live")
         self._widget = box
         return box
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        """Return the widget's bundle (when ipywidgets works) plus the static HTML and a text summary."""
-        bundle: dict[str, Any] = {"text/plain": repr(self), "text/html": self.to_html()}
-        try:
-            view = self.widget()._repr_mimebundle_()
-        except Exception:  # noqa: BLE001 - no ipywidgets or no kernel: the static stepper stands alone
-            view = None
-        if isinstance(view, tuple):
-            view = view[0]
-        if view:
-            bundle.update({k: v for k, v in view.items() if k != "text/plain"})
-        return bundle
+        """Return the static stepper's bundle (HTML plus a text summary)."""
+        return {"text/plain": repr(self), "text/html": self.to_html()}
 
     def _ipython_display_(self) -> None:
-        """Display the bundle of :meth:`_repr_mimebundle_` (widget when a kernel renders it, else static)."""
-        from IPython.display import display
+        """Display the live widget (when ipywidgets works) and the static stepper, which steps aside beside it."""
+        from IPython.display import HTML, display
 
-        display(self._repr_mimebundle_(), raw=True)
+        try:
+            view = self.widget()
+        except Exception:  # noqa: BLE001 - no ipywidgets: the static stepper stands alone
+            view = None
+        if view is not None:
+            display(view)
+        display(HTML(self.to_html()))
 
 
-__all__ = ["Stepper"]
+__all__ = ["Stepper", "FRAME_DPI", "FRAME_WIDTH_PX"]

@@ -1,4 +1,4 @@
-"""The whole batch at a glance: every image on its grid, above the packed row track."""
+"""The processor's packed output at a glance: every image on its grid, above the packed row track."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..errors import KimiVizError
-from ..layout import BatchLayout
-from ..records import ProcessorOutput
+from ..preprocess.layout import BatchLayout
+from ..preprocess.records import ProcessorOutput
 from .palette import color_for, edge_style_for
 from .patches import draw_image_with_lattice, record_label
 from .rows import draw_row_spans, row_spans_height_pt
@@ -17,7 +17,7 @@ from .rows import draw_row_spans, row_spans_height_pt
 THUMB_MAX_LINES = 24     # lattice lines per side in a thumbnail; bigger grids show every k-th line
 
 
-def draw_batch(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes | None = None,
+def draw_processor_output(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes | None = None,
                max_columns: int = 6, produced: BatchLayout | None = None) -> Axes:
     """Return the row-track Axes of a small-multiples figure of the batch; ``.figure`` holds every panel.
 
@@ -38,7 +38,7 @@ def draw_batch(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes |
     if ax is not None:
         spec = ax.get_subplotspec()
         if spec is None:
-            raise KimiVizError("draw_batch needs ax to be a subplot (made with add_subplot); pass fig= instead")
+            raise KimiVizError("draw_processor_output needs ax to be a subplot (made with add_subplot); pass fig= instead")
         fig = ax.figure
         track_in = 2.4
         grid = spec.subgridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [track_in], hspace=0.75)
@@ -61,7 +61,7 @@ def draw_batch(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes |
             grid.update(top=1 - top_in / height_in, bottom=bottom_in / height_in, hspace=title_in / mean_in)
             track_ax.set_position(track_ax.get_subplotspec().get_position(fig))
 
-    for i, record in enumerate(output.records):
+    for i, (record, span) in enumerate(zip(output.records, layout.spans)):
         thumb = fig.add_subplot(grid[i // columns, i % columns])
         t, h, w = record.grid_thw
         step = max(1, math.ceil(max(h, w) / THUMB_MAX_LINES))
@@ -69,12 +69,12 @@ def draw_batch(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes |
         thumb.set_xticks([])
         thumb.set_yticks([])
         for spine in thumb.spines.values():
-            spine.set_edgecolor(color_for(i))
+            spine.set_edgecolor(color_for(span.number))      # the colour of its span on the row track
             spine.set_linewidth(2.5)
-            spine.set_linestyle(edge_style_for(i))
-        thumb.set_title(f"{i}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
-                        f"rows [{record.rows[0]}, {record.rows[1]})", fontsize=7)
-        thumb.set_xlabel(f"lattice: every {step} patches" if step > 1 else "lattice: every patch", fontsize=6)
+            spine.set_linestyle(edge_style_for(span.number))
+        thumb.set_title(f"{span.number}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
+                        f"rows [{record.rows[0]}, {record.rows[1]})", fontsize=8.5)
+        thumb.set_xlabel(f"lattice: every {step} patches" if step > 1 else "lattice: every patch", fontsize=8)
         thumb.set_gid(f"thumbnail-{i}")
 
     draw_row_spans(layout, produced=produced, ax=track_ax)

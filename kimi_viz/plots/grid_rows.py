@@ -1,0 +1,229 @@
+"""One image's patches linked to their rows of ``pixel_values``: :func:`draw_grid_to_rows`.
+
+One Axes in image-pixel coordinates, top to bottom: the image on its patch grid; the image's own
+row track ``[start, end)`` with its caption and the link labels underneath; the whole batch's row
+track with this image's span zoomed out of it. Links (``gid="row-links"``) run from chosen patches
+to their row on the image's track; zoom lines (``gid="zoom-lines"``) run down the outer edges of
+the label band, so no line ever crosses a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PolyCollection
+
+from ..preprocess.layout import BatchLayout, ImageSpan, LayoutLookupError, layout_of
+from ..preprocess.records import ImageRecord, ProcessorOutput
+from .palette import LINK_COLOR, color_for
+from .patches import (
+    PATCH,
+    _new_axes,
+    _patch_ticks,
+    _patches_to_rows,
+    _rows_to_patches,
+    draw_image_with_lattice,
+    patch_squares,
+    record_label,
+    record_of,
+)
+from .rows import LINE_HEIGHT_EM, draw_row_track, plan_labels, text_size_px
+
+
+def _default_link_patches(h: int, w: int) -> list[tuple[int, int]]:
+    """Return a few telling patches: the corners, the start of the second patch row, the centre."""
+    chosen = [(0, 0), (0, w - 1), (min(1, h - 1), 0), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
+    return list(dict.fromkeys(chosen))
+
+
+LINK_FONT = 8.5            # link labels and captions of draw_grid_to_rows
+
+
+@dataclass
+class _GridToRowsFrame:
+    """Where draw_grid_to_rows puts things, in data units (image pixels, ``y`` down)."""
+
+    x0: float                   # x limits
+    x1: float
+    y1: float                   # bottom y limit (the top is -0.02 * image height)
+    track_y: float              # the image's own row track: [track_y, band_top)
+    band_top: float             # the label band below it: caption, then link labels
+    band_bottom: float
+    batch_y: float              # the batch track: [batch_y, batch_y + batch_h)
+    batch_h: float
+    bottom: float               # where the batch caption hangs
+    label_left: float           # link labels and the caption stay inside [label_left, label_right]
+    label_right: float
+    zoom_left: float            # the zoom lines run down x = zoom_left and x = zoom_right in the band
+    zoom_right: float
+    levels: int
+    placements: list
+
+
+def _grid_to_rows_frame(width: float, height: float, positions: np.ndarray, texts: list[str], caption: str,
+                        units_per_pt: float, dpi: float) -> _GridToRowsFrame:
+    """Return the frame of a draw_grid_to_rows figure drawn at ``units_per_pt`` data units per point.
+
+    The link labels and the track caption sit in a band below the image's track, inside
+    ``[label_left, label_right]``; the zoom lines from the image's track to its span on the
+    batch track run down the band's outer edges, beyond that range, and only turn towards the
+    batch span below the band, so no line crosses a label.
+    """
+    u = units_per_pt
+    line_pt = LINE_HEIGHT_EM * LINK_FONT
+    level_pt = line_pt + 2.0
+    widest_px = max([text_size_px(t, LINK_FONT, dpi)[0] for t in texts] + [text_size_px(caption, LINK_FONT, dpi)[0]])
+    extra = max(0.0, (widest_px * 72.0 / dpi * u - width) / 2)      # widen the label range for narrow images
+    label_left, label_right = -extra, width + extra
+    margin = max(0.01 * width, 4.0 * u)
+    zoom_left, zoom_right = label_left - margin, label_right + margin
+    px_per_unit = dpi / 72.0 / u
+    placements, levels = plan_labels([(p, p) for p in positions], texts,
+                                     x_to_px=lambda v: (v - label_left) * px_per_unit,
+                                     axes_width_px=(label_right - label_left) * px_per_unit,
+                                     track_height_px=0.0, fontsize=LINK_FONT, dpi=dpi)
+    caption_lines = caption.count("\n") + 1
+    band_pt = 3.0 + caption_lines * line_pt + 3.0 + levels * level_pt + 4.0
+    gap = 0.14 * max(height, width * 0.35)
+    track_h = 0.06 * max(height, width * 0.35)
+    track_y = height + gap
+    band_top = track_y + track_h
+    band_bottom = band_top + band_pt * u
+    batch_y = band_bottom + max(0.5 * gap, 12.0 * u)
+    batch_h = track_h * 0.7
+    bottom = batch_y + batch_h + 3.0 * u
+    y1 = bottom + (line_pt + 8.0) * u
+    return _GridToRowsFrame(zoom_left - margin, zoom_right + margin, y1, track_y, band_top, band_bottom, batch_y,
+                            batch_h, bottom, label_left, label_right, zoom_left, zoom_right, levels, placements)
+
+
+def _units_per_pt(ax: Axes, frame: _GridToRowsFrame, height: float) -> float:
+    """Return the data units per point ``ax`` shows ``frame`` at (equal aspect)."""
+    ax.set_xlim(frame.x0, frame.x1)
+    ax.set_ylim(frame.y1, -0.02 * height)
+    ax.set_aspect("equal")
+    ax.apply_aspect()
+    return (frame.x1 - frame.x0) / (ax.bbox.width * 72.0 / ax.figure.dpi)
+
+
+def draw_grid_to_rows(
+    record_or_output: ImageRecord | ProcessorOutput,
+    layout: BatchLayout | ProcessorOutput | None = None,
+    rows: Iterable[int] | None = None,
+    *,
+    index: int = 0,
+    ax: Axes | None = None,
+) -> Axes:
+    """Return an Axes linking chosen patches of an image to their rows of ``pixel_values``.
+
+    One Axes in image-pixel coordinates holds the image's patch grid, below it a track of the
+    image's own rows ``[start, end)`` (row-major: ``row = start + y*w + x``) with its caption and
+    the link labels underneath, and below that the whole batch's row track with this image's
+    span zoomed out of it (``gid="zoom-lines"``). Each chosen row (global row numbers, default:
+    corners, second patch row and centre) is linked from its patch to its position on the track by
+    one LineCollection (``gid="row-links"``). No line crosses a label. Given a lone record and no
+    layout, the batch track shows only where that record's rows sit. Tracks are coloured by the
+    images' numbers (``ImageSpan.number``).
+    """
+    record = record_of(record_or_output, index)
+    if layout is None:
+        layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
+    if layout is None:      # a lone record: the batch track shows where its own rows sit
+        batch = BatchLayout([ImageSpan(record.index, record_label(record), tuple(record.grid_thw),
+                                       tuple(record.rows), tuple(record.token_span))])
+        own_span = batch.spans[0]
+    else:
+        batch = layout_of(layout)
+        if not 0 <= record.index < len(batch):
+            raise LayoutLookupError(
+                f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
+                "pass the layout of the batch this record came from")
+        own_span = batch.spans[record.index]
+        if own_span.grid_thw != tuple(record.grid_thw) or own_span.rows != tuple(record.rows):
+            raise LayoutLookupError(
+                f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
+                f"rows {list(record.rows)}, but the layout's image {record.index} has grid {own_span.grid_text} and "
+                f"rows {list(own_span.rows)}; pass the layout of the batch this record came from"
+            )
+    t, h, w = record.grid_thw
+    start, end = (int(v) for v in record.rows)
+    patches = end - start
+    width, height = w * PATCH, h * PATCH
+    if rows is None:
+        rows_arr, frames, ys, xs = _patches_to_rows(record, _default_link_patches(h, w))
+    else:
+        rows_arr, frames, ys, xs = _rows_to_patches(record, rows)
+    positions = (rows_arr - start + 0.5) * width / max(patches, 1)
+    texts = [f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
+             for k in range(len(rows_arr))]
+    caption = f"rows [{start}, {end}) of image {own_span.number} · row = {start} + y·{w} + x"
+
+    # The label band is sized in points, the picture in pixels: settle the scale (data units per
+    # point) by fixed-point iteration; with equal aspect it converges in a few steps.
+    own_figure = ax is None
+    units_per_pt = 1.04 * width / (7.0 * 72.0)          # a width-bound 7-inch plot, to start
+    for _ in range(8):
+        frame = _grid_to_rows_frame(width, height, positions, texts, caption, units_per_pt,
+                                    ax.figure.dpi if ax is not None else 100.0)
+        if own_figure:
+            ax = _new_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
+        measured = _units_per_pt(ax, frame, height)
+        settled = abs(measured - units_per_pt) <= 1e-3 * units_per_pt
+        units_per_pt = measured
+        if settled:
+            break
+    frame = _grid_to_rows_frame(width, height, positions, texts, caption, units_per_pt, ax.figure.dpi)
+    _units_per_pt(ax, frame, height)
+    # The frame is fixed, so the image is downsampled for the final on-screen size.
+    draw_image_with_lattice(ax, record, merge_lines=max(h, w) <= 128)
+    ax.set_xlim(frame.x0, frame.x1)
+    ax.set_ylim(frame.y1, -0.02 * height)
+
+    # The image's own rows, then the batch.
+    track_h = frame.band_top - frame.track_y
+    draw_row_track(ax, [(0, patches)], y=frame.track_y, height=track_h, style_indices=[own_span.number],
+                   x_scale=width / max(patches, 1), gid_prefix="image-rows")
+    ax.annotate(caption, xy=(width / 2, frame.band_top), xytext=(0, -3), textcoords="offset points",
+                ha="center", va="top", fontsize=LINK_FONT, zorder=4, annotation_clip=False, gid="image-rows-caption")
+    total = max(batch.total_rows, 1)
+    draw_row_track(ax, [s.rows for s in batch.spans], y=frame.batch_y, height=frame.batch_h,
+                   style_indices=[s.number for s in batch.spans], x_scale=width / total, gid_prefix="batch-rows")
+    # Zoom lines: out along the track's lower edge, down past the labels, then to the batch span.
+    zoom = [np.array([(0.0, frame.band_top), (frame.zoom_left, frame.band_top), (frame.zoom_left, frame.band_bottom),
+                      (start * width / total, frame.batch_y)]),
+            np.array([(width, frame.band_top), (frame.zoom_right, frame.band_top),
+                      (frame.zoom_right, frame.band_bottom), (end * width / total, frame.batch_y)])]
+    ax.add_collection(LineCollection(zoom, colors="0.35", linewidths=0.8, linestyles="dotted", gid="zoom-lines"),
+                      autolim=False)
+    batch_text = (f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})" if layout is not None
+                  else f"the batch: rows [0, {end}) or more; only image {own_span.number} is known here")
+    ax.annotate(batch_text, xy=(width / 2, frame.batch_y + frame.batch_h), xytext=(0, -4), textcoords="offset points",
+                ha="center", va="top", fontsize=LINK_FONT, annotation_clip=False, gid="batch-rows-caption")
+
+    # Links: patch centre → row position on the image's track.
+    centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)
+    targets = np.stack([positions, np.full(len(positions), frame.track_y)], 1)
+    ax.add_collection(LineCollection(np.stack([centres, targets], 1), colors=LINK_COLOR, linewidths=1.1,
+                                     zorder=6, gid="row-links"), autolim=False)
+    ticks = np.stack([np.stack([positions, np.full(len(positions), frame.track_y)], 1),
+                      np.stack([positions, np.full(len(positions), frame.band_top)], 1)], 1)
+    ax.add_collection(LineCollection(ticks, colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
+                      autolim=False)
+    ax.add_collection(PolyCollection(patch_squares(ys, xs), facecolors=color_for(4), alpha=0.6,
+                                     edgecolors="#000000", linewidths=0.9, zorder=7, gid="linked-patches"),
+                      autolim=False)
+    line_pt = LINE_HEIGHT_EM * LINK_FONT
+    first_pt = 3.0 + (caption.count("\n") + 1) * line_pt + 3.0
+    for k, place in enumerate(frame.placements):
+        ax.annotate(place.text, xy=(positions[k], frame.band_top), ha=place.ha, va="top",
+                    xytext=(place.dx_pt, -first_pt - place.level * (line_pt + 2.0)), textcoords="offset points",
+                    fontsize=LINK_FONT, color=LINK_COLOR, zorder=8, annotation_clip=False,
+                    gid=f"link-label-{rows_arr[k]}")
+    _patch_ticks(ax, h, w)
+    ax.set_xticks([t_ for t_ in ax.get_xticks() if 0 <= t_ <= width])
+    ax.set_yticks([t_ for t_ in ax.get_yticks() if 0 <= t_ <= height])
+    ax.set_title(f"{record_label(record)}: grid {t}×{h}×{w} → rows [{start}, {end}) of pixel_values", fontsize=9)
+    return ax
