@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..capture import captured_manifests, run_captured
+from ..capture.run import captured_manifests, run_captured
 from ..errors import CaptureError
 
 

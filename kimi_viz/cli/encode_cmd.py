@@ -15,9 +15,12 @@ from typing import Any
 import torch
 
 from ..devices import resolve_device
-from ..encoder import PRESETS, VisionEncoder, resolve_dtype
-
-PROCESSOR_PRESET = {"kimi-k3": "kimi-k3", "kimi-k25": "kimi-k25", "tiny": "kimi-k3"}
+from ..encoder import (
+    ENCODER_PRESETS,
+    VisionEncoder,
+    processor_preset_for,
+    resolve_dtype,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Prints, per image, the grid, the pixel_values rows in, the feature rows (tokens) out and the time.",
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
-    parser.add_argument("--preset", default="kimi-k3", choices=sorted(PRESETS),
+    parser.add_argument("--preset", default="kimi-k3", choices=sorted(ENCODER_PRESETS),
                         help="encoder shapes when no checkpoint is given (default kimi-k3, random weights)")
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="checkpoint folder: config.json, model.safetensors.index.json and the vision shards")
@@ -46,7 +49,7 @@ def _sync(device: torch.device) -> None:
 
 def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     """Return the JSON report of ``kimi-viz encode`` for parsed arguments."""
-    from ..processor import Processor
+    from ..preprocess.processor import Processor
 
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
@@ -54,11 +57,10 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     if args.checkpoint:
         encoder = VisionEncoder.from_checkpoint(args.checkpoint, device=device, dtype=dtype)
         weights = {"source": "checkpoint", "folder": str(args.checkpoint), "load_report": encoder.load_report.to_json()}
-        processor_preset = "kimi-k25" if encoder.config.projector_type == "patchmerger" else "kimi-k3"
     else:
         encoder = VisionEncoder.random(args.preset, seed=0, device=device, dtype=dtype)
         weights = {"source": "random", "seed": 0}
-        processor_preset = PROCESSOR_PRESET[args.preset]
+    processor_preset = processor_preset_for(encoder.config)
     load_ms = (time.perf_counter() - started) * 1e3
 
     output = Processor(processor_preset, backend="checkpoint", keep_images=False).preprocess(list(args.images))
@@ -78,8 +80,8 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
             "rows": list(record.rows),
             "tokens_out": tokens_out,
             "token_span": list(record.token_span),
-            "media_pad_tokens": record.tokens,
-            "tokens_match": tokens_out == record.tokens,
+            "media_pad_tokens": record.num_tokens,
+            "tokens_match": tokens_out == record.num_tokens,
             "feature_dim": int(encoded.features.shape[1]),
             "time_ms": round(elapsed, 3),
         })

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import KimiVizError
-from ..messages import KNOWN_MESSAGES, explain, format_explanations
+from ..explain import KNOWN_MESSAGES, explain, format_explanations
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,8 +7,8 @@ import hashlib
 import json
 from typing import Any
 
-from ..config import PRESETS, get_config
-from ..processor import BACKENDS, Processor
+from ..preprocess.config import PROCESSOR_PRESETS, get_config
+from ..preprocess.processor import BACKENDS, Processor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "grid, its rows in pixel_values, its merged-token span and a SHA-256 of its rows.",
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
-    parser.add_argument("--preset", default="kimi-k3", choices=sorted(PRESETS), help="processor preset (default kimi-k3)")
+    parser.add_argument("--preset", default="kimi-k3", choices=sorted(PROCESSOR_PRESETS), help="processor preset (default kimi-k3)")
     parser.add_argument("--config", metavar="PATH", help="checkpoint folder or preprocessor_config.json (overrides --preset)")
     parser.add_argument("--backend", default="checkpoint", choices=BACKENDS, help="pixel path (default checkpoint)")
     parser.add_argument("--exif-transpose", action="store_true", help="apply EXIF orientation (SGLang's serving loader)")
@@ -51,7 +51,7 @@ def inspect_images(args: argparse.Namespace) -> dict[str, Any]:
                 "resize": {k: (list(v) if isinstance(v, tuple) else v) for k, v in record.resize.items()},
                 "grid_thw": list(record.grid_thw),
                 "patches": record.patches,
-                "tokens": record.tokens,
+                "tokens": record.num_tokens,
                 "rows": list(record.rows),
                 "token_span": list(record.token_span),
                 "pixel_values_sha256": rows_sha256(output.image_rows(record.index)),

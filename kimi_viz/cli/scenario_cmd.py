@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from ..scenarios import SCENARIOS, get_scenario
-from ..verdict import exit_code, format_verdict
+from ..replay.scenarios import SCENARIOS, get_scenario
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +71,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
-    from ..deferred import replay
+    from ..replay.split import replay
+    from ..replay.verdict import build_verdict, format_verdict
 
     scenario = get_scenario(args.name)
     batch = scenario.build()
@@ -83,9 +83,9 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
         print(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", file=sys.stderr)
     trace = replay(batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version,
                    variant=args.variant)
-    verdict = trace.verdict()
+    verdict = build_verdict(trace)
     if args.json:
-        print(json.dumps(verdict, indent=2, default=str))
+        print(json.dumps(verdict.to_json(), indent=2, default=str))
     else:
         print(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} =="))
-    return exit_code(verdict)
+    return verdict.exit_code

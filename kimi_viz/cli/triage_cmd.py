@@ -37,8 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replay a manifest, print the verdict and write report.html, summary.png and trace.json",
         description="Replay SGLang's deferred split on a manifest (folder, manifest.json or .zip) for every rank "
         "(or the rank the capture recorded) and print the verdict: outcome and exact message per rank, the "
-        "first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean replay, "
-        "1 the error is reproduced, 2 bad input.",
+        "first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean, "
+        "1 error reproduced, 2 bad input, 3 silent mismatch (nothing raised, an image encoded wrongly), "
+        "4 not reproduced (the capture recorded an error this replay does not raise), 5 the capture recorded "
+        "success but this replay raises.",
         epilog="--json prints one object in the verdict schema {outcome, error, ranks, divergence}; with "
         "--variant both it adds \"variants\": {\"post-fix\": verdict, \"pre-fix\": verdict} and the top-level "
         "fields are the primary (recorded) variant's.",
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     result = triage(args.manifest, out_dir=args.out, variant=args.variant, tp=args.tp, mode=args.mode,
                     rank=args.rank, device=args.device, sglang_version=args.sglang_version)
     if args.json:
-        print(json.dumps(result.verdict, indent=2, default=str))
+        print(json.dumps(result.verdict.to_json(), indent=2, default=str))
     else:
         print(result.text())
         if not args.out:
