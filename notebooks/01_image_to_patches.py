@@ -26,7 +26,7 @@
 # each image says how many of those rows it owns. Everything that can go wrong later (notebook 03)
 # is a disagreement about these counts, so this notebook shows exactly how they arise.
 #
-# Runs on CPU in about 15 s. Set `device = "cuda"` (or leave `"auto"`) to run SGLang's torch path on a GPU.
+# Runs in about 25 s on a 2-core CPU. Set `device = "cuda"` (or leave `"auto"`) to run SGLang's torch path on a GPU.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -35,9 +35,10 @@ device = "auto"
 # %matplotlib inline
 from kimi_viz import plots
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
-from kimi_viz.images import load_image
-from kimi_viz.layout import BatchLayout
-from kimi_viz.processor import Processor, compare, resize_config
+from kimi_viz.preprocess.images import load_image
+from kimi_viz.preprocess.layout import BatchLayout
+from kimi_viz.preprocess.processor import Processor, compare, resize_config
+from kimi_viz.report.tables import Table
 
 # %% [markdown]
 # ## 1. How big does each image become?
@@ -48,20 +49,26 @@ from kimi_viz.processor import Processor, compare, resize_config
 # merged tokens; `num_tokens = h/2 · w/2` is how many `<|media_pad|>` tokens the prompt gets.
 
 # %%
-{name: resize_config(*load_image(sample_path(name)).size, "kimi-k3") for name in SAMPLE_PHOTOS[:4]}
+sizes = {name: load_image(sample_path(name)).size for name in SAMPLE_PHOTOS[:4]}
+resized = {name: resize_config(*size, "kimi-k3") for name, size in sizes.items()}
+Table(["image", "source w×h", "resized w×h", "pad right, bottom", "grid t×h×w", "num_tokens"],
+      [(name, "{}×{}".format(*sizes[name]), f"{r['new_width']}×{r['new_height']}",
+        f"+{r['pad_width']}, +{r['pad_height']}", "×".join(map(str, r["grid_thw"])), r["num_tokens"])
+       for name, r in resized.items()])
 
 # %% [markdown]
 # ## 2. One image on its patch grid
 #
 # The checkpoint processor (the exact reference) turns three photos into one packed batch. Below,
-# the cat as the tower sees it: the resized picture, the 14-px patch lattice, the 2×2 merge groups
-# that become one token each, the zero padding on the right and bottom (dark: fully padding,
-# striped: partly), and the global row number of a few patches.
+# the cat (image 1 of the batch) as the tower sees it: the resized picture, the 14-px patch
+# lattice, the 2×2 merge groups that become one token each, the zero padding on the right and
+# bottom (dark: fully padding, striped: partly), and the global row number of a few patches —
+# its rows start after the astronaut's 1444.
 
 # %%
 checkpoint = Processor("kimi-k3", backend="checkpoint")
-batch = checkpoint.preprocess([sample_path(name) for name in ("chelsea.png", "astronaut.png", "coffee.png")])
-plots.draw_patch_grid(batch, 0).figure
+batch = checkpoint.preprocess([sample_path(name) for name in ("astronaut.png", "chelsea.png", "coffee.png")])
+plots.draw_patch_grid(batch, 1).figure
 
 # %% [markdown]
 # ## 3. The packed rows
@@ -78,11 +85,13 @@ plots.draw_row_spans(layout).figure
 # ## 4. From a patch to its row
 #
 # Inside an image rows run in raster order: `row = start + y·w + x`. Pick a few patches of the
-# second image (the astronaut) and follow them to their rows.
+# cat (image 1: `start` = 1444, `w` = 34 patches) and follow them to their rows: the first patch,
+# its right neighbour, the first patch of the second patch row, the middle row and the last patch.
 
 # %%
 start, end = batch.records[1].rows
-plots.draw_grid_to_rows(batch.records[1], layout, rows=[start, start + 1, start + 38, (start + end) // 2, end - 1]).figure
+w = batch.records[1].grid_thw[2]
+plots.draw_grid_to_rows(batch.records[1], layout, rows=[start, start + 1, start + w, (start + end) // 2, end - 1]).figure
 
 # %% [markdown]
 # ## 5. EXIF orientation: which way up?
@@ -116,7 +125,9 @@ plots.draw_patch_grid(transposed, 0).figure
 # %%
 transparent_names = ("camera_vignette_la.png", "coffee_palette_transparent.png", "horse.png")
 transparent = Processor("kimi-k3").preprocess([sample_path(name) for name in transparent_names])
-[(name, record.source_mode, record.source_size, record.grid_thw) for name, record in zip(transparent_names, transparent.records)]
+Table(["image", "mode", "source w×h", "grid t×h×w"],
+      [(name, record.source_mode, "{}×{}".format(*record.source_size), "×".join(map(str, record.grid_thw)))
+       for name, record in zip(transparent_names, transparent.records)])
 
 # %%
 plots.draw_patch_grid(transparent, 0).figure
@@ -139,7 +150,10 @@ plots.draw_patch_grid(transparent, 1).figure
 # %%
 rocket_k3 = checkpoint.preprocess(sample_path("rocket_4200x3150.jpg"))
 rocket_k25 = Processor("kimi-k25").preprocess(sample_path("rocket_4200x3150.jpg"))
-{"kimi-k3": tuple(rocket_k3.grid_thws[0].tolist()), "kimi-k25": tuple(rocket_k25.grid_thws[0].tolist())}
+Table(["preset", "in_patch_limit", "grid t×h×w", "rows (patches)", "num_tokens"],
+      [(preset, output.config.in_patch_limit, "×".join(map(str, output.records[0].grid_thw)),
+        output.records[0].patches, output.records[0].num_tokens)
+       for preset, output in (("kimi-k3", rocket_k3), ("kimi-k25", rocket_k25))])
 
 # %%
 plots.draw_row_spans(BatchLayout.from_output(rocket_k3), produced=BatchLayout.from_output(rocket_k25)).figure
@@ -160,9 +174,11 @@ plots.draw_pixel_diff(rocket_k3, rocket_torch).figure
 # The eight sample photos fit the K3 budget unchanged, so both paths agree to about 1e-7:
 
 # %%
-[(name, entry["grid_a"], entry["max_abs_diff"])
- for name, entry in zip(SAMPLE_PHOTOS, compare(checkpoint, Processor("kimi-k3", backend="torch", device=device),
-                                               [sample_path(name) for name in SAMPLE_PHOTOS]))]
+agreement = compare(checkpoint, Processor("kimi-k3", backend="torch", device=device),
+                    [sample_path(name) for name in SAMPLE_PHOTOS])
+Table(["image", "grid t×h×w", "grids equal", "max |checkpoint − torch|"],
+      [(name, "×".join(map(str, entry["grid_a"])), entry["grids_equal"], f"{entry['max_abs_diff']:.1e}")
+       for name, entry in zip(SAMPLE_PHOTOS, agreement)])
 
 # %% [markdown]
 # **What to take away:** the grid decides the row count; the resize budget, the loader policy (EXIF)

@@ -28,7 +28,7 @@
 #
 # Without a checkpoint the weights are random (seeded): the *counts* and *shapes* are the real ones,
 # the feature *values* are not meaningful. On a GPU it runs the full `kimi-k3` tower in bf16; on
-# CPU the `tiny` preset (the same code with small widths), so the notebook finishes in about 20 s.
+# CPU the `tiny` preset (the same code with small widths). Runs in about 13 s on a 2-core CPU.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -39,33 +39,43 @@ checkpoint_dir = None  # a local Kimi-K3 checkpoint folder; None: random weights
 # %matplotlib inline
 from kimi_viz import plots
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
-from kimi_viz.encoder import VisionEncoder, resolve_device
+from kimi_viz.devices import resolve_device
+from kimi_viz.encoder import VisionEncoder, processor_preset_for
 from kimi_viz.errors import RowCountError
-from kimi_viz.layout import BatchLayout
-from kimi_viz.processor import Processor
+from kimi_viz.preprocess.layout import BatchLayout
+from kimi_viz.preprocess.processor import Processor
+from kimi_viz.report.tables import Table
 
 # %% [markdown]
 # ## 1. The encoder
 #
 # `device = "auto"` means CUDA when available. The preset follows the device unless you set it.
+# The `tiny` preset is a 2-layer, 96-wide stand-in so the notebook runs in seconds on a CPU:
+# its hidden rows are 64 wide and its features 96 wide, where kimi-k3 is 1024 wide with
+# 7168-wide output features. Every count below (rows, tokens) is the same for both.
 
 # %%
 run_on = resolve_device(device)
 chosen_preset = preset or ("kimi-k3" if run_on.type == "cuda" else "tiny")
 encoder = (VisionEncoder.from_checkpoint(checkpoint_dir, device=run_on) if checkpoint_dir
            else VisionEncoder.random(chosen_preset, seed=0, device=run_on))
-{"device": str(encoder.device), "dtype": str(encoder.dtype), "preset": encoder.config.name,
- "parameters": encoder.num_parameters(), "feature width": encoder.config.out_dim}
+Table(["", ""], [["preset", encoder.config.name], ["device", str(encoder.device)],
+                 ["dtype", str(encoder.dtype).replace("torch.", "")], ["blocks", encoder.config.num_layers],
+                 ["hidden width", encoder.config.hidden_size], ["feature width", encoder.config.out_dim],
+                 ["parameters", f"{encoder.num_parameters():,}"],
+                 ["processor preset", processor_preset_for(encoder.config)]])
 
 # %% [markdown]
 # ## 2. The rows going in
 #
-# Four sample photos through SGLang's torch path (the "gpu" backend), packed into one batch. Each
-# image owns `t·h·w` rows and will own `h·w/4` tokens.
+# Four sample photos through SGLang's torch path (the "gpu" backend) of the processor preset this
+# encoder expects (`kimi-k3` for both kimi-k3 and tiny), packed into one batch. Each image owns
+# `t·h·w` rows and will own `h·w/4` tokens.
 
 # %%
 photos = SAMPLE_PHOTOS[:4]
-batch = Processor("kimi-k3", backend="torch", device=run_on).preprocess([sample_path(name) for name in photos])
+processor = Processor(processor_preset_for(encoder.config), backend="torch", device=run_on)
+batch = processor.preprocess([sample_path(name) for name in photos])
 layout = BatchLayout.from_output(batch)
 plots.draw_row_spans(layout).figure
 
@@ -77,32 +87,39 @@ plots.draw_row_spans(layout).figure
 
 # %%
 features = encoder.encode(batch.pixel_values, batch.grid_thws, return_intermediates=True)
-[{"image": name, "grid": tuple(grid), "rows in": end - start,
-  "tokens out": token_end - token_start, "media_pad tokens": record.tokens}
- for name, grid, (start, end), (token_start, token_end), record
- in zip(photos, features.grid_thws.tolist(), features.row_spans, features.token_spans, batch.records)]
+Table(["image", "grid t×h×w", "rows in", "tokens out", "<|media_pad|> tokens"],
+      [(name, "×".join(map(str, grid)), end - start, token_end - token_start, record.num_tokens)
+       for name, grid, (start, end), (token_start, token_end), record
+       in zip(photos, features.grid_thws.tolist(), features.row_spans, features.token_spans, batch.records)])
 
 # %% [markdown]
-# Every image: rows in = `t·h·w`, tokens out = `h·w/4` = its `<|media_pad|>` count. In total:
+# Every image: rows in = `t·h·w`, tokens out = `h·w/4` = its `<|media_pad|>` count. In total
+# (the widths are the preset's: with `tiny` the hidden rows are 64 wide and the features 96 wide,
+# a stand-in for kimi-k3's 1024-wide hidden rows and 7168-wide features):
 
 # %%
-{"pixel_values rows": batch.pixel_values.shape[0], "pre-merge rows": features.pre_merge.shape[0],
- "features": tuple(features.features.shape), "prompt media_pad tokens": layout.total_tokens}
+Table(["tensor", "rows", "width"],
+      [("pixel_values (3·14·14 per row)", batch.pixel_values.shape[0], 3 * 14 * 14),
+       ("hidden rows before the merge", features.pre_merge.shape[0], features.pre_merge.shape[1]),
+       ("features (one per token)", features.features.shape[0], features.features.shape[1]),
+       ("<|media_pad|> tokens in the prompt", layout.total_tokens, None)])
 
 # %% [markdown]
 # ## 4. What the features look like
 #
-# The first three principal components of one image's token features, as R, G, B on its token grid
-# (`h/2 × w/2`), over the picture. With random weights this shows the position table and the
-# picture's colours leaking through; with real weights it shows objects.
+# The first three principal components of one image's token features (96 values per token with
+# `tiny`, 7168 with kimi-k3), as R, G, B on its token grid (`h/2 × w/2`), over the picture. With
+# random weights this shows the position table and the picture's colours leaking through; with
+# real weights it shows objects.
 
 # %%
 plots.draw_feature_map(features, batch, index=1).figure
 
 # %% [markdown]
 # The L2 norm of every feature row along the packed sequence, each image's span shaded and labelled.
-# The projector ends in an RMSNorm, so every row sits near √width; a row that belongs to no image,
-# or a span shifted by a slipped count, would stand out here.
+# The projector ends in an RMSNorm, so every row sits near √width (√96 ≈ 9.8 with `tiny`, √7168 ≈ 85
+# with kimi-k3); a row that belongs to no image, or a span shifted by a slipped count, would stand
+# out here.
 
 # %%
 plots.draw_token_norms(features).figure
@@ -114,7 +131,7 @@ plots.draw_token_norms(features).figure
 # includes warm-up).
 
 # %%
-features.timings
+Table(["stage", "time ms"], [(stage.removesuffix("_ms"), ms) for stage, ms in features.timings.items()])
 
 # %% [markdown]
 # ## 6. When the rows don't fit

@@ -25,12 +25,13 @@
 # raw images plus the grids the producer promised. It assigns images to attention-TP ranks, groups
 # each rank's deferred images by backend (`gpu`: SGLang's torch path, `cpu`: the checkpoint
 # processor), materializes their pixels, and compares `Σ prod(grid_thw)` with the rows it got. When
-# they differ it raises — with no numbers. The kit replays that code path faithfully (SGLang
-# 0.5.23, plus the earlier "pre-fix" variant), records every variable at every step, and names the
-# image, both counts and the cause.
+# they differ it raises — with no numbers. The kit replays the code of each SGLang release
+# (0.5.17 without the split, 0.5.18 with the S1 bug, 0.5.19 and later fixed), records every
+# variable at every step, and names the image, both counts and the cause.
 #
-# Runs on CPU in about 15 s. The `Stepper` cells are live widgets: move the slider or press
-# *Next* to walk through the steps (in an exported notebook they fall back to a static stepper).
+# Runs in about 20 s on a 2-core CPU. The `Stepper` cells are live widgets: move the slider or
+# press *Next* to walk through the steps. In an exported notebook a static stepper with the same
+# controls takes their place.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -38,64 +39,55 @@ device = "auto"
 # %%
 # %matplotlib inline
 from kimi_viz import plots
-from kimi_viz.deferred import assign_ranks, replay
-from kimi_viz.scenarios import get_scenario, run_scenario
-from kimi_viz.stepper import Stepper
+from kimi_viz.replay import assign_ranks, build_verdict, replay
+from kimi_viz.replay.scenarios import get_scenario, run_scenario
+from kimi_viz.report import Stepper, Table, VerdictView, assignment_table, divergence_table, items_table
 
 # %% [markdown]
 # ## 1. A healthy batch
 #
-# Five sample images, gpu and cpu backends mixed, at attention-TP 2. Step 2 of the replay is
-# SGLang's load balancing: images sorted by patch count (largest first), each given to the rank
-# with the smallest load so far.
+# Five sample images, gpu and cpu backends mixed, at attention-TP 2, on SGLang 0.5.23. Step 2 of
+# the replay is SGLang's load balancing: images sorted by patch count (largest first), each given
+# to the rank with the smallest load so far.
 
 # %%
 healthy = get_scenario("healthy-tp2").build()
-healthy_trace = replay(healthy, tp_size=2, variant="post-fix", device=device)
-patch_counts = [t * h * w for t, h, w in healthy_trace.grid_thws_host]
-{"images": [item.label for item in healthy.items], "patch counts": patch_counts,
- "assign_ranks(patch_counts, 2)": assign_ranks(patch_counts, 2), "outcome": healthy_trace.outcome}
+healthy_trace = replay(healthy, tp_size=2, sglang_version="0.5.23", device=device)
+assignment_table(healthy_trace)
 
 # %% [markdown]
 # Every rank's produced rows match the grids it read. Here is the last step of rank 0: the expected
-# rows (from `grid_thws_host`) above the rows each backend produced.
+# rows (from `grid_thws_host`) above the rows each backend produced, each image in its own colour.
 
 # %%
 plots.draw_step(healthy_trace, -1, rank=0).figure
 
 # %% [markdown]
-# ## 2. S1 — a shard-local index into the global grid list
+# ## 2. S1 — a shard-local index into the global grid list (SGLang 0.5.18)
 #
-# Before SGLang PRs #35305 / #36265 (August 2026), the backend groups read `grid_thws_host[indices]`
-# with the rank's *local* positions instead of `global_indices`. At attention-TP ≥ 2, a rank whose
-# images are not a prefix of the batch reads another image's grid. Three images on two ranks, cpu
-# backend, the pre-fix code:
+# Before SGLang PRs #35305 / #36265 (first released in 0.5.19), the backend groups read
+# `grid_thws_host[indices]` with the rank's *local* positions instead of `global_indices`. At
+# attention-TP ≥ 2, a rank whose images are not a prefix of the batch reads another image's grid.
+# Three images on two ranks, cpu backend, replayed as SGLang 0.5.18:
 
 # %%
 s1 = get_scenario("s1-cpu")
-s1_trace = replay(s1.build(), tp_size=s1.tp_size, variant="pre-fix", device=device)
-s1_trace.verdict()["ranks"]
+s1_trace = replay(s1.build(), tp_size=s1.tp_size, sglang_version="0.5.18", device=device)
+s1_verdict = build_verdict(s1_trace)
+VerdictView(s1_verdict, heading="S1 on SGLang 0.5.18")
 
 # %% [markdown]
-# Step through the failing rank: watch `indices` and `global_indices` diverge at the grouping step,
-# and the check fail at the length step.
+# Step through the failing rank. It opens at the step that raises; step back to the grouping step
+# (step 4) to see `indices` and `global_indices` part, and the grid of image 0 read for image 1.
 
 # %%
 Stepper(s1_trace)
 
 # %% [markdown]
-# What went wrong, in the kit's words:
+# **The fix**: the same batch on SGLang 0.5.19 or later (`global_indices`) passes on every rank.
 
 # %%
-print(s1_trace.divergence["explanation"])
-print()
-print("fix:", s1_trace.divergence["fix"])
-
-# %% [markdown]
-# **The fix**: the same batch, replayed with the fixed code (`global_indices`), passes on every rank.
-
-# %%
-s1_fixed = replay(s1.build(), tp_size=s1.tp_size, variant="post-fix", device=device)
+s1_fixed = replay(s1.build(), tp_size=s1.tp_size, sglang_version="0.5.23", device=device)
 plots.draw_step(s1_fixed, -1, rank=1).figure
 
 # %% [markdown]
@@ -103,13 +95,12 @@ plots.draw_step(s1_fixed, -1, rank=1).figure
 #
 # An item can carry both `image_grid_thw` and `grid_thws`; SGLang reads `image_grid_thw` first. If
 # the image was re-resized and only `grid_thws` (and the deferred `resize_config`) were updated, the
-# expectation comes from a stale grid. Fixed code, attention-TP 1, cpu backend:
+# expectation comes from a stale grid. SGLang 0.5.23, attention-TP 1, cpu backend:
 
 # %%
 s2 = get_scenario("s2-cpu")
-s2_batch = s2.build()
-s2_trace = replay(s2_batch, tp_size=s2.tp_size, variant="post-fix", device=device)
-[(index, item.label, item.grid_source(), item.grids) for index, item in enumerate(s2_batch.items)]
+s2_trace = replay(s2.build(), tp_size=s2.tp_size, sglang_version="0.5.23", device=device)
+items_table(s2_trace.batch)
 
 # %%
 Stepper(s2_trace)
@@ -118,28 +109,29 @@ Stepper(s2_trace)
 # The first diverging image, the grid SGLang read and the grid the pixels produced:
 
 # %%
-{key: s2_trace.divergence[key] for key in
- ("first_image", "label", "grid_source", "expected_grid", "produced_grid", "expected_total", "produced_total",
-  "wrong_expectation", "fix")}
+divergence_table(build_verdict(s2_trace))
 
 # %% [markdown]
-# **The fix**: one source of truth per item. Dropping the stale `image_grid_thw` makes SGLang read
-# `grid_thws`, and the batch replays cleanly.
+# **The fix**: one source of truth per item. Without the stale `image_grid_thw` SGLang reads
+# `grid_thws`, and the batch replays cleanly (a fresh copy of the batch, so this cell can be re-run).
 
 # %%
-s2_batch.items[s2_trace.divergence["first_image"]].grids.pop("image_grid_thw")
-s2_fixed = replay(s2_batch, tp_size=s2.tp_size, variant="post-fix", device=device)
+s2_batch = s2.build()
+s2_batch.items[s2_trace.divergence.first_image].grids.pop("image_grid_thw", None)
+s2_fixed = replay(s2_batch, tp_size=s2.tp_size, sglang_version="0.5.23", device=device)
 plots.draw_step(s2_fixed, -1).figure
 
 # %% [markdown]
 # ## 4. The same causes on the gpu backend
 #
 # On the gpu backend SGLang compares the produced grids with the expected ones first, so the same
-# two causes surface as a different message. The catalogue (`kimi_viz.scenarios.SCENARIOS`, or
-# `kimi-viz scenario list`) holds every known cause, S1–S13, each with the outcome SGLang 0.5.23 gives.
+# two causes surface as a different message. The catalogue (`kimi_viz.replay.scenarios.SCENARIOS`, or
+# `kimi-viz scenario list`) holds every known cause, S1–S13, each with the outcome SGLang gives.
 
 # %%
-{name: str(run_scenario(name, device=device).error) for name in ("s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu")}
+Table(["scenario", "replayed as", "SGLang raises"],
+      [[name, trace.release.label, str(trace.error)]
+       for name, trace in ((n, run_scenario(n, device=device)) for n in ("s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu"))])
 
 # %% [markdown]
 # **What to take away:** the length check compares two counts that come from different places —

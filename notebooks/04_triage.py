@@ -22,16 +22,16 @@
 # someone attached a manifest: which image broke the count, why, and what fixes it?**
 #
 # A manifest is what `kimi-viz capture` writes from a live SGLang when `get_image_feature` fails:
-# the items' grids, deferred configs and raw images (or only their shapes, with `--redact`), plus
-# the attention-TP size and rank, and the SGLang release. This notebook replays it through that release's
-# code path (0.5.17 has no deferred split, 0.5.18 has the S1 bug, 0.5.19 and later have the fix), prints
-# the verdict, draws where the counts part, and writes a self-contained `report.html` to attach to
-# the issue. It is built to be run with papermill:
+# the items' grids, deferred configs and raw images (or only their shapes, with `--redact`), the
+# attention-TP size and rank, the SGLang release, and the error the server raised. This notebook
+# replays it through that release's code path (0.5.17 has no deferred split, 0.5.18 has the S1 bug,
+# 0.5.19 and later have the fix), shows the verdict first, draws where the counts part, and then
+# writes a self-contained `report.html` to attach to the issue. It is built to be run with papermill:
 #
 #     papermill notebooks/04_triage.ipynb triage-out.ipynb -p manifest /path/to/manifest -p out_dir triage-out
 #
 # With `manifest = None` it triages a built-in example: scenario S2 (a stale `image_grid_thw`,
-# cpu backend). Runs in a few seconds on CPU.
+# cpu backend). Runs in about 10 s on a 2-core CPU.
 
 # %% tags=["parameters"]
 manifest = None
@@ -45,35 +45,42 @@ out_dir = "build/triage"
 # %matplotlib inline
 from kimi_viz import plots
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.scenarios import get_scenario
-from kimi_viz.stepper import Stepper
-from kimi_viz.triage import triage
+from kimi_viz.replay.scenarios import get_scenario
+from kimi_viz.report import Stepper, Table, VerdictView, images_table, items_table
+from kimi_viz.triage import triage, write_outputs
 
 # %% [markdown]
 # ## 1. The manifest
 #
 # By default the notebook replays the release the capture recorded (else the code path it detected
 # from SGLang's source, else the newest release, said in the verdict). `sglang_version` replays
-# another release (e.g. `"0.5.23"` to check that an upgrade fixes it); `variant` is the lower-level
-# switch: `"post-fix"`, `"pre-fix"`, `"no-split"` or `"both"`. `tp` overrides the recorded
-# attention-TP size (None keeps it). Without a manifest, the S2 example is written into `out_dir`.
+# another release (e.g. `"0.5.23"` to check that an upgrade fixes it: a capture that recorded an
+# error then shows as NOT REPRODUCED); `variant` is the lower-level switch: `"post-fix"`,
+# `"pre-fix"`, `"no-split"` or `"both"`. `tp` overrides the recorded attention-TP size (None keeps
+# it). Without a manifest, the S2 example is written into `out_dir`.
 
 # %%
 manifest_path = manifest if manifest is not None else write_manifest(get_scenario("s2-cpu").build(), f"{out_dir}/manifest-s2-cpu")
 batch = read_manifest(manifest_path)
-{"manifest": str(manifest_path), "items": len(batch.items), "attention TP": batch.attn_tp_size,
- "recorded rank": batch.attn_tp_rank, "SGLang": batch.sglang_version, "recorded code": batch.code_variant,
- "grids": [(item.label, item.backend, item.grids) for item in batch.items]}
+items_table(batch)
 
 # %% [markdown]
 # ## 2. The verdict
 #
-# Outcome and exact message per rank, the first diverging image with both counts, the scenario
-# class, and the fix.
+# The status first (clean, error reproduced, silent mismatch, not reproduced, or recorded ok but
+# the replay fails), how many ranks fail, the release replayed and the release that fixes it, the
+# first diverging image with both counts, the scenario class, and the fix.
 
 # %%
-result = triage(manifest_path, out_dir=out_dir, sglang_version=sglang_version, variant=variant, tp=tp, device=device)
-print(result.text())
+result = triage(manifest_path, sglang_version=sglang_version, variant=variant, tp=tp, device=device)
+VerdictView(result.verdict, heading=f"Triage of {manifest_path}")
+
+# %% [markdown]
+# Every image, numbered as in the verdict: the grid row SGLang read for it, the rows it expected
+# and the rows preprocessing produced.
+
+# %%
+images_table(result.verdict)
 
 # %% [markdown]
 # ## 3. Where the counts part
@@ -97,7 +104,8 @@ Stepper(result.trace)
 #
 # `report.html` is one self-contained file (figures embedded, the step-by-step stepper, the trace as
 # JSON, no network references): attach it to the issue together with the manifest. `trace.json`
-# holds the same trace for tools; `summary.png` the figure above.
+# holds the same trace for tools; `summary.png` the verdict and the failing ranks' rows.
 
 # %%
-{name: str(path) for name, path in result.outputs.items()}
+outputs = write_outputs(result, out_dir)
+Table(["output", "written to"], [[name, str(path)] for name, path in outputs.items()])
