@@ -34,12 +34,12 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout, no install needed
 
-from kimi_viz.batch import Batch, Feature, Item  # noqa: E402
-from kimi_viz.config import get_config  # noqa: E402
+from kimi_viz.replay.batch import Batch, Feature, Item  # noqa: E402
+from kimi_viz.preprocess.config import get_config  # noqa: E402
 from kimi_viz.data import SAMPLE_PHOTOS  # noqa: E402
-from kimi_viz.deferred import replay  # noqa: E402
-from kimi_viz.resize import resize_config  # noqa: E402
-from kimi_viz.scenarios import deferred_config, deferred_item  # noqa: E402
+from kimi_viz.replay.split import replay  # noqa: E402
+from kimi_viz.preprocess.resize import resize_config  # noqa: E402
+from kimi_viz.replay.scenarios import deferred_config, deferred_item  # noqa: E402
 
 K3 = "kimi-k3"
 

@@ -32,21 +32,17 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout, no install needed
 
 import torch  # noqa: E402
 
-from kimi_viz.encoder import (  # noqa: E402
-    PRESETS,
-    RMSNorm,
-    VisionEncoder,
-    matmul_flops,
-    resolve_device,
-    resolve_dtype,
-)
+from kimi_viz.devices import resolve_device  # noqa: E402
+from kimi_viz.encoder import ENCODER_PRESETS, VisionEncoder, matmul_flops, resolve_dtype  # noqa: E402
+from kimi_viz.encoder.model import RMSNorm  # noqa: E402
 
 # Grids of the sample photos under the kimi-k3 processor (tests compare them with the pixel goldens).
 PHOTO_GRIDS = {
@@ -260,7 +256,7 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
     for dtype in (torch.bfloat16, torch.float32):
         with torch.no_grad():
             reference = torch.nn.RMSNorm(1024, device=device, dtype=dtype)(x.to(dtype))
-            ours = RMSNorm(1024, PRESETS["kimi-k3"].norm_eps).to(device=device, dtype=dtype)(x.to(dtype))
+            ours = RMSNorm(1024, ENCODER_PRESETS["kimi-k3"].norm_eps).to(device=device, dtype=dtype)(x.to(dtype))
             bf16_eps = RMSNorm(1024, 2.0**-7).to(device=device, dtype=dtype)(x.to(dtype))
         record(f"RMSNorm eps=2^-23 vs nn.RMSNorm default ({str(dtype)[6:]}, {device.type}), max abs diff",
                float((ours.float() - reference.float()).abs().max()), 0.0, "0 means the same eps")
@@ -361,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return 0, 1 when a check or a variant failed, 2 when no GPU is there for a full run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto, cuda or cpu (default auto)")
-    parser.add_argument("--preset", default="kimi-k3", choices=sorted(PRESETS))
+    parser.add_argument("--preset", default="kimi-k3", choices=sorted(ENCODER_PRESETS))
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="default bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--quick", action="store_true", help="small grids and few repeats (a smoke test)")
     parser.add_argument("--checks", action="store_true", help="run the correctness checks first")

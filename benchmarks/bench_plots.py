@@ -35,8 +35,13 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_viz.plots.patches import PATCH, row_label_positions, draw_patch_grid  # noqa: E402
-from kimi_viz.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord  # noqa: E402
+from kimi_viz.plots.patches import (  # noqa: E402
+    PATCH,
+    ROW_FONT_MIN,
+    draw_patch_grid,
+    row_label_positions,
+)
+from kimi_viz.preprocess.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord  # noqa: E402
 
 TARGET_MS = 1500.0
 TARGET_SPEEDUP = 20.0
@@ -45,7 +50,7 @@ TARGET_SPEEDUP = 20.0
 def rocket_record() -> ImageRecord:
     """Return the checkpoint processor's record of the 4200×3150 sample (grid 1×222×296)."""
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     return Processor("kimi-k3").preprocess([sample_path("rocket_4200x3150.jpg")]).records[0]
 
@@ -92,7 +97,7 @@ def baseline(record: ImageRecord, dpi: int, figsize: tuple[float, float]) -> flo
     ys, xs = row_label_positions(h, w, 48)
     for y in ys:
         for x in xs:
-            ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(record.rows[0] + y * w + x), fontsize=6,
+            ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(record.rows[0] + y * w + x), fontsize=ROW_FONT_MIN,
                     ha="center", va="center")
     ax.set_xlim(0, w * PATCH)
     ax.set_ylim(h * PATCH, 0)

@@ -19,8 +19,9 @@ import platform
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,10 +29,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_viz.config import ProcessorConfig, get_config  # noqa: E402
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path  # noqa: E402
-from kimi_viz.images import load_image  # noqa: E402
-from kimi_viz.processor import Processor, resize_config  # noqa: E402
+from kimi_viz.preprocess.config import ProcessorConfig, get_config  # noqa: E402
+from kimi_viz.preprocess.images import load_image  # noqa: E402
+from kimi_viz.preprocess.processor import Processor, resize_config  # noqa: E402
 
 LARGE_IMAGE = "rocket_4200x3150.jpg"
 TARGET_SPEEDUP_LARGE = 1.5

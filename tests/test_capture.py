@@ -17,6 +17,7 @@ import torch
 from kimi_viz import capture
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest
+from kimi_viz.replay.batch import RecordedOutcome
 
 ERROR = "Kimi-K3 deferred feature length does not match image grids"
 REPO = Path(__file__).resolve().parent.parent
@@ -178,6 +179,9 @@ def test_failing_call_writes_manifest_and_reraises_same_error(fake_sglang, tmp_p
     assert item.original_size == (56, 28)
     assert f"ValueError: {ERROR}" in (folder / "traceback.txt").read_text()
     assert f"ValueError: {ERROR}" in batch.note
+    assert batch.recorded == RecordedOutcome("error", "ValueError", ERROR)   # the exact type and message
+    assert json.loads((folder / "manifest.json").read_text())["source"]["recorded"] == {
+        "outcome": "error", "error": {"type": "ValueError", "message": ERROR}}
     assert batch.code_variant == "post-fix" and "global_indices" in batch.note
     assert batch.processor["in_patch_limit"] == 65536
 
@@ -213,7 +217,9 @@ def test_all_calls_and_redact(fake_sglang, tmp_path):
     assert len(found) == 2
     for folder in found:
         assert not (folder / "images").exists()
-        [item] = read_manifest(folder).items
+        batch = read_manifest(folder)
+        assert batch.recorded == RecordedOutcome("ok")        # a passing call recorded with --all
+        [item] = batch.items
         assert item.feature.kind == "shape_only" and item.feature.shape == (28, 56, 3)
 
 
@@ -255,8 +261,12 @@ def test_shim_imports_nothing_heavy_at_start_up(tmp_path):
         assert result.returncode == 0 and result.stderr == "", result.stderr
         modules.append(set(result.stdout.split()))
     added = modules[1] - modules[0]
-    assert {"sitecustomize", "kimi_viz.capture"} <= added
-    assert added <= {"sitecustomize", "kimi_viz", "kimi_viz.capture", "__future__", "importlib.machinery"}, added
+    assert {"sitecustomize", "kimi_viz.capture.hook"} <= added
+    assert not {"kimi_viz.capture.record", "kimi_viz.capture.run", "kimi_viz.manifest"} & added
+    # kimi_viz.capture is the package (its __init__ imports only from .hook); .record and .run stay unloaded
+    assert added <= {"sitecustomize", "kimi_viz", "kimi_viz.capture", "kimi_viz.capture.hook",
+                     "kimi_viz.capture.names", "__future__",
+                     "importlib.machinery"}, added
     assert not any(m for m in added if m.split(".")[0] in ("torch", "numpy", "PIL", "threading", "pathlib"))
     assert not list(tmp_path.iterdir())          # capture on, nothing failed: nothing written
 
@@ -313,7 +323,9 @@ def test_patch_in_process_reraises_the_same_object(fake_on_path, tmp_path, impor
         assert caught.value is module.LAST_ERROR
         assert str(caught.value) == ERROR
     [folder] = session.manifests
-    [item] = read_manifest(folder).items
+    batch = read_manifest(folder)
+    assert batch.recorded == RecordedOutcome("error", type(caught.value).__name__, str(caught.value))
+    [item] = batch.items
     assert item.feature.kind == "tensor" and item.feature.layout == "chw"
     assert torch.equal(item.feature.tensor, torch.full((3, 28, 56), 7, dtype=torch.uint8))
     assert item.original_size == (56, 28)
@@ -333,6 +345,67 @@ def test_capture_failure_never_masks_the_error(fake_on_path, tmp_path, monkeypat
     assert caught.value is module.LAST_ERROR
     assert session.manifests == []
     assert "could not write a manifest" in capsys.readouterr().err
+
+
+class _OddError(LookupError):
+    """An exception whose message is not its args: str() is what the manifest records."""
+
+    def __str__(self):
+        return "odd: 'quoted'\nsecond line ünïcode"
+
+
+@pytest.mark.parametrize("error", [KeyError("grid_thws"), _OddError("ignored"), RuntimeError()],
+                         ids=["key-error", "custom-str", "empty-message"])
+def test_failing_call_records_the_exact_exception_type_and_message(fake_on_path, tmp_path, error):
+    module = importlib.import_module("sglang.srt.models.kimi_k3")
+
+    def get_image_feature(self, items):
+        raise error
+
+    cls = type("Model", (module.KimiK3ForConditionalGeneration,), {"get_image_feature": get_image_feature})
+    with capture.patch(tmp_path / "c") as session:
+        capture.wrap_method(cls, session.out_dir, on_record=session.manifests.append)
+        with pytest.raises(type(error)) as caught:
+            cls().get_image_feature(_items(False))
+    assert caught.value is error
+    capture.unwrap_method(cls)
+    [folder] = session.manifests
+    assert read_manifest(folder).recorded == RecordedOutcome("error", type(error).__name__, str(error))
+
+
+def test_record_call_records_the_outcome(fake_on_path, tmp_path):
+    failed = capture.record_call(None, _items(True), tmp_path / "a", error=ValueError(ERROR))
+    passed = capture.record_call(None, _items(False), tmp_path / "b")
+    assert read_manifest(failed).recorded == RecordedOutcome("error", "ValueError", ERROR)
+    assert read_manifest(passed).recorded == RecordedOutcome("ok")
+
+
+def test_a_recorder_that_cannot_be_imported_never_masks_the_error(fake_on_path, tmp_path, monkeypatch, capsys):
+    module = importlib.import_module("sglang.srt.models.kimi_k3")
+    monkeypatch.setitem(sys.modules, "kimi_viz.capture.record", None)   # importing it now raises ImportError
+    with capture.patch(tmp_path / "c") as session:
+        with pytest.raises(ValueError) as caught:
+            module.KimiK3ForConditionalGeneration().get_image_feature(_items(True))
+    assert caught.value is module.LAST_ERROR
+    assert session.manifests == []
+    assert "could not write a manifest (ModuleNotFoundError" in capsys.readouterr().err
+
+
+def test_package_is_light_and_exports_the_rest_lazily():
+    probe = ("import sys, kimi_viz.capture as c; before = set(sys.modules); "
+             "assert not {'kimi_viz.capture.record', 'kimi_viz.capture.run', 'kimi_viz.manifest', 'torch'} & before, before; "
+             "c.shim_dir; assert 'kimi_viz.capture.run' in sys.modules and 'kimi_viz.capture.record' not in sys.modules; "
+             "c.record_call; assert 'kimi_viz.capture.record' in sys.modules; print('ok')")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+    from kimi_viz.capture import record, run
+
+    assert capture.record_call is record.record_call and capture.batch_from_call is record.batch_from_call
+    assert capture.captured_manifests is run.captured_manifests and capture.run_captured is run.run_captured
+    assert set(capture.__all__) <= set(dir(capture))
+    with pytest.raises(AttributeError):
+        capture.no_such_name
 
 
 def test_unknown_items_are_recorded_as_shapes(fake_on_path, tmp_path):

@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 
 from kimi_viz.cli import main
 from kimi_viz.encoder import VisionEncoder
-from kimi_viz.processor import Processor
+from kimi_viz.preprocess.processor import Processor
 
 
 def test_encode_json_accounts_for_rows_and_tokens(sample, capsys):
@@ -24,7 +24,7 @@ def test_encode_json_accounts_for_rows_and_tokens(sample, capsys):
     for item, record in zip(report["images"], expected.records):
         t, h, w = record.grid_thw
         assert item["rows_in"] == t * h * w == record.rows[1] - record.rows[0]
-        assert item["tokens_out"] == item["media_pad_tokens"] == (h // 2) * (w // 2) == record.tokens
+        assert item["tokens_out"] == item["media_pad_tokens"] == (h // 2) * (w // 2) == record.num_tokens
         assert item["tokens_match"] is True
         assert item["feature_dim"] == 96
         assert item["time_ms"] > 0

@@ -6,18 +6,18 @@ import json
 
 import pytest
 
-from kimi_viz.config import (
-    PRESETS,
+from kimi_viz.errors import CheckpointError, ConfigError
+from kimi_viz.preprocess.config import (
+    PROCESSOR_PRESETS,
     ProcessorConfig,
     get_config,
     load_preprocessor_config,
     read_vision_config,
 )
-from kimi_viz.errors import CheckpointError, ConfigError
 
 
 def test_presets_match_the_spec(pixel_goldens):
-    k3, k25 = PRESETS["kimi-k3"], PRESETS["kimi-k25"]
+    k3, k25 = PROCESSOR_PRESETS["kimi-k3"], PROCESSOR_PRESETS["kimi-k25"]
     assert (k3.patch_size, k3.merge_kernel_size, k3.in_patch_limit, k3.patch_limit_on_one_side) == (14, 2, 65536, 512)
     assert k3.fixed_output_tokens is None and k3.image_mean == k3.image_std == (0.5, 0.5, 0.5)
     assert k3.transparent_bg_config == {
@@ -32,30 +32,30 @@ def test_presets_match_the_spec(pixel_goldens):
 
 
 def test_round_trip_and_background_defaults():
-    cfg = ProcessorConfig.from_media_proc_cfg(PRESETS["kimi-k3"].to_media_proc_cfg(), name="kimi-k3")
-    assert cfg == PRESETS["kimi-k3"]
+    cfg = ProcessorConfig.from_media_proc_cfg(PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), name="kimi-k3")
+    assert cfg == PROCESSOR_PRESETS["kimi-k3"]
     partial = ProcessorConfig.from_media_proc_cfg(
-        {**PRESETS["kimi-k25"].to_media_proc_cfg(), "transparent_bg_config": {"pattern": "chessboard"}}
+        {**PROCESSOR_PRESETS["kimi-k25"].to_media_proc_cfg(), "transparent_bg_config": {"pattern": "chessboard"}}
     )
     assert partial.background() == {
         "pattern": "chessboard", "chessboard_square_size": 16, "chessboard_square_on_top_left": True,
         "chessboard_white_value": 255, "chessboard_gray_value": 200,
     }
-    assert PRESETS["kimi-k25"].background() is None
+    assert PROCESSOR_PRESETS["kimi-k25"].background() is None
 
 
 def test_get_config_accepts_every_form(tmp_path):
-    assert get_config("kimi-k3") is PRESETS["kimi-k3"]
-    assert get_config("kimi_k25") is PRESETS["kimi-k25"]
-    assert get_config(PRESETS["kimi-k25"]) is PRESETS["kimi-k25"]
-    as_dict = get_config(PRESETS["kimi-k25"].to_media_proc_cfg())
+    assert get_config("kimi-k3") is PROCESSOR_PRESETS["kimi-k3"]
+    assert get_config("kimi_k25") is PROCESSOR_PRESETS["kimi-k25"]
+    assert get_config(PROCESSOR_PRESETS["kimi-k25"]) is PROCESSOR_PRESETS["kimi-k25"]
+    as_dict = get_config(PROCESSOR_PRESETS["kimi-k25"].to_media_proc_cfg())
     assert as_dict.in_patch_limit == 16384 and as_dict.name == "custom"
-    assert get_config({"media_proc_cfg": PRESETS["kimi-k3"].to_media_proc_cfg()}).in_patch_limit == 65536
+    assert get_config({"media_proc_cfg": PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg()}).in_patch_limit == 65536
     folder = tmp_path / "Kimi-K3"
     folder.mkdir()
-    (folder / "preprocessor_config.json").write_text(json.dumps({"media_proc_cfg": PRESETS["kimi-k3"].to_media_proc_cfg()}))
+    (folder / "preprocessor_config.json").write_text(json.dumps({"media_proc_cfg": PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg()}))
     from_folder = get_config(folder)
-    assert from_folder.name == "Kimi-K3" and from_folder.with_name("kimi-k3") == PRESETS["kimi-k3"]
+    assert from_folder.name == "Kimi-K3" and from_folder.with_name("kimi-k3") == PROCESSOR_PRESETS["kimi-k3"]
     assert get_config(str(folder / "preprocessor_config.json")).in_patch_limit == 65536
     with pytest.raises(ConfigError, match=r"unknown processor config 'kimi-k9': expected a preset \(kimi-k3, kimi-k25\)"):
         get_config("kimi-k9")
@@ -64,7 +64,7 @@ def test_get_config_accepts_every_form(tmp_path):
 
 
 def test_merge_kernel_size_as_list_in_preprocessor_config():
-    cfg = ProcessorConfig.from_media_proc_cfg({**PRESETS["kimi-k3"].to_media_proc_cfg(), "merge_kernel_size": [2, 2]})
+    cfg = ProcessorConfig.from_media_proc_cfg({**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), "merge_kernel_size": [2, 2]})
     assert cfg.merge_kernel_size == 2
 
 
@@ -90,7 +90,7 @@ def test_merge_kernel_size_as_list_in_preprocessor_config():
     ],
 )
 def test_invalid_values_name_the_key(key, value, message):
-    cfg = {**PRESETS["kimi-k3"].to_media_proc_cfg(), key: value}
+    cfg = {**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), key: value}
     with pytest.raises(ConfigError) as info:
         ProcessorConfig.from_media_proc_cfg(cfg)
     assert str(info.value).startswith(message)
@@ -98,20 +98,20 @@ def test_invalid_values_name_the_key(key, value, message):
 
 @pytest.mark.parametrize("key", ["image_mean", "image_std"])
 def test_non_finite_mean_or_std_is_refused(key):
-    cfg = {**PRESETS["kimi-k3"].to_media_proc_cfg(), key: [0.5, float("nan"), 0.5]}
+    cfg = {**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), key: [0.5, float("nan"), 0.5]}
     with pytest.raises(ConfigError, match=rf"^media_proc_cfg.{key}: expected finite values, got \[0.5, nan, 0.5\]"):
         ProcessorConfig.from_media_proc_cfg(cfg)
 
 
 def test_config_dict_errors_name_the_dict():
-    bad = {**PRESETS["kimi-k3"].to_media_proc_cfg(), "patch_size": 0}
+    bad = {**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), "patch_size": 0}
     for given in (bad, {"media_proc_cfg": bad}):
         with pytest.raises(ConfigError, match=r"^media_proc_cfg.patch_size: expected a positive int, got 0; fix the config dict$"):
             get_config(given)
 
 
 def test_missing_key_is_named():
-    cfg = PRESETS["kimi-k3"].to_media_proc_cfg()
+    cfg = PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg()
     del cfg["in_patch_limit"]
     with pytest.raises(ConfigError, match=r"^media_proc_cfg.in_patch_limit: missing \(a required key\); fix preprocessor_config.json$"):
         ProcessorConfig.from_media_proc_cfg(cfg)
@@ -130,7 +130,7 @@ def test_load_preprocessor_config_errors(tmp_path):
     file.write_text(json.dumps({"image_processor_type": "X"}))
     with pytest.raises(ConfigError, match=r"^media_proc_cfg: missing from .*preprocessor_config.json"):
         load_preprocessor_config(file)
-    file.write_text(json.dumps({"media_proc_cfg": {**PRESETS["kimi-k3"].to_media_proc_cfg(), "patch_size": 0}}))
+    file.write_text(json.dumps({"media_proc_cfg": {**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), "patch_size": 0}}))
     with pytest.raises(ConfigError, match=rf"^media_proc_cfg.patch_size: expected a positive int, got 0; fix {file}$"):
         load_preprocessor_config(tmp_path)
 

@@ -9,19 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from kimi_viz.batch import Batch, Feature, Item
-from kimi_viz.deferred import (
-    MSG_FEATURE_TYPE,
-    MSG_GPU_WRONG_GRIDS,
-    MSG_LENGTH,
-    MSG_UNSUPPORTED_BACKEND,
-    assign_ranks,
-    replay,
-)
+from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_GPU_WRONG_GRIDS, MSG_LENGTH, MSG_UNSUPPORTED_BACKEND
+from kimi_viz.replay.ranks import assign_ranks
+from kimi_viz.replay.split import replay
+from kimi_viz.replay.trace import Check
 from kimi_viz.errors import ConfigError, KimiVizError
 from kimi_viz.manifest import redact_batch
-from kimi_viz.scenarios import deferred_item, eager_item, get_scenario
-from kimi_viz.verdict import VERDICT_SCHEMA, validate_verdict
+from kimi_viz.replay.scenarios import deferred_item, eager_item, get_scenario
+from kimi_viz.replay.verdict import VERDICT_SCHEMA, build_verdict, trace_document, validate_verdict
 
 
 # --- assign_ranks ----------------------------------------------------------------------------------
@@ -57,7 +53,7 @@ def test_assign_ranks_covers_every_image_once_and_balances_greedily():
         assert [counts[i] for i in r] == sorted((counts[i] for i in r), reverse=True)
 
 
-@pytest.mark.parametrize("tp", [0, -1, 1.5, True, "2"])
+@pytest.mark.parametrize("tp", [0, -1, 1.5, True, "2", 65537, 10**30])
 def test_assign_ranks_refuses_bad_tp(tp):
     with pytest.raises(ConfigError, match="tp_size"):
         assign_ranks([1, 2], tp)
@@ -81,10 +77,9 @@ def test_s1_rank1_reads_shard_local_grid_rows(s1_trace):
     assert length["patch_counts"] == [748, 64]          # images 0 and 1's grids, read for images 1 and 2
     assert length["sum_patch_counts"] == 812
     assert length["pixel_values_rows"] == 68            # 64 + 4: what the checkpoint processor produced
-    assert steps["length_check_cpu"].check == {"name": "sum(patch_counts) == pixel_values.shape[0]",
-                                               "expected": 812, "actual": 68, "passed": False}
+    assert steps["length_check_cpu"].check == Check("sum(patch_counts) == pixel_values.shape[0]", 812, 68, False)
     assert steps["length_check_cpu"].error.message == MSG_LENGTH
-    assert steps["preprocess_cpu"].check["passed"] is True   # the cpu grid check uses the items' own grid_thws
+    assert steps["preprocess_cpu"].check.passed is True   # the cpu grid check uses the items' own grid_thws
     assert steps["assign_ranks"].spec_ref == "§6.2" and steps["length_check_cpu"].spec_ref == "§6.6"
 
 
@@ -98,14 +93,21 @@ def test_s1_rank0_is_a_prefix_and_passes(s1_trace):
 
 def test_s1_divergence_names_image_counts_and_mapping(s1_trace):
     div = s1_trace.divergence
-    assert div["scenario_class"] == "S1"
-    assert (div["first_image"], div["rank"]) == (1, 1)
-    assert (div["expected_rows"], div["produced_rows"]) == (748, 64)
-    assert (div["expected_total"], div["produced_total"]) == (812, 68)
-    assert div["wrong_expectation"] == "grid_thws_host[indices]: row 0 (image 0's grid) for image 1"
-    assert "#35305" in div["fix"]
-    images = {row["image"]: row for row in div["images"]}
-    assert images[2]["grid_index_read"] == 1 and images[2]["expected_rows"] == 64 and images[2]["produced_rows"] == 4
+    assert div.scenario_class == "S1"
+    assert (div.first_image, div.rank, div.grid_read_from) == (1, 1, 0)
+    assert (div.expected_rows, div.produced_rows) == (748, 64)
+    assert (div.expected_total, div.produced_total) == (812, 68)
+    assert div.wrong_expectation == "grid_thws_host[indices]: row 0 (image 0's grid) for image 1"
+    assert "#35305" in div.fix
+    images = {row.image: row for row in div.images}
+    assert images[2].grid_index_read == 1 and images[2].expected_rows == 64 and images[2].produced_rows == 4
+
+
+def test_s1_the_wrong_read_is_drawn_at_the_grouping_step_that_makes_it(s1_trace):
+    steps = {s.name: s for s in s1_trace.rank_trace(1).steps}
+    assert [(r.image, r.grid_index_read) for r in steps["select_items"].rows] == [(1, 1), (2, 2)]
+    assert [(r.image, r.grid_index_read, r.expected_grid) for r in steps["group_backends"].rows] == \
+        [(1, 0, [1, 22, 34]), (2, 1, [1, 8, 8])]
 
 
 def test_the_fixed_code_passes_the_same_batch():
@@ -113,7 +115,7 @@ def test_the_fixed_code_passes_the_same_batch():
     assert trace.outcome == "ok"
     group = trace.rank_trace(1).steps[3].variables["backend_groups"]["cpu"]
     assert group["grid_rows_read"] == [1, 2]
-    assert trace.divergence["scenario_class"] == "none"
+    assert trace.divergence.scenario_class == "none"
 
 
 def test_tp1_materializes_every_image_in_index_order():
@@ -182,7 +184,7 @@ def test_cpu_items_need_the_consumer_processor_config():
 
 # --- replay: error sites beyond the catalogue ---------------------------------------------------------
 def _batch(*items: Item) -> Batch:
-    from kimi_viz.config import get_config
+    from kimi_viz.preprocess.config import get_config
 
     return Batch(items=list(items), processor=get_config("kimi-k3").to_media_proc_cfg())
 
@@ -263,7 +265,7 @@ def test_pixel_replay_reproduces_the_golden_pixels_of_both_paths(pixel_goldens):
     trace = replay(batch, mode="pixels")
     assert trace.outcome == "ok"
     pixels = trace.ranks[0].pixel_values
-    rows = [row["produced_rows"] for row in trace.ranks[0].images]
+    rows = [row.produced_rows for row in trace.ranks[0].images]
     chelsea, micro, horse = pixels.split(rows)
     assert _sha(chelsea) == goldens["chelsea.png"]["gpu_path"]["pixel_values_sha256"]
     assert _sha(micro) == goldens["microaneurysms.png"]["pixel_values_sha256"]
@@ -273,7 +275,7 @@ def test_pixel_replay_reproduces_the_golden_pixels_of_both_paths(pixel_goldens):
 def test_pixel_and_shape_replays_agree_on_every_count():
     batch = get_scenario("healthy-tp2").build()
     pixels, shapes = replay(batch, mode="pixels"), replay(batch, mode="shapes")
-    assert pixels.verdict() == shapes.verdict()
+    assert build_verdict(pixels).to_json() == build_verdict(shapes).to_json()
     assert [r.images for r in pixels.ranks] == [r.images for r in shapes.ranks]
     assert [r.pixel_values.shape[0] for r in pixels.ranks] == [748 + 64 + 4, 720 + 448]
     assert all(r.pixel_values is None for r in shapes.ranks)
@@ -281,9 +283,10 @@ def test_pixel_and_shape_replays_agree_on_every_count():
 
 # --- verdict and JSON ---------------------------------------------------------------------------------
 def test_verdict_schema_and_json(s1_trace):
-    verdict = s1_trace.verdict()
+    verdict = build_verdict(s1_trace).to_json()
     validate_verdict(verdict)
-    assert set(verdict) == {"outcome", "error", "ranks", "divergence", "release"}
+    assert verdict["verdict_version"] == 2 and verdict["status"] == "error-reproduced"
+    assert verdict["rank_summary"] == "1 of 2 ranks fail" and verdict["failing_ranks"] == [1]
     assert verdict["release"]["fixed_in"]["release"] == "0.5.19"
     assert verdict["outcome"] == "error"
     assert verdict["error"] == {"type": "ValueError", "message": MSG_LENGTH}
@@ -292,16 +295,16 @@ def test_verdict_schema_and_json(s1_trace):
         {"rank": 1, "image_indices": [1, 2], "outcome": "error",
          "error": {"type": "ValueError", "message": MSG_LENGTH}},
     ]
-    full = json.loads(json.dumps(s1_trace.to_json()))
+    full = json.loads(json.dumps(trace_document(s1_trace)))
     assert {k: full[k] for k in verdict} == json.loads(json.dumps(verdict))
     assert full["trace"]["variant"] == "pre-fix" and len(full["trace"]["ranks"][1]["steps"]) == 6
-    assert VERDICT_SCHEMA["required"] == ["outcome", "error", "ranks", "divergence", "release"]
+    assert set(VERDICT_SCHEMA["required"]) == set(verdict)
 
 
 def test_verdict_schema_refuses_a_malformed_verdict(s1_trace):
     import jsonschema
 
-    verdict = s1_trace.verdict()
+    verdict = build_verdict(s1_trace).to_json()
     verdict["ranks"][0]["outcome"] = "fine"
     with pytest.raises(jsonschema.ValidationError):
         validate_verdict(verdict)
@@ -313,11 +316,12 @@ def test_a_deferred_config_without_a_resize_key_is_reported_not_crashed():
     del gpu.deferred["resize_config"]["pad_height"]
     trace = replay(_batch(gpu), mode="shapes")
     assert (trace.error.type, trace.error.message) == ("KeyError", "'pad_height'")
-    assert "lacks 'pad_height'" in trace.divergence["explanation"]
+    assert "lacks a key the gpu path reads" in trace.divergence.explanation
+    assert trace.divergence.wrong_expectation == "a deferred config without 'pad_height'"
     cpu = deferred_item("microaneurysms.png", "cpu")     # the cpu backend computes its own resize
     del cpu.deferred["resize_config"]["pad_height"]
     trace = replay(_batch(cpu), mode="shapes")
-    assert trace.outcome == "ok" and trace.divergence["scenario_class"] == "none"
+    assert trace.outcome == "ok" and trace.divergence.scenario_class == "none"
 
 
 def test_a_two_dimensional_hwc_feature_is_no_s12():
@@ -325,7 +329,7 @@ def test_a_two_dimensional_hwc_feature_is_no_s12():
     item.feature = Feature.shape_only("hwc", (102, 102), "uint8")
     trace = replay(_batch(item), mode="shapes")
     assert trace.outcome == "ok"
-    assert [f["class"] for f in trace.divergence["findings"]] == []
+    assert [f.cls for f in trace.divergence.findings] == []
 
 
 def test_an_hwc_tensor_on_the_cpu_backend_is_read_as_hwc_there():
@@ -336,19 +340,19 @@ def test_an_hwc_tensor_on_the_cpu_backend_is_read_as_hwc_there():
     trace = replay(_batch(item), mode="shapes")
     assert trace.error.message == "Kimi-K3 deferred CPU preprocessing produced wrong grids"
     div = trace.divergence
-    assert div["scenario_class"] == "S12"
-    assert (div["expected_grid"], div["produced_grid"]) == ([1, 34, 2], [1, 22, 34])
+    assert div.scenario_class == "S12"
+    assert (div.expected_grid, div.produced_grid) == ([1, 34, 2], [1, 22, 34])
     assert "SGLang's producer reads it as CHW (a 300-channel 3x451 (WxH) image) for its grid, but the cpu " \
-           "backend reads it as HWC (451x300)" in div["explanation"]
+           "backend reads it as HWC (451x300)" in div.explanation
 
 
 def test_findings_name_each_anomaly_once_and_correctly():
-    from kimi_viz.scenarios import run_scenario
+    from kimi_viz.replay.scenarios import run_scenario
 
-    s9 = run_scenario("s9-two-grids", mode="shapes").divergence["findings"]
-    assert [f["class"] for f in s9] == ["S9"]          # the aggregated feature matches both grids: no S10
-    s6 = run_scenario("s6-list", mode="shapes").divergence["findings"]
-    assert [f["text"] for f in s6] == ["the checkpoint processor returns pixel_values as a per-image list"]
-    s11 = run_scenario("s11-cpu-two-channels", mode="shapes").divergence["explanation"]
+    s9 = run_scenario("s9-two-grids", mode="shapes").divergence.findings
+    assert [f.cls for f in s9] == ["S9"]          # the aggregated feature matches both grids: no S10
+    s6 = run_scenario("s6-list", mode="shapes").divergence.findings
+    assert [f.text for f in s6] == ["the checkpoint processor returns pixel_values as a per-image list"]
+    s11 = run_scenario("s11-cpu-two-channels", mode="shapes").divergence.explanation
     assert s11.startswith("Image 1 reaches preprocessing with 512 channels (the cpu backend reads its "
                           "[2, 512, 512] tensor as HWC")

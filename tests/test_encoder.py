@@ -16,18 +16,25 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kimi_viz import encoder as enc
+from kimi_viz.devices import resolve_device
 from kimi_viz.encoder import (
-    PRESETS,
+    ENCODER_PRESETS,
     EncoderOutput,
     VisionConfig,
     VisionEncoder,
     count_parameters,
     matmul_flops,
+    runtime,
 )
-from kimi_viz.errors import DeviceError, LayoutLookupError, RowCountError, UnsupportedImageError
+from kimi_viz.encoder import model as enc
+from kimi_viz.errors import (
+    DeviceError,
+    LayoutLookupError,
+    RowCountError,
+    UnsupportedImageError,
+)
 
-TINY = PRESETS["tiny"]
+TINY = ENCODER_PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +65,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # --- shapes of the real model, without allocating it --------------------------------------------
 def test_kimi_k3_parameter_count_from_shapes_on_meta():
-    c = PRESETS["kimi-k3"]
+    c = ENCODER_PRESETS["kimi-k3"]
     d, q, mlp, out = 1024, 1536, 4096, 7168
     assert (c.hidden_size, c.qkv_hidden_size, c.intermediate_size, c.text_hidden_size) == (d, q, mlp, out)
     block = 2 * d + d * 3 * q + q * d + d * mlp + mlp * d           # norm0, norm1, wqkv, wo, fc0, fc1
@@ -101,7 +108,7 @@ def test_rmsnorm_eps_is_what_torch_rmsnorm_uses_by_default():
     x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0)) * 3e-3
     for dtype in (torch.float32, torch.bfloat16):
         reference = torch.nn.RMSNorm(1024).to(dtype)(x.to(dtype))
-        ours = enc.RMSNorm(1024, PRESETS["kimi-k3"].norm_eps).to(dtype)(x.to(dtype))
+        ours = enc.RMSNorm(1024, ENCODER_PRESETS["kimi-k3"].norm_eps).to(dtype)(x.to(dtype))
         assert torch.equal(ours, reference), dtype
     # The check can fail: bf16's own epsilon (2⁻⁷) gives visibly different rows.
     other = enc.RMSNorm(1024, 2.0**-7).to(torch.bfloat16)(x.to(torch.bfloat16))
@@ -188,21 +195,21 @@ def test_bad_grids_and_row_shapes_are_refused(tiny):
 def test_device_cuda_without_cuda_is_a_device_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError, match="CUDA is not available"):
-        enc.resolve_device("cuda")
+        resolve_device("cuda")
     with pytest.raises(DeviceError, match=r"device 'gpu' is not a device name; expected auto, cpu or cuda"):
-        enc.resolve_device("gpu")
-    assert enc.resolve_device("auto").type == "cpu"
-    assert enc.resolve_dtype(None, torch.device("cpu")) == torch.float32
-    assert enc.resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
+        resolve_device("gpu")
+    assert resolve_device("auto").type == "cpu"
+    assert runtime.resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert runtime.resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
 
 
 def test_a_cuda_index_beyond_the_devices_is_a_device_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert enc.resolve_device("cuda:0") == torch.device("cuda:0")
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
     with pytest.raises(DeviceError, match=r"device 'cuda:3' was asked for but this machine has 1 CUDA device\(s\); "
                                           r"use cuda:0 to cuda:0"):
-        enc.resolve_device("cuda:3")
+        resolve_device("cuda:3")
 
 
 @pytest.mark.parametrize("grids", [5, [(1, 2)], [("a", 2, 2)], [None]])
@@ -241,7 +248,7 @@ def test_many_images_are_encoded_in_chunks_with_the_same_result(tiny):
     model = copy.deepcopy(tiny)
     whole = model.encode(pixels(grids), grids).features
     model.chunk_patches = 20
-    assert enc._chunks([t * h * w for t, h, w in grids], 20)[:3] == [(0, 2), (2, 3), (3, 5)]
+    assert runtime._chunks([t * h * w for t, h, w in grids], 20)[:3] == [(0, 2), (2, 3), (3, 5)]
     chunked = model.encode(pixels(grids), grids, progress=True).features
     torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
 
@@ -376,7 +383,7 @@ def test_bf16_agrees_with_fp32_within_2e_2_relative_l2(tiny):
 # --- the real shapes, once ------------------------------------------------------------------------
 def test_kimi_k3_shaped_forward_on_a_2x2_grid():
     """The real 447 M-parameter shapes end to end (about 2–5 s on two CPU cores, mostly memory traffic)."""
-    config = PRESETS["kimi-k3"]
+    config = ENCODER_PRESETS["kimi-k3"]
     model = VisionEncoder._empty(config, torch.device("cpu"), torch.float32)
     block = torch.randn(1 << 16, generator=torch.Generator().manual_seed(0)) * 0.02
     with torch.no_grad():                        # cheap deterministic fill (normal_ on 447 M values takes seconds)
@@ -395,13 +402,36 @@ def test_kimi_k3_shaped_forward_on_a_2x2_grid():
 
 
 def test_matmul_flops_counts_attention_per_image():
-    c = PRESETS["kimi-k3"]
+    c = ENCODER_PRESETS["kimi-k3"]
     one = matmul_flops([(1, 36, 46)], c)
     two = matmul_flops([(1, 36, 46), (1, 36, 46)], c)
     assert two == 2 * one                        # attention is quadratic per image, not over the batch
     n, d, q = 1656, 1024, 1536
     per_layer = 2 * n * d * 3 * q + 4 * n * n * q + 2 * n * q * d + 4 * n * d * 4096
     assert one == 2 * n * 588 * d + 27 * per_layer + 2 * (n // 4) * 4096 * (4096 + 7168)
+
+
+def test_each_encoder_preset_names_its_processor_preset():
+    from kimi_viz.encoder import processor_preset_for
+
+    assert {name: processor_preset_for(name) for name in ENCODER_PRESETS} == \
+        {"kimi-k3": "kimi-k3", "kimi-k25": "kimi-k25", "tiny": "kimi-k3"}
+    assert processor_preset_for(ENCODER_PRESETS["kimi-k25"]) == "kimi-k25"
+
+
+def test_config_constants_agree_with_torch_and_the_model():
+    from kimi_viz.encoder import config
+
+    assert config.TORCH_RMSNORM_DEFAULT_EPS == torch.finfo(torch.float32).eps
+    assert set(config.ACTIVATION_NAMES) == set(enc.ACTIVATIONS)
+
+
+def test_the_model_classes_hold_no_runtime_machinery():
+    """Graph capture, caches and checkpoint I/O live in runtime.VisionEncoder, not in the nn.Modules."""
+    for cls in (enc.VisionModel, enc.VisionTower, enc.Projector, enc.EncoderBlock):
+        for name in ("_capture", "_forward_graphed", "from_checkpoint", "random", "encode", "layout"):
+            assert not hasattr(cls, name), (cls.__name__, name)
+    assert issubclass(VisionEncoder, enc.VisionModel)
 
 
 def test_from_dict_reads_sglang_names():
@@ -415,7 +445,7 @@ def test_from_dict_reads_sglang_names():
         "pos_emb_interpolation_mode": "bilinear", "text_hidden_size": 7168,
     })
     assert {f: getattr(k3, f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")} == \
-        {f: getattr(PRESETS["kimi-k3"], f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")}
+        {f: getattr(ENCODER_PRESETS["kimi-k3"], f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")}
     k25 = VisionConfig.from_dict({"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 4304,
                                   "merge_kernel_size": [2, 2], "mm_projector_type": "patchmerger"})
     assert (k25.norm_type, k25.norm_eps, k25.qkv_hidden_size, k25.pos_emb_interpolation, k25.attn_bias) == \
@@ -464,7 +494,7 @@ def test_draw_feature_map_over_the_processed_image(tiny, sample):
     from matplotlib.figure import Figure
 
     from kimi_viz.plots import draw_feature_map
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     batch = Processor("kimi-k3").preprocess([str(sample("astronaut_tiny_20x5.png")), str(sample("chelsea.png"))])
     out = tiny.encode(batch.pixel_values, batch.grid_thws)
@@ -606,7 +636,7 @@ def test_graph_cache_captures_on_the_second_sighting_and_falls_back_when_capture
 def test_k25_style_tower_runs_with_layernorms_biases_and_pre_norm_projector():
     from dataclasses import replace
 
-    k25 = PRESETS["kimi-k25"]
+    k25 = ENCODER_PRESETS["kimi-k25"]
     small = replace(TINY, name="tiny-k25", **{f: getattr(k25, f) for f in (
         "pos_emb_interpolation", "norm_type", "norm_eps", "attn_bias", "linear_bias", "patch_embed_bias",
         "projector_type")})

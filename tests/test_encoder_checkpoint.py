@@ -17,11 +17,11 @@ import safetensors
 import torch
 from safetensors.torch import save_file
 
-from kimi_viz.encoder import PRESETS, VisionEncoder
+from kimi_viz.encoder import ENCODER_PRESETS, VisionEncoder
 from kimi_viz.errors import CheckpointError
 
 LM_SHARD = "model-00004-of-00004.safetensors"
-TINY = PRESETS["tiny"]
+TINY = ENCODER_PRESETS["tiny"]
 
 
 def vision_config_json() -> dict:

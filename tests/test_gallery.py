@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from kimi_viz.gallery import default_images, write_gallery  # noqa: E402
+from kimi_viz.report.gallery import default_images, write_gallery  # noqa: E402
 
 NAMES = ("astronaut.png", "chelsea.png", "text.png")
 

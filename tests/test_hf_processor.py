@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kimi_viz.errors import CheckpointError, KimiVizError
-from kimi_viz.processor import Processor, compare, load_hf_processor
+from kimi_viz.preprocess.processor import Processor, compare, load_hf_processor
 
 # A plain transcription of the checkpoint processor (K2.5 style: RGB first, PIL resize, np.pad,
 # float64 normalisation, numpy patchify), with the resampling filter read from the config so the

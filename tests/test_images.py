@@ -20,7 +20,7 @@ from kimi_viz.errors import (
     TruncatedImageError,
     UnsupportedImageError,
 )
-from kimi_viz.images import LoadedImage, has_alpha, load_image
+from kimi_viz.preprocess.images import LoadedImage, has_alpha, load_image
 
 
 def png_bytes(image: Image.Image) -> bytes:

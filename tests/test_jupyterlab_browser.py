@@ -116,6 +116,17 @@ def stop_server(server: subprocess.Popen, base: str, token: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+SMALLEST_FONT_JS = """root => {
+  let smallest = 1e9;
+  for (const el of root.querySelectorAll('*')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || el.offsetParent === null) continue;
+    smallest = Math.min(smallest, parseFloat(getComputedStyle(el).fontSize));
+  }
+  return smallest;
+}"""
+
+
 def prepare_lab_home(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
     """Return ``(notebook folder, environment, extra lab options)`` isolated under ``tmp_path``."""
     notebooks = tmp_path / "notebooks"
@@ -217,7 +228,7 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
                 page_errors: list[str] = []
                 page.on("pageerror", lambda error: page_errors.append(str(error)))
                 page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=120_000)
@@ -228,33 +239,53 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 outputs = "\n".join(page.locator(".jp-Notebook .jp-OutputArea-output").all_inner_texts())
                 assert "Traceback (most recent call last)" not in outputs, outputs[-4000:]
 
-                # the live ipywidgets slider (a kernel-backed widget), not the static HTML fallback's <input>
-                stepper_slider = page.locator(".jupyter-widgets.widget-slider.kv-slider").first
-                stepper_slider.scroll_into_view_if_needed()
-                stepper_slider.wait_for(state="visible", timeout=30_000)
-                root = stepper_slider.locator("xpath=ancestor::div[contains(@class,'jp-OutputArea-output')][1]")
-                counts = root.locator(".kv-counts").first
-                next_button = root.locator(".kv-next").first
+                # the live ipywidgets stepper (kernel-backed), not the static copy beside it
+                live = page.locator(".kv-stepper.kv-live").first
+                live.scroll_into_view_if_needed()
+                live.wait_for(state="visible", timeout=30_000)
+                stepper_slider = live.locator(".widget-slider.kv-slider").first
+                counts = live.locator(".kv-counts").first
+                position = live.locator(".kv-position").first
                 counts.wait_for(state="visible", timeout=30_000)
+                # it opens at the failing step, and its slider agrees with "Step k of n"
+                assert position.inner_text().strip() == "Step 6 of 6"
+                assert stepper_slider.locator(".widget-readout").inner_text().strip() == "6"
+                fail = live.locator('.kv-counts td[data-key="check"]').first
+                assert fail.inner_text() == "FAIL"
+                assert fail.evaluate("e => getComputedStyle(e).color") == "rgb(179, 64, 0)"
+                assert "FAIL" in live.locator(".kv-heading").first.inner_text()
+                # the static copy of the same cell stepped aside for the live widget
+                cell = live.locator("xpath=ancestor::div[contains(@class,'jp-OutputArea')][1]")
+                page.wait_for_function("el => [...el.querySelectorAll('.kv-stepper.kv-static')].every(s => s.hidden)",
+                                       arg=cell.element_handle(), timeout=20_000)
+                # readable, and the whole stepper fits a 1440x900 window with its axis visible
+                assert live.evaluate(SMALLEST_FONT_JS) >= 10
+                live.evaluate("el => el.scrollIntoView({block: 'start'})")
+                box = live.bounding_box()
+                assert box["height"] <= 900 and box["x"] + box["width"] <= 1440, box
+                frame = live.locator("img.kv-frame, .kv-frame img").first
+                assert frame.bounding_box()["width"] >= 760
                 first_counts = counts.inner_text()
 
-                next_button.click()
+                live.locator(".kv-prev").first.click()
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
                     arg=[counts.element_handle(), first_counts], timeout=30_000,
                 )
-                after_next = counts.inner_text()
-                assert after_next != first_counts
+                after_prev = counts.inner_text()
+                assert after_prev != first_counts
+                assert position.inner_text().strip() == "Step 5 of 6"
 
                 handle = stepper_slider.locator(".noUi-handle, [role='slider']").first
                 handle.focus()
-                page.keyboard.press("End")
+                page.keyboard.press("Home")
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
-                    arg=[counts.element_handle(), after_next], timeout=30_000,
+                    arg=[counts.element_handle(), after_prev], timeout=30_000,
                 )
-                after_slider = counts.inner_text()
-                assert after_slider != after_next
+                assert counts.inner_text() != after_prev
+                assert position.inner_text().strip() == "Step 1 of 6"
+                root = live
 
                 SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
                 root.scroll_into_view_if_needed()

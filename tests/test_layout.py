@@ -11,8 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kimi_viz.errors import KimiVizError, RowCountError
-from kimi_viz.layout import BatchLayout, ImageSpan, LayoutLookupError, compare_layouts, layout_of, source_label
-from kimi_viz.records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ImageRecord, ProcessorOutput
+from kimi_viz.preprocess.layout import (
+    BatchLayout,
+    ImageSpan,
+    LayoutLookupError,
+    compare_layouts,
+    layout_of,
+    source_label,
+)
+from kimi_viz.preprocess.records import (
+    PATCH_FULLY_PADDING,
+    PATCH_PARTLY_PADDING,
+    ImageRecord,
+    ProcessorOutput,
+)
 
 REAL_BATCH = ("astronaut.png", "coffee.png", "text.png")
 
@@ -33,7 +45,7 @@ def merge_groups(t: int, h: int, w: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def real_output():
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     return Processor("kimi-k3").preprocess([sample_path(n) for n in REAL_BATCH])
 
@@ -45,13 +57,13 @@ def test_from_output_matches_golden_rows_and_records(real_output, pixel_goldens)
     starts = np.concatenate([[0], np.cumsum(counts)])
     assert [s.rows for s in layout.spans] == [(int(starts[i]), int(starts[i + 1])) for i in range(3)]
     assert [s.rows for s in layout.spans] == [(0, 1444), (1444, 2764), (2764, 3212)]
-    assert [s.grid for s in layout.spans] == grids
+    assert [s.grid_thw for s in layout.spans] == grids
     assert [s.label for s in layout.spans] == list(REAL_BATCH)
     assert layout.total_rows == sum(counts) == real_output.pixel_values.shape[0]
     assert [s.num_tokens for s in layout.spans] == [h * w // 4 for _, h, w in grids]
     assert layout.total_tokens == sum(h * w // 4 for _, h, w in grids)
     for span, record in zip(layout.spans, real_output.records):
-        assert span.tokens == tuple(record.token_span)
+        assert span.token_span == tuple(record.token_span)
         assert span.padding_full == int((record.pad_mask == PATCH_FULLY_PADDING).sum())
         assert span.padding_partial == int((record.pad_mask == PATCH_PARTLY_PADDING).sum())
 
@@ -61,7 +73,7 @@ def test_from_grids_accepts_tensor_and_list_alike(pixel_goldens):
     from_list = BatchLayout.from_grids(grids)
     from_tensor = BatchLayout.from_grids(torch.tensor(grids, dtype=torch.int64))
     assert [s.rows for s in from_list.spans] == [s.rows for s in from_tensor.spans]
-    assert [s.tokens for s in from_list.spans] == [s.tokens for s in from_tensor.spans]
+    assert [s.token_span for s in from_list.spans] == [s.token_span for s in from_tensor.spans]
     assert from_list.spans[0].label == "image 0"
     assert from_list.spans[0].padding_full is None
 
@@ -69,7 +81,7 @@ def test_from_grids_accepts_tensor_and_list_alike(pixel_goldens):
 def test_from_grids_t_greater_than_one_counts_rows_per_frame_and_tokens_once():
     layout = BatchLayout.from_grids([(3, 4, 6), (1, 2, 2)])
     assert layout.spans[0].rows == (0, 72) and layout.spans[1].rows == (72, 76)
-    assert layout.spans[0].tokens == (0, 6) and layout.spans[1].tokens == (6, 7)
+    assert layout.spans[0].token_span == (0, 6) and layout.spans[1].token_span == (6, 7)
 
 
 @pytest.mark.parametrize("bad", [[(1, 0, 4)], [(1, 4)], [(1, -2, 4)], [("a", 2, 2)]])
@@ -128,12 +140,12 @@ def test_tokens_follow_the_towers_2x2_merge_order():
     layout = BatchLayout.from_grids(grids)
     token = 0
     for span in layout.spans:
-        groups = merge_groups(*span.grid)
+        groups = merge_groups(*span.grid_thw)
         assert len(groups) == span.num_tokens
         for local in groups:
             rows = layout.token_to_rows(token)
             assert rows.tolist() == (span.rows[0] + local).tolist()
-            assert len(rows) == 4 * span.grid[0]
+            assert len(rows) == 4 * span.grid_thw[0]
             assert np.all(layout.row_to_token(rows) == token)
             token += 1
     assert token == layout.total_tokens
@@ -241,6 +253,25 @@ def test_compare_layouts_equal():
 def test_image_span_properties():
     span = ImageSpan(0, "x", (2, 4, 6), (10, 58), (3, 9))
     assert (span.patches, span.num_tokens, span.grid_text) == (48, 6, "2×4×6")
+    assert (span.grid_thw, span.token_span, span.number) == ((2, 4, 6), (3, 9), 0)     # number defaults to index
+    assert ImageSpan(1, "y", (1, 2, 2), (0, 4), (0, 1), number=7).number == 7
+    # the JSON keys stay as they were: "tokens" is the count, "token_span" the span
+    assert span.to_json() == {"index": 0, "label": "x", "grid_thw": [2, 4, 6], "rows": [10, 58], "patches": 48,
+                              "token_span": [3, 9], "tokens": 6, "padding_patches": {"full": None, "partial": None}}
+
+
+def test_from_grids_numbers_each_span_as_shown():
+    layout = BatchLayout.from_grids([(1, 2, 2), (1, 4, 4)], numbers=[3, 5])
+    assert [(s.index, s.number) for s in layout.spans] == [(0, 3), (1, 5)]
+    assert [s.number for s in BatchLayout.from_grids([(1, 2, 2), (1, 4, 4)]).spans] == [0, 1]
+    with pytest.raises(RowCountError, match=r"numbers has 1 entries for 2 grids; pass one number per grid"):
+        BatchLayout.from_grids([(1, 2, 2), (1, 4, 4)], numbers=[3])
+
+
+def test_record_counts_its_tokens_as_num_tokens(real_output):
+    record = real_output.records[1]
+    assert record.num_tokens == record.token_span[1] - record.token_span[0] == 330
+    assert record.to_json()["tokens"] == 330 and record.to_json()["token_span"] == list(record.token_span)
 
 
 def test_source_label_is_the_file_name_or_the_index():
@@ -254,4 +285,4 @@ def test_layout_of_accepts_a_layout_an_output_or_grids(real_output):
     layout = BatchLayout.from_output(real_output)
     assert layout_of(layout) is layout
     assert [s.rows for s in layout_of(real_output).spans] == [s.rows for s in layout.spans]
-    assert [s.rows for s in layout_of([s.grid for s in layout.spans]).spans] == [s.rows for s in layout.spans]
+    assert [s.rows for s in layout_of([s.grid_thw for s in layout.spans]).spans] == [s.rows for s in layout.spans]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 import zipfile
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from kimi_viz.batch import Batch, Feature, Item
+from kimi_viz.cli import main
+from kimi_viz.replay.batch import Batch, Feature, Item, RecordedOutcome
 from kimi_viz.errors import ManifestError
 from kimi_viz.manifest import (
     ManifestWarning,
@@ -287,3 +289,139 @@ def test_writer_refuses_what_the_reader_would_refuse(tmp_path):
     bad = Batch([Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(4, dtype=torch.int64), "patches"))])
     with pytest.raises(ManifestError, match=r"items\[0\].feature.dtype: item 0's tensor has dtype int64"):
         write_manifest(bad, tmp_path / "m")
+
+
+# ------------------------------------------------------------------------------------------
+# source.recorded, source.code_variant and source.code_variant_source
+# ------------------------------------------------------------------------------------------
+RECORDED = [
+    RecordedOutcome("error", "ValueError", "Kimi-K3 deferred feature length does not match image grids"),
+    RecordedOutcome("error", "KeyError", "'grid_thws'"),
+    RecordedOutcome("error", "RuntimeError", ""),
+    RecordedOutcome("ok"),
+]
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
+@pytest.mark.parametrize("recorded", RECORDED, ids=["value-error", "key-error", "empty-message", "ok"])
+def test_recorded_outcome_round_trips(batch, tmp_path, suffix, recorded):
+    batch.recorded = recorded
+    path = write_manifest(batch, tmp_path / f"m{suffix}")
+    got = _read_quietly(path)
+    assert got.recorded == recorded
+    _assert_same(got, batch)
+    obj, _ = manifest_payload(batch)
+    assert obj["source"]["recorded"] == recorded.to_json()
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
+def test_no_recorded_outcome_is_absent_and_reads_as_none(batch, tmp_path, suffix):
+    assert batch.recorded is None
+    obj, _ = manifest_payload(batch)
+    assert "recorded" not in obj["source"]
+    assert _read_quietly(write_manifest(batch, tmp_path / f"m{suffix}")).recorded is None
+    obj["source"]["recorded"] = None          # null reads as "not recorded" too
+    validate_manifest_json(obj)
+
+
+def test_recorded_outcome_written_by_hand_is_read(tmp_path):
+    obj = _valid()
+    obj["source"]["recorded"] = {"outcome": "ok"}          # error may be left out when the call passed
+    (tmp_path / "manifest.json").write_text(json.dumps(obj))
+    assert _read_quietly(tmp_path).recorded == RecordedOutcome("ok")
+    obj["source"]["recorded"] = {"outcome": "error", "error": {"type": "IndexError", "message": "list index out of range"}}
+    (tmp_path / "manifest.json").write_text(json.dumps(obj))
+    assert _read_quietly(tmp_path).recorded == RecordedOutcome("error", "IndexError", "list index out of range")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "path", "words"),
+    [
+        ("error", "source.recorded", "expected an object or null, got the string 'error'"),
+        ({"outcome": "crashed", "error": None}, "source.recorded.outcome",
+         'expected one of "ok", "error", got the string \'crashed\''),
+        ({"error": None}, "source.recorded.outcome", "missing required key 'outcome'"),
+        ({"outcome": "error", "error": None}, "source.recorded.error", "expected an object, got null"),
+        ({"outcome": "error"}, "source.recorded.error", "missing required key 'error'"),
+        ({"outcome": "ok", "error": {"type": "ValueError", "message": "x"}}, "source.recorded.error",
+         "expected null, got an object with 2 keys"),
+        ({"outcome": "error", "error": {"type": 3, "message": "x"}}, "source.recorded.error.type",
+         "expected a string, got the integer 3"),
+        ({"outcome": "error", "error": {"type": "", "message": "x"}}, "source.recorded.error.type",
+         "expected a string of at least 1 characters"),
+        ({"outcome": "error", "error": {"type": "ValueError"}}, "source.recorded.error.message",
+         "missing required key 'message'"),
+        ({"outcome": "error", "error": {"type": "ValueError", "message": None}}, "source.recorded.error.message",
+         "expected a string, got null"),
+        ({"outcome": "error", "error": "ValueError: x"}, "source.recorded.error",
+         "expected an object or null, got the string 'ValueError: x'"),
+    ],
+    ids=["not-an-object", "unknown-outcome", "no-outcome", "error-null", "error-missing", "ok-with-error",
+         "type-not-a-string", "type-empty", "message-missing", "message-null", "error-a-string"],
+)
+def test_invalid_recorded_outcome_names_its_json_path(tmp_path, capsys, recorded, path, words):
+    obj = _valid()
+    obj["source"]["recorded"] = recorded
+    with pytest.raises(ManifestError) as caught:
+        validate_manifest_json(obj)
+    assert caught.value.json_path == path
+    assert str(caught.value).startswith(f"{path}: ")
+    assert words in str(caught.value)
+    (tmp_path / "manifest.json").write_text(json.dumps(obj))
+    with pytest.raises(ManifestError, match=re.escape(f"{path}: ")):
+        read_manifest(tmp_path)
+    assert main(["triage", str(tmp_path)]) == 2             # the command refuses it as bad input, naming the path
+    assert f"{path}: " in capsys.readouterr().err
+
+
+def test_unknown_keys_in_recorded_are_warnings(tmp_path):
+    obj = _valid()
+    obj["source"]["recorded"] = {"outcome": "error", "error": {"type": "ValueError", "message": "x", "tb": "..."}}
+    assert validate_manifest_json(obj) == ["source.recorded.error.tb: unknown key 'tb' (ignored)"]
+    (tmp_path / "manifest.json").write_text(json.dumps(obj))
+    with pytest.warns(ManifestWarning, match=r"source\.recorded\.error\.tb"):
+        got = read_manifest(tmp_path)
+    assert got.recorded == RecordedOutcome("error", "ValueError", "x")
+
+
+def test_writer_refuses_an_error_outcome_without_the_exception(batch, tmp_path):
+    batch.recorded = RecordedOutcome("error")
+    with pytest.raises(ManifestError, match=r"^source\.recorded\.error: expected an object, got null"):
+        write_manifest(batch, tmp_path / "m")
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
+@pytest.mark.parametrize("variant", ["post-fix", "pre-fix", "no-split"])
+@pytest.mark.parametrize("how", ["detected", "scenario", "recorded", "assumed"])
+def test_code_variant_and_its_source_round_trip(batch, tmp_path, suffix, variant, how):
+    batch.code_variant, batch.code_variant_source = variant, how
+    path = write_manifest(batch, tmp_path / f"m{suffix}")
+    got = _read_quietly(path)
+    assert (got.code_variant, got.code_variant_source) == (variant, how)
+
+
+@pytest.mark.parametrize(("source", "want"), [
+    ({}, ("post-fix", "assumed")),
+    ({"code_variant": "no-split"}, ("no-split", "recorded")),
+    ({"code_variant": "pre-fix", "code_variant_source": "scenario"}, ("pre-fix", "scenario")),
+])
+def test_code_variant_source_defaults(tmp_path, source, want):
+    obj = _valid()
+    obj["source"] = source
+    (tmp_path / "manifest.json").write_text(json.dumps(obj))
+    got = _read_quietly(tmp_path)
+    assert (got.code_variant, got.code_variant_source) == want
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("code_variant", "split", 'expected one of "post-fix", "pre-fix", "no-split", got the string \'split\''),
+    ("code_variant_source", "guessed",
+     'expected one of "detected", "scenario", "recorded", "assumed", got the string \'guessed\''),
+])
+def test_invalid_code_variant_fields_name_their_path(key, value, words):
+    obj = _valid()
+    obj["source"][key] = value
+    with pytest.raises(ManifestError) as caught:
+        validate_manifest_json(obj)
+    assert caught.value.json_path == f"source.{key}"
+    assert words in str(caught.value)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from kimi_viz.batch import Batch, Feature, Item
+from kimi_viz.replay.batch import Batch, Feature, Item
 from kimi_viz.cli import build_parser, main
 from kimi_viz.errors import KimiVizError, ManifestError
 from kimi_viz.manifest import read_manifest, validate_manifest_json, write_manifest
@@ -363,7 +363,7 @@ def test_symlink_loop_is_refused(tmp_path, capsys, tripwires):
 
 
 def test_unreadable_payload_is_refused(tmp_path, capsys, tripwires, monkeypatch):
-    import kimi_viz.manifest as manifest_module
+    import kimi_viz.manifest.sources as manifest_module
 
     folder = write_valid(tmp_path / "m")
     real_open = open

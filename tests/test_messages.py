@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from kimi_viz import deferred
+from kimi_viz import messages as deferred
 from kimi_viz.cli import main
-from kimi_viz.messages import KNOWN_MESSAGES, explain
-from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.explain import KNOWN_MESSAGES, explain
+from kimi_viz.replay.scenarios import SCENARIOS
 
 FAILING = [name for name, scenario in SCENARIOS.items() if scenario.expected.outcome == "error"]
 

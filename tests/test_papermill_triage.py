@@ -15,7 +15,7 @@ import papermill
 import pytest
 
 from kimi_viz.manifest import write_manifest
-from kimi_viz.scenarios import get_scenario
+from kimi_viz.replay.scenarios import get_scenario
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_triage.ipynb"
 LENGTH_MESSAGE = "Kimi-K3 deferred feature length does not match image grids"
@@ -61,7 +61,9 @@ def test_triage_notebook_reproduces_a_stale_grid_error_from_a_manifest(tmp_path)
     assert f"outcome: error — ValueError: {LENGTH_MESSAGE}" in text
     assert f"rank 0: images [0, 1] -> ValueError: {LENGTH_MESSAGE}" in text
     assert "scenario class: S2" in text
-    assert "first diverging image: 1 (chelsea.png) on rank 0: expected 884 rows, produced 748" in text
+    assert ("first diverging image: image 1 (chelsea.png; 451×300 RGB, cpu backend) on rank 0: expected 884 rows, "
+            "produced 748") in text
+    assert text.index("✗ ERROR REPRODUCED") < text.index("report.html")     # the verdict before the slow work
     assert "counts: expected 1332, produced 1196" in text
     trace = json.loads((out_dir / "trace.json").read_text())
     assert trace["error"] == {"type": "ValueError", "message": LENGTH_MESSAGE}
@@ -94,6 +96,21 @@ def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
     assert "replayed: SGLang 0.5.18 (pre-fix path)" in text
     assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in text
     assert f"rank 1: images [1, 2] -> ValueError: {LENGTH_MESSAGE}" in text
+
+
+def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path):
+    """An S1 capture that raised on 0.5.18, replayed as 0.5.23: the amber status leads the verdict."""
+    from kimi_viz.replay.batch import RecordedOutcome
+
+    batch = get_scenario("s1-cpu").build()
+    batch.sglang_version = "0.5.18"
+    batch.recorded = RecordedOutcome("error", "ValueError", LENGTH_MESSAGE)
+    manifest = write_manifest(batch, tmp_path / "captured")
+    _, text = execute(tmp_path, manifest=str(manifest), sglang_version="0.5.23", device="cpu",
+                      out_dir=str(tmp_path / "out"))
+    assert f"? NOT REPRODUCED — the capture recorded ValueError: {LENGTH_MESSAGE}; this replay raises nothing" in text
+    assert "status: not-reproduced (exit 4)" in text
+    assert json.loads((tmp_path / "out" / "trace.json").read_text())["status"] == "not-reproduced"
 
 
 @pytest.mark.parametrize("bad_variant", ["post_fix"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import subprocess
 import sys
@@ -18,19 +19,19 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 
-from kimi_viz.layout import BatchLayout, LayoutLookupError  # noqa: E402
 from kimi_viz.plots import (  # noqa: E402
     PALETTE,
-    draw_batch,
     draw_grid_to_rows,
     draw_patch_grid,
     draw_pixel_diff,
+    draw_processor_output,
     draw_row_spans,
 )
 from kimi_viz.plots.palette import color_for, edge_style_for, hatch_for, text_color_on  # noqa: E402
 from kimi_viz.plots.patches import OVERLAY_SUBPIXELS  # noqa: E402
 from kimi_viz.plots.rows import draw_row_track  # noqa: E402
-from kimi_viz.records import ImageRecord, ProcessorOutput  # noqa: E402
+from kimi_viz.preprocess.layout import BatchLayout, LayoutLookupError  # noqa: E402
+from kimi_viz.preprocess.records import ImageRecord, ProcessorOutput  # noqa: E402
 
 REAL_BATCH = ("astronaut.png", "coffee.png", "text.png")
 PATCH = 14
@@ -65,7 +66,7 @@ def synthetic_record(grid=(1, 256, 256), *, rows_start=0, index=0, resized=None)
 @pytest.fixture(scope="module")
 def real_output():
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     return Processor("kimi-k3").preprocess([sample_path(n) for n in REAL_BATCH])
 
@@ -73,7 +74,7 @@ def real_output():
 @pytest.fixture(scope="module")
 def chelsea_output():
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     return Processor("kimi-k3").preprocess([sample_path("astronaut.png"), sample_path("chelsea.png")])
 
@@ -128,7 +129,7 @@ def test_patch_grid_on_a_256x256_grid_without_pixels_is_still_one_collection():
 
 def test_patch_grid_downsamples_the_big_sample(pixel_goldens):
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     output = Processor("kimi-k3").preprocess([sample_path("rocket_4200x3150.jpg")])
     ax = draw_patch_grid(output)
@@ -318,7 +319,7 @@ def test_grid_to_rows_default_rows_and_layout_mismatch(real_output):
 @pytest.fixture(scope="module")
 def both_backends():
     from kimi_viz.data import sample_path
-    from kimi_viz.processor import Processor
+    from kimi_viz.preprocess.processor import Processor
 
     paths = [sample_path("astronaut.png"), sample_path("coffee.png")]
     return Processor("kimi-k3").preprocess(paths), Processor("kimi-k3", backend="torch").preprocess(paths)
@@ -347,9 +348,9 @@ def test_pixel_diff_with_different_grids_draws_no_map(both_backends):
     assert "grids differ" in ax.get_title() and "1×38×38" in ax.get_title() and "1×30×44" in ax.get_title()
 
 
-# --- draw_batch -----------------------------------------------------------------------------------
+# --- draw_processor_output ------------------------------------------------------------------------
 def test_batch_has_a_thumbnail_per_image_above_the_track(real_output, expected_spans):
-    track = draw_batch(real_output)
+    track = draw_processor_output(real_output)
     fig = track.figure
     thumbs = [a for a in fig.axes if (a.get_gid() or "").startswith("thumbnail-")]
     assert len(thumbs) == 3 and len(fig.axes) == 4
@@ -363,14 +364,14 @@ def test_batch_has_a_thumbnail_per_image_above_the_track(real_output, expected_s
 def test_batch_into_a_given_subplot(real_output):
     fig = Figure(figsize=(10, 6))
     ax = fig.add_subplot()
-    assert draw_batch(real_output, ax=ax) is ax
+    assert draw_processor_output(real_output, ax=ax) is ax
     assert len(fig.axes) == 4
 
 
 def test_lattice_of_big_thumbnails_is_downsampled():
     record = synthetic_record((1, 240, 240))
     output = ProcessorOutput(torch.empty((240 * 240, 0)), torch.tensor([[1, 240, 240]]), [record], "checkpoint")
-    track = draw_batch(output)
+    track = draw_processor_output(output)
     thumb = [a for a in track.figure.axes if a.get_gid() == "thumbnail-0"][0]
     segments = find(thumb, "patch-lattice").get_segments()
     assert len(segments) == 2 * (240 // 10 + 1)
@@ -381,9 +382,9 @@ def test_lattice_of_big_thumbnails_is_downsampled():
 def test_figures_never_touch_pyplot():
     code = (
         "import sys, numpy as np\n"
-        "from kimi_viz.layout import BatchLayout\n"
+        "from kimi_viz.preprocess.layout import BatchLayout\n"
         "from kimi_viz.plots import draw_row_spans, draw_patch_grid\n"
-        "from kimi_viz.records import ImageRecord\n"
+        "from kimi_viz.preprocess.records import ImageRecord\n"
         "r = ImageRecord(0, 'x.png', (28, 28), 'RGB', {}, {}, (1, 2, 2), (0, 4), (0, 1), np.zeros((2, 2), np.int8))\n"
         "import io; draw_patch_grid(r).figure.savefig(io.BytesIO(), format='png')\n"
         "draw_row_spans(BatchLayout.from_grids([(1, 2, 2)])).figure.savefig(io.BytesIO(), format='png')\n"
@@ -460,3 +461,121 @@ def test_row_spans_accept_a_processor_output_or_grids(real_output, expected_span
     for i, (start, end, _) in enumerate(expected_spans):
         assert f"[{start}, {end})" in from_output[f"span-label-{i}"]
         assert f"[{start}, {end})" in from_grids[f"span-label-{i}"]
+
+
+# --- image numbers, connectors, font sizes ----------------------------------------------------------
+def _agg(fig):
+    """Return the figure's Agg renderer after one draw (the figures here never touch pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _text_boxes(fig):
+    """Return ``(text artist, window extent of its text)`` for every visible, non-empty text of ``fig``.
+
+    ``Text.get_window_extent`` is called unbound so an annotation's extent is its text only."""
+    from matplotlib.text import Text
+
+    renderer = _agg(fig)
+    undrawn = set()                 # labels of ticks outside the view limits: never drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            slack = 1e-9 * max(1.0, high - low)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low - slack <= tick.get_loc() <= high + slack:
+                    undrawn.update({id(tick.label1), id(tick.label2)})
+    return [(t, Text.get_window_extent(t, renderer)) for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+
+
+def test_spans_are_labelled_and_coloured_by_their_image_numbers():
+    expected = BatchLayout.from_grids([(1, 38, 38), (1, 30, 44)], labels=["a.png", "b.png"], numbers=[3, 6])
+    produced = BatchLayout.from_grids([(1, 38, 38), (1, 38, 38)], labels=["a.png", "b.png"], numbers=[3, 6])
+    ax = draw_row_spans(expected, produced=produced)
+    labels = texts_with_prefix(ax, "span-label-")
+    assert labels["span-label-0"].startswith("3: a.png") and labels["span-label-1"].startswith("6: b.png")
+    assert texts_with_prefix(ax, "token-label-")["token-label-1"].startswith("6: [361, ")
+    assert "first divergence: image 6 (b.png)" in find(ax, "divergence-label").get_text()
+    fills = {c.get_gid(): c for c in ax.collections if (c.get_gid() or "").startswith("span-fills-")}
+    # 3 is odd (hatched), 6 even (plain): the style follows the number, not the position
+    assert set(fills) == {"span-fills-even", "span-fills-odd"}
+    assert matplotlib.colors.to_hex(fills["span-fills-odd"].get_facecolor()[0]) == color_for(3).lower()
+    assert matplotlib.colors.to_hex(fills["span-fills-even"].get_facecolor()[0]) == color_for(6).lower()
+    assert fills["span-fills-odd"].get_hatch() == "///" and fills["span-fills-even"].get_hatch() in (None, "")
+
+
+def test_grid_to_rows_colours_the_image_by_its_number(real_output):
+    batch = BatchLayout.from_grids([tuple(r.grid_thw) for r in real_output.records], numbers=[4, 5, 6])
+    ax = draw_grid_to_rows(real_output.records[1], batch)
+    (own,) = [c for c in ax.collections if (c.get_gid() or "").startswith("image-rows-fills-")]
+    assert own.get_gid() == "image-rows-fills-odd"
+    assert matplotlib.colors.to_hex(own.get_facecolor()[0]) == color_for(5).lower()
+    assert any("of image 5 ·" in t.get_text() for t in ax.texts)
+
+
+def _connector_crossings(ax):
+    """Return ``(line gid, text)`` for every LineCollection segment of ``ax`` that passes through a text."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.path import Path
+
+    boxes = _text_boxes(ax.figure)
+    crossings = []
+    for collection in ax.collections:
+        if not isinstance(collection, LineCollection):
+            continue
+        transform = collection.get_transform()
+        for polyline in collection.get_segments():
+            points = transform.transform(polyline)
+            for a, b in itertools.pairwise(points):
+                for text, box in boxes:
+                    if Path([a, b]).intersects_bbox(box, filled=False):
+                        crossings.append((collection.get_gid(), text.get_text()))
+    return crossings
+
+
+@pytest.mark.parametrize("case", ["notebook rows", "default rows", "every third row"])
+def test_grid_to_rows_connectors_never_cross_a_label(chelsea_output, case):
+    """Notebook 01's patch-to-row figure on chelsea.png: no link, tick or zoom line runs through any text."""
+    record = chelsea_output.records[1]                  # chelsea.png, rows [1444, 2192), grid 1×22×34
+    start, end = record.rows
+    rows = {"notebook rows": [start, start + 1, start + 34, (start + end) // 2, end - 1],
+            "default rows": None,
+            "every third row": list(range(start, start + 34, 3)) + [end - 1]}[case]
+    ax = draw_grid_to_rows(record, BatchLayout.from_output(chelsea_output), rows)
+    assert {c.get_gid() for c in ax.collections} >= {"row-links", "row-ticks", "zoom-lines"}
+    assert _connector_crossings(ax) == []
+
+
+def test_grid_to_rows_connectors_clear_labels_on_narrow_and_wide_grids():
+    for grid in [(1, 64, 8), (1, 8, 64), (2, 4, 6)]:
+        assert _connector_crossings(draw_grid_to_rows(synthetic_record(grid, rows_start=100))) == [], grid
+
+
+def test_no_text_is_under_8_pt_and_labels_do_not_overlap(real_output, both_backends):
+    from kimi_viz.encoder import VisionEncoder
+    from kimi_viz.plots import draw_feature_map, draw_token_norms
+
+    layout = BatchLayout.from_output(real_output)
+    checkpoint, torch_path = both_backends
+    encoded = VisionEncoder.random("tiny", device="cpu").encode(real_output.pixel_values, real_output.grid_thws)
+    figures = {
+        "patch grid": draw_patch_grid(real_output, 1, highlight_rows=list(range(1444, 2764, 97))),
+        "row spans": draw_row_spans(layout, produced=BatchLayout.from_grids([(1, 38, 38), (1, 38, 38), (1, 14, 32)])),
+        "grid to rows": draw_grid_to_rows(real_output, layout, index=1),
+        "pixel diff": draw_pixel_diff(checkpoint, torch_path, index=1),
+        "processor output": draw_processor_output(real_output),
+        "feature map": draw_feature_map(encoded, real_output, index=1),
+        "token norms": draw_token_norms(encoded),
+    }
+    for name, ax in figures.items():
+        assert ax.figure.dpi == 100, name
+        boxes = _text_boxes(ax.figure)
+        small = [(t.get_text(), t.get_fontsize()) for t, _ in boxes if t.get_fontsize() < 8]
+        assert small == [], name
+        overlapping = [(a.get_text(), b.get_text()) for i, (a, box_a) in enumerate(boxes)
+                       for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+        assert overlapping == [], name

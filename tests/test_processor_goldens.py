@@ -11,13 +11,23 @@ import pytest
 import torch
 from PIL import Image
 
-from kimi_viz.config import ProcessorConfig, get_config
 from kimi_viz.errors import DeviceError, KimiVizError
-from kimi_viz.images import load_image
-from kimi_viz.processor import Processor, checkpoint_pixels, normalization_lut, pad_mask, torch_pixels
-from kimi_viz.pixels_torch import to_chw_uint8
-from kimi_viz.records import PATCH_CONTENT, PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING
-from kimi_viz.resize import resize_config
+from kimi_viz.preprocess.config import ProcessorConfig, get_config
+from kimi_viz.preprocess.images import load_image
+from kimi_viz.preprocess.pixels_torch import to_chw_uint8
+from kimi_viz.preprocess.processor import (
+    Processor,
+    checkpoint_pixels,
+    normalization_lut,
+    pad_mask,
+    torch_pixels,
+)
+from kimi_viz.preprocess.records import (
+    PATCH_CONTENT,
+    PATCH_FULLY_PADDING,
+    PATCH_PARTLY_PADDING,
+)
+from kimi_viz.preprocess.resize import resize_config
 
 GOLDENS = json.loads((Path(__file__).parent / "goldens" / "pixel_goldens.json").read_text())
 PRESETS = {"kimi_k3": "kimi-k3", "kimi_k25": "kimi-k25"}
@@ -76,7 +86,7 @@ def test_batches_are_packed_in_order(outputs):
     row = token = 0
     for record in out.records:
         assert record.rows[0] == row and record.token_span[0] == token
-        assert record.tokens == record.resize["num_tokens"] == record.patches // 4
+        assert record.num_tokens == record.resize["num_tokens"] == record.patches // 4
         row, token = record.rows[1], record.token_span[1]
     assert row == out.pixel_values.shape[0]
 
@@ -282,8 +292,8 @@ def plain_fill(image: Image.Image, bg: dict) -> np.ndarray:
     ],
 )
 def test_background_patterns_match_the_checkpoint(sample, bg):
-    from kimi_viz.config import BACKGROUND_DEFAULTS
-    from kimi_viz.pixels_checkpoint import fill_transparent
+    from kimi_viz.preprocess.config import BACKGROUND_DEFAULTS
+    from kimi_viz.preprocess.pixels_checkpoint import fill_transparent
 
     bg = {**BACKGROUND_DEFAULTS, **bg}
     for name in ("horse.png", "camera_vignette_la.png"):
@@ -293,7 +303,7 @@ def test_background_patterns_match_the_checkpoint(sample, bg):
 
 def test_unknown_background_pattern_is_a_config_error():
     from kimi_viz.errors import ConfigError
-    from kimi_viz.pixels_checkpoint import background
+    from kimi_viz.preprocess.pixels_checkpoint import background
 
     with pytest.raises(ConfigError, match=r"^transparent_bg_config.pattern: expected one of white, black, gray, chessboard, got 'plaid'"):
         background(4, 4, {"pattern": "plaid"})

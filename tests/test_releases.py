@@ -8,11 +8,13 @@ import sys
 
 import pytest
 
-from kimi_viz.deferred import MSG_FEATURE_TYPE, MSG_LENGTH, replay
+from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
+from kimi_viz.replay.split import replay
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.releases import RELEASES, choose_release, fixed_in, release_for
-from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.replay.releases import RELEASES, choose_release, fixed_in, release_for
+from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.replay.verdict import build_verdict, format_verdict
 
 TABLE = {
     "0.5.17": ("no-split", "0.5.17"),
@@ -95,7 +97,7 @@ def test_s1_on_every_release(version, backend):
     rank 1, every later release is clean."""
     batch = SCENARIOS[f"s1-{backend}"].build()
     trace = replay(batch, tp_size=2, sglang_version=version, mode="shapes")
-    verdict = trace.verdict()
+    verdict = build_verdict(trace).to_json()
     assert verdict["release"]["sglang_version"] == version
     assert verdict["release"]["code_path"] == TABLE[version][0]
     outcomes = [(r.outcome, r.error and r.error.message) for r in trace.ranks]
@@ -123,15 +125,13 @@ def test_s1_on_every_release(version, backend):
 def test_a_healthy_batch_on_0_5_17_is_fixed_by_0_5_18():
     trace = replay(SCENARIOS["healthy-tp1"].build(), sglang_version="0.5.17", mode="shapes")
     assert trace.error.message == PIL_TYPE
-    assert trace.verdict()["release"]["fixed_in"]["release"] == "0.5.18"
+    assert build_verdict(trace).to_json()["release"]["fixed_in"]["release"] == "0.5.18"
 
 
 def test_a_failure_no_release_fixes_says_so():
     trace = replay(SCENARIOS["s2-cpu"].build(), sglang_version="0.5.23", mode="shapes")
-    verdict = trace.verdict()
-    assert verdict["release"]["fixed_in"] is None
-    from kimi_viz.verdict import format_verdict
-
+    verdict = build_verdict(trace)
+    assert verdict.fixed_in is None
     assert "not fixed by upgrading: SGLang 0.5.23 runs this same code path" in format_verdict(verdict)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kimi_viz.manifest import write_manifest
-from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.replay.scenarios import SCENARIOS
 from kimi_viz.triage import triage
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -47,7 +47,7 @@ def report(tmp_path_factory) -> Path:
     return triage(manifest, out_dir=root / "out", variant="both").outputs["report"]
 
 
-def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
+def _open(browser, path: Path):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     problems: list[str] = []
     requests: list[str] = []
@@ -56,10 +56,14 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
     page.on("request", lambda r: requests.append(r.url))
-    page.goto(report.resolve().as_uri())
+    page.goto(path.resolve().as_uri())
     page.wait_for_load_state("load")
+    return page, problems, requests
 
-    assert page.title().startswith("kimi-viz triage")
+
+def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
+    page, problems, requests = _open(browser, report)
+    assert page.title() == "✗ ERROR REPRODUCED — kimi-viz triage — SGLang 0.5.18 (pre-fix path)"
     verdict = page.locator("#kv-verdict").first
     assert "ERROR REPRODUCED" in verdict.inner_text()
     assert "ValueError: Kimi-K3 deferred feature length does not match image grids" in verdict.inner_text()
@@ -70,21 +74,20 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
     stepper = page.locator(".kv-stepper").first
     counts = stepper.locator(".kv-counts")
     slider = stepper.locator("input.kv-slider")
+    assert slider.input_value() == slider.get_attribute("max")        # opens at the step that raises
+    last = counts.inner_text()
+    assert "ValueError" in last
+    last_frame = stepper.locator("img.kv-frame").get_attribute("src")
+    stepper.locator("button.kv-prev").click()
+    before = counts.inner_text()
+    assert before != last and stepper.locator(".kv-position").inner_text() == "Step 5 of 6"
+    slider.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", "1")
     first = counts.inner_text()
-    first_frame = stepper.locator("img.kv-frame").get_attribute("src")
-    stepper.locator("button.kv-next").click()
-    second = counts.inner_text()
-    assert second != first
-    assert "2 of" in second
-    last = int(slider.get_attribute("max"))
-    slider.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", str(last))
-    final = counts.inner_text()
-    assert final not in (first, second)
-    assert "ValueError" in final              # the last step is where SGLang raises
-    assert stepper.locator("img.kv-frame").get_attribute("src") != first_frame
+    assert first not in (last, before)
+    assert stepper.locator("img.kv-frame").get_attribute("src") != last_frame
 
     # the trace JSON is embedded and parses in the page
-    ranks = page.evaluate("JSON.parse(document.getElementById('kv-trace').textContent).ranks.length")
+    ranks = page.evaluate("JSON.parse(document.getElementById('kv-trace').textContent).trace.ranks.length")
     assert ranks == 2
     page.click("#kv-show-trace")
     assert '"outcome": "error"' in page.locator("#kv-trace-text").inner_text()
@@ -96,4 +99,99 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
 
     assert problems == []
     assert requests and all(url.startswith(("file://", "data:")) for url in requests), requests
+    page.close()
+
+
+# --- one status each, told the same way -----------------------------------------------------------------
+def _with_recording(name: str, outcome: str) -> object:
+    from kimi_viz.replay.batch import RecordedOutcome
+
+    batch = SCENARIOS[name].build()
+    if outcome == "error":
+        expected = SCENARIOS[name].expected
+        batch.recorded = RecordedOutcome("error", expected.type or "ValueError",
+                                         expected.message or "Kimi-K3 deferred feature length does not match image grids")
+    else:
+        batch.recorded = RecordedOutcome("ok")
+    return batch
+
+
+STATUS_CASES = {
+    # status: (manifest batch, triage options)
+    "clean": (lambda: SCENARIOS["healthy-tp2"].build(), {}),
+    "error-reproduced": (lambda: SCENARIOS["s1-cpu"].build(), {}),
+    "silent-mismatch": (lambda: SCENARIOS["s4-gpu"].build(), {}),
+    # a pre-fix capture that raised, replayed as a post-fix release: the amber case
+    "not-reproduced": (lambda: _with_recording("s1-cpu", "error"), {"sglang_version": "0.5.23"}),
+    # a capture that recorded success whose replay raises
+    "recorded-ok-replay-fails": (lambda: _with_recording("s2-cpu", "ok"), {}),
+}
+
+
+@pytest.fixture(scope="module")
+def status_reports(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("statuses")
+    out = {}
+    for status, (build, options) in STATUS_CASES.items():
+        manifest = write_manifest(build(), root / status / "manifest")
+        result = triage(manifest, out_dir=root / status / "out", mode="shapes", **options)
+        assert result.verdict.status.value == status
+        out[status] = result.outputs["report"]
+    return out
+
+
+def _rgb(hex_color: str) -> str:
+    r, g, b = (int(hex_color[k:k + 2], 16) for k in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+@pytest.mark.parametrize("status", list(STATUS_CASES))
+def test_each_status_has_its_badge_text_and_colour(browser, status_reports, status):
+    from kimi_viz.replay.verdict import STATUS_STYLES, Status
+
+    style = STATUS_STYLES[Status(status)]
+    page, problems, _ = _open(browser, status_reports[status])
+    badge = page.locator("#kv-verdict .kv-badge").first
+    assert badge.inner_text().strip() == f"{style.symbol} {style.badge}"
+    assert badge.evaluate("e => getComputedStyle(e).backgroundColor") == _rgb(style.color)
+    assert badge.evaluate("e => getComputedStyle(e).color") == _rgb(style.text_color)
+    assert page.title().startswith(f"{style.symbol} {style.badge}")
+    banner = page.locator("#kv-not-reproduced")
+    if status == "not-reproduced":
+        assert banner.is_visible()
+        assert "The capture recorded ValueError: Kimi-K3 deferred feature length does not match image grids" in \
+            banner.inner_text()
+        assert banner.evaluate("e => getComputedStyle(e).borderTopColor") == _rgb("#E69F00")
+        assert banner.bounding_box()["y"] < 300                       # in the first screen, above everything else
+    else:
+        assert banner.count() == 0
+    if status == "recorded-ok-replay-fails":
+        assert page.locator("#kv-replay-fails").is_visible()
+    assert problems == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory) -> Path:
+    """S1's three images at attention-TP 4 on 0.5.18: ranks 1 and 2 read another image's grid; 0 and 3 pass."""
+    root = tmp_path_factory.mktemp("tp4")
+    manifest = write_manifest(SCENARIOS["s1-cpu"].build(), root / "manifest")
+    return triage(manifest, out_dir=root / "out", tp=4, rank="all", sglang_version="0.5.18").outputs["report"]
+
+
+def test_failing_ranks_first_and_one_numbering_for_images(browser, four_ranks):
+    page, problems, _ = _open(browser, four_ranks)
+    assert page.locator("#kv-rank-summary").inner_text() == "2 of 4 ranks fail"
+    rows = page.locator("table.kv-ranks tbody tr")
+    assert rows.nth(0).get_attribute("data-rank") == "1" and rows.nth(1).get_attribute("data-rank") == "2"
+    assert "FAIL" in rows.nth(0).inner_text()
+    facts = page.locator("#kv-verdict dl.kv-facts").inner_text()
+    assert "image 1 (microaneurysms.png; 102×102 L, cpu backend) on rank 1" in facts
+    assert "the grid of image 0, read for image 1" in facts
+    table_row = page.locator('table.kv-images tr[data-image="1"]')
+    assert "microaneurysms.png" in table_row.inner_text() and "kv-mismatch" in table_row.get_attribute("class")
+    assert table_row.locator("img.kv-thumb").count() == 1
+    # the stepper (the first failing rank) names the same image number in its HTML text
+    assert "Rank 1 of attention-TP 4" in page.locator(".kv-stepper .kv-heading").inner_text()
+    assert problems == []
     page.close()

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kimi_viz.config import PRESETS
 from kimi_viz.errors import EmptyImageError
-from kimi_viz.processor import resize_config
-from kimi_viz.resize import RESIZE_KEYS, grid_of
+from kimi_viz.preprocess.config import PROCESSOR_PRESETS
+from kimi_viz.preprocess.processor import resize_config
+from kimi_viz.preprocess.resize import RESIZE_KEYS, grid_of
 
 GOLDEN_PRESETS = {"kimi_k3": "kimi-k3", "kimi_k25": "kimi-k25"}
 
@@ -30,7 +30,7 @@ def test_every_golden_case(resize_goldens, key):
 
 def test_golden_configs_are_the_presets(resize_goldens):
     for key, preset in GOLDEN_PRESETS.items():
-        assert PRESETS[preset].to_media_proc_cfg() == resize_goldens["configs"][key]
+        assert PROCESSOR_PRESETS[preset].to_media_proc_cfg() == resize_goldens["configs"][key]
 
 
 def test_known_sizes():
@@ -48,7 +48,7 @@ def test_known_sizes():
 
 
 def test_fixed_output_tokens_override_the_count():
-    cfg = {**PRESETS["kimi-k3"].to_media_proc_cfg(), "fixed_output_tokens": 64}
+    cfg = {**PROCESSOR_PRESETS["kimi-k3"].to_media_proc_cfg(), "fixed_output_tokens": 64}
     got = resize_config(451, 300, cfg)
     assert got["num_tokens"] == 64 and got["grid_thw"] == (1, 22, 34)
 
@@ -85,10 +85,10 @@ def test_numpy_integer_sizes_are_ints():
 @given(
     width=st.integers(1, 100_000),
     height=st.integers(1, 100_000),
-    preset=st.sampled_from(sorted(PRESETS)),
+    preset=st.sampled_from(sorted(PROCESSOR_PRESETS)),
 )
 def test_properties(width, height, preset):
-    cfg = PRESETS[preset]
+    cfg = PROCESSOR_PRESETS[preset]
     p = cfg.patch_size
     got = resize_config(width, height, preset)
     t, h, w = got["grid_thw"]

@@ -1,4 +1,4 @@
-"""Every catalogue scenario reproduces SGLang 0.5.23's outcome and exact message, in both modes and via manifests."""
+"""Every catalogue scenario reproduces SGLang's outcome, exact message and status, in both modes and via manifests."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import pytest
 
 from kimi_viz.cli import main
-from kimi_viz.deferred import replay
+from kimi_viz.replay.split import replay
 from kimi_viz.errors import ScenarioError
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.scenarios import SCENARIOS, get_scenario, run_scenario
-from kimi_viz.verdict import validate_verdict
+from kimi_viz.replay.scenarios import SCENARIOS, get_scenario, run_scenario
+from kimi_viz.replay.verdict import build_verdict, validate_verdict
 
 CASES = [(name, mode) for name, sc in SCENARIOS.items() for mode in sc.modes]
 
@@ -61,7 +61,7 @@ def test_the_catalogue_covers_every_class_and_this_table():
 def test_scenario_outcome_and_exact_message(name, mode):
     scenario = SCENARIOS[name]
     trace = run_scenario(name, mode=mode)
-    verdict = trace.verdict()
+    verdict = build_verdict(trace).to_json()
     validate_verdict(verdict)
     expected = EXPECTED[name]
     if expected is None:
@@ -77,6 +77,10 @@ def test_scenario_outcome_and_exact_message(name, mode):
     div = verdict["divergence"]
     assert div["scenario_class"] == scenario.scenario_class
     assert div["silent"] is scenario.expected.silent
+    status = ("error-reproduced" if expected is not None else "silent-mismatch" if scenario.expected.silent
+              else "clean")
+    assert (verdict["status"], verdict["exit_code"]) == (status, {"clean": 0, "error-reproduced": 1,
+                                                                  "silent-mismatch": 3}[status])
     if scenario.scenario_class != "none":
         assert div["first_image"] is not None and div["explanation"] and div["fix"]
     else:
@@ -90,21 +94,21 @@ def test_scenario_outcome_and_exact_message(name, mode):
 )
 def test_first_diverging_image_and_both_counts(name, first, expected_rows, produced_rows):
     div = run_scenario(name, mode="shapes").divergence
-    assert (div["first_image"], div["expected_rows"], div["produced_rows"]) == (first, expected_rows, produced_rows)
+    assert (div.first_image, div.expected_rows, div.produced_rows) == (first, expected_rows, produced_rows)
 
 
 def test_s2_names_the_stale_grid_key():
     div = run_scenario("s2-cpu", mode="shapes").divergence
-    assert div["grid_source"] == "image_grid_thw"
-    assert div["wrong_expectation"].startswith("image_grid_thw")
-    assert (div["expected_total"], div["produced_total"]) == (448 + 884, 448 + 748)
+    assert div.grid_source == "image_grid_thw"
+    assert div.wrong_expectation.startswith("image_grid_thw")
+    assert (div.expected_total, div.produced_total) == (448 + 884, 448 + 748)
 
 
 def test_s4_gpu_is_silent_because_the_grid_follows_resize_config():
     trace = run_scenario("s4-gpu", mode="shapes")
     step = next(s for s in trace.ranks[0].steps if s.name == "preprocess_gpu")
     assert step.variables["produced_grids"] == step.variables["expected_grids"] == [[1, 112, 148]]
-    assert trace.divergence["expected_grid"] == [1, 222, 296]          # what the K3 consumer would use
+    assert trace.divergence.expected_grid == [1, 222, 296]          # what the K3 consumer would use
 
 
 def test_unknown_scenario_lists_the_valid_names():
@@ -120,11 +124,11 @@ def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path)
     scenario = SCENARIOS[name]
     batch = scenario.build()
     mode = "shapes" if redact else "pixels"
-    direct = replay(batch, tp_size=scenario.tp_size, variant=scenario.variant, mode=mode).verdict()
+    direct = build_verdict(replay(batch, tp_size=scenario.tp_size, variant=scenario.variant, mode=mode)).to_json()
     path = write_manifest(batch, tmp_path / name, redact=redact)
     again = read_manifest(path)
     assert (again.attn_tp_size, again.code_variant) == (scenario.tp_size, scenario.variant)
-    replayed = replay(again, mode="auto").verdict()
+    replayed = build_verdict(replay(again, mode="auto")).to_json()
     assert replayed["outcome"] == direct["outcome"] == scenario.expected.outcome
     assert replayed["error"] == direct["error"]
     assert replayed["ranks"] == direct["ranks"]
@@ -155,6 +159,8 @@ def test_cli_run_json_exit_codes(capsys):
     assert verdict["error"] == {"type": "ValueError", "message": GPU_GRIDS}
     assert main(["scenario", "run", "healthy-tp2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["outcome"] == "ok"
+    assert main(["scenario", "run", "s4-gpu", "--json", "--mode", "shapes"]) == 3     # a silent mismatch
+    assert json.loads(capsys.readouterr().out)["status"] == "silent-mismatch"
 
 
 def test_cli_run_text(capsys):
@@ -163,6 +169,9 @@ def test_cli_run_text(capsys):
     assert f"outcome: error — ValueError: {LENGTH}" in out
     assert "rank 0: images [0] -> ok" in out
     assert "scenario class: S1" in out and "expected 748 rows, produced 64" in out
+    assert out.splitlines()[1].startswith("✗ ERROR REPRODUCED — ValueError")     # the status comes first
+    assert "ranks: 1 of 2 ranks fail" in out
+    assert out.index("rank 1: images [1, 2]") < out.index("rank 0: images [0] -> ok")   # failing ranks first
 
 
 def test_cli_bad_input_exits_2(capsys):
@@ -179,7 +188,7 @@ def test_cli_manifest_out_round_trips(tmp_path, capsys):
     assert main(["scenario", "run", "s2-cpu", "--manifest-out", str(out), "--json"]) == 1
     first = json.loads(capsys.readouterr().out)
     assert (out / "manifest.json").is_file()
-    again = replay(read_manifest(out), mode="auto").verdict()
+    again = build_verdict(replay(read_manifest(out), mode="auto")).to_json()
     assert again["error"] == first["error"] and again["ranks"] == first["ranks"]
     assert main(["scenario", "run", "s9-two-grids", "--manifest-out", str(tmp_path / "r.zip"), "--redact"]) == 1
     redacted = read_manifest(tmp_path / "r.zip")

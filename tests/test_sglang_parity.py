@@ -28,8 +28,8 @@ pytestmark = pytest.mark.sglang
 
 import torch  # noqa: E402
 
-from kimi_viz.deferred import replay  # noqa: E402
-from kimi_viz.scenarios import SCENARIOS  # noqa: E402
+from kimi_viz.replay.split import replay  # noqa: E402
+from kimi_viz.replay.scenarios import SCENARIOS  # noqa: E402
 
 
 def _sglang_module(name: str):
@@ -43,14 +43,14 @@ class CheckpointImageProcessor:
     """The consumer's checkpoint processor: its own resize from each image's size, then checkpoint pixels."""
 
     def __init__(self, media_proc_cfg: dict, output: str = "concatenated"):
-        from kimi_viz.config import get_config
+        from kimi_viz.preprocess.config import get_config
 
         self.media_proc_cfg = dict(media_proc_cfg)
         self.config = get_config(media_proc_cfg)
         self.output = output
 
     def preprocess(self, medias, return_tensors="pt"):
-        from kimi_viz.pixels_checkpoint import checkpoint_pixels
+        from kimi_viz.preprocess.pixels_checkpoint import checkpoint_pixels
 
         k25 = _sglang_module("sglang.srt.multimodal.processors.kimi_k25")
         c = self.config

@@ -17,9 +17,9 @@ import pytest
 
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.replay.scenarios import SCENARIOS
 from kimi_viz.triage import triage
-from kimi_viz.verdict import validate_verdict
+from kimi_viz.replay.verdict import validate_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,11 +57,12 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
     assert err == ""
     verdict = json.loads(out)
     validate_verdict(verdict)
-    assert set(verdict) == {"outcome", "error", "ranks", "divergence", "release"}
+    assert set(verdict) == {"verdict_version", "status", "status_text", "headline", "exit_code", "outcome", "error",
+                            "recorded", "release", "rank_summary", "failing_ranks", "ranks", "images", "divergence"}
     path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.variant]
     assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.variant, path_release)
     assert verdict["release"]["chosen_by"] == "detected"   # the manifest records the scenario's code, no version
-    assert code == (1 if expected.outcome == "error" else 0)
+    assert code == verdict["exit_code"] == (1 if expected.outcome == "error" else 3 if expected.silent else 0)
     assert verdict["outcome"] == expected.outcome
     if expected.type is None:
         assert verdict["error"] is None
@@ -81,7 +82,11 @@ def test_redacted_manifest_replays_in_shapes_mode(manifests, tmp_path):
     pixels = triage(manifests["s2-cpu", False])
     shapes = triage(manifests["s2-cpu", True])
     assert (pixels.mode, shapes.mode) == ("pixels", "shapes")
-    assert pixels.verdict == shapes.verdict
+    from_pixels, from_shapes = pixels.verdict.to_json(), shapes.verdict.to_json()
+    # A redacted manifest keeps each image's size, not its PIL mode: the rest of the verdict is the same.
+    assert [(i["image"], i["label"], i["size"]) for i in from_pixels.pop("images")] == \
+        [(i["image"], i["label"], i["size"]) for i in from_shapes.pop("images")]
+    assert from_pixels == from_shapes
     assert all(item.feature.kind == "shape_only" for item in read_manifest(manifests["s2-cpu", True]).items)
     code, _, err = run_cli("triage", str(manifests["s2-cpu", True]), "--mode", "pixels")
     assert code == 2 and "shape-only" in err and "mode='shapes'" in err
@@ -94,7 +99,9 @@ def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests)
     assert f"outcome: error — ValueError: {message}" in out
     assert "  rank 0: images [0] -> ok" in out
     assert f"  rank 1: images [1, 2] -> ValueError: {message}" in out
-    assert "first diverging image: 1 (microaneurysms.png) on rank 1: expected 748 rows, produced 64" in out
+    assert ("first diverging image: image 1 (microaneurysms.png; 102×102 L, cpu backend) on rank 1: expected 748 rows, "
+            "produced 64") in out
+    assert "grid read from another image: the grid of image 0, read for image 1" in out
     assert "counts: expected 812, produced 68" in out
     assert "scenario class: S1" in out
     assert re.search(r"^fix: Upgrade SGLang .*global_indices", out, re.M)
@@ -103,7 +110,7 @@ def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests)
 def test_both_variants(manifests):
     code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "both", "--json")
     verdict = json.loads(out)
-    assert code == 1                                    # the recorded (pre-fix) code reproduces the error
+    assert code == 1                                    # the scenario's (pre-fix) code reproduces the error
     assert set(verdict["variants"]) == {"pre-fix", "post-fix"}
     assert verdict["error"]["message"] == "Kimi-K3 deferred GPU preprocessing produced wrong grids"
     assert verdict["variants"]["pre-fix"]["outcome"] == "error"

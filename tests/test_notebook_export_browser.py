@@ -1,0 +1,79 @@
+"""An nbconvert HTML export of notebook 03, opened offline in a real browser, has a working static stepper;
+where the stepper's script cannot run (a reopened, untrusted notebook), the stepper says how to get one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_viz.replay.scenarios import run_scenario
+from kimi_viz.report.stepper import Stepper
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+pytestmark = pytest.mark.browser
+
+
+def _playwright():
+    if not CHROMIUM.exists():
+        if os.environ.get("KIMI_VIZ_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing (KIMI_VIZ_REQUIRE_BROWSER=1)")
+        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium")
+    return pytest.importorskip("playwright.sync_api").sync_playwright
+
+
+@pytest.mark.slow
+def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
+    sync_playwright = _playwright()
+    shutil.copy(ROOT / "notebooks" / "03_deferred_split.ipynb", tmp_path / "03.ipynb")
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", "03.ipynb",
+                           "--ExecutePreprocessor.timeout=300"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    export = tmp_path / "03.html"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else
+                       route.continue_())                    # offline, as a triager opening an attachment
+            page.goto(export.as_uri())
+            steppers = page.locator(".kv-stepper.kv-static")
+            assert steppers.count() == 2                     # S1's and S2's
+            stepper = steppers.first
+            stepper.scroll_into_view_if_needed()
+            assert stepper.is_visible()
+            assert stepper.locator(".kv-script-note").is_hidden()
+            position = stepper.locator(".kv-position")
+            assert position.inner_text() == "Step 6 of 6"
+            counts = stepper.locator(".kv-counts")
+            before = counts.inner_text()
+            stepper.locator("button.kv-prev").click()
+            assert position.inner_text() == "Step 5 of 6" and counts.inner_text() != before
+        finally:
+            browser.close()
+
+
+def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp_path):
+    sync_playwright = _playwright()
+    page_file = tmp_path / "stepper.html"
+    page_file.write_text("<!doctype html><meta charset='utf-8'><body>"
+                         + Stepper(run_scenario("s1-cpu", mode="shapes")).to_html() + "</body>", encoding="utf-8")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_context(java_script_enabled=False).new_page()
+            page.goto(page_file.as_uri())
+            note = page.locator(".kv-script-note")
+            assert note.is_visible()
+            assert "Re-run the cell for the live stepper" in note.inner_text()
+            assert page.locator("img.kv-frame").is_visible()      # the step shown is still there
+        finally:
+            browser.close()

@@ -1,0 +1,150 @@
+"""The verdict's views: summary figures numbered and coloured by global image, failing ranks first, the silent
+mismatch drawn, notebook tables and verdicts, and files never written through links."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from PIL import Image
+
+from kimi_viz.errors import OutputError
+from kimi_viz.files import prepare_folder, write_file
+from kimi_viz.plots.palette import color_for
+from kimi_viz.plots.summary import draw_grid_mismatch, draw_rank_rows, draw_verdict_banner
+from kimi_viz.replay.scenarios import SCENARIOS, run_scenario
+from kimi_viz.replay.split import replay
+from kimi_viz.replay.verdict import STATUS_STYLES, Status, build_verdict
+from kimi_viz.report.summary import summary_panels, summary_png
+from kimi_viz.report.tables import Table, VerdictView, images_table, ranks_table
+
+
+@pytest.fixture(scope="module")
+def s1_tp4():
+    return replay(SCENARIOS["s1-cpu"].build(), tp_size=4, sglang_version="0.5.18", mode="shapes")
+
+
+def _texts(ax) -> dict[str, str]:
+    return {t.get_gid(): t.get_text() for t in ax.figure.findobj() if hasattr(t, "get_text") and t.get_gid()}
+
+
+def test_rank_panels_number_images_globally_and_name_the_grid_read(s1_tp4):
+    rank2 = s1_tp4.rank_trace(2)                              # one image: global image 2, read row 0
+    texts = _texts(draw_rank_rows(s1_tp4, rank2))
+    expected = next(v for k, v in texts.items() if k.startswith("span-label"))
+    assert expected.startswith("2: astronaut_tiny_20x5.png; grid of image 0, read for image 2")
+    produced = next(v for k, v in texts.items() if k.startswith("produced-label"))
+    assert produced.startswith("2: astronaut_tiny_20x5.png")
+
+
+def test_an_image_keeps_its_colour_across_panels():
+    trace = run_scenario("healthy-tp2", mode="shapes")
+    seen: dict[int, set[str]] = {}
+    for rank in trace.ranks:
+        ax = draw_rank_rows(trace, rank)
+        for row, color in zip(rank.images, _fill_colors_by_span(ax)):
+            seen.setdefault(row.image, set()).add(color)
+    assert all(colors == {color_for(image).lower()} for image, colors in seen.items())
+
+
+def _fill_colors_by_span(ax) -> list[str]:
+    from matplotlib.colors import to_hex
+
+    spans = []
+    for collection in ax.collections:
+        if (collection.get_gid() or "").startswith("span-fills"):
+            for path, color in zip(collection.get_paths(), collection.get_facecolors()):
+                spans.append((path.vertices[:, 0].min(), to_hex(color)))
+    return [color for _, color in sorted(spans)]
+
+
+def test_summary_puts_the_verdict_and_failing_ranks_first(s1_tp4):
+    verdict = build_verdict(s1_tp4)
+    panels = summary_panels(s1_tp4, verdict)
+    assert len(panels) == 1 + 2 + 2                       # banner, the 2 failing ranks, the 2 healthy ones
+    banner = _texts(draw_verdict_banner(verdict))
+    assert banner["status-badge"].strip() == "✗ ERROR REPRODUCED"
+    sheet = Image.open(io.BytesIO(summary_png(s1_tp4, verdict)))
+    assert sheet.width >= 1000
+
+
+def test_many_healthy_ranks_are_summarised_not_drawn():
+    trace = replay(SCENARIOS["s1-cpu"].build(), tp_size=8, sglang_version="0.5.18", mode="shapes")
+    verdict = build_verdict(trace)
+    assert verdict.rank_summary == "2 of 8 ranks fail"
+    assert len(summary_panels(trace, verdict)) == 1 + 2 + 1     # banner, failing ranks, one summary line
+
+
+def test_a_silent_mismatch_draws_the_producers_grid_against_the_consumers():
+    trace = run_scenario("s4-gpu", mode="shapes")
+    verdict = build_verdict(trace)
+    assert verdict.status is Status.SILENT_MISMATCH
+    ax = draw_grid_mismatch(verdict)
+    boxes = {p.get_gid(): (p.get_width(), p.get_height()) for p in ax.patches if p.get_gid()}
+    assert boxes == {"grid-0": (148, 112), "grid-1": (296, 222)}      # producer's 112x148 against consumer's 222x296
+    words = " ".join(t.get_text() for t in ax.texts)
+    assert "16576 patches" in words and "65712 patches" in words
+    assert len(summary_panels(trace, verdict)) == 1 + 1 + 1          # banner, the grids, the rank
+
+
+@pytest.mark.parametrize("name", ["healthy-tp2", "s1-cpu", "s4-gpu", "s9-two-grids"])
+def test_no_figure_text_under_10_px(name):
+    trace = run_scenario(name, mode="shapes")
+    verdict = build_verdict(trace)
+    axes = [draw_verdict_banner(verdict)] + [draw_rank_rows(trace, r) for r in trace.ranks]
+    if verdict.divergence.silent:
+        axes.append(draw_grid_mismatch(verdict))
+    for ax in axes:
+        sizes = [t.get_fontsize() for t in ax.figure.findobj() if hasattr(t, "get_fontsize") and t.get_text()]
+        assert min(sizes) * 100 / 72 >= 10, (name, min(sizes))   # summary.png is written at 100 dpi
+
+
+def test_notebook_tables_and_verdicts(s1_tp4):
+    verdict = build_verdict(s1_tp4)
+    ranks = ranks_table(verdict)
+    assert [row[0] for row in ranks.rows] == [1, 2, 0, 3]             # failing ranks first
+    assert ranks.caption == "2 of 4 ranks fail"
+    assert "<td>FAIL</td>" in ranks._repr_html_()
+    images = images_table(verdict)
+    assert images.rows[1][:3] == [1, "microaneurysms.png", "102×102 L, cpu backend"]
+    assert images.rows[1][4] == "0 (image 0's grid)"
+    view = VerdictView(verdict)
+    assert "✗ ERROR REPRODUCED" in repr(view)
+    html = view._repr_html_()
+    assert 'data-status="error-reproduced"' in html and "body {" not in html     # no page-wide CSS in a notebook
+    text = repr(Table(["t ms"], [[152.30835900001694]]))
+    assert "152.3" in text and "152.308" not in text
+
+
+def test_every_status_has_a_distinct_badge_colour_symbol_and_exit_code():
+    styles = list(STATUS_STYLES.values())
+    for attribute in ("badge", "symbol", "color", "exit_code"):
+        values = [getattr(s, attribute) for s in styles]
+        assert len(set(values)) == len(values), attribute
+    assert sorted(s.exit_code for s in styles) == [0, 1, 3, 4, 5]
+
+
+# --- writing files -------------------------------------------------------------------------------------
+def test_write_file_replaces_a_link_instead_of_writing_through_it(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    folder = prepare_folder(tmp_path / "out")
+    (folder / "report.html").symlink_to(outside)
+    write_file(folder / "report.html", b"new")
+    assert outside.read_text() == "keep me"
+    assert not (folder / "report.html").is_symlink() and (folder / "report.html").read_bytes() == b"new"
+
+
+def test_an_output_folder_that_is_a_link_a_file_or_under_a_file_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        prepare_folder(tmp_path / "link")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is the file"):
+        prepare_folder(tmp_path / "file")
+    with pytest.raises(OutputError, match="lies under the file"):
+        prepare_folder(tmp_path / "file" / "sub")
+    assert os.listdir(real) == []
