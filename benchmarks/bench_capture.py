@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_viz import capture  # noqa: E402
+from kimi_viz import capture
 
 TARGET_WRAPPER_NS = 1000.0
 
@@ -63,9 +63,15 @@ def bench_wrapper(calls: int, out_dir: Path) -> dict:
     wrapped = Wrapped()
     ours = per_call_ns(lambda: wrapped.get_image_feature(items), calls)
     assert not any(out_dir.iterdir()), "a passing call must not write anything"
-    return {"case": "get_image_feature wrapper (passing call)", "unit": "ns/call", "ours": ours,
-            "baseline": baseline, "overhead": ours - baseline, "target": f"< {TARGET_WRAPPER_NS:.0f} ns overhead",
-            "ok": ours - baseline < TARGET_WRAPPER_NS}
+    return {
+        "case": "get_image_feature wrapper (passing call)",
+        "unit": "ns/call",
+        "ours": ours,
+        "baseline": baseline,
+        "overhead": ours - baseline,
+        "target": f"< {TARGET_WRAPPER_NS:.0f} ns overhead",
+        "ok": ours - baseline < TARGET_WRAPPER_NS,
+    }
 
 
 def bench_hook(calls: int) -> dict:
@@ -73,8 +79,15 @@ def bench_hook(calls: int) -> dict:
     empty = EmptyFinder()
     baseline = per_call_ns(lambda: empty.find_spec("json.decoder", None), calls)
     ours = per_call_ns(lambda: hook.find_spec("json.decoder", None), calls)
-    return {"case": "import hook find_spec (other module)", "unit": "ns/import", "ours": ours, "baseline": baseline,
-            "overhead": ours - baseline, "target": "-", "ok": True}
+    return {
+        "case": "import hook find_spec (other module)",
+        "unit": "ns/import",
+        "ours": ours,
+        "baseline": baseline,
+        "overhead": ours - baseline,
+        "target": "-",
+        "ok": True,
+    }
 
 
 def bench_startup(starts: int, out_dir: Path) -> dict:
@@ -85,14 +98,21 @@ def bench_startup(starts: int, out_dir: Path) -> dict:
 
     plain = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_VIZ_CAPTURE")}
     shimmed = capture.capture_environment(out_dir, base=plain)
-    start_ms(plain), start_ms(shimmed)                         # warm the file and bytecode caches
+    start_ms(plain), start_ms(shimmed)  # warm the file and bytecode caches
     baseline, ours = [], []
-    for _ in range(starts):                                    # interleaved, so load changes hit both alike
+    for _ in range(starts):  # interleaved, so load changes hit both alike
         baseline.append(start_ms(plain))
         ours.append(start_ms(shimmed))
     b, o = statistics.median(baseline), statistics.median(ours)
-    return {"case": "python -c pass start-up with the shim", "unit": "ms/start", "ours": o,
-            "baseline": b, "overhead": o - b, "target": "-", "ok": True}
+    return {
+        "case": "python -c pass start-up with the shim",
+        "unit": "ms/start",
+        "ours": o,
+        "baseline": b,
+        "overhead": o - b,
+        "target": "-",
+        "ok": True,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         r["ratio"] = r["ours"] / r["baseline"] if r["baseline"] else float("nan")
-        print(f"| {r['case']} | {r['unit']} | {r['ours']:.1f} | {r['baseline']:.1f} | {r['overhead']:+.1f} | "
-              f"{r['ratio']:.2f}x | {r['target']}{'' if r['ok'] else ' MISSED'} |")
+        print(
+            f"| {r['case']} | {r['unit']} | {r['ours']:.1f} | {r['baseline']:.1f} | {r['overhead']:+.1f} | "
+            f"{r['ratio']:.2f}x | {r['target']}{'' if r['ok'] else ' MISSED'} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"python": platform.python_version(), "results": rows}, indent=2))
     return 0 if all(r["ok"] for r in rows) else 1

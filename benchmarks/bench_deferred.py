@@ -29,17 +29,18 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout, no install needed
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
-from kimi_viz.replay.batch import Batch, Feature, Item  # noqa: E402
-from kimi_viz.preprocess.config import get_config  # noqa: E402
-from kimi_viz.data import SAMPLE_PHOTOS  # noqa: E402
-from kimi_viz.replay.split import replay  # noqa: E402
-from kimi_viz.preprocess.resize import resize_config  # noqa: E402
-from kimi_viz.replay.scenarios import deferred_config, deferred_item  # noqa: E402
+from kimi_viz.data import SAMPLE_PHOTOS
+from kimi_viz.preprocess.config import get_config
+from kimi_viz.preprocess.resize import resize_config
+from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.replay.scenarios import deferred_config, deferred_item
+from kimi_viz.replay.split import replay
 
 K3 = "kimi-k3"
 
@@ -52,11 +53,20 @@ def shape_only_batch(n: int = 256, tp: int = 8, seed: int = 0) -> Batch:
         width, height = rng.randint(64, 4000), rng.randint(64, 3000)
         resize = resize_config(width, height, K3)
         backend = "gpu" if i % 2 else "cpu"
-        feature = (Feature.shape_only("chw", (3, height, width), "uint8") if backend == "gpu"
-                   else Feature.shape_only("image", (height, width, 3), "uint8"))
-        items.append(Item(grids={"grid_thws": [list(resize["grid_thw"])]}, feature=feature,
-                          deferred=deferred_config(backend, resize, K3), original_size=(width, height),
-                          label=f"image {i}"))
+        feature = (
+            Feature.shape_only("chw", (3, height, width), "uint8")
+            if backend == "gpu"
+            else Feature.shape_only("image", (height, width, 3), "uint8")
+        )
+        items.append(
+            Item(
+                grids={"grid_thws": [list(resize["grid_thw"])]},
+                feature=feature,
+                deferred=deferred_config(backend, resize, K3),
+                original_size=(width, height),
+                label=f"image {i}",
+            )
+        )
     return Batch(items=items, processor=get_config(K3).to_media_proc_cfg(), attn_tp_size=tp)
 
 
@@ -87,9 +97,16 @@ def bench_shapes(runs: int) -> dict[str, Any]:
     base, per_rank = timed(lambda: [replay(batch, rank=r, mode="shapes") for r in range(tp)], runs)
     assert trace.outcome == "ok" and all(t.outcome == "ok" for t in per_rank)
     assert [r.image_indices for r in trace.ranks] == [t.ranks[0].image_indices for t in per_rank]
-    return {"name": "shapes-256-tp8", "images": len(batch), "tp_size": tp, "target_s": 0.050,
-            "kit_s": kit, "baseline_s": base, "baseline": "one replay(rank=r) per rank",
-            "rows": sum(sum(row["produced_rows"] for row in r.images) for r in trace.ranks)}
+    return {
+        "name": "shapes-256-tp8",
+        "images": len(batch),
+        "tp_size": tp,
+        "target_s": 0.050,
+        "kit_s": kit,
+        "baseline_s": base,
+        "baseline": "one replay(rank=r) per rank",
+        "rows": sum(sum(row["produced_rows"] for row in r.images) for r in trace.ranks),
+    }
 
 
 def bench_pixels(runs: int) -> dict[str, Any]:
@@ -101,20 +118,32 @@ def bench_pixels(runs: int) -> dict[str, Any]:
     assert trace.outcome == "ok" and all(t.outcome == "ok" for t in naive)
     rows = sum(r.pixel_values.shape[0] for r in trace.ranks)
     assert rows == naive[0].ranks[0].pixel_values.shape[0] == sum(t * h * w for t, h, w in trace.grid_thws_host)
-    return {"name": "pixels-8-photos-tp2", "images": len(batch), "tp_size": tp, "target_s": 2.0,
-            "kit_s": kit, "baseline_s": base, "baseline": "every rank materializes every image", "rows": rows}
+    return {
+        "name": "pixels-8-photos-tp2",
+        "images": len(batch),
+        "tp_size": tp,
+        "target_s": 2.0,
+        "kit_s": kit,
+        "baseline_s": base,
+        "baseline": "every rank materializes every image",
+        "rows": rows,
+    }
 
 
 def markdown(results: list[dict[str, Any]], machine: dict[str, Any]) -> str:
     """Return the results as a markdown table under a one-line machine summary."""
-    lines = [f"deferred-split replay on {machine['cpus']} CPU(s), {machine['python']}, torch {machine['torch']}", "",
-             "| workload | images | TP | rows | kit (ms) | baseline (ms) | baseline | speed-up | target (ms) | met |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---:|:---:|"]
+    lines = [
+        f"deferred-split replay on {machine['cpus']} CPU(s), {machine['python']}, torch {machine['torch']}",
+        "",
+        "| workload | images | TP | rows | kit (ms) | baseline (ms) | baseline | speed-up | target (ms) | met |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|:---:|",
+    ]
     for r in results:
         lines.append(
             f"| {r['name']} | {r['images']} | {r['tp_size']} | {r['rows']} | {r['kit_s'] * 1e3:.1f} | "
             f"{r['baseline_s'] * 1e3:.1f} | {r['baseline']} | {r['baseline_s'] / r['kit_s']:.2f}× | "
-            f"{r['target_s'] * 1e3:.0f} | {'yes' if r['kit_s'] < r['target_s'] else 'NO'} |")
+            f"{r['target_s'] * 1e3:.0f} | {'yes' if r['kit_s'] < r['target_s'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
@@ -126,8 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-               "torch_threads": torch.get_num_threads()}
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
     results = [bench_shapes(args.runs or 20), bench_pixels(args.runs or 3)]
     for r in results:
         r["speedup"] = r["baseline_s"] / r["kit_s"]

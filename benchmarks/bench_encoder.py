@@ -36,13 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout, no install needed
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
-import torch  # noqa: E402
+import torch
 
-from kimi_viz.devices import resolve_device  # noqa: E402
-from kimi_viz.encoder import ENCODER_PRESETS, VisionEncoder, matmul_flops, resolve_dtype  # noqa: E402
-from kimi_viz.encoder.model import RMSNorm  # noqa: E402
+from kimi_viz.devices import resolve_device
+from kimi_viz.encoder import ENCODER_PRESETS, VisionEncoder, matmul_flops, resolve_dtype
+from kimi_viz.encoder.model import RMSNorm
 
 # Grids of the sample photos under the kimi-k3 processor (tests compare them with the pixel goldens).
 PHOTO_GRIDS = {
@@ -54,8 +54,16 @@ PHOTO_GRIDS = {
     "retina.jpg": (1, 102, 102),
     "rocket.jpg": (1, 32, 46),
 }
-MIXED_PHOTOS = ("astronaut.png", "camera.png", "coffee.png", "coffee_cmyk.jpg", "hubble_deep_field.jpg",
-                "retina.jpg", "retina.jpg", "rocket.jpg")
+MIXED_PHOTOS = (
+    "astronaut.png",
+    "camera.png",
+    "coffee.png",
+    "coffee_cmyk.jpg",
+    "hubble_deep_field.jpg",
+    "retina.jpg",
+    "retina.jpg",
+    "rocket.jpg",
+)
 
 WORKLOADS: dict[str, list[tuple[int, int, int]]] = {
     "640×480": [(1, 36, 46)],
@@ -116,8 +124,12 @@ def matmul_ceiling(device: torch.device, dtype: torch.dtype, quick: bool) -> dic
     b = torch.randn(n, n, device=device, dtype=dtype)
     times = time_ms(lambda: torch.mm(a, b), device, warmup=3, repeats=5 if quick else 20)
     median = statistics.median(times)
-    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "median_ms": median,
-            "tflops": 2 * n**3 / (median * 1e-3) / 1e12}
+    return {
+        "n": n,
+        "dtype": str(dtype).replace("torch.", ""),
+        "median_ms": median,
+        "tflops": 2 * n**3 / (median * 1e-3) / 1e12,
+    }
 
 
 def sdpa_preference(enabled: bool):
@@ -136,8 +148,9 @@ def sdpa_preference(enabled: bool):
 
 
 # --- benchmark ------------------------------------------------------------------------------------
-def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str], *, quick: bool,
-          ceiling_tflops: float) -> list[dict[str, Any]]:
+def bench(
+    model: VisionEncoder, workloads: dict[str, list], variants: list[str], *, quick: bool, ceiling_tflops: float
+) -> list[dict[str, Any]]:
     """Return one timing row per workload and variant (a row with ``error`` when a variant fails)."""
     device = model.device
     rows = []
@@ -156,7 +169,7 @@ def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str],
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
 
-            def run() -> torch.Tensor:
+            def run(settings=settings, pixels=pixels, grids=grids) -> torch.Tensor:
                 with sdpa_preference(settings.get("cudnn", False) and device.type == "cuda"):
                     return model.encode(pixels, grids).features
 
@@ -166,11 +179,18 @@ def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str],
                 synchronize(device)
                 estimate = time.perf_counter() - first
                 repeats = 3 if quick else max(3, min(30, int(2.0 / max(estimate, 1e-4))))
-                warmup = 1 if quick or estimate > 0.25 else 3     # graphs are captured on the 2nd call
+                warmup = 1 if quick or estimate > 0.25 else 3  # graphs are captured on the 2nd call
                 times = time_ms(run, device, warmup=warmup, repeats=repeats)
-            except Exception as exc:  # keep measuring the other variants; the row says what broke
-                rows.append({"workload": name, "images": len(grids), "patches": patches, "variant": variant,
-                             "error": f"{type(exc).__name__}: {exc}"})
+            except Exception as exc:  # noqa: BLE001 - keep measuring the other variants; the row says what broke
+                rows.append(
+                    {
+                        "workload": name,
+                        "images": len(grids),
+                        "patches": patches,
+                        "variant": variant,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
                 print(f"  {name:>14} {variant:>9}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -180,16 +200,24 @@ def bench(model: VisionEncoder, workloads: dict[str, list], variants: list[str],
                 baseline_ms = median
             tflops = flops / (median * 1e-3) / 1e12
             layout = model.layout(grids)
-            rows.append({
-                "workload": name, "images": len(grids), "patches": patches, "variant": variant,
-                "attention": layout.attn_impl,
-                "cuda_graph": any(bool(entry) for entry in model._graphs.values()),
-                "median_ms": median, "min_ms": min(times), "repeats": repeats,
-                "tflops": tflops, "ceiling_fraction": tflops / ceiling_tflops,
-                "speedup_vs_baseline": (baseline_ms / median) if baseline_ms else None,
-                "peak_gib": torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None,
-                "gflop": flops / 1e9,
-            })
+            rows.append(
+                {
+                    "workload": name,
+                    "images": len(grids),
+                    "patches": patches,
+                    "variant": variant,
+                    "attention": layout.attn_impl,
+                    "cuda_graph": any(bool(entry) for entry in model._graphs.values()),
+                    "median_ms": median,
+                    "min_ms": min(times),
+                    "repeats": repeats,
+                    "tflops": tflops,
+                    "ceiling_fraction": tflops / ceiling_tflops,
+                    "speedup_vs_baseline": (baseline_ms / median) if baseline_ms else None,
+                    "peak_gib": torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None,
+                    "gflop": flops / 1e9,
+                }
+            )
             print(f"  {name:>14} {variant:>9}: {median:9.2f} ms", file=sys.stderr, flush=True)
         model.clear_cache()
     return rows
@@ -205,17 +233,34 @@ def evaluate_targets(rows: list[dict[str, Any]], device: torch.device, preset: s
         ours, base = by.get((workload, "kimi-viz")), by.get((workload, "baseline"))
         if ours and base:
             ratio = ours["median_ms"] / base["median_ms"]
-            targets.append({"target": f"{workload}: kimi-viz not slower than baseline (±2% noise)",
-                            "value": f"{ratio:.3f}× baseline time", "pass": ratio <= 1.02})
+            targets.append(
+                {
+                    "target": f"{workload}: kimi-viz not slower than baseline (±2% noise)",
+                    "value": f"{ratio:.3f}× baseline time",
+                    "pass": ratio <= 1.02,
+                }
+            )
     if (LARGEST, "kimi-viz") in by:
         r = by[(LARGEST, "kimi-viz")]
-        targets.append({"target": f"{LARGEST}: ≥ 70% of the bf16 matmul ceiling",
-                        "value": f"{r['ceiling_fraction']:.1%}", "pass": r["ceiling_fraction"] >= 0.70})
-        targets.append({"target": f"{LARGEST}: peak GPU memory ≤ 6 GiB",
-                        "value": f"{r['peak_gib']:.2f} GiB", "pass": r["peak_gib"] <= 6.0})
+        targets.append(
+            {
+                "target": f"{LARGEST}: ≥ 70% of the bf16 matmul ceiling",
+                "value": f"{r['ceiling_fraction']:.1%}",
+                "pass": r["ceiling_fraction"] >= 0.70,
+            }
+        )
+        targets.append(
+            {
+                "target": f"{LARGEST}: peak GPU memory ≤ 6 GiB",
+                "value": f"{r['peak_gib']:.2f} GiB",
+                "pass": r["peak_gib"] <= 6.0,
+            }
+        )
     if (SMALLEST, "kimi-viz") in by:
         r = by[(SMALLEST, "kimi-viz")]
-        targets.append({"target": f"{SMALLEST}: ≤ 6 ms", "value": f"{r['median_ms']:.2f} ms", "pass": r["median_ms"] <= 6.0})
+        targets.append(
+            {"target": f"{SMALLEST}: ≤ 6 ms", "value": f"{r['median_ms']:.2f} ms", "pass": r["median_ms"] <= 6.0}
+        )
     return targets
 
 
@@ -232,9 +277,16 @@ def run_checks(preset: str, device: torch.device) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     try:
         _checks(preset, device, checks)
-    except Exception as exc:
-        checks.append({"check": "checks stopped by an exception", "value": float("nan"), "limit": "",
-                       "pass": False, "note": f"{type(exc).__name__}: {exc}"})
+    except Exception as exc:  # noqa: BLE001 - a check that crashes is reported as failed, the run goes on
+        checks.append(
+            {
+                "check": "checks stopped by an exception",
+                "value": float("nan"),
+                "limit": "",
+                "pass": False,
+                "note": f"{type(exc).__name__}: {exc}",
+            }
+        )
         print(f"  checks stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     return checks
 
@@ -244,8 +296,15 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
 
     def record(name: str, value: float, limit: float, note: str = "", *, above: bool = False) -> None:
         ok = value > limit if above else value <= limit
-        checks.append({"check": name, "value": value, "limit": (">" if above else "≤") + f" {limit:g}",
-                       "pass": bool(ok), "note": note})
+        checks.append(
+            {
+                "check": name,
+                "value": value,
+                "limit": (">" if above else "≤") + f" {limit:g}",
+                "pass": bool(ok),
+                "note": note,
+            }
+        )
         print(f"  check {name}: {value:.3g} ({'pass' if ok else 'FAIL'})", file=sys.stderr, flush=True)
 
     small = [(1, 8, 12), (1, 6, 4)]
@@ -258,10 +317,19 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
             reference = torch.nn.RMSNorm(1024, device=device, dtype=dtype)(x.to(dtype))
             ours = RMSNorm(1024, ENCODER_PRESETS["kimi-k3"].norm_eps).to(device=device, dtype=dtype)(x.to(dtype))
             bf16_eps = RMSNorm(1024, 2.0**-7).to(device=device, dtype=dtype)(x.to(dtype))
-        record(f"RMSNorm eps=2^-23 vs nn.RMSNorm default ({str(dtype)[6:]}, {device.type}), max abs diff",
-               float((ours.float() - reference.float()).abs().max()), 0.0, "0 means the same eps")
-        record(f"RMSNorm eps=2^-7 vs nn.RMSNorm default ({str(dtype)[6:]}, {device.type}), rel L2",
-               rel_l2(bf16_eps, reference), 0.01, "bf16's own eps is visibly different", above=True)
+        record(
+            f"RMSNorm eps=2^-23 vs nn.RMSNorm default ({str(dtype)[6:]}, {device.type}), max abs diff",
+            float((ours.float() - reference.float()).abs().max()),
+            0.0,
+            "0 means the same eps",
+        )
+        record(
+            f"RMSNorm eps=2^-7 vs nn.RMSNorm default ({str(dtype)[6:]}, {device.type}), rel L2",
+            rel_l2(bf16_eps, reference),
+            0.01,
+            "bf16's own eps is visibly different",
+            above=True,
+        )
 
     full = VisionEncoder.random(preset, seed=0, device=device, dtype=torch.float32)
     full.attn_impl = "per_image"
@@ -273,23 +341,34 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
         del cpu
     half = copy.deepcopy(full).to(torch.bfloat16)
     half.clear_cache()
-    record(f"bf16 vs fp32 features ({device.type}), rel L2", rel_l2(half.encode(pixels, small).features, reference),
-           5e-2, f"{full.config.num_layers} layers of random weights")
+    record(
+        f"bf16 vs fp32 features ({device.type}), rel L2",
+        rel_l2(half.encode(pixels, small).features, reference),
+        5e-2,
+        f"{full.config.num_layers} layers of random weights",
+    )
     del full
     for impl in ("per_image", "packed"):
         half.attn_impl = impl
         half.cuda_graphs = False
         together = half.encode(pixels, small).features
         first_rows = small[0][0] * small[0][1] * small[0][2]
-        alone = torch.cat([half.encode(pixels[:first_rows], small[:1]).features,
-                           half.encode(pixels[first_rows:], small[1:]).features])
-        record(f"two images together vs alone ({impl}, {half.layout(small).attn_impl}), rel L2",
-               rel_l2(together, alone), 1e-2)
+        alone = torch.cat(
+            [half.encode(pixels[:first_rows], small[:1]).features, half.encode(pixels[first_rows:], small[1:]).features]
+        )
+        record(
+            f"two images together vs alone ({impl}, {half.layout(small).attn_impl}), rel L2",
+            rel_l2(together, alone),
+            1e-2,
+        )
     half.attn_impl = "per_image"
     per_image = half.encode(pixels, small).features
     half.attn_impl = "packed"
-    record(f"packed ({half.layout(small).attn_impl}) vs per-image attention, rel L2",
-           rel_l2(half.encode(pixels, small).features, per_image), 1e-2)
+    record(
+        f"packed ({half.layout(small).attn_impl}) vs per-image attention, rel L2",
+        rel_l2(half.encode(pixels, small).features, per_image),
+        1e-2,
+    )
     if device.type == "cuda":
         half.attn_impl, half.cuda_graphs = "auto", True
         half.clear_cache()
@@ -297,8 +376,12 @@ def _checks(preset: str, device: torch.device, checks: list[dict[str, Any]]) -> 
         graphed_again = half.encode(pixels.to(device), small).features
         half.cuda_graphs = False
         eager = half.encode(pixels.to(device), small).features
-        record("CUDA graph replay vs eager, max abs diff", float((graphed_again.float() - eager.float()).abs().max()),
-               1e-2, f"first call exact: {bool(torch.equal(graphed, eager))}")
+        record(
+            "CUDA graph replay vs eager, max abs diff",
+            float((graphed_again.float() - eager.float()).abs().max()),
+            1e-2,
+            f"first call exact: {bool(torch.equal(graphed, eager))}",
+        )
 
 
 # --- output ---------------------------------------------------------------------------------------
@@ -316,21 +399,29 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["| check | value | limit | pass |", "|---|---:|---|---|"]
         for c in result["checks"]:
             note = f" ({c['note']})" if c.get("note") else ""
-            lines.append(f"| {c['check']}{note} | {c['value']:.3g} | {c['limit']} | {'yes' if c['pass'] else '**no**'} |")
+            lines.append(
+                f"| {c['check']}{note} | {c['value']:.3g} | {c['limit']} | {'yes' if c['pass'] else '**no**'} |"
+            )
         lines.append("")
-    lines += ["| workload | images | patches | variant | attention | ms (median) | TFLOP/s | % of ceiling | "
-              "speed vs baseline | peak GiB |",
-              "|---|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "| workload | images | patches | variant | attention | ms (median) | TFLOP/s | % of ceiling | "
+        "speed vs baseline | peak GiB |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
         if "error" in r:
-            lines.append(f"| {r['workload']} | {r['images']} | {r['patches']} | {r['variant']} | failed: "
-                         f"{r['error'][:80]} | — | — | — | — | — |")
+            lines.append(
+                f"| {r['workload']} | {r['images']} | {r['patches']} | {r['variant']} | failed: "
+                f"{r['error'][:80]} | — | — | — | — | — |"
+            )
             continue
         speed = f"{r['speedup_vs_baseline']:.2f}×" if r["speedup_vs_baseline"] else "—"
         peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] is not None else "—"
         attention = r["attention"] + (" + graph" if r["cuda_graph"] else "")
-        lines.append(f"| {r['workload']} | {r['images']} | {r['patches']} | {r['variant']} | {attention} | "
-                     f"{r['median_ms']:.2f} | {r['tflops']:.3g} | {r['ceiling_fraction']:.1%} | {speed} | {peak} |")
+        lines.append(
+            f"| {r['workload']} | {r['images']} | {r['patches']} | {r['variant']} | {attention} | "
+            f"{r['median_ms']:.2f} | {r['tflops']:.3g} | {r['ceiling_fraction']:.1%} | {speed} | {peak} |"
+        )
     if result["targets"]:
         lines += ["", "| target | measured | pass |", "|---|---|---|"]
         for t in result["targets"]:
@@ -340,13 +431,19 @@ def markdown(result: dict[str, Any]) -> str:
 
 def environment(device: torch.device) -> dict[str, Any]:
     """Return torch, CUDA, Python and device facts for the report."""
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-            "device": str(device), "device_name": platform.processor() or "CPU"}
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": platform.processor() or "CPU",
+    }
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["capability"] = list(torch.cuda.get_device_capability(device))
     try:
         from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+
         info["varlen_attn"] = True
     except ImportError:
         info["varlen_attn"] = False
@@ -369,15 +466,19 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if device.type == "cpu" and args.preset != "tiny" and not args.quick:
-        print(f"bench_encoder: the {args.preset} workloads (up to 65536 patches) need a GPU and CUDA is not "
-              "available here; for a CPU smoke run use --device cpu --preset tiny --quick", file=sys.stderr)
+        print(
+            f"bench_encoder: the {args.preset} workloads (up to 65536 patches) need a GPU and CUDA is not "
+            "available here; for a CPU smoke run use --device cpu --preset tiny --quick",
+            file=sys.stderr,
+        )
         return 2
     workloads = QUICK_WORKLOADS if args.quick else WORKLOADS
     if args.workloads:
         wanted = [w.strip() for w in args.workloads.split(",")]
         workloads = {k: v for k, v in workloads.items() if k in wanted}
-    default_variants = (["baseline", "packed", "cudnn", "kimi-viz"] if device.type == "cuda"
-                        else ["baseline", "packed", "kimi-viz"])
+    default_variants = (
+        ["baseline", "packed", "cudnn", "kimi-viz"] if device.type == "cuda" else ["baseline", "packed", "kimi-viz"]
+    )
     variants = [v.strip() for v in args.variants.split(",")] if args.variants else default_variants
     if variants[0] != "baseline":
         variants = ["baseline"] + [v for v in variants if v != "baseline"]
@@ -388,8 +489,13 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    result: dict[str, Any] = {"preset": args.preset, "dtype": str(dtype).replace("torch.", ""),
-                              "environment": environment(device), "checks": [], "targets": []}
+    result: dict[str, Any] = {
+        "preset": args.preset,
+        "dtype": str(dtype).replace("torch.", ""),
+        "environment": environment(device),
+        "checks": [],
+        "targets": [],
+    }
     if args.checks:
         print("correctness checks", file=sys.stderr, flush=True)
         result["checks"] = run_checks(args.preset if args.quick else "kimi-k3", device)

@@ -29,19 +29,19 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_viz.plots.patches import (  # noqa: E402
+from kimi_viz.plots.patches import (
     PATCH,
     ROW_FONT_MIN,
     draw_patch_grid,
     row_label_positions,
 )
-from kimi_viz.preprocess.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord  # noqa: E402
+from kimi_viz.preprocess.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord
 
 TARGET_MS = 1500.0
 TARGET_SPEEDUP = 20.0
@@ -57,18 +57,36 @@ def rocket_record() -> ImageRecord:
 
 def synthetic_record(side: int = 256) -> ImageRecord:
     """Return a record of a 3584×3570 gradient picture padded to a ``side``×``side`` grid."""
-    height_px = side * PATCH - PATCH            # last patch row is padding
+    height_px = side * PATCH - PATCH  # last patch row is padding
     width_px = side * PATCH
-    yy, xx = np.mgrid[0:side * PATCH, 0:width_px]
-    picture = np.stack([(xx * 255 // width_px), (yy * 255 // height_px).clip(0, 255),
-                        ((xx + yy) % 256)], axis=2).astype(np.uint8)
+    yy, xx = np.mgrid[0 : side * PATCH, 0:width_px]
+    picture = np.stack(
+        [(xx * 255 // width_px), (yy * 255 // height_px).clip(0, 255), ((xx + yy) % 256)], axis=2
+    ).astype(np.uint8)
     picture[height_px:] = 0
     mask = np.full((side, side), PATCH_CONTENT, dtype=np.int8)
     mask[-1] = PATCH_FULLY_PADDING
-    resize = {"new_width": width_px, "new_height": height_px, "pad_width": 0, "pad_height": PATCH,
-              "num_tokens": side * side // 4, "grid_thw": (1, side, side)}
-    return ImageRecord(0, f"<synthetic {width_px}x{height_px}>", (width_px, height_px), "RGB", {}, resize,
-                       (1, side, side), (0, side * side), (0, side * side // 4), mask, picture)
+    resize = {
+        "new_width": width_px,
+        "new_height": height_px,
+        "pad_width": 0,
+        "pad_height": PATCH,
+        "num_tokens": side * side // 4,
+        "grid_thw": (1, side, side),
+    }
+    return ImageRecord(
+        0,
+        f"<synthetic {width_px}x{height_px}>",
+        (width_px, height_px),
+        "RGB",
+        {},
+        resize,
+        (1, side, side),
+        (0, side * side),
+        (0, side * side // 4),
+        mask,
+        picture,
+    )
 
 
 def ours(record: ImageRecord, dpi: int) -> tuple[float, tuple[float, float]]:
@@ -89,16 +107,22 @@ def baseline(record: ImageRecord, dpi: int, figsize: tuple[float, float]) -> flo
     ax.imshow(record.resized, extent=(0, w * PATCH, h * PATCH, 0))
     for y in range(h):
         for x in range(w):
-            ax.add_patch(Rectangle((x * PATCH, y * PATCH), PATCH, PATCH, fill=False, edgecolor="white",
-                                   linewidth=0.1))
+            ax.add_patch(Rectangle((x * PATCH, y * PATCH), PATCH, PATCH, fill=False, edgecolor="white", linewidth=0.1))
             if record.pad_mask[y, x]:
-                ax.add_patch(Rectangle((x * PATCH, y * PATCH), PATCH, PATCH, facecolor="black", alpha=0.5,
-                                       edgecolor="none"))
+                ax.add_patch(
+                    Rectangle((x * PATCH, y * PATCH), PATCH, PATCH, facecolor="black", alpha=0.5, edgecolor="none")
+                )
     ys, xs = row_label_positions(h, w, 48)
     for y in ys:
         for x in xs:
-            ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(record.rows[0] + y * w + x), fontsize=ROW_FONT_MIN,
-                    ha="center", va="center")
+            ax.text(
+                (x + 0.5) * PATCH,
+                (y + 0.5) * PATCH,
+                str(record.rows[0] + y * w + x),
+                fontsize=ROW_FONT_MIN,
+                ha="center",
+                va="center",
+            )
     ax.set_xlim(0, w * PATCH)
     ax.set_ylim(h * PATCH, 0)
     fig.savefig(io.BytesIO(), format="png", dpi=dpi)
@@ -116,39 +140,52 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("rocket_4200x3150.jpg", rocket_record()), ("synthetic 3584×3584", synthetic_record())]
     results = []
     for name, record in cases:
-        ours(record, args.dpi)                        # warm-up: font cache, first-use imports
+        ours(record, args.dpi)  # warm-up: font cache, first-use imports
         runs = [ours(record, args.dpi) for _ in range(args.repeat)]
         times = [r[0] for r in runs]
         base = baseline(record, args.dpi, runs[0][1])
         best = min(times)
-        results.append({
-            "case": name,
-            "grid_thw": list(record.grid_thw),
-            "patches": record.patches,
-            "ours_ms_best": round(best * 1000, 1),
-            "ours_ms_median": round(statistics.median(times) * 1000, 1),
-            "baseline_ms": round(base * 1000, 1),
-            "speedup": round(base / best, 1),
-            "meets_target": best * 1000 < TARGET_MS and base / best >= TARGET_SPEEDUP,
-        })
+        results.append(
+            {
+                "case": name,
+                "grid_thw": list(record.grid_thw),
+                "patches": record.patches,
+                "ours_ms_best": round(best * 1000, 1),
+                "ours_ms_median": round(statistics.median(times) * 1000, 1),
+                "baseline_ms": round(base * 1000, 1),
+                "speedup": round(base / best, 1),
+                "meets_target": best * 1000 < TARGET_MS and base / best >= TARGET_SPEEDUP,
+            }
+        )
 
     print(f"draw_patch_grid + PNG save at {args.dpi} dpi (best of {args.repeat}); baseline: one Rectangle per patch\n")
     print("| case | grid | patches | ours (ms) | baseline (ms) | speedup | target met |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         grid = "×".join(map(str, r["grid_thw"]))
-        print(f"| {r['case']} | {grid} | {r['patches']} | {r['ours_ms_best']:.0f} | {r['baseline_ms']:.0f} | "
-              f"{r['speedup']:.1f}× | {'yes' if r['meets_target'] else 'no'} |")
+        print(
+            f"| {r['case']} | {grid} | {r['patches']} | {r['ours_ms_best']:.0f} | {r['baseline_ms']:.0f} | "
+            f"{r['speedup']:.1f}× | {'yes' if r['meets_target'] else 'no'} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps({
-            "benchmark": "bench_plots",
-            "dpi": args.dpi,
-            "repeat": args.repeat,
-            "targets": {"ours_ms_below": TARGET_MS, "speedup_at_least": TARGET_SPEEDUP},
-            "machine": {"python": platform.python_version(), "matplotlib": matplotlib.__version__,
-                        "processor": platform.processor() or platform.machine()},
-            "results": results,
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "benchmark": "bench_plots",
+                    "dpi": args.dpi,
+                    "repeat": args.repeat,
+                    "targets": {"ours_ms_below": TARGET_MS, "speedup_at_least": TARGET_SPEEDUP},
+                    "machine": {
+                        "python": platform.python_version(),
+                        "matplotlib": matplotlib.__version__,
+                        "processor": platform.processor() or platform.machine(),
+                    },
+                    "results": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0 if all(r["meets_target"] for r in results) else 1
 
 

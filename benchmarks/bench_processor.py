@@ -29,10 +29,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_viz.data import SAMPLE_PHOTOS, sample_path  # noqa: E402
-from kimi_viz.preprocess.config import ProcessorConfig, get_config  # noqa: E402
-from kimi_viz.preprocess.images import load_image  # noqa: E402
-from kimi_viz.preprocess.processor import Processor, resize_config  # noqa: E402
+from kimi_viz.data import SAMPLE_PHOTOS, sample_path
+from kimi_viz.preprocess.config import ProcessorConfig, get_config
+from kimi_viz.preprocess.images import load_image
+from kimi_viz.preprocess.processor import Processor, resize_config
 
 LARGE_IMAGE = "rocket_4200x3150.jpg"
 TARGET_SPEEDUP_LARGE = 1.5
@@ -119,7 +119,7 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
     decoded_bytes = image.width * image.height * len(image.getbands())
     del ours_out, theirs_out
     ms_ours = ms_theirs = float("inf")
-    for _ in range(repeats):                                # interleave so load changes hit both alike
+    for _ in range(repeats):  # interleave so load changes hit both alike
         ms_ours = min(ms_ours, best_ms(ours, 1))
         ms_theirs = min(ms_theirs, best_ms(theirs, 1))
     reference = output_bytes + decoded_bytes
@@ -164,7 +164,8 @@ def markdown(rows: list[dict[str, Any]], targets: dict[str, bool]) -> str:
         lines.append(
             f"| {r['image']} | {r['size'][0]}x{r['size'][1]} {r['mode']} | {r['grid_thw'][1]}x{r['grid_thw'][2]} "
             f"| {r['ms_ours']:.1f} | {r['ms_baseline']:.1f} | {r['speedup']:.2f}x "
-            f"| {'yes' if r['bit_identical'] else 'NO'} | {r['peak_ours_ratio']:.2f}x | {r['peak_baseline_ratio']:.2f}x |"
+            f"| {'yes' if r['bit_identical'] else 'NO'} | {r['peak_ours_ratio']:.2f}x "
+            f"| {r['peak_baseline_ratio']:.2f}x |"
         )
     lines.append("")
     lines.append("Peak memory is a multiple of (output tensor bytes + decoded image bytes), as seen by tracemalloc.")

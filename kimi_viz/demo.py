@@ -10,24 +10,43 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .replay.verdict import Verdict
 
-DEMO_SCENARIOS = ("healthy-tp2", "s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu", "s3-mixed-local", "s4-cpu", "s4-gpu",
-                  "s6-stacked", "s8-t2", "s9-two-grids", "s10-stale-eager", "s11-two-channels", "s12-hwc",
-                  "s13-zero-size")
-
+DEMO_SCENARIOS = (
+    "healthy-tp2",
+    "s1-cpu",
+    "s1-gpu",
+    "s2-cpu",
+    "s2-gpu",
+    "s3-mixed-local",
+    "s4-cpu",
+    "s4-gpu",
+    "s6-stacked",
+    "s8-t2",
+    "s9-two-grids",
+    "s10-stale-eager",
+    "s11-two-channels",
+    "s12-hwc",
+    "s13-zero-size",
+)
 
 
 def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def run_demo(out_dir: str | Path = "demo-out", *, scenarios: Sequence[str] = DEMO_SCENARIOS, gallery: bool = True,
-             progress: Callable[[str], None] | None = _say) -> Path:
+def run_demo(
+    out_dir: str | Path = "demo-out",
+    *,
+    scenarios: Sequence[str] = DEMO_SCENARIOS,
+    gallery: bool = True,
+    progress: Callable[[str], None] | None = _say,
+) -> Path:
     """Write a report per scenario, the figure gallery and ``index.html`` under ``out_dir``; return the index path."""
     from .files import prepare_folder, write_file
     from .manifest import write_manifest
@@ -44,13 +63,20 @@ def run_demo(out_dir: str | Path = "demo-out", *, scenarios: Sequence[str] = DEM
         batch = scenario.build()
         folder = out / scenario.name
         manifest = write_manifest(batch, folder / "manifest")
-        result = triage_batch(batch, out_dir=folder, mode="pixels", source=str(manifest),
-                              title=f"{scenario.name}: {scenario.title}",
-                              reproduce=f"kimi-viz triage {manifest} --out {folder / 'triage'}")
+        result = triage_batch(
+            batch,
+            out_dir=folder,
+            mode="pixels",
+            source=str(manifest),
+            title=f"{scenario.name}: {scenario.title}",
+            reproduce=f"kimi-viz triage {manifest} --out {folder / 'triage'}",
+        )
         verdict = result.verdict
         expected = scenario.expected
-        matches = (verdict.outcome == expected.outcome
-                   and (None if verdict.error is None else verdict.error.message) == expected.message)
+        matches = (
+            verdict.outcome == expected.outcome
+            and (None if verdict.error is None else verdict.error.message) == expected.message
+        )
         rows.append((scenario, verdict, matches))
         say(f"  {scenario.name:<16} {_outcome_text(verdict):<90.90} {time.perf_counter() - t0:5.1f} s")
     gallery_index = None
@@ -59,14 +85,16 @@ def run_demo(out_dir: str | Path = "demo-out", *, scenarios: Sequence[str] = DEM
 
         t0 = time.perf_counter()
         gallery_index = write_gallery(out / "gallery")[-1]
-        say(f"  {'gallery':<16} {len(list((out / 'gallery').glob('*.png')))} figures{'':<78} "
-            f"{time.perf_counter() - t0:5.1f} s")
+        say(
+            f"  {'gallery':<16} {len(list((out / 'gallery').glob('*.png')))} figures{'':<78} "
+            f"{time.perf_counter() - t0:5.1f} s"
+        )
     index = write_file(out / "index.html", _index_html(rows, gallery_index, out).encode("utf-8"))
     say(f"wrote {len(rows)} reports in {time.perf_counter() - started:.1f} s; open {index}")
     return index
 
 
-def _outcome_text(verdict: "Verdict") -> str:
+def _outcome_text(verdict: Verdict) -> str:
     return "ok" if verdict.error is None else str(verdict.error)
 
 
@@ -79,27 +107,29 @@ def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
         div = verdict.divergence
         report = f"{scenario.name}/report.html"
         body.append(
-            f"<tr class=\"{'' if matches else 'kv-mismatch'}\" data-status=\"{verdict.status.value}\">"
-            f"<td><a href=\"{html.escape(report)}\">"
+            f'<tr class="{"" if matches else "kv-mismatch"}" data-status="{verdict.status.value}">'
+            f'<td><a href="{html.escape(report)}">'
             f"{html.escape(scenario.name)}</a></td><td>{html.escape(scenario.title)}</td>"
             f"<td>{badge_html(verdict.status)}</td>"
             f"<td>{html.escape(div.scenario_class)}{' (silent)' if div.silent else ''}</td>"
             f"<td>{scenario.tp_size}</td><td>{html.escape(verdict.release.label)}</td>"
             f"<td><code>{html.escape(_outcome_text(verdict))}</code></td>"
             f"<td>{'yes' if matches else 'NO'}</td>"
-            f"<td><a href=\"{html.escape(scenario.name)}/summary.png\">summary.png</a> · "
-            f"<a href=\"{html.escape(scenario.name)}/trace.json\">trace.json</a> · "
+            f'<td><a href="{html.escape(scenario.name)}/summary.png">summary.png</a> · '
+            f'<a href="{html.escape(scenario.name)}/trace.json">trace.json</a> · '
             f"<code>{html.escape(scenario.name)}/manifest/</code></td></tr>"
         )
     gallery = ""
     if gallery_index is not None:
         link = gallery_index.relative_to(root).as_posix()
-        gallery = (f"<h2>Figure gallery</h2><p><a href=\"{html.escape(link)}\">The sample images</a>: each on its "
-                   "patch grid, the packed rows, the rows another preset would expect, and the pixel difference "
-                   "between the checkpoint and torch paths.</p>")
+        gallery = (
+            f'<h2>Figure gallery</h2><p><a href="{html.escape(link)}">The sample images</a>: each on its '
+            "patch grid, the packed rows, the rows another preset would expect, and the pixel difference "
+            "between the checkpoint and torch paths.</p>"
+        )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>kimi-viz demo</title>\n<style>{page_css()}</style>\n</head>\n<body>\n"
         "<h1>kimi-viz demo: SGLang's deferred split, healthy and broken</h1>\n"
         "<p>Each row is a batch built from the sample images, replayed step by step the way SGLang's "

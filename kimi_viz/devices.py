@@ -18,10 +18,12 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError(
             f"device {str(device)!r} was asked for but CUDA is not available (torch {torch.__version__}); "
-            "use device 'cpu' or 'auto'")
+            "use device 'cpu' or 'auto'"
+        )
     if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
         count = torch.cuda.device_count()
         raise DeviceError(
             f"device {str(device)!r} was asked for but this machine has {count} CUDA device(s); "
-            f"use cuda:0 to cuda:{count - 1}, 'cuda' or 'auto'")
+            f"use cuda:0 to cuda:{count - 1}, 'cuda' or 'auto'"
+        )
     return resolved

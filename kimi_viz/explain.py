@@ -18,8 +18,10 @@ from typing import Any
 
 from . import messages
 
-NEXT_STEP = ("record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
-             "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause")
+NEXT_STEP = (
+    "record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
+    "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause"
+)
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,10 @@ class KnownMessage:
 
     key: str
     exception: str
-    pattern: str                     # a regular expression; named groups are the numbers it carries
-    raised_in: str                   # SGLang file and function
+    pattern: str  # a regular expression; named groups are the numbers it carries
+    raised_in: str  # SGLang file and function
     meaning: str
-    classes: tuple[str, ...] = ()    # scenario classes (docs/pipeline.md §7) that produce it
+    classes: tuple[str, ...] = ()  # scenario classes (docs/pipeline.md §7) that produce it
     scenarios: tuple[str, ...] = ()  # catalogue scenarios that reproduce it (kimi-viz scenario run NAME)
     next_step: str = NEXT_STEP
 
@@ -46,18 +48,27 @@ class Recognised:
     """A known message found in the text, with the values it carries and a reading of them."""
 
     message: KnownMessage
-    text: str                        # the matched part of the input
-    line: int                        # 1-based line number in the input
+    text: str  # the matched part of the input
+    line: int  # 1-based line number in the input
     values: dict[str, Any] = field(default_factory=dict)
-    reading: str = ""                # the numbers put into words, when the message has any
+    reading: str = ""  # the numbers put into words, when the message has any
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready description of this match."""
         known = self.message
-        return {"key": known.key, "exception": known.exception, "matched": self.text, "line": self.line,
-                "values": self.values, "reading": self.reading, "raised_in": known.raised_in,
-                "meaning": known.meaning, "classes": list(known.classes), "scenarios": list(known.scenarios),
-                "next_step": known.next_step}
+        return {
+            "key": known.key,
+            "exception": known.exception,
+            "matched": self.text,
+            "line": self.line,
+            "values": self.values,
+            "reading": self.reading,
+            "raised_in": known.raised_in,
+            "meaning": known.meaning,
+            "classes": list(known.classes),
+            "scenarios": list(known.scenarios),
+            "next_step": known.next_step,
+        }
 
 
 def _literal(message: str, **groups: str) -> str:
@@ -77,121 +88,191 @@ IMAGE_PROCESSING = "sglang/srt/multimodal/kimi_k3_image_processing.py"
 
 KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
     KnownMessage(
-        "feature-length", "ValueError", re.escape(messages.MSG_LENGTH),
+        "feature-length",
+        "ValueError",
+        re.escape(messages.MSG_LENGTH),
         f"{MODEL}, KimiK3ForConditionalGeneration.get_image_feature (materialize_item_features)",
         "Σ prod(grid_thw) of the images this rank materialized differs from the pixel_values rows its "
         "preprocessing produced. The grids came from the wrong place (a shard-local index before the "
         "global_indices fix, a stale image_grid_thw) or the rows came back in the wrong form.",
-        ("S1", "S2", "S6"), ("s1-cpu", "s2-cpu", "s6-stacked")),
+        ("S1", "S2", "S6"),
+        ("s1-cpu", "s2-cpu", "s6-stacked"),
+    ),
     KnownMessage(
-        "gpu-wrong-grids", "ValueError", re.escape(messages.MSG_GPU_WRONG_GRIDS),
+        "gpu-wrong-grids",
+        "ValueError",
+        re.escape(messages.MSG_GPU_WRONG_GRIDS),
         f"{MODEL}, get_image_feature (gpu backend group)",
         "SGLang's torch preprocessing resized gpu-backend images to grids that differ from "
         "grid_thws_host[global_indices]: the grid read for an image belongs to another image (S1), is a "
         "stale image_grid_thw (S2), or has t > 1 (S8).",
-        ("S1", "S2", "S8"), ("s1-gpu", "s2-gpu", "s8-t2")),
+        ("S1", "S2", "S8"),
+        ("s1-gpu", "s2-gpu", "s8-t2"),
+    ),
     KnownMessage(
-        "cpu-wrong-grids", "ValueError", re.escape(messages.MSG_CPU_WRONG_GRIDS),
+        "cpu-wrong-grids",
+        "ValueError",
+        re.escape(messages.MSG_CPU_WRONG_GRIDS),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
         "The consumer's checkpoint processor computed its own resize from each image's size and got grids "
         "that differ from the items' grid_thws: producer and consumer run different processor limits "
         "(e.g. Kimi-K2.5's 16384-patch budget against Kimi-K3's 65536).",
-        ("S4",), ("s4-cpu",)),
+        ("S4",),
+        ("s4-cpu",),
+    ),
     KnownMessage(
-        "one-grid", "ValueError", re.escape(messages.MSG_ONE_GRID),
+        "one-grid",
+        "ValueError",
+        re.escape(messages.MSG_ONE_GRID),
         f"{MODEL}, get_image_feature (grid collection)",
         "An item carries several grid rows: several images were aggregated into one MultimodalDataItem.",
-        ("S9",), ("s9-two-grids",)),
+        ("S9",),
+        ("s9-two-grids",),
+    ),
     KnownMessage(
-        "mix-local", "ValueError", re.escape(messages.MSG_MIX_LOCAL),
+        "mix-local",
+        "ValueError",
+        re.escape(messages.MSG_MIX_LOCAL),
         f"{MODEL}, materialize_item_features",
         "Some images this rank selected were preprocessed locally by the encoder and others are deferred: "
         "the EPD owner assignment over the whole batch differs from the model's over cache misses.",
-        ("S3",), ("s3-mixed-local",)),
+        ("S3",),
+        ("s3-mixed-local",),
+    ),
     KnownMessage(
-        "mix-deferred-old", "ValueError", re.escape(messages.MSG_MIX_DEFERRED_OLD),
+        "mix-deferred-old",
+        "ValueError",
+        re.escape(messages.MSG_MIX_DEFERRED_OLD),
         f"{MODEL} (older releases), get_image_feature",
-        "The older wording of the mixed local/deferred error.", ("S3",), ("s3-mixed-local",)),
+        "The older wording of the mixed local/deferred error.",
+        ("S3",),
+        ("s3-mixed-local",),
+    ),
     KnownMessage(
-        "processor-length", "ValueError",
+        "processor-length",
+        "ValueError",
         _literal(messages.MSG_PROCESSOR_LENGTH, produced=r"\d+", expected=r"\d+"),
         f"{IMAGE_PROCESSING} and sglang/srt/multimodal/processors/kimi_k3.py (checkpoint processor call)",
         "The checkpoint processor returned a number of pixel_values rows that differs from the patches its "
         "own grids describe: its output was not one concatenation (per-image lists or a stacked tensor), "
         "or the grids belong to other images.",
-        ("S6",), ("s6-stacked",)),
+        ("S6",),
+        ("s6-stacked",),
+    ),
     KnownMessage(
-        "trailing-shapes", "ValueError",
+        "trailing-shapes",
+        "ValueError",
         _literal(messages.MSG_TRAILING_SHAPES, expected=r"torch\.Size\(\[[^\]]*\]\)", got=r"torch\.Size\(\[[^\]]*\]\)"),
         "sglang/srt/multimodal/mm_utils.py, materialize_multimodal_features",
         "A feature of the wrong rank reached the concatenation, e.g. a stacked [B, N, 3, 14, 14] tensor "
         "where [N, 3, 14, 14] rows were expected.",
-        ("S6",), ("s6-stacked-feature",)),
+        ("S6",),
+        ("s6-stacked-feature",),
+    ),
     KnownMessage(
-        "list-shape", "AttributeError", re.escape("'list' object has no attribute 'shape'"),
+        "list-shape",
+        "AttributeError",
+        re.escape("'list' object has no attribute 'shape'"),
         f"{MODEL}, materialize_item_features (the length check)",
         "The cpu group's preprocessing returned a per-image list instead of one concatenated tensor.",
-        ("S6",), ("s6-list",)),
+        ("S6",),
+        ("s6-list",),
+    ),
     KnownMessage(
-        "channel-count", "ValueError", _literal(messages.MSG_CHANNEL_COUNT, channels=r"\d+"),
+        "channel-count",
+        "ValueError",
+        _literal(messages.MSG_CHANNEL_COUNT, channels=r"\d+"),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features (HWC staging)",
         "A raw tensor with other than 1, 3 or 4 channels reached the cpu backend, or a CHW tensor was "
         "read as HWC (then the 'channel count' is the image width).",
-        ("S11", "S12"), ("s11-cpu-two-channels",)),
+        ("S11", "S12"),
+        ("s11-cpu-two-channels",),
+    ),
     KnownMessage(
-        "broadcast-alpha", "RuntimeError",
+        "broadcast-alpha",
+        "RuntimeError",
         r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) "
         r"at non-singleton dimension 1",
         f"{IMAGE_PROCESSING}, fill_transparent_bg (gpu backend)",
         "A 2-channel (grey + alpha) tensor reached the gpu backend's background fill, which takes channels "
         "3.. as alpha and finds none.",
-        ("S11",), ("s11-two-channels",)),
+        ("S11",),
+        ("s11-two-channels",),
+    ),
     KnownMessage(
-        "raw-uint8", "ValueError", _literal(messages.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
+        "raw-uint8",
+        "ValueError",
+        _literal(messages.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
         f"{IMAGE_PROCESSING}, to_chw_uint8",
-        "A deferred image arrived as a non-uint8 tensor (e.g. already normalised floats)."),
+        "A deferred image arrived as a non-uint8 tensor (e.g. already normalised floats).",
+    ),
     KnownMessage(
-        "cpu-input-type", "TypeError", re.escape(messages.MSG_CPU_INPUT_TYPE),
+        "cpu-input-type",
+        "TypeError",
+        re.escape(messages.MSG_CPU_INPUT_TYPE),
         f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
-        "A cpu-backend item's feature is neither a PIL image nor a uint8 tensor."),
+        "A cpu-backend item's feature is neither a PIL image nor a uint8 tensor.",
+    ),
     KnownMessage(
-        "feature-type", "TypeError", _literal(messages.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
+        "feature-type",
+        "TypeError",
+        _literal(messages.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
         f"{MODEL}, materialize_item_features",
-        "An eager (non-deferred) item's feature is not a tensor."),
+        "An eager (non-deferred) item's feature is not a tensor.",
+    ),
     KnownMessage(
-        "unsupported-backend", "ValueError", _literal(messages.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
+        "unsupported-backend",
+        "ValueError",
+        _literal(messages.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
         f"{MODEL}, materialize_item_features",
-        "The deferred config names a backend other than 'gpu' or 'cpu': producer and consumer versions differ."),
+        "The deferred config names a backend other than 'gpu' or 'cpu': producer and consumer versions differ.",
+    ),
     KnownMessage(
-        "missing-backend", "KeyError", r"KeyError: 'backend'",
+        "missing-backend",
+        "KeyError",
+        r"KeyError: 'backend'",
         f"{MODEL}, materialize_item_features",
-        "The deferred config has no 'backend' key: the producer is older than the consumer."),
+        "The deferred config has no 'backend' key: the producer is older than the consumer.",
+    ),
     KnownMessage(
-        "bg-pattern", "ValueError", _literal(messages.MSG_BG_PATTERN, pattern=r"\S+"),
+        "bg-pattern",
+        "ValueError",
+        _literal(messages.MSG_BG_PATTERN, pattern=r"\S+"),
         f"{IMAGE_PROCESSING}, fill_transparent_bg",
-        "transparent_bg_config names a pattern other than white, black, gray or chessboard."),
+        "transparent_bg_config names a pattern other than white, black, gray or chessboard.",
+    ),
     KnownMessage(
-        "zero-division", "ZeroDivisionError", r"ZeroDivisionError: (?:float )?division by zero",
+        "zero-division",
+        "ZeroDivisionError",
+        r"ZeroDivisionError: (?:float )?division by zero",
         "sglang/srt/multimodal/processors/kimi_k25.py, navit_resize_config",
         "An image of width or height 0 reached the NaViT resize (only this class of image divides by zero "
         "there; check the traceback names navit_resize_config).",
-        ("S13",), ("s13-zero-size",)),
+        ("S13",),
+        ("s13-zero-size",),
+    ),
     KnownMessage(
-        "insufficient-embedding", "RuntimeError",
+        "insufficient-embedding",
+        "RuntimeError",
         r"Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=(?P<prompt_tokens>\d+) "
         r"vs num_mm_tokens_in_embedding=(?P<feature_rows>\d+)",
         "sglang/srt/managers/mm_schedule.py, get_embedding_and_mask",
         "The prompt holds more <|media_pad|> tokens than the vision features have rows (§8: rows must equal "
         "pad tokens): a feature that passed the deferred split holds fewer rows than its grid promised (a "
         "stale eager feature), or the prompt was built from another resize than the pixels.",
-        ("S10",), ("s10-stale-eager",)),
+        ("S10",),
+        ("s10-stale-eager",),
+    ),
     KnownMessage(
-        "encoder-produced", "InternalError",
+        "encoder-produced",
+        "InternalError",
         r"Encoder produced (?P<produced>\d+) tokens, but preprocessor metadata expected (?P<expected>\d+)",
         "sglang/srt/disaggregation/encoder/server.py, slice_embedding",
         "The EPD encoder's output rows differ from the token counts its preprocessing recorded: the "
         "features did not follow their grids (e.g. a stale eager feature).",
-        ("S10",), ("s10-stale-eager",)),
+        ("S10",),
+        ("s10-stale-eager",),
+    ),
 )
 
 
@@ -199,12 +280,15 @@ def _reading(key: str, values: dict[str, Any]) -> str:
     """Return the numbers of a matched message put into words."""
     if key == "processor-length":
         produced, expected = values["produced"], values["expected"]
-        return (f"pixel_values has {produced} rows, the grids need {expected} "
-                f"({'+' if produced >= expected else ''}{produced - expected} rows)")
+        return (
+            f"pixel_values has {produced} rows, the grids need {expected} "
+            f"({'+' if produced >= expected else ''}{produced - expected} rows)"
+        )
     if key == "insufficient-embedding":
         tokens, rows = values["prompt_tokens"], values["feature_rows"]
-        return (f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows "
-                f"({tokens - rows} missing)")
+        return (
+            f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows ({tokens - rows} missing)"
+        )
     if key == "encoder-produced":
         produced, expected = values["produced"], values["expected"]
         return f"the encoder produced {produced} feature rows, the preprocessing metadata expects {expected}"
@@ -247,14 +331,17 @@ def _drop_repeats(found: list[Recognised]) -> list[Recognised]:
 def format_explanations(found: list[Recognised]) -> str:
     """Return a readable report of the matches (or a note that nothing known was found)."""
     if not found:
-        return ("no known Kimi-K3 vision error in the text; the messages it knows are listed by "
-                "`kimi-viz explain --list`")
+        return (
+            "no known Kimi-K3 vision error in the text; the messages it knows are listed by `kimi-viz explain --list`"
+        )
     blocks = []
     for item in found:
         known = item.message
-        lines = [f"line {item.line}: {known.exception}: {item.text}",
-                 f"  raised in: {known.raised_in}",
-                 f"  meaning:   {known.meaning}"]
+        lines = [
+            f"line {item.line}: {known.exception}: {item.text}",
+            f"  raised in: {known.raised_in}",
+            f"  meaning:   {known.meaning}",
+        ]
         if item.reading:
             lines.append(f"  numbers:   {item.reading}")
         if known.classes:

@@ -23,19 +23,24 @@ def prepare_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
     for parent in [folder, *folder.parents]:
         if parent.is_symlink():
             if parent == folder:
-                raise OutputError(f"{what} {str(folder)!r}: is a symbolic link; kimi-viz never writes through links — "
-                                  "choose a real folder")
+                raise OutputError(
+                    f"{what} {str(folder)!r}: is a symbolic link; kimi-viz never writes through links — "
+                    "choose a real folder"
+                )
             break  # links above the chosen folder (e.g. /tmp -> /private/tmp) are the user's own
         if parent.exists() and not parent.is_dir():
-            raise OutputError(f"{what} {str(folder)!r}: {'is' if parent == folder else 'lies under'} the file "
-                              f"{str(parent)!r}; expected a folder — choose another path")
+            raise OutputError(
+                f"{what} {str(folder)!r}: {'is' if parent == folder else 'lies under'} the file "
+                f"{str(parent)!r}; expected a folder — choose another path"
+            )
         if parent.exists():
             break
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{what} {str(folder)!r}: cannot create the folder ({exc.strerror or exc}); "
-                          "choose a writable path") from None
+        raise OutputError(
+            f"{what} {str(folder)!r}: cannot create the folder ({exc.strerror or exc}); choose a writable path"
+        ) from None
     if folder.is_symlink() or not folder.is_dir():
         raise OutputError(f"{what} {str(folder)!r}: expected a real folder, not a link or a file")
     return folder
@@ -54,12 +59,13 @@ def write_file(path: str | os.PathLike, data: bytes) -> Path:
     try:
         dir_fd = os.open(folder, flags_dir)
     except OSError as exc:
-        raise OutputError(f"{str(folder)!r}: cannot open the output folder without following links "
-                          f"({exc.strerror or exc}); choose a real folder") from None
+        raise OutputError(
+            f"{str(folder)!r}: cannot open the output folder without following links "
+            f"({exc.strerror or exc}); choose a real folder"
+        ) from None
     temp = f".{target.name}.{secrets.token_hex(6)}.tmp"
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644,
-                     dir_fd=dir_fd)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644, dir_fd=dir_fd)
         try:
             view = memoryview(data)
             while view:
@@ -69,8 +75,9 @@ def write_file(path: str | os.PathLike, data: bytes) -> Path:
             os.close(fd)
         if os.path.isdir(os.path.join(folder, target.name)) and not os.path.islink(os.path.join(folder, target.name)):
             os.unlink(temp, dir_fd=dir_fd)
-            raise OutputError(f"{str(target)!r}: is a folder; expected a file name to write — remove it or choose "
-                              "another --out")
+            raise OutputError(
+                f"{str(target)!r}: is a folder; expected a file name to write — remove it or choose another --out"
+            )
         os.replace(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OutputError:
         raise

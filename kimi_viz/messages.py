@@ -13,8 +13,7 @@ from __future__ import annotations
 # ------------------------------------------------------------------------------------------------
 # sglang/srt/models/kimi_k3.py, get_image_feature: the grid loop (ValueError).
 MSG_ONE_GRID = (
-    "Kimi-K3 expects one vision grid per MultimodalDataItem; "
-    "split aggregated encoder inputs before get_image_feature()"
+    "Kimi-K3 expects one vision grid per MultimodalDataItem; split aggregated encoder inputs before get_image_feature()"
 )
 # kimi_k3.py, materialize_item_features: some but not all selected items are encoder-local (ValueError).
 MSG_MIX_LOCAL = "Kimi-K3 cannot mix local preprocessed and deferred images"

@@ -38,22 +38,22 @@ class TriageResult:
     """The replay of one batch: the primary code path's verdict, every path's trace, and the files written."""
 
     batch: Batch
-    source: str                                   # the manifest path, or a label for an in-memory batch
-    variant: str                                  # the primary code path (its verdict decides the exit code)
-    traces: dict[str, "Trace"]                    # code path -> trace
+    source: str  # the manifest path, or a label for an in-memory batch
+    variant: str  # the primary code path (its verdict decides the exit code)
+    traces: dict[str, Trace]  # code path -> trace
     tp_size: int
     rank: int | None
     mode: str
     outputs: dict[str, Path] = field(default_factory=dict)
-    assumptions: list[str] = field(default_factory=list)   # what the replay had to assume (said in every output)
+    assumptions: list[str] = field(default_factory=list)  # what the replay had to assume (said in every output)
 
     @property
-    def trace(self) -> "Trace":
+    def trace(self) -> Trace:
         """Return the primary code path's trace."""
         return self.traces[self.variant]
 
     @property
-    def verdict(self) -> "Verdict":
+    def verdict(self) -> Verdict:
         """Return the primary verdict; with several code paths its ``variants`` hold the others'."""
         from .replay.verdict import build_verdict
 
@@ -71,9 +71,11 @@ class TriageResult:
         batch = self.batch
         recorded = "all ranks" if batch.attn_tp_rank is None else f"rank {batch.attn_tp_rank}"
         ranks = "every rank" if self.rank is None else f"rank {self.rank}"
-        return (f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
-                f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: "
-                f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode")
+        return (
+            f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
+            f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: "
+            f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode"
+        )
 
     def text(self) -> str:
         """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
@@ -96,10 +98,14 @@ def _pick_paths(variant: str | None, batch: Batch, sglang_version: str | None) -
 
     if variant is not None and variant not in VARIANT_CHOICES:
         raise ConfigError(f"variant: expected one of {list(VARIANT_CHOICES)}, got {variant!r}")
-    choice = choose_release(sglang_version=sglang_version, variant=None if variant == "both" else variant,
-                            recorded_version=batch.sglang_version, recorded_variant=batch.code_variant,
-                            recorded_variant_source=batch.code_variant_source)
-    names = [choice.code_path]
+    choice = choose_release(
+        sglang_version=sglang_version,
+        variant=None if variant == "both" else variant,
+        recorded_version=batch.sglang_version,
+        recorded_variant=batch.code_variant,
+        recorded_variant_source=batch.code_variant_source,
+    )
+    names: list[str] = [choice.code_path]
     if variant == "both":
         names.append("pre-fix" if choice.code_path == "post-fix" else "post-fix")
     return names
@@ -151,13 +157,16 @@ def triage_batch(
     traces = {}
     for name in names:
         if name == names[0]:
-            asked: dict[str, Any] = {"sglang_version": sglang_version,
-                                     "variant": variant if variant not in (None, "both") else None}
+            asked: dict[str, Any] = {
+                "sglang_version": sglang_version,
+                "variant": variant if variant not in (None, "both") else None,
+            }
         else:
             asked = {"variant": name}
         traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
-    result = TriageResult(batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode,
-                          assumptions=assumptions)
+    result = TriageResult(
+        batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode, assumptions=assumptions
+    )
     if out_dir is not None:
         result.outputs = write_outputs(result, out_dir, title=title, reproduce=reproduce)
     return result
@@ -174,8 +183,10 @@ def _fill_missing_processor(batch: Batch) -> list[str]:
     from .preprocess.config import get_config
 
     batch.processor = get_config("kimi-k3").to_media_proc_cfg()
-    return ["the manifest records no processor config for its cpu-backend items; the consumer's checkpoint "
-            "processor is taken to be the Kimi-K3 preset (in_patch_limit 65536)"]
+    return [
+        "the manifest records no processor config for its cpu-backend items; the consumer's checkpoint "
+        "processor is taken to be the Kimi-K3 preset (in_patch_limit 65536)"
+    ]
 
 
 def triage(
@@ -206,13 +217,23 @@ def triage(
         args.append(f"--rank {'all' if rank is None else rank}")
     if device != "auto":
         args.append(f"--device {device}")
-    return triage_batch(batch, out_dir=out_dir, variant=variant, tp=tp, mode=mode, rank=rank,
-                        device=device, sglang_version=sglang_version, source=str(manifest_path),
-                        reproduce=" ".join(args))
+    return triage_batch(
+        batch,
+        out_dir=out_dir,
+        variant=variant,
+        tp=tp,
+        mode=mode,
+        rank=rank,
+        device=device,
+        sglang_version=sglang_version,
+        source=str(manifest_path),
+        reproduce=" ".join(args),
+    )
 
 
-def write_outputs(result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None,
-                  reproduce: str = "") -> dict[str, Path]:
+def write_outputs(
+    result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None, reproduce: str = ""
+) -> dict[str, Path]:
     """Write ``report.html``, ``summary.png`` and ``trace.json`` (plus ``trace-<path>.json`` for other code paths)."""
     from . import __version__
     from .files import prepare_folder, write_file

@@ -51,10 +51,20 @@ from kimi_viz.report.tables import Table
 # %%
 sizes = {name: load_image(sample_path(name)).size for name in SAMPLE_PHOTOS[:4]}
 resized = {name: resize_config(*size, "kimi-k3") for name, size in sizes.items()}
-Table(["image", "source w×h", "resized w×h", "pad right, bottom", "grid t×h×w", "num_tokens"],
-      [(name, "{}×{}".format(*sizes[name]), f"{r['new_width']}×{r['new_height']}",
-        f"+{r['pad_width']}, +{r['pad_height']}", "×".join(map(str, r["grid_thw"])), r["num_tokens"])
-       for name, r in resized.items()])
+Table(
+    ["image", "source w×h", "resized w×h", "pad right, bottom", "grid t×h×w", "num_tokens"],
+    [
+        (
+            name,
+            "{}×{}".format(*sizes[name]),
+            f"{r['new_width']}×{r['new_height']}",
+            f"+{r['pad_width']}, +{r['pad_height']}",
+            "×".join(map(str, r["grid_thw"])),
+            r["num_tokens"],
+        )
+        for name, r in resized.items()
+    ],
+)
 
 # %% [markdown]
 # ## 2. One image on its patch grid
@@ -91,7 +101,9 @@ plots.draw_row_spans(layout).figure
 # %%
 start, end = batch.records[1].rows
 w = batch.records[1].grid_thw[2]
-plots.draw_grid_to_rows(batch.records[1], layout, rows=[start, start + 1, start + w, (start + end) // 2, end - 1]).figure
+plots.draw_grid_to_rows(
+    batch.records[1], layout, rows=[start, start + 1, start + w, (start + end) // 2, end - 1]
+).figure
 
 # %% [markdown]
 # ## 5. EXIF orientation: which way up?
@@ -125,9 +137,13 @@ plots.draw_patch_grid(transposed, 0).figure
 # %%
 transparent_names = ("camera_vignette_la.png", "coffee_palette_transparent.png", "horse.png")
 transparent = Processor("kimi-k3").preprocess([sample_path(name) for name in transparent_names])
-Table(["image", "mode", "source w×h", "grid t×h×w"],
-      [(name, record.source_mode, "{}×{}".format(*record.source_size), "×".join(map(str, record.grid_thw)))
-       for name, record in zip(transparent_names, transparent.records)])
+Table(
+    ["image", "mode", "source w×h", "grid t×h×w"],
+    [
+        (name, record.source_mode, "{}×{}".format(*record.source_size), "×".join(map(str, record.grid_thw)))
+        for name, record in zip(transparent_names, transparent.records)
+    ],
+)
 
 # %%
 plots.draw_patch_grid(transparent, 0).figure
@@ -150,10 +166,19 @@ plots.draw_patch_grid(transparent, 1).figure
 # %%
 rocket_k3 = checkpoint.preprocess(sample_path("rocket_4200x3150.jpg"))
 rocket_k25 = Processor("kimi-k25").preprocess(sample_path("rocket_4200x3150.jpg"))
-Table(["preset", "in_patch_limit", "grid t×h×w", "rows (patches)", "num_tokens"],
-      [(preset, output.config.in_patch_limit, "×".join(map(str, output.records[0].grid_thw)),
-        output.records[0].patches, output.records[0].num_tokens)
-       for preset, output in (("kimi-k3", rocket_k3), ("kimi-k25", rocket_k25))])
+Table(
+    ["preset", "in_patch_limit", "grid t×h×w", "rows (patches)", "num_tokens"],
+    [
+        (
+            preset,
+            output.config.in_patch_limit,
+            "×".join(map(str, output.records[0].grid_thw)),
+            output.records[0].patches,
+            output.records[0].num_tokens,
+        )
+        for preset, output in (("kimi-k3", rocket_k3), ("kimi-k25", rocket_k25))
+    ],
+)
 
 # %%
 plots.draw_row_spans(BatchLayout.from_output(rocket_k3), produced=BatchLayout.from_output(rocket_k25)).figure
@@ -174,11 +199,16 @@ plots.draw_pixel_diff(rocket_k3, rocket_torch).figure
 # The eight sample photos fit the K3 budget unchanged, so both paths agree to about 1e-7:
 
 # %%
-agreement = compare(checkpoint, Processor("kimi-k3", backend="torch", device=device),
-                    [sample_path(name) for name in SAMPLE_PHOTOS])
-Table(["image", "grid t×h×w", "grids equal", "max |checkpoint − torch|"],
-      [(name, "×".join(map(str, entry["grid_a"])), entry["grids_equal"], f"{entry['max_abs_diff']:.1e}")
-       for name, entry in zip(SAMPLE_PHOTOS, agreement)])
+agreement = compare(
+    checkpoint, Processor("kimi-k3", backend="torch", device=device), [sample_path(name) for name in SAMPLE_PHOTOS]
+)
+Table(
+    ["image", "grid t×h×w", "grids equal", "max |checkpoint − torch|"],
+    [
+        (name, "×".join(map(str, entry["grid_a"])), entry["grids_equal"], f"{entry['max_abs_diff']:.1e}")
+        for name, entry in zip(SAMPLE_PHOTOS, agreement)
+    ],
+)
 
 # %% [markdown]
 # **What to take away:** the grid decides the row count; the resize budget, the loader policy (EXIF)

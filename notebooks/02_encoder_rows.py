@@ -57,13 +57,24 @@ from kimi_viz.report.tables import Table
 # %%
 run_on = resolve_device(device)
 chosen_preset = preset or ("kimi-k3" if run_on.type == "cuda" else "tiny")
-encoder = (VisionEncoder.from_checkpoint(checkpoint_dir, device=run_on) if checkpoint_dir
-           else VisionEncoder.random(chosen_preset, seed=0, device=run_on))
-Table(["", ""], [["preset", encoder.config.name], ["device", str(encoder.device)],
-                 ["dtype", str(encoder.dtype).replace("torch.", "")], ["blocks", encoder.config.num_layers],
-                 ["hidden width", encoder.config.hidden_size], ["feature width", encoder.config.out_dim],
-                 ["parameters", f"{encoder.num_parameters():,}"],
-                 ["processor preset", processor_preset_for(encoder.config)]])
+encoder = (
+    VisionEncoder.from_checkpoint(checkpoint_dir, device=run_on)
+    if checkpoint_dir
+    else VisionEncoder.random(chosen_preset, seed=0, device=run_on)
+)
+Table(
+    ["", ""],
+    [
+        ["preset", encoder.config.name],
+        ["device", str(encoder.device)],
+        ["dtype", str(encoder.dtype).replace("torch.", "")],
+        ["blocks", encoder.config.num_layers],
+        ["hidden width", encoder.config.hidden_size],
+        ["feature width", encoder.config.out_dim],
+        ["parameters", f"{encoder.num_parameters():,}"],
+        ["processor preset", processor_preset_for(encoder.config)],
+    ],
+)
 
 # %% [markdown]
 # ## 2. The rows going in
@@ -87,10 +98,15 @@ plots.draw_row_spans(layout).figure
 
 # %%
 features = encoder.encode(batch.pixel_values, batch.grid_thws, return_intermediates=True)
-Table(["image", "grid t×h×w", "rows in", "tokens out", "<|media_pad|> tokens"],
-      [(name, "×".join(map(str, grid)), end - start, token_end - token_start, record.num_tokens)
-       for name, grid, (start, end), (token_start, token_end), record
-       in zip(photos, features.grid_thws.tolist(), features.row_spans, features.token_spans, batch.records)])
+Table(
+    ["image", "grid t×h×w", "rows in", "tokens out", "<|media_pad|> tokens"],
+    [
+        (name, "×".join(map(str, grid)), end - start, token_end - token_start, record.num_tokens)
+        for name, grid, (start, end), (token_start, token_end), record in zip(
+            photos, features.grid_thws.tolist(), features.row_spans, features.token_spans, batch.records
+        )
+    ],
+)
 
 # %% [markdown]
 # Every image: rows in = `t·h·w`, tokens out = `h·w/4` = its `<|media_pad|>` count. In total
@@ -98,11 +114,15 @@ Table(["image", "grid t×h×w", "rows in", "tokens out", "<|media_pad|> tokens"]
 # a stand-in for kimi-k3's 1024-wide hidden rows and 7168-wide features):
 
 # %%
-Table(["tensor", "rows", "width"],
-      [("pixel_values (3·14·14 per row)", batch.pixel_values.shape[0], 3 * 14 * 14),
-       ("hidden rows before the merge", features.pre_merge.shape[0], features.pre_merge.shape[1]),
-       ("features (one per token)", features.features.shape[0], features.features.shape[1]),
-       ("<|media_pad|> tokens in the prompt", layout.total_tokens, None)])
+Table(
+    ["tensor", "rows", "width"],
+    [
+        ("pixel_values (3·14·14 per row)", batch.pixel_values.shape[0], 3 * 14 * 14),
+        ("hidden rows before the merge", features.pre_merge.shape[0], features.pre_merge.shape[1]),
+        ("features (one per token)", features.features.shape[0], features.features.shape[1]),
+        ("<|media_pad|> tokens in the prompt", layout.total_tokens, None),
+    ],
+)
 
 # %% [markdown]
 # ## 4. What the features look like

@@ -39,7 +39,7 @@ device = "auto"
 # %%
 # %matplotlib inline
 from kimi_viz import plots
-from kimi_viz.replay import assign_ranks, build_verdict, replay
+from kimi_viz.replay import build_verdict, replay
 from kimi_viz.replay.scenarios import get_scenario, run_scenario
 from kimi_viz.report import Stepper, Table, VerdictView, assignment_table, divergence_table, items_table
 
@@ -129,9 +129,13 @@ plots.draw_step(s2_fixed, -1).figure
 # `kimi-viz scenario list`) holds every known cause, S1–S13, each with the outcome SGLang gives.
 
 # %%
-Table(["scenario", "replayed as", "SGLang raises"],
-      [[name, trace.release.label, str(trace.error)]
-       for name, trace in ((n, run_scenario(n, device=device)) for n in ("s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu"))])
+Table(
+    ["scenario", "replayed as", "SGLang raises"],
+    [
+        [name, trace.release.label, str(trace.error)]
+        for name, trace in ((n, run_scenario(n, device=device)) for n in ("s1-cpu", "s1-gpu", "s2-cpu", "s2-gpu"))
+    ],
+)
 
 # %% [markdown]
 # **What to take away:** the length check compares two counts that come from different places —

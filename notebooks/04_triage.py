@@ -60,7 +60,9 @@ from kimi_viz.triage import triage, write_outputs
 # it). Without a manifest, the S2 example is written into `out_dir`.
 
 # %%
-manifest_path = manifest if manifest is not None else write_manifest(get_scenario("s2-cpu").build(), f"{out_dir}/manifest-s2-cpu")
+manifest_path = (
+    manifest if manifest is not None else write_manifest(get_scenario("s2-cpu").build(), f"{out_dir}/manifest-s2-cpu")
+)
 batch = read_manifest(manifest_path)
 items_table(batch)
 

@@ -67,7 +67,7 @@ class KimiK3ForConditionalGeneration:
         return produced
 '''
 
-FAKE_SCHEDULE_BATCH = '''
+FAKE_SCHEDULE_BATCH = """
 class MultimodalDataItem:
     def __init__(self, feature, model_specific_data):
         self.feature = feature
@@ -78,9 +78,9 @@ class MultimodalDataItem:
             return self.__dict__["model_specific_data"][name]
         except KeyError:
             raise AttributeError(name) from None
-'''
+"""
 
-FAKE_DP_ATTENTION = '''
+FAKE_DP_ATTENTION = """
 import os
 
 def get_attention_tp_size():
@@ -88,9 +88,9 @@ def get_attention_tp_size():
 
 def get_attention_tp_rank():
     return int(os.environ.get("FAKE_ATTN_TP_RANK", "0"))
-'''
+"""
 
-DRIVER = '''
+DRIVER = """
 import sys
 
 import torch
@@ -114,7 +114,7 @@ items = [MultimodalDataItem(image, data)]
 model = KimiK3ForConditionalGeneration()
 for _ in range(calls):
     print("rows", model.get_image_feature(items))
-'''
+"""
 
 
 def write_fake_sglang(root: Path) -> Path:
@@ -142,13 +142,25 @@ def fake_sglang(tmp_path):
     return write_fake_sglang(tmp_path / "fake")
 
 
-def run_under_capture(fake: Path, out: Path, *args: str, flags: tuple[str, ...] = (), env_extra=None,
-                      pythonpath: str | None = None):
+def run_under_capture(
+    fake: Path, out: Path, *args: str, flags: tuple[str, ...] = (), env_extra=None, pythonpath: str | None = None
+):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(fake), pythonpath) if p)
     env.update(env_extra or {})
-    command = [sys.executable, "-m", "kimi_viz", "capture", "--out", str(out), *flags, "--",
-               sys.executable, str(fake / "driver.py"), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "kimi_viz",
+        "capture",
+        "--out",
+        str(out),
+        *flags,
+        "--",
+        sys.executable,
+        str(fake / "driver.py"),
+        *args,
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=str(REPO))
 
 
@@ -163,7 +175,7 @@ def test_failing_call_writes_manifest_and_reraises_same_error(fake_sglang, tmp_p
     lines = result.stderr.splitlines()
     assert lines[0].startswith("kimi-viz capture: wrote ")
     assert lines[1] == "Traceback (most recent call last):"
-    assert f"ValueError: {ERROR}" in lines          # the original exception, type and message unchanged
+    assert f"ValueError: {ERROR}" in lines  # the original exception, type and message unchanged
     assert lines.index(f"ValueError: {ERROR}") > lines.index("Traceback (most recent call last):")
     assert "wrote " in result.stderr
     [folder] = manifests(out)
@@ -179,9 +191,11 @@ def test_failing_call_writes_manifest_and_reraises_same_error(fake_sglang, tmp_p
     assert item.original_size == (56, 28)
     assert f"ValueError: {ERROR}" in (folder / "traceback.txt").read_text()
     assert f"ValueError: {ERROR}" in batch.note
-    assert batch.recorded == RecordedOutcome("error", "ValueError", ERROR)   # the exact type and message
+    assert batch.recorded == RecordedOutcome("error", "ValueError", ERROR)  # the exact type and message
     assert json.loads((folder / "manifest.json").read_text())["source"]["recorded"] == {
-        "outcome": "error", "error": {"type": "ValueError", "message": ERROR}}
+        "outcome": "error",
+        "error": {"type": "ValueError", "message": ERROR},
+    }
     assert batch.code_variant == "post-fix" and "global_indices" in batch.note
     assert batch.processor["in_patch_limit"] == 65536
 
@@ -195,7 +209,7 @@ def test_captured_manifest_triages_to_the_same_error(fake_sglang, tmp_path, caps
     folder = found[0]
     assert main(["triage", str(folder), "--json"]) == 1
     verdict = json.loads(capsys.readouterr().out)
-    assert [r["rank"] for r in verdict["ranks"]] == [0]            # the recorded rank
+    assert [r["rank"] for r in verdict["ranks"]] == [0]  # the recorded rank
     assert verdict["error"] == {"type": "ValueError", "message": ERROR}
     assert verdict["divergence"]["scenario_class"] == "S2"
 
@@ -218,7 +232,7 @@ def test_all_calls_and_redact(fake_sglang, tmp_path):
     for folder in found:
         assert not (folder / "images").exists()
         batch = read_manifest(folder)
-        assert batch.recorded == RecordedOutcome("ok")        # a passing call recorded with --all
+        assert batch.recorded == RecordedOutcome("ok")  # a passing call recorded with --all
         [item] = batch.items
         assert item.feature.kind == "shape_only" and item.feature.shape == (28, 56, 3)
 
@@ -229,8 +243,13 @@ def test_existing_sitecustomize_still_runs_and_exit_code_is_the_commands(fake_sg
     (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED_MARK'] = 'yes'\n")
     driver = "import os, sys; print(os.environ.get('CHAINED_MARK')); sys.exit(7)"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_sglang), str(other)]))
-    result = subprocess.run([sys.executable, "-m", "kimi_viz", "capture", "--out", str(tmp_path / "c"), "--",
-                             sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "kimi_viz", "capture", "--out", str(tmp_path / "c"), "--", sys.executable, "-c", driver],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 7, result.stderr
     assert result.stdout.strip() == "yes"
 
@@ -238,13 +257,14 @@ def test_existing_sitecustomize_still_runs_and_exit_code_is_the_commands(fake_sg
 def test_shim_finds_the_kit_in_an_interpreter_that_lacks_it(tmp_path):
     """A server's own Python (another venv) gets the kit from the package root the environment names."""
     base = Path(sys.base_prefix) / "bin" / "python3"
-    if not base.is_file() or subprocess.run([str(base), "-c", "import kimi_viz"], capture_output=True,
-                                            cwd=tmp_path).returncode == 0:
+    if (
+        not base.is_file()
+        or subprocess.run([str(base), "-c", "import kimi_viz"], capture_output=True, cwd=tmp_path).returncode == 0
+    ):
         pytest.skip("no interpreter without kimi_viz installed here")
     env = capture.capture_environment(tmp_path, base={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     probe = "import sys; print(type(sys.meta_path[0]).__name__, sys.path[-1])"
-    result = subprocess.run([str(base), "-c", probe], env=env, capture_output=True, text=True, timeout=60,
-                            cwd=tmp_path)
+    result = subprocess.run([str(base), "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert result.stdout.split() == ["KimiK3ImportHook", str(REPO)]
 
@@ -256,19 +276,26 @@ def test_shim_imports_nothing_heavy_at_start_up(tmp_path):
     shimmed = capture.capture_environment(tmp_path, base=plain)
     modules = []
     for env in (plain, shimmed):
-        result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
-                                cwd=tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         assert result.returncode == 0 and result.stderr == "", result.stderr
         modules.append(set(result.stdout.split()))
     added = modules[1] - modules[0]
     assert {"sitecustomize", "kimi_viz.capture.hook"} <= added
     assert not {"kimi_viz.capture.record", "kimi_viz.capture.run", "kimi_viz.manifest"} & added
     # kimi_viz.capture is the package (its __init__ imports only from .hook); .record and .run stay unloaded
-    assert added <= {"sitecustomize", "kimi_viz", "kimi_viz.capture", "kimi_viz.capture.hook",
-                     "kimi_viz.capture.names", "__future__",
-                     "importlib.machinery"}, added
+    assert added <= {
+        "sitecustomize",
+        "kimi_viz",
+        "kimi_viz.capture",
+        "kimi_viz.capture.hook",
+        "kimi_viz.capture.names",
+        "__future__",
+        "importlib.machinery",
+    }, added
     assert not any(m for m in added if m.split(".")[0] in ("torch", "numpy", "PIL", "threading", "pathlib"))
-    assert not list(tmp_path.iterdir())          # capture on, nothing failed: nothing written
+    assert not list(tmp_path.iterdir())  # capture on, nothing failed: nothing written
 
 
 def test_capture_environment_keeps_pythonpath(tmp_path):
@@ -301,9 +328,16 @@ def _items(stale: bool):
     from sglang.srt.managers.schedule_batch import MultimodalDataItem
 
     resize = {"num_tokens": 2, "new_width": 56, "new_height": 28, "pad_width": 0, "pad_height": 0}
-    data = {"grid_thws": torch.tensor([[1, 2, 4]]),
-            "kimi_k3_deferred_preprocessing": {"backend": "gpu", "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
-                                               "transparent_bg_config": None, "resize_config": resize}}
+    data = {
+        "grid_thws": torch.tensor([[1, 2, 4]]),
+        "kimi_k3_deferred_preprocessing": {
+            "backend": "gpu",
+            "image_mean": [0.5] * 3,
+            "image_std": [0.5] * 3,
+            "transparent_bg_config": None,
+            "resize_config": resize,
+        },
+    }
     if stale:
         data["image_grid_thw"] = torch.tensor([[1, 4, 4]])
     return [MultimodalDataItem(torch.full((3, 28, 56), 7, dtype=torch.uint8), data)]
@@ -339,9 +373,8 @@ def test_capture_failure_never_masks_the_error(fake_on_path, tmp_path, monkeypat
     module = importlib.import_module("sglang.srt.models.kimi_k3")
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the capture folder should go")
-    with capture.patch(blocker) as session:
-        with pytest.raises(ValueError) as caught:
-            module.KimiK3ForConditionalGeneration().get_image_feature(_items(True))
+    with capture.patch(blocker) as session, pytest.raises(ValueError) as caught:
+        module.KimiK3ForConditionalGeneration().get_image_feature(_items(True))
     assert caught.value is module.LAST_ERROR
     assert session.manifests == []
     assert "could not write a manifest" in capsys.readouterr().err
@@ -354,8 +387,11 @@ class _OddError(LookupError):
         return "odd: 'quoted'\nsecond line ünïcode"
 
 
-@pytest.mark.parametrize("error", [KeyError("grid_thws"), _OddError("ignored"), RuntimeError()],
-                         ids=["key-error", "custom-str", "empty-message"])
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("grid_thws"), _OddError("ignored"), RuntimeError()],
+    ids=["key-error", "custom-str", "empty-message"],
+)
 def test_failing_call_records_the_exact_exception_type_and_message(fake_on_path, tmp_path, error):
     module = importlib.import_module("sglang.srt.models.kimi_k3")
 
@@ -382,20 +418,22 @@ def test_record_call_records_the_outcome(fake_on_path, tmp_path):
 
 def test_a_recorder_that_cannot_be_imported_never_masks_the_error(fake_on_path, tmp_path, monkeypatch, capsys):
     module = importlib.import_module("sglang.srt.models.kimi_k3")
-    monkeypatch.setitem(sys.modules, "kimi_viz.capture.record", None)   # importing it now raises ImportError
-    with capture.patch(tmp_path / "c") as session:
-        with pytest.raises(ValueError) as caught:
-            module.KimiK3ForConditionalGeneration().get_image_feature(_items(True))
+    monkeypatch.setitem(sys.modules, "kimi_viz.capture.record", None)  # importing it now raises ImportError
+    with capture.patch(tmp_path / "c") as session, pytest.raises(ValueError) as caught:
+        module.KimiK3ForConditionalGeneration().get_image_feature(_items(True))
     assert caught.value is module.LAST_ERROR
     assert session.manifests == []
     assert "could not write a manifest (ModuleNotFoundError" in capsys.readouterr().err
 
 
 def test_package_is_light_and_exports_the_rest_lazily():
-    probe = ("import sys, kimi_viz.capture as c; before = set(sys.modules); "
-             "assert not {'kimi_viz.capture.record', 'kimi_viz.capture.run', 'kimi_viz.manifest', 'torch'} & before, before; "
-             "c.shim_dir; assert 'kimi_viz.capture.run' in sys.modules and 'kimi_viz.capture.record' not in sys.modules; "
-             "c.record_call; assert 'kimi_viz.capture.record' in sys.modules; print('ok')")
+    probe = (
+        "import sys, kimi_viz.capture as c; before = set(sys.modules); "
+        "assert not {'kimi_viz.capture.record', 'kimi_viz.capture.run', 'kimi_viz.manifest', 'torch'} & before, "
+        "before; "
+        "c.shim_dir; assert 'kimi_viz.capture.run' in sys.modules and 'kimi_viz.capture.record' not in sys.modules; "
+        "c.record_call; assert 'kimi_viz.capture.record' in sys.modules; print('ok')"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
@@ -423,7 +461,7 @@ def test_real_sglang_module_is_wrapped(tmp_path):
     pytest.importorskip("sglang")
     try:
         module = importlib.import_module("sglang.srt.models.kimi_k3")
-    except Exception as exc:  # pragma: no cover - depends on the SGLang install
+    except Exception as exc:  # noqa: BLE001 - depends on the SGLang install
         pytest.skip(f"sglang.srt.models.kimi_k3 does not import here: {exc}")
     cls = module.KimiK3ForConditionalGeneration
     original = cls.get_image_feature

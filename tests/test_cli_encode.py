@@ -36,7 +36,19 @@ def test_encode_table(sample, capsys):
     assert main(["encode", str(sample("astronaut_tiny_20x5.png")), "--preset", "tiny", "--device", "cpu"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("encoder tiny (0.2 M parameters, random weights (seed 0)) on cpu in float32")
-    assert out[1].split() == ["#", "grid", "t×h×w", "rows", "in", "tokens", "out", "<|media_pad|>", "time", "ms", "image"]
+    assert out[1].split() == [
+        "#",
+        "grid",
+        "t×h×w",
+        "rows",
+        "in",
+        "tokens",
+        "out",
+        "<|media_pad|>",
+        "time",
+        "ms",
+        "image",
+    ]
     assert out[2].split()[:5] == ["0", "1×2×2", "4", "1", "1"]
 
 
@@ -53,14 +65,27 @@ def write_tiny_checkpoint(folder, model: VisionEncoder) -> None:
     c = model.config
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "vision.safetensors"))
     (folder / "language.safetensors").write_bytes(b"not a safetensors file")
-    weight_map = {k: "vision.safetensors" for k in model.state_dict()}
+    weight_map = dict.fromkeys(model.state_dict(), "vision.safetensors")
     weight_map["language_model.lm_head.weight"] = "language.safetensors"
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    (folder / "config.json").write_text(json.dumps({"model_type": "kimi_k3", "vision_config": {
-        "vt_hidden_size": c.hidden_size, "vt_num_attention_heads": c.num_heads, "vt_num_hidden_layers": c.num_layers,
-        "vt_intermediate_size": c.intermediate_size, "qkv_hidden_size": c.qkv_hidden_size,
-        "init_pos_emb_height": c.pos_emb_height, "init_pos_emb_width": c.pos_emb_width,
-        "merge_kernel_size": [2, 2], "text_hidden_size": c.text_hidden_size}}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "kimi_k3",
+                "vision_config": {
+                    "vt_hidden_size": c.hidden_size,
+                    "vt_num_attention_heads": c.num_heads,
+                    "vt_num_hidden_layers": c.num_layers,
+                    "vt_intermediate_size": c.intermediate_size,
+                    "qkv_hidden_size": c.qkv_hidden_size,
+                    "init_pos_emb_height": c.pos_emb_height,
+                    "init_pos_emb_width": c.pos_emb_width,
+                    "merge_kernel_size": [2, 2],
+                    "text_hidden_size": c.text_hidden_size,
+                },
+            }
+        )
+    )
 
 
 def test_encode_with_a_checkpoint_folder(sample, capsys, tmp_path):

@@ -8,8 +8,18 @@ import pytest
 
 from kimi_viz.cli import main
 
-IMAGE_KEYS = {"path", "source_size", "source_mode", "resize", "grid_thw", "patches", "tokens", "rows",
-              "token_span", "pixel_values_sha256"}
+IMAGE_KEYS = {
+    "path",
+    "source_size",
+    "source_mode",
+    "resize",
+    "grid_thw",
+    "patches",
+    "tokens",
+    "rows",
+    "token_span",
+    "pixel_values_sha256",
+}
 
 
 def run_json(capsys, *argv):
@@ -26,8 +36,14 @@ def test_json_schema_and_values(capsys, sample, pixel_goldens):
     assert set(chelsea) == IMAGE_KEYS
     assert chelsea["path"] == paths[0]
     assert chelsea["source_size"] == [451, 300] and chelsea["source_mode"] == "RGB"
-    assert chelsea["resize"] == {"new_width": 451, "new_height": 300, "pad_width": 25, "pad_height": 8,
-                                 "num_tokens": 187, "grid_thw": [1, 22, 34]}
+    assert chelsea["resize"] == {
+        "new_width": 451,
+        "new_height": 300,
+        "pad_width": 25,
+        "pad_height": 8,
+        "num_tokens": 187,
+        "grid_thw": [1, 22, 34],
+    }
     assert chelsea["grid_thw"] == [1, 22, 34] and chelsea["patches"] == 748 and chelsea["tokens"] == 187
     assert chelsea["rows"] == [0, 748] and chelsea["token_span"] == [0, 187]
     assert horse["rows"] == [748, 1468] and horse["token_span"] == [187, 367]
@@ -50,9 +66,20 @@ def test_options_reach_the_processor(capsys, sample, pixel_goldens):
 
 
 def test_config_path_overrides_preset(capsys, sample, tmp_path):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"media_proc_cfg": {
-        "patch_size": 14, "merge_kernel_size": [2, 2], "in_patch_limit": 256, "patch_limit_on_one_side": 512,
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}}))
+    (tmp_path / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "media_proc_cfg": {
+                    "patch_size": 14,
+                    "merge_kernel_size": [2, 2],
+                    "in_patch_limit": 256,
+                    "patch_limit_on_one_side": 512,
+                    "image_mean": [0.5, 0.5, 0.5],
+                    "image_std": [0.5, 0.5, 0.5],
+                }
+            }
+        )
+    )
     report = run_json(capsys, str(sample("chelsea.png")), "--config", str(tmp_path))
     assert report["preset"] == tmp_path.name
     assert report["images"][0]["grid_thw"] == [1, 14, 20]

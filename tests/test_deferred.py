@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from kimi_viz.replay.batch import Batch, Feature, Item
-from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_GPU_WRONG_GRIDS, MSG_LENGTH, MSG_UNSUPPORTED_BACKEND
-from kimi_viz.replay.ranks import assign_ranks
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.trace import Check
 from kimi_viz.errors import ConfigError, KimiVizError
 from kimi_viz.manifest import redact_batch
+from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_GPU_WRONG_GRIDS, MSG_LENGTH, MSG_UNSUPPORTED_BACKEND
+from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.replay.ranks import assign_ranks
 from kimi_viz.replay.scenarios import deferred_item, eager_item, get_scenario
+from kimi_viz.replay.split import replay
+from kimi_viz.replay.trace import Check
 from kimi_viz.replay.verdict import VERDICT_SCHEMA, build_verdict, trace_document, validate_verdict
 
 
@@ -69,17 +69,23 @@ def test_s1_rank1_reads_shard_local_grid_rows(s1_trace):
     rank1 = s1_trace.rank_trace(1)
     assert rank1.image_indices == [1, 2]
     steps = {s.name: s for s in rank1.steps}
-    assert [s.name for s in rank1.steps] == ["collect_grids", "assign_ranks", "select_items", "group_backends",
-                                             "preprocess_cpu", "length_check_cpu"]
+    assert [s.name for s in rank1.steps] == [
+        "collect_grids",
+        "assign_ranks",
+        "select_items",
+        "group_backends",
+        "preprocess_cpu",
+        "length_check_cpu",
+    ]
     group = steps["group_backends"].variables["backend_groups"]["cpu"]
     assert group == {"indices": [0, 1], "global_indices": [1, 2], "grid_rows_read": [0, 1]}
     length = steps["length_check_cpu"].variables
-    assert length["patch_counts"] == [748, 64]          # images 0 and 1's grids, read for images 1 and 2
+    assert length["patch_counts"] == [748, 64]  # images 0 and 1's grids, read for images 1 and 2
     assert length["sum_patch_counts"] == 812
-    assert length["pixel_values_rows"] == 68            # 64 + 4: what the checkpoint processor produced
+    assert length["pixel_values_rows"] == 68  # 64 + 4: what the checkpoint processor produced
     assert steps["length_check_cpu"].check == Check("sum(patch_counts) == pixel_values.shape[0]", 812, 68, False)
     assert steps["length_check_cpu"].error.message == MSG_LENGTH
-    assert steps["preprocess_cpu"].check.passed is True   # the cpu grid check uses the items' own grid_thws
+    assert steps["preprocess_cpu"].check.passed is True  # the cpu grid check uses the items' own grid_thws
     assert steps["assign_ranks"].spec_ref == "§6.2" and steps["length_check_cpu"].spec_ref == "§6.6"
 
 
@@ -106,8 +112,10 @@ def test_s1_divergence_names_image_counts_and_mapping(s1_trace):
 def test_s1_the_wrong_read_is_drawn_at_the_grouping_step_that_makes_it(s1_trace):
     steps = {s.name: s for s in s1_trace.rank_trace(1).steps}
     assert [(r.image, r.grid_index_read) for r in steps["select_items"].rows] == [(1, 1), (2, 2)]
-    assert [(r.image, r.grid_index_read, r.expected_grid) for r in steps["group_backends"].rows] == \
-        [(1, 0, [1, 22, 34]), (2, 1, [1, 8, 8])]
+    assert [(r.image, r.grid_index_read, r.expected_grid) for r in steps["group_backends"].rows] == [
+        (1, 0, [1, 22, 34]),
+        (2, 1, [1, 8, 8]),
+    ]
 
 
 def test_the_fixed_code_passes_the_same_batch():
@@ -125,7 +133,7 @@ def test_tp1_materializes_every_image_in_index_order():
     assign = rank.steps[1].variables
     assert assign["order_largest_first"] is None and assign["assignment"] == [[0, 1, 2, 3, 4]]
     groups = rank.steps[3].variables["backend_groups"]
-    assert list(groups) == ["gpu", "cpu"]              # first-appearance order, as SGLang's dict
+    assert list(groups) == ["gpu", "cpu"]  # first-appearance order, as SGLang's dict
     assert groups["gpu"]["global_indices"] == [0, 2, 4] and groups["cpu"]["global_indices"] == [1, 3]
     names = [s.name for s in rank.steps]
     assert names[4:] == ["preprocess_gpu", "length_check_gpu", "preprocess_cpu", "length_check_cpu", "concatenate"]
@@ -159,8 +167,7 @@ def test_recorded_image_indices_that_differ_are_noted():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"tp_size": 0}, "tp_size"), ({"rank": 4}, "rank"), ({"variant": "fixed"}, "variant"),
-     ({"mode": "fast"}, "mode")],
+    [({"tp_size": 0}, "tp_size"), ({"rank": 4}, "rank"), ({"variant": "fixed"}, "variant"), ({"mode": "fast"}, "mode")],
 )
 def test_bad_arguments_raise_the_kits_error(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -214,7 +221,7 @@ def test_an_item_without_any_grid_is_a_key_error_on_grid_thws():
 
 def test_an_eager_image_in_a_deferred_batch_is_a_type_error():
     eager = deferred_item("astronaut_tiny_20x5.png", "cpu")
-    eager.deferred = None                      # an eager item whose feature is still a PIL image
+    eager.deferred = None  # an eager item whose feature is still a PIL image
     trace = replay(_batch(deferred_item("microaneurysms.png", "cpu"), eager), mode="pixels")
     expected = MSG_FEATURE_TYPE.format(type(eager.feature.image))
     assert expected.startswith("Kimi-K3 image feature must be a torch.Tensor, got <class 'PIL.")
@@ -226,7 +233,9 @@ def test_a_float_tensor_on_the_gpu_path_is_refused_like_to_chw_uint8():
     item.feature = Feature.from_tensor(item.feature.tensor.float(), "chw")
     trace = replay(_batch(item), mode="shapes")
     assert (trace.error.type, trace.error.message) == (
-        "ValueError", "Kimi-K3 preprocessing expects raw uint8 pixels, got torch.float32")
+        "ValueError",
+        "Kimi-K3 preprocessing expects raw uint8 pixels, got torch.float32",
+    )
 
 
 def test_a_float_tensor_on_the_cpu_path_is_a_type_error():
@@ -234,7 +243,9 @@ def test_a_float_tensor_on_the_cpu_path_is_a_type_error():
     item.feature = Feature.from_tensor(torch.zeros(3, 8, 8), "chw")
     trace = replay(_batch(item), mode="shapes")
     assert (trace.error.type, trace.error.message) == (
-        "TypeError", "Kimi-K3 deferred CPU preprocessing expects PIL or uint8 tensors")
+        "TypeError",
+        "Kimi-K3 deferred CPU preprocessing expects PIL or uint8 tensors",
+    )
 
 
 def test_cpu_items_without_grid_thws_fail_after_preprocessing():
@@ -250,7 +261,10 @@ def test_local_branch_checks_types_in_materialize_multimodal_features():
     image_local = deferred_item("microaneurysms.png", "cpu")
     image_local.deferred, image_local.local_preprocessed = None, True
     trace = replay(_batch(local, image_local), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("TypeError", "expected torch.Tensor, got <class 'PIL.Image.Image'>")
+    assert (trace.error.type, trace.error.message) == (
+        "TypeError",
+        "expected torch.Tensor, got <class 'PIL.Image.Image'>",
+    )
 
 
 # --- replay: pixels ---------------------------------------------------------------------------------
@@ -260,8 +274,11 @@ def _sha(rows: torch.Tensor) -> str:
 
 def test_pixel_replay_reproduces_the_golden_pixels_of_both_paths(pixel_goldens):
     goldens = {g["file"]: g for g in pixel_goldens["images"]["kimi_k3"]}
-    batch = _batch(deferred_item("chelsea.png", "gpu"), deferred_item("microaneurysms.png", "cpu"),
-                   deferred_item("horse.png", "cpu"))
+    batch = _batch(
+        deferred_item("chelsea.png", "gpu"),
+        deferred_item("microaneurysms.png", "cpu"),
+        deferred_item("horse.png", "cpu"),
+    )
     trace = replay(batch, mode="pixels")
     assert trace.outcome == "ok"
     pixels = trace.ranks[0].pixel_values
@@ -292,8 +309,12 @@ def test_verdict_schema_and_json(s1_trace):
     assert verdict["error"] == {"type": "ValueError", "message": MSG_LENGTH}
     assert verdict["ranks"] == [
         {"rank": 0, "image_indices": [0], "outcome": "ok", "error": None},
-        {"rank": 1, "image_indices": [1, 2], "outcome": "error",
-         "error": {"type": "ValueError", "message": MSG_LENGTH}},
+        {
+            "rank": 1,
+            "image_indices": [1, 2],
+            "outcome": "error",
+            "error": {"type": "ValueError", "message": MSG_LENGTH},
+        },
     ]
     full = json.loads(json.dumps(trace_document(s1_trace)))
     assert {k: full[k] for k in verdict} == json.loads(json.dumps(verdict))
@@ -318,7 +339,7 @@ def test_a_deferred_config_without_a_resize_key_is_reported_not_crashed():
     assert (trace.error.type, trace.error.message) == ("KeyError", "'pad_height'")
     assert "lacks a key the gpu path reads" in trace.divergence.explanation
     assert trace.divergence.wrong_expectation == "a deferred config without 'pad_height'"
-    cpu = deferred_item("microaneurysms.png", "cpu")     # the cpu backend computes its own resize
+    cpu = deferred_item("microaneurysms.png", "cpu")  # the cpu backend computes its own resize
     del cpu.deferred["resize_config"]["pad_height"]
     trace = replay(_batch(cpu), mode="shapes")
     assert trace.outcome == "ok" and trace.divergence.scenario_class == "none"
@@ -334,25 +355,28 @@ def test_a_two_dimensional_hwc_feature_is_no_s12():
 
 def test_an_hwc_tensor_on_the_cpu_backend_is_read_as_hwc_there():
     item = deferred_item("chelsea.png", "cpu")
-    hwc = torch.from_numpy(np.array(item.feature.image)).contiguous()           # [300, 451, 3]
+    hwc = torch.from_numpy(np.array(item.feature.image)).contiguous()  # [300, 451, 3]
     item.feature = Feature.from_tensor(hwc, "hwc")
-    item.grids = {"grid_thws": [[1, 34, 2]]}                                   # the producer's CHW reading: 3x451
+    item.grids = {"grid_thws": [[1, 34, 2]]}  # the producer's CHW reading: 3x451
     trace = replay(_batch(item), mode="shapes")
     assert trace.error.message == "Kimi-K3 deferred CPU preprocessing produced wrong grids"
     div = trace.divergence
     assert div.scenario_class == "S12"
     assert (div.expected_grid, div.produced_grid) == ([1, 34, 2], [1, 22, 34])
-    assert "SGLang's producer reads it as CHW (a 300-channel 3x451 (WxH) image) for its grid, but the cpu " \
-           "backend reads it as HWC (451x300)" in div.explanation
+    assert (
+        "SGLang's producer reads it as CHW (a 300-channel 3x451 (WxH) image) for its grid, but the cpu "
+        "backend reads it as HWC (451x300)" in div.explanation
+    )
 
 
 def test_findings_name_each_anomaly_once_and_correctly():
     from kimi_viz.replay.scenarios import run_scenario
 
     s9 = run_scenario("s9-two-grids", mode="shapes").divergence.findings
-    assert [f.cls for f in s9] == ["S9"]          # the aggregated feature matches both grids: no S10
+    assert [f.cls for f in s9] == ["S9"]  # the aggregated feature matches both grids: no S10
     s6 = run_scenario("s6-list", mode="shapes").divergence.findings
     assert [f.text for f in s6] == ["the checkpoint processor returns pixel_values as a per-image list"]
     s11 = run_scenario("s11-cpu-two-channels", mode="shapes").divergence.explanation
-    assert s11.startswith("Image 1 reaches preprocessing with 512 channels (the cpu backend reads its "
-                          "[2, 512, 512] tensor as HWC")
+    assert s11.startswith(
+        "Image 1 reaches preprocessing with 512 channels (the cpu backend reads its [2, 512, 512] tensor as HWC"
+    )

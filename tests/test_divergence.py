@@ -24,14 +24,27 @@ def _image_item(width: int, height: int, backend: str = "cpu", *, preset: str = 
     image = Image.new("RGB", (width, height), (120, 30, 200))
     resize = resize_config(width, height, preset)
     cfg = get_config(preset).to_media_proc_cfg()
-    deferred = {"backend": backend, "image_mean": list(cfg["image_mean"]), "image_std": list(cfg["image_std"]),
-                "transparent_bg_config": cfg.get("transparent_bg_config"),
-                "resize_config": {k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height", "pad_width",
-                                                              "pad_height")}}
-    feature = Feature.from_image(image) if backend == "cpu" else Feature.from_tensor(
-        torch.zeros((3, height, width), dtype=torch.uint8), "chw")
-    return Item({"grid_thws": [[int(v) for v in resize["grid_thw"]]]}, feature, deferred, original_size=(width, height),
-                label=label or f"{width}x{height}")
+    deferred = {
+        "backend": backend,
+        "image_mean": list(cfg["image_mean"]),
+        "image_std": list(cfg["image_std"]),
+        "transparent_bg_config": cfg.get("transparent_bg_config"),
+        "resize_config": {
+            k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
+        },
+    }
+    feature = (
+        Feature.from_image(image)
+        if backend == "cpu"
+        else Feature.from_tensor(torch.zeros((3, height, width), dtype=torch.uint8), "chw")
+    )
+    return Item(
+        {"grid_thws": [[int(v) for v in resize["grid_thw"]]]},
+        feature,
+        deferred,
+        original_size=(width, height),
+        label=label or f"{width}x{height}",
+    )
 
 
 def _batch(*items: Item) -> Batch:
@@ -50,8 +63,11 @@ def test_findings_name_each_class_from_the_batch_alone():
     t2 = _image_item(102, 102, "gpu")
     t2.grids["grid_thws"] = [[2, 8, 8]]
     two_rows = Item({"grid_thws": [[1, 8, 8], [1, 2, 2]]}, Feature.shape_only("patches", (68, 3, 14, 14), "float32"))
-    hwc = Item({"grid_thws": [[1, 34, 2]]}, Feature.shape_only("hwc", (300, 451, 3), "uint8"),
-               {"backend": "gpu", "resize_config": {}})
+    hwc = Item(
+        {"grid_thws": [[1, 34, 2]]},
+        Feature.shape_only("hwc", (300, 451, 3), "uint8"),
+        {"backend": "gpu", "resize_config": {}},
+    )
     k25 = _image_item(4200, 3150, "gpu", preset="kimi-k25")
     found = findings(_batch(stale, t2, two_rows, hwc, k25), consumer=K3)
     assert [(f.cls, f.image) for f in found] == [("S2", 0), ("S8", 1), ("S9", 2), ("S12", 3), ("S4", 4)]
@@ -68,8 +84,9 @@ def test_a_clean_replay_says_nothing_diverges_with_both_totals():
 
 
 def test_s1_names_the_row_read_and_the_image_it_belongs_to():
-    batch = _batch(_image_item(451, 300, label="big"), _image_item(102, 102, label="small"),
-                   _image_item(20, 5, label="tiny"))
+    batch = _batch(
+        _image_item(451, 300, label="big"), _image_item(102, 102, label="small"), _image_item(20, 5, label="tiny")
+    )
     trace = replay(batch, tp_size=2, sglang_version="0.5.18", mode="shapes")
     div = trace.divergence
     assert (div.scenario_class, div.cause, div.rank, div.first_image) == ("S1", CauseKind.LENGTH, 1, 1)
@@ -99,10 +116,23 @@ def _trace_with_cause(cause: Cause, error: ErrorInfo) -> Trace:
 
 def test_every_cause_kind_is_explained_with_a_fix_and_never_unknown():
     for kind in CauseKind:
-        trace = _trace_with_cause(Cause(kind, 0, key="image_mean", size=[0, 5], channels=2, rows=2,
-                                        shape=[2, 64, 3, 14, 14], expected_trailing=[3, 14, 14], local=[0],
-                                        deferred=[1], expected_total=10, produced_total=4),
-                                  ErrorInfo("ValueError", "some SGLang message"))
+        trace = _trace_with_cause(
+            Cause(
+                kind,
+                0,
+                key="image_mean",
+                size=[0, 5],
+                channels=2,
+                rows=2,
+                shape=[2, 64, 3, 14, 14],
+                expected_trailing=[3, 14, 14],
+                local=[0],
+                deferred=[1],
+                expected_total=10,
+                produced_total=4,
+            ),
+            ErrorInfo("ValueError", "some SGLang message"),
+        )
         div = analyse(trace)
         assert div.cause is kind
         assert div.scenario_class != "unknown"
@@ -111,8 +141,10 @@ def test_every_cause_kind_is_explained_with_a_fix_and_never_unknown():
 
 
 def test_an_unclassified_count_error_falls_back_to_the_cause_text():
-    trace = _trace_with_cause(Cause(CauseKind.GPU_GRIDS, 0, expected=[1, 6, 8], produced=[1, 6, 10]),
-                              ErrorInfo("ValueError", "Kimi-K3 deferred GPU preprocessing produced wrong grids"))
+    trace = _trace_with_cause(
+        Cause(CauseKind.GPU_GRIDS, 0, expected=[1, 6, 8], produced=[1, 6, 10]),
+        ErrorInfo("ValueError", "Kimi-K3 deferred GPU preprocessing produced wrong grids"),
+    )
     div = analyse(trace)
     assert div.scenario_class == "unclassified"
     assert CAUSES[CauseKind.GPU_GRIDS].explanation in div.explanation

@@ -68,13 +68,13 @@ def test_kimi_k3_parameter_count_from_shapes_on_meta():
     c = ENCODER_PRESETS["kimi-k3"]
     d, q, mlp, out = 1024, 1536, 4096, 7168
     assert (c.hidden_size, c.qkv_hidden_size, c.intermediate_size, c.text_hidden_size) == (d, q, mlp, out)
-    block = 2 * d + d * 3 * q + q * d + d * mlp + mlp * d           # norm0, norm1, wqkv, wo, fc0, fc1
+    block = 2 * d + d * 3 * q + q * d + d * mlp + mlp * d  # norm0, norm1, wqkv, wo, fc0, fc1
     expected = (3 * 14 * 14 * d) + (64 * 64 * d) + 27 * block + d + (4 * d) ** 2 + 4 * d * out + out
     with torch.device("meta"):
         model = VisionEncoder("kimi-k3")
     assert all(p.is_meta for p in model.parameters())
     assert count_parameters("kimi-k3") == model.num_parameters() == expected
-    assert 446e6 < expected < 448e6                                   # "≈447 M parameters"
+    assert 446e6 < expected < 448e6  # "≈447 M parameters"
 
 
 def test_state_dict_keys_are_the_checkpoint_names():
@@ -83,9 +83,16 @@ def test_state_dict_keys_are_the_checkpoint_names():
         k25 = VisionEncoder("kimi-k25")
     names = ["vision_tower.patch_embed.proj.weight", "vision_tower.patch_embed.pos_emb.weight"]
     for i in range(27):
-        names += [f"vision_tower.encoder.blocks.{i}.{m}.weight" for m in ("norm0", "norm1", "wqkv", "wo", "mlp.fc0", "mlp.fc1")]
-    names += ["vision_tower.encoder.final_layernorm.weight", "mm_projector.proj.0.weight",
-              "mm_projector.proj.2.weight", "mm_projector.post_norm.weight"]
+        names += [
+            f"vision_tower.encoder.blocks.{i}.{m}.weight"
+            for m in ("norm0", "norm1", "wqkv", "wo", "mlp.fc0", "mlp.fc1")
+        ]
+    names += [
+        "vision_tower.encoder.final_layernorm.weight",
+        "mm_projector.proj.0.weight",
+        "mm_projector.proj.2.weight",
+        "mm_projector.post_norm.weight",
+    ]
     assert list(k3.state_dict()) == names
     shapes = {k: tuple(v.shape) for k, v in k3.state_dict().items()}
     assert shapes["vision_tower.patch_embed.proj.weight"] == (1024, 3, 14, 14)
@@ -95,9 +102,15 @@ def test_state_dict_keys_are_the_checkpoint_names():
     assert shapes["mm_projector.proj.0.weight"] == (4096, 4096)
     assert shapes["mm_projector.proj.2.weight"] == (7168, 4096)
     keys25 = set(k25.state_dict())
-    assert {"mm_projector.pre_norm.weight", "mm_projector.pre_norm.bias", "mm_projector.proj.0.bias",
-            "vision_tower.patch_embed.proj.bias", "vision_tower.encoder.blocks.26.wqkv.bias",
-            "vision_tower.encoder.blocks.0.norm0.bias", "vision_tower.encoder.final_layernorm.bias"} <= keys25
+    assert {
+        "mm_projector.pre_norm.weight",
+        "mm_projector.pre_norm.bias",
+        "mm_projector.proj.0.bias",
+        "vision_tower.patch_embed.proj.bias",
+        "vision_tower.encoder.blocks.26.wqkv.bias",
+        "vision_tower.encoder.blocks.0.norm0.bias",
+        "vision_tower.encoder.final_layernorm.bias",
+    } <= keys25
     assert "mm_projector.post_norm.weight" not in keys25
     assert tuple(k25.state_dict()["vision_tower.encoder.blocks.0.wqkv.weight"].shape) == (3 * 1152, 1152)
     assert tuple(k25.state_dict()["mm_projector.pre_norm.weight"].shape) == (1152,)
@@ -139,7 +152,7 @@ def test_output_shapes_spans_and_intermediates(tiny):
 def test_merge_groups_are_2x2_blocks_in_raster_order_with_time_mean(tiny):
     grids = [(2, 4, 6)]
     out = tiny.encode(pixels(grids), grids, return_intermediates=True)
-    x = out.pre_merge.view(2, 4, 6, -1)                              # frame, row, column
+    x = out.pre_merge.view(2, 4, 6, -1)  # frame, row, column
     for ty in range(2):
         for tx in range(3):
             token = ty * 3 + tx
@@ -153,9 +166,9 @@ def test_time_table_is_added_to_every_frame_only_when_t_above_one(tiny):
     single = tiny.encode(frame, [(1, 2, 4)], return_intermediates=True).patch_embeddings
     double = tiny.encode(torch.cat([frame, frame]), [(2, 2, 4)], return_intermediates=True).patch_embeddings
     table = enc.time_table(TINY.hidden_size, TINY.pos_emb_time)
-    torch.testing.assert_close(double[:8], single + table[0])       # frame 0 gets sin(0)=0, cos(0)=1
+    torch.testing.assert_close(double[:8], single + table[0])  # frame 0 gets sin(0)=0, cos(0)=1
     torch.testing.assert_close(double[8:], single + table[1])
-    assert table[0, : TINY.hidden_size // 2].abs().max() == 0 and table[0, TINY.hidden_size // 2:].eq(1).all()
+    assert table[0, : TINY.hidden_size // 2].abs().max() == 0 and table[0, TINY.hidden_size // 2 :].eq(1).all()
 
 
 # --- row accounting -------------------------------------------------------------------------------
@@ -164,17 +177,20 @@ def test_too_few_rows_names_the_first_image_that_does_not_fit(tiny):
         tiny.encode(torch.zeros(1400, 3, 14, 14), [(1, 38, 38)])
     assert str(info.value) == (
         "pixel_values has 1400 rows but grid_thws needs 1444 (Σ t·h·w); image 0 (grid 1×38×38) needs rows "
-        "[0, 1444) and only 1400 exist; pass the pixel_values and grid_thws of the same processor output")
+        "[0, 1444) and only 1400 exist; pass the pixel_values and grid_thws of the same processor output"
+    )
     with pytest.raises(RowCountError) as info:
         tiny.encode(torch.zeros(30, 3, 14, 14), [(1, 2, 4), (1, 4, 4), (1, 2, 2)])
     assert str(info.value) == (
         "pixel_values has 30 rows but grid_thws needs 28 (Σ t·h·w); the last image (image 2, grid 1×2×2) ends "
-        "at row 28 and 2 extra rows follow it; pass the pixel_values and grid_thws of the same processor output")
+        "at row 28 and 2 extra rows follow it; pass the pixel_values and grid_thws of the same processor output"
+    )
     with pytest.raises(RowCountError) as info:
         tiny.encode(torch.zeros(20, 3, 14, 14), [(1, 2, 4), (1, 4, 4), (1, 2, 2)])
     assert str(info.value) == (
         "pixel_values has 20 rows but grid_thws needs 28 (Σ t·h·w); image 1 (grid 1×4×4) needs rows [8, 24) "
-        "and only 20 exist; pass the pixel_values and grid_thws of the same processor output")
+        "and only 20 exist; pass the pixel_values and grid_thws of the same processor output"
+    )
 
 
 def test_bad_grids_and_row_shapes_are_refused(tiny):
@@ -186,7 +202,9 @@ def test_bad_grids_and_row_shapes_are_refused(tiny):
         tiny.encode(torch.zeros(20, 3, 14, 14), [(5, 2, 2)])
     with pytest.raises(RowCountError, match=r"grid_thws has shape \(2,\); expected \[n_images, 3\]"):
         tiny.encode(torch.zeros(4, 3, 14, 14), torch.tensor([2, 2]))
-    with pytest.raises(UnsupportedImageError, match=r"pixel_values has shape \(4, 3, 16, 16\); expected \[N, 3, 14, 14\]"):
+    with pytest.raises(
+        UnsupportedImageError, match=r"pixel_values has shape \(4, 3, 16, 16\); expected \[N, 3, 14, 14\]"
+    ):
         tiny.encode(torch.zeros(4, 3, 16, 16), [(1, 2, 2)])
     flat = tiny.encode(pixels([(1, 2, 2)]).reshape(4, -1), [(1, 2, 2)]).features
     torch.testing.assert_close(flat, tiny.encode(pixels([(1, 2, 2)]), [(1, 2, 2)]).features)
@@ -207,8 +225,11 @@ def test_a_cuda_index_beyond_the_devices_is_a_device_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert resolve_device("cuda:0") == torch.device("cuda:0")
-    with pytest.raises(DeviceError, match=r"device 'cuda:3' was asked for but this machine has 1 CUDA device\(s\); "
-                                          r"use cuda:0 to cuda:0"):
+    with pytest.raises(
+        DeviceError,
+        match=r"device 'cuda:3' was asked for but this machine has 1 CUDA device\(s\); "
+        r"use cuda:0 to cuda:0",
+    ):
         resolve_device("cuda:3")
 
 
@@ -237,10 +258,11 @@ def test_packed_and_per_image_attention_agree(tiny):
     grids = [(1, 4, 6), (2, 2, 2), (1, 2, 8)]
     per_image, packed = copy.deepcopy(tiny), copy.deepcopy(tiny)
     per_image.attn_impl, packed.attn_impl = "per_image", "packed"
-    assert packed.layout(grids).attn_impl == "packed_mask"          # no varlen flash kernel on CPU
+    assert packed.layout(grids).attn_impl == "packed_mask"  # no varlen flash kernel on CPU
     x = pixels(grids)
-    torch.testing.assert_close(packed.encode(x, grids).features, per_image.encode(x, grids).features,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        packed.encode(x, grids).features, per_image.encode(x, grids).features, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_many_images_are_encoded_in_chunks_with_the_same_result(tiny):
@@ -275,11 +297,15 @@ def reference_features(model: VisionEncoder, pixel_values: torch.Tensor, grids) 
                 sx = max((x + 0.5) * W0 / w - 0.5, 0.0)
                 x0 = min(int(math.floor(sx)), W0 - 1)
                 x1, lx = min(x0 + 1, W0 - 1), sx - x0
-                out[y, x] = ((1 - ly) * (1 - lx) * table[y0, x0] + (1 - ly) * lx * table[y0, x1]
-                             + ly * (1 - lx) * table[y1, x0] + ly * lx * table[y1, x1])
+                out[y, x] = (
+                    (1 - ly) * (1 - lx) * table[y0, x0]
+                    + (1 - ly) * lx * table[y0, x1]
+                    + ly * (1 - lx) * table[y1, x0]
+                    + ly * lx * table[y1, x1]
+                )
         return out
 
-    def rope(v, row, col):                     # v: [H, hd]
+    def rope(v, row, col):  # v: [H, hd]
         v = v.clone()
         for pair in range(hd // 2):
             angle = (col if pair % 2 == 0 else row) * freqs[pair // 2]
@@ -291,7 +317,7 @@ def reference_features(model: VisionEncoder, pixel_values: torch.Tensor, grids) 
     features, start = [], 0
     for t, h, w in grids:
         n = t * h * w
-        px = pixel_values[start:start + n].double()
+        px = pixel_values[start : start + n].double()
         start += n
         x = F.conv2d(px, W["vision_tower.patch_embed.proj.weight"], stride=14).reshape(n, D)
         x = x + bilinear(W["vision_tower.patch_embed.pos_emb.weight"], h, w).reshape(h * w, D).repeat(t, 1)
@@ -309,8 +335,11 @@ def reference_features(model: VisionEncoder, pixel_values: torch.Tensor, grids) 
             hidden = F.gelu(rms(x, W[p + "norm1.weight"], c.norm_eps) @ W[p + "mlp.fc0.weight"].T, approximate="tanh")
             x = x + hidden @ W[p + "mlp.fc1.weight"].T
         x = rms(x, W["vision_tower.encoder.final_layernorm.weight"], c.norm_eps).view(t, h, w, D).mean(0)
-        groups = [torch.cat([x[2 * ty + dy, 2 * tx + dx] for dy in (0, 1) for dx in (0, 1)])
-                  for ty in range(h // 2) for tx in range(w // 2)]
+        groups = [
+            torch.cat([x[2 * ty + dy, 2 * tx + dx] for dy in (0, 1) for dx in (0, 1)])
+            for ty in range(h // 2)
+            for tx in range(w // 2)
+        ]
         y = F.gelu(torch.stack(groups) @ W["mm_projector.proj.0.weight"].T) @ W["mm_projector.proj.2.weight"].T
         features.append(rms(y, W["mm_projector.post_norm.weight"], c.projector_ln_eps))
     return torch.cat(features)
@@ -340,11 +369,14 @@ def _swapped_position_table(table, height, width, mode):
     return RESIZE_POSITION_TABLE(table, width, height, mode)
 
 
-@pytest.mark.parametrize("name, patch", [
-    ("rope_angles", _rows_for_columns_rope_angles),      # pair 2i turned by the row instead of the column
-    ("rope_angles", _swapped_rope_angles),               # angles built for a (w, h) grid
-    ("resize_position_table", _swapped_position_table),  # table resized to (w, h)
-])
+@pytest.mark.parametrize(
+    "name, patch",
+    [
+        ("rope_angles", _rows_for_columns_rope_angles),  # pair 2i turned by the row instead of the column
+        ("rope_angles", _swapped_rope_angles),  # angles built for a (w, h) grid
+        ("resize_position_table", _swapped_position_table),  # table resized to (w, h)
+    ],
+)
 def test_a_row_column_swap_fails_the_reference_check(sharp, monkeypatch, name, patch):
     grids = [(1, 4, 6)]
     x = pixels(grids, seed=4)
@@ -358,7 +390,7 @@ def test_a_row_column_swap_fails_the_reference_check(sharp, monkeypatch, name, p
 
 
 def test_rope_angles_follow_column_then_row():
-    angles = enc.rope_angles(3, 5, 8)                # head_dim 8: f = (1, 1/100)
+    angles = enc.rope_angles(3, 5, 8)  # head_dim 8: f = (1, 1/100)
     f = enc.rope_frequencies(8)
     torch.testing.assert_close(f, torch.tensor([1.0, 0.01]))
     row, col = 2, 4
@@ -386,26 +418,26 @@ def test_kimi_k3_shaped_forward_on_a_2x2_grid():
     config = ENCODER_PRESETS["kimi-k3"]
     model = VisionEncoder._empty(config, torch.device("cpu"), torch.float32)
     block = torch.randn(1 << 16, generator=torch.Generator().manual_seed(0)) * 0.02
-    with torch.no_grad():                        # cheap deterministic fill (normal_ on 447 M values takes seconds)
+    with torch.no_grad():  # cheap deterministic fill (normal_ on 447 M values takes seconds)
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.fill_(1.0)
-            else:                                # the block tiled over the tensor, without a repeat copy
+            else:  # the block tiled over the tensor, without a repeat copy
                 flat, size = p.view(-1), block.numel()
                 full = flat.numel() // size
                 flat[: full * size].view(full, size).copy_(block.expand(full, size))
-                flat[full * size:].copy_(block[: flat.numel() - full * size])
+                flat[full * size :].copy_(block[: flat.numel() - full * size])
     out = model.encode(pixels([(1, 2, 2)]), [(1, 2, 2)])
     assert out.features.shape == (1, 7168)
     assert torch.isfinite(out.features).all()
-    assert abs(float(out.features.pow(2).mean()) - 1.0) < 0.05      # post RMSNorm with unit weight
+    assert abs(float(out.features.pow(2).mean()) - 1.0) < 0.05  # post RMSNorm with unit weight
 
 
 def test_matmul_flops_counts_attention_per_image():
     c = ENCODER_PRESETS["kimi-k3"]
     one = matmul_flops([(1, 36, 46)], c)
     two = matmul_flops([(1, 36, 46), (1, 36, 46)], c)
-    assert two == 2 * one                        # attention is quadratic per image, not over the batch
+    assert two == 2 * one  # attention is quadratic per image, not over the batch
     n, d, q = 1656, 1024, 1536
     per_layer = 2 * n * d * 3 * q + 4 * n * n * q + 2 * n * q * d + 4 * n * d * 4096
     assert one == 2 * n * 588 * d + 27 * per_layer + 2 * (n // 4) * 4096 * (4096 + 7168)
@@ -414,15 +446,18 @@ def test_matmul_flops_counts_attention_per_image():
 def test_each_encoder_preset_names_its_processor_preset():
     from kimi_viz.encoder import processor_preset_for
 
-    assert {name: processor_preset_for(name) for name in ENCODER_PRESETS} == \
-        {"kimi-k3": "kimi-k3", "kimi-k25": "kimi-k25", "tiny": "kimi-k3"}
+    assert {name: processor_preset_for(name) for name in ENCODER_PRESETS} == {
+        "kimi-k3": "kimi-k3",
+        "kimi-k25": "kimi-k25",
+        "tiny": "kimi-k3",
+    }
     assert processor_preset_for(ENCODER_PRESETS["kimi-k25"]) == "kimi-k25"
 
 
 def test_config_constants_agree_with_torch_and_the_model():
     from kimi_viz.encoder import config
 
-    assert config.TORCH_RMSNORM_DEFAULT_EPS == torch.finfo(torch.float32).eps
+    assert torch.finfo(torch.float32).eps == config.TORCH_RMSNORM_DEFAULT_EPS
     assert set(config.ACTIVATION_NAMES) == set(enc.ACTIVATIONS)
 
 
@@ -435,22 +470,56 @@ def test_the_model_classes_hold_no_runtime_machinery():
 
 
 def test_from_dict_reads_sglang_names():
-    k3 = VisionConfig.from_dict({
-        "patch_size": 14, "init_pos_emb_height": 64, "init_pos_emb_width": 64, "init_pos_emb_time": 4,
-        "pos_emb_type": "divided_fixed", "vt_num_attention_heads": 12, "vt_num_hidden_layers": 27,
-        "vt_hidden_size": 1024, "vt_intermediate_size": 4096, "merge_kernel_size": [2, 2],
-        "merge_type": "sd2_tpool", "mm_projector_type": "patchmergerv2", "projector_ln_eps": 1e-5,
-        "qkv_hidden_size": 1536, "norm_type": "rmsnorm", "attn_bias": False, "patch_embed_proj_bias": False,
-        "mlp_type": "mlp2", "linear_bias": False, "activation_func": "gelu_pytorch_tanh",
-        "pos_emb_interpolation_mode": "bilinear", "text_hidden_size": 7168,
-    })
-    assert {f: getattr(k3, f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")} == \
-        {f: getattr(ENCODER_PRESETS["kimi-k3"], f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")}
-    k25 = VisionConfig.from_dict({"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 4304,
-                                  "merge_kernel_size": [2, 2], "mm_projector_type": "patchmerger"})
-    assert (k25.norm_type, k25.norm_eps, k25.qkv_hidden_size, k25.pos_emb_interpolation, k25.attn_bias) == \
-        ("layernorm", 1e-5, 1152, "bicubic", True)
+    k3 = VisionConfig.from_dict(
+        {
+            "patch_size": 14,
+            "init_pos_emb_height": 64,
+            "init_pos_emb_width": 64,
+            "init_pos_emb_time": 4,
+            "pos_emb_type": "divided_fixed",
+            "vt_num_attention_heads": 12,
+            "vt_num_hidden_layers": 27,
+            "vt_hidden_size": 1024,
+            "vt_intermediate_size": 4096,
+            "merge_kernel_size": [2, 2],
+            "merge_type": "sd2_tpool",
+            "mm_projector_type": "patchmergerv2",
+            "projector_ln_eps": 1e-5,
+            "qkv_hidden_size": 1536,
+            "norm_type": "rmsnorm",
+            "attn_bias": False,
+            "patch_embed_proj_bias": False,
+            "mlp_type": "mlp2",
+            "linear_bias": False,
+            "activation_func": "gelu_pytorch_tanh",
+            "pos_emb_interpolation_mode": "bilinear",
+            "text_hidden_size": 7168,
+        }
+    )
+    assert {
+        f: getattr(k3, f) for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")
+    } == {
+        f: getattr(ENCODER_PRESETS["kimi-k3"], f)
+        for f in ("hidden_size", "num_heads", "qkv_hidden_size", "norm_eps", "text_hidden_size")
+    }
+    k25 = VisionConfig.from_dict(
+        {
+            "hidden_size": 1152,
+            "num_attention_heads": 16,
+            "intermediate_size": 4304,
+            "merge_kernel_size": [2, 2],
+            "mm_projector_type": "patchmerger",
+        }
+    )
+    assert (k25.norm_type, k25.norm_eps, k25.qkv_hidden_size, k25.pos_emb_interpolation, k25.attn_bias) == (
+        "layernorm",
+        1e-5,
+        1152,
+        "bicubic",
+        True,
+    )
     from kimi_viz.errors import ConfigError
+
     with pytest.raises(ConfigError, match="vision_config.merge_type: expected 'sd2_tpool'"):
         VisionConfig.from_dict({"merge_type": "other"})
 
@@ -463,17 +532,19 @@ def test_pca_of_wide_features_matches_the_exact_svd():
     g = torch.Generator().manual_seed(1)
     n, width = 640, 600
     strong = torch.randn(n, 5, generator=g, dtype=torch.float64) * torch.tensor([9.0, 5, 3, 2, 1], dtype=torch.float64)
-    x = strong @ torch.randn(5, width, generator=g, dtype=torch.float64) + torch.randn(n, width, generator=g,
-                                                                                        dtype=torch.float64) * 0.5
+    x = (
+        strong @ torch.randn(5, width, generator=g, dtype=torch.float64)
+        + torch.randn(n, width, generator=g, dtype=torch.float64) * 0.5
+    )
     assert min(x.shape) > features.EXACT_PCA_MAX
     colors, ratio = features.pca_colors(x)
     centred = (x - x.mean(0)).numpy()
     u, s, vt = np.linalg.svd(centred, full_matrices=False)
     assert np.allclose(ratio, s[:3] ** 2 / np.sum(s**2), rtol=1e-9, atol=0)
-    for c in range(3):                            # same component up to sign, before percentile scaling
+    for c in range(3):  # same component up to sign, before percentile scaling
         red = colors[:, c]
         assert abs(np.corrcoef(red[(red > 0) & (red < 1)], (u[:, c] * s[c])[(red > 0) & (red < 1)])[0, 1]) > 0.9999
-    assert np.array_equal(features.pca_colors(x)[0], colors)             # seeded: the same figure every time
+    assert np.array_equal(features.pca_colors(x)[0], colors)  # seeded: the same figure every time
 
 
 def test_pca_colors_recover_the_dominant_direction():
@@ -528,17 +599,22 @@ def test_draw_token_norms_labels_each_image(tiny):
     lines = [c for c in ax.collections if c.get_gid() == "token-norms-lines"][0]
     assert len(lines.get_segments()) == 3
     assert [len(s) for s in lines.get_segments()] == [6, 16, 2]
-    torch.testing.assert_close(torch.tensor(lines.get_segments()[1][:, 1]), out.image_features(1).norm(dim=1).double(),
-                               check_dtype=False)
+    torch.testing.assert_close(
+        torch.tensor(lines.get_segments()[1][:, 1]), out.image_features(1).norm(dim=1).double(), check_dtype=False
+    )
     labels = {t.get_gid(): t.get_text() for t in ax.texts}
-    assert labels == {"token-norms-label-0": "image 0\n2×3 tokens", "token-norms-label-1": "image 1\n4×4 tokens",
-                      "token-norms-label-2": "image 2\n1×2 tokens"}
+    assert labels == {
+        "token-norms-label-0": "image 0\n2×3 tokens",
+        "token-norms-label-1": "image 1\n4×4 tokens",
+        "token-norms-label-2": "image 2\n1×2 tokens",
+    }
     assert ax.get_ylabel() == "L2 norm of the feature row"
     detailed = tiny.encode(pixels(grids), grids, return_intermediates=True)
     merged = draw_token_norms(detailed, source="merged")
     segments = [c for c in merged.collections if c.get_gid() == "token-norms-lines"][0].get_segments()
-    torch.testing.assert_close(torch.tensor(segments[0][:, 1]), detailed.merged[:6].flatten(1).norm(dim=1).double(),
-                               check_dtype=False)
+    torch.testing.assert_close(
+        torch.tensor(segments[0][:, 1]), detailed.merged[:6].flatten(1).norm(dim=1).double(), check_dtype=False
+    )
     with pytest.raises(ValueError, match="return_intermediates=True"):
         draw_token_norms(out, source="merged")
 
@@ -557,7 +633,9 @@ def _bench_module():
 
 def test_benchmark_workloads_are_the_documented_grids(pixel_goldens):
     bench = _bench_module()
-    goldens = {g["file"]: tuple(g["grid_thws"][0]) for g in pixel_goldens["images"]["kimi_k3"] if not g["exif_transpose"]}
+    goldens = {
+        g["file"]: tuple(g["grid_thws"][0]) for g in pixel_goldens["images"]["kimi_k3"] if not g["exif_transpose"]
+    }
     for name, grid in bench.PHOTO_GRIDS.items():
         assert goldens[name] == grid, name
     patches = {name: sum(t * h * w for t, h, w in grids) for name, grids in bench.WORKLOADS.items()}
@@ -572,14 +650,35 @@ def test_benchmark_smoke_runs_on_cpu(tmp_path):
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_encoder.py"
     out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--preset", "tiny", "--quick", "--checks",
-                          "--workloads", "small,3 images", "--json", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--device",
+            "cpu",
+            "--preset",
+            "tiny",
+            "--quick",
+            "--checks",
+            "--workloads",
+            "small,3 images",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())
     assert [(r["workload"], r["variant"]) for r in result["rows"]] == [
-        ("small", "baseline"), ("small", "packed"), ("small", "kimi-viz"),
-        ("3 images", "baseline"), ("3 images", "packed"), ("3 images", "kimi-viz")]
+        ("small", "baseline"),
+        ("small", "packed"),
+        ("small", "kimi-viz"),
+        ("3 images", "baseline"),
+        ("3 images", "packed"),
+        ("3 images", "kimi-viz"),
+    ]
     assert all(r["median_ms"] > 0 and r["tflops"] > 0 for r in result["rows"])
     assert result["rows"][0]["speedup_vs_baseline"] == 1.0
     assert result["rows"][4]["attention"] == "packed_mask"
@@ -607,16 +706,16 @@ def test_graph_cache_captures_on_the_second_sighting_and_falls_back_when_capture
     monkeypatch.setattr(model, "_capture", capture)
     a, b = [(1, 4, 6)], [(1, 2, 2), (1, 2, 4)]
     expected_a = tiny.encode(pixels(a, 1), a).features
-    first = model.encode(pixels(a, 1), a).features                  # first sighting: eager
+    first = model.encode(pixels(a, 1), a).features  # first sighting: eager
     assert captured == []
-    second = model.encode(pixels(a, 1), a).features                 # second: captured and replayed
-    third = model.encode(pixels(a, 2), a).features                  # replayed with new pixels
+    second = model.encode(pixels(a, 1), a).features  # second: captured and replayed
+    third = model.encode(pixels(a, 2), a).features  # replayed with new pixels
     assert captured == [tuple(a)]
     torch.testing.assert_close(first, expected_a)
     torch.testing.assert_close(second, expected_a)
     torch.testing.assert_close(third, tiny.encode(pixels(a, 2), a).features)
     model.graph_max_patches = 30
-    model.encode(pixels(b + b + b, 3), b + b + b)                   # 36 rows > 30: never graphed
+    model.encode(pixels(b + b + b, 3), b + b + b)  # 36 rows > 30: never graphed
     model.encode(pixels(b + b + b, 3), b + b + b)
     assert captured == [tuple(a)]
 
@@ -637,20 +736,39 @@ def test_k25_style_tower_runs_with_layernorms_biases_and_pre_norm_projector():
     from dataclasses import replace
 
     k25 = ENCODER_PRESETS["kimi-k25"]
-    small = replace(TINY, name="tiny-k25", **{f: getattr(k25, f) for f in (
-        "pos_emb_interpolation", "norm_type", "norm_eps", "attn_bias", "linear_bias", "patch_embed_bias",
-        "projector_type")})
+    small = replace(
+        TINY,
+        name="tiny-k25",
+        **{
+            f: getattr(k25, f)
+            for f in (
+                "pos_emb_interpolation",
+                "norm_type",
+                "norm_eps",
+                "attn_bias",
+                "linear_bias",
+                "patch_embed_bias",
+                "projector_type",
+            )
+        },
+    )
     model = VisionEncoder.random(small, seed=0, device="cpu")
     keys = set(model.state_dict())
-    assert {"mm_projector.pre_norm.weight", "mm_projector.pre_norm.bias", "mm_projector.proj.2.bias",
-            "vision_tower.encoder.blocks.1.mlp.fc0.bias"} <= keys
+    assert {
+        "mm_projector.pre_norm.weight",
+        "mm_projector.pre_norm.bias",
+        "mm_projector.proj.2.bias",
+        "vision_tower.encoder.blocks.1.mlp.fc0.bias",
+    } <= keys
     assert isinstance(model.vision_tower.encoder.blocks[0].norm0, torch.nn.LayerNorm)
     grids = [(1, 4, 6), (1, 10, 2)]
     out = model.encode(pixels(grids), grids, return_intermediates=True)
     assert out.features.shape == (6 + 5, TINY.text_hidden_size)
     # the K2.5 projector normalises each of the four merged patches before the MLP
     p = model.mm_projector
-    expected = p.proj(F.layer_norm(out.merged, (TINY.hidden_size,), p.pre_norm.weight, p.pre_norm.bias, 1e-5).flatten(1))
+    expected = p.proj(
+        F.layer_norm(out.merged, (TINY.hidden_size,), p.pre_norm.weight, p.pre_norm.bias, 1e-5).flatten(1)
+    )
     torch.testing.assert_close(out.features, expected)
 
 
@@ -660,4 +778,4 @@ def test_graph_sightings_are_counted_for_a_bounded_number_of_grid_lists(tiny):
     layouts = [model.layout([(1, 2, 2 * k)]) for k in (1, 2, 3)]
     assert [model._use_graph(layout, 4) for layout in layouts] == [False, False, False]
     assert list(model._graph_hits) == [(((1, 2, 4),), "per_image"), (((1, 2, 6),), "per_image")]
-    assert model._use_graph(layouts[2], 4) is True                  # second sighting of the latest list
+    assert model._use_graph(layouts[2], 4) is True  # second sighting of the latest list

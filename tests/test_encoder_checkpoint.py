@@ -27,14 +27,28 @@ TINY = ENCODER_PRESETS["tiny"]
 def vision_config_json() -> dict:
     c = TINY
     return {
-        "patch_size": c.patch_size, "init_pos_emb_height": c.pos_emb_height, "init_pos_emb_width": c.pos_emb_width,
-        "init_pos_emb_time": c.pos_emb_time, "pos_emb_type": "divided_fixed",
-        "vt_num_attention_heads": c.num_heads, "vt_num_hidden_layers": c.num_layers,
-        "vt_hidden_size": c.hidden_size, "vt_intermediate_size": c.intermediate_size,
-        "merge_kernel_size": [2, 2], "merge_type": "sd2_tpool", "mm_projector_type": "patchmergerv2",
-        "projector_hidden_act": "gelu", "projector_ln_eps": 1e-5, "qkv_hidden_size": c.qkv_hidden_size,
-        "norm_type": "rmsnorm", "attn_bias": False, "patch_embed_proj_bias": False, "mlp_type": "mlp2",
-        "linear_bias": False, "activation_func": "gelu_pytorch_tanh", "pos_emb_interpolation_mode": "bilinear",
+        "patch_size": c.patch_size,
+        "init_pos_emb_height": c.pos_emb_height,
+        "init_pos_emb_width": c.pos_emb_width,
+        "init_pos_emb_time": c.pos_emb_time,
+        "pos_emb_type": "divided_fixed",
+        "vt_num_attention_heads": c.num_heads,
+        "vt_num_hidden_layers": c.num_layers,
+        "vt_hidden_size": c.hidden_size,
+        "vt_intermediate_size": c.intermediate_size,
+        "merge_kernel_size": [2, 2],
+        "merge_type": "sd2_tpool",
+        "mm_projector_type": "patchmergerv2",
+        "projector_hidden_act": "gelu",
+        "projector_ln_eps": 1e-5,
+        "qkv_hidden_size": c.qkv_hidden_size,
+        "norm_type": "rmsnorm",
+        "attn_bias": False,
+        "patch_embed_proj_bias": False,
+        "mlp_type": "mlp2",
+        "linear_bias": False,
+        "activation_func": "gelu_pytorch_tanh",
+        "pos_emb_interpolation_mode": "bilinear",
         "text_hidden_size": c.text_hidden_size,
     }
 
@@ -47,7 +61,9 @@ def shard_of(key: str) -> str:
     return "model-00001-of-00004.safetensors"
 
 
-def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], *, index: bool = True, config: bool = True) -> None:
+def write_checkpoint(
+    folder: Path, tensors: dict[str, torch.Tensor], *, index: bool = True, config: bool = True
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     shards: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
@@ -57,18 +73,25 @@ def write_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], *, index: b
     weight_map = {}
     for name, content in shards.items():
         save_file(content, str(folder / name))
-        weight_map.update({key: name for key in content})
+        weight_map.update(dict.fromkeys(content, name))
     lm_keys = [f"language_model.model.layers.{i}.mlp.experts.{j}.w1.weight" for i in range(3) for j in range(4)]
-    weight_map.update({key: LM_SHARD for key in lm_keys})
+    weight_map.update(dict.fromkeys(lm_keys, LM_SHARD))
     (folder / LM_SHARD).write_bytes(b"\x00garbage: a 1 T-parameter language model lives here\xff" * 64)
     if index:
         (folder / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+            json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map})
+        )
     if config:
-        (folder / "config.json").write_text(json.dumps({
-            "model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"],
-            "text_config": {"hidden_size": TINY.text_hidden_size}, "vision_config": vision_config_json(),
-        }))
+        (folder / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "kimi_k3",
+                    "architectures": ["KimiK3ForConditionalGeneration"],
+                    "text_config": {"hidden_size": TINY.text_hidden_size},
+                    "vision_config": vision_config_json(),
+                }
+            )
+        )
 
 
 @pytest.fixture
@@ -96,8 +119,11 @@ def test_loads_only_vision_shards_and_reproduces_the_model(tmp_path, source, ope
     write_checkpoint(tmp_path, source.state_dict())
     model = VisionEncoder.from_checkpoint(tmp_path, device="cpu")
     report = model.load_report
-    assert report.shards_opened == ["model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
-                                    "model-00003-of-00004.safetensors"]
+    assert report.shards_opened == [
+        "model-00001-of-00004.safetensors",
+        "model-00002-of-00004.safetensors",
+        "model-00003-of-00004.safetensors",
+    ]
     assert sorted(opened) == report.shards_opened
     assert report.shards_skipped == 1
     assert report.missing == [] and report.unexpected == []
@@ -126,7 +152,9 @@ def test_missing_key_is_reported_and_strict_refuses(tmp_path, source, opened):
     model = VisionEncoder.from_checkpoint(tmp_path, device="cpu")
     assert model.load_report.missing == ["vision_tower.encoder.blocks.1.wo.weight"]
     assert model.load_report.unexpected == []
-    with pytest.raises(CheckpointError, match=r"1 missing vision key\(s\) \(first: \['vision_tower.encoder.blocks.1.wo.weight'\]\)"):
+    with pytest.raises(
+        CheckpointError, match=r"1 missing vision key\(s\) \(first: \['vision_tower.encoder.blocks.1.wo.weight'\]\)"
+    ):
         VisionEncoder.from_checkpoint(tmp_path, device="cpu", strict=True)
 
 
@@ -168,8 +196,11 @@ def test_missing_index_and_config_name_the_file(tmp_path, source, opened):
 def test_shard_missing_from_disk_is_named(tmp_path, source, opened):
     write_checkpoint(tmp_path, source.state_dict())
     (tmp_path / "model-00002-of-00004.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"model-00002-of-00004\.safetensors does not exist but "
-                                              r"model\.safetensors\.index\.json maps"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model-00002-of-00004\.safetensors does not exist but "
+        r"model\.safetensors\.index\.json maps",
+    ):
         VisionEncoder.from_checkpoint(tmp_path, device="cpu")
 
 

@@ -76,7 +76,9 @@ def test_environment_matches_pyproject_dependencies_and_notebooks_extra():
     assert not missing, f"environment.yml lacks {missing} (from pyproject.toml)"
     assert not extra, f"environment.yml lists {extra}, which pyproject.toml does not ask for"
     for name, spec in expected.items():
-        assert env_packages[name] == spec, f"{name}: environment.yml says {env_packages[name]!r}, pyproject.toml {spec!r}"
+        assert env_packages[name] == spec, (
+            f"{name}: environment.yml says {env_packages[name]!r}, pyproject.toml {spec!r}"
+        )
 
 
 def test_pypi_names_are_never_used_where_conda_forge_names_differ():

@@ -8,10 +8,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-from PIL import Image  # noqa: E402
+import pytest
+from PIL import Image
 
-from kimi_viz.report.gallery import default_images, write_gallery  # noqa: E402
+from kimi_viz.report.gallery import default_images, write_gallery
 
 NAMES = ("astronaut.png", "chelsea.png", "text.png")
 
@@ -28,14 +28,13 @@ def test_gallery_writes_every_figure_and_the_page(gallery):
     pngs = [p for p in paths if p.suffix == ".png"]
     assert len(pngs) == len(paths) - 1
     names = {p.name for p in pngs}
-    assert {"batch.png", "row_spans.png", "row_spans_vs_other_preset.png",
-            "grid_to_rows_astronaut.png"} <= names
+    assert {"batch.png", "row_spans.png", "row_spans_vs_other_preset.png", "grid_to_rows_astronaut.png"} <= names
     assert {f"patch_grid_{i:02d}_{n.split('.')[0]}.png" for i, n in enumerate(NAMES)} <= names
     assert any(n.startswith("pixel_diff_") for n in names)
     for png in pngs:
         with Image.open(png) as image:
             assert image.format == "PNG"
-            assert 200 <= image.width <= 1200 and image.height <= 1400      # small figures
+            assert 200 <= image.width <= 1200 and image.height <= 1400  # small figures
         assert png.stat().st_size < 1_500_000
 
 
@@ -60,6 +59,14 @@ def test_gallery_png_output_is_deterministic(gallery, tmp_path, sample):
 
 def test_default_images_are_the_sample_photos_and_the_big_sample():
     names = [p.name for p in default_images()]
-    assert names[:8] == ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "hubble_deep_field.jpg",
-                         "retina.jpg", "horse.png", "camera.png"]
+    assert names[:8] == [
+        "astronaut.png",
+        "chelsea.png",
+        "coffee.png",
+        "rocket.jpg",
+        "hubble_deep_field.jpg",
+        "retina.jpg",
+        "horse.png",
+        "camera.png",
+    ]
     assert names[-1] == "rocket_4200x3150.jpg"

@@ -16,7 +16,7 @@ from kimi_viz.preprocess.processor import Processor, compare, load_hf_processor
 # float64 normalisation, numpy patchify), with the resampling filter read from the config so the
 # test can also build a deliberately different processor.
 REMOTE_CODE = textwrap.dedent(
-    '''
+    """
     import math
 
     import numpy as np
@@ -62,13 +62,13 @@ REMOTE_CODE = textwrap.dedent(
                 grids.append([1, h, w])
             data = {"pixel_values": torch.cat(rows), "grid_thws": torch.tensor(grids, dtype=torch.int64)}
             return BatchFeature(data=data, tensor_type=return_tensors)
-    '''
+    """
 )
 
 MEDIA_PROC_CFG = {
     "patch_size": 14,
     "merge_kernel_size": 2,
-    "in_patch_limit": 256,           # small, so every sample below is resized
+    "in_patch_limit": 256,  # small, so every sample below is resized
     "patch_limit_on_one_side": 512,
     "fixed_output_tokens": None,
     "image_mean": [0.5, 0.5, 0.5],
@@ -112,7 +112,7 @@ def test_load_hf_processor_runs_the_folder_code(offline_hf):
 
 def test_compare_same_algorithm_is_exact(offline_hf, paths):
     folder = write_folder(offline_hf / "ckpt")
-    ours = Processor(folder)          # the kit reads media_proc_cfg from the same folder
+    ours = Processor(folder)  # the kit reads media_proc_cfg from the same folder
     report = compare(ours, load_hf_processor(folder), paths)
     assert len(report) == len(paths)
     for row in report:

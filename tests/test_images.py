@@ -31,6 +31,7 @@ def png_bytes(image: Image.Image) -> bytes:
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG that declares width x height but holds no pixel data."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
@@ -49,10 +50,23 @@ def test_path_str_and_pathlib(sample):
 
 
 def test_modes_are_kept(sample):
-    modes = {name: load_image(sample(name)).mode for name in
-             ("horse.png", "camera.png", "camera_vignette_la.png", "coffee_palette_transparent.png", "coffee_cmyk.jpg")}
-    assert modes == {"horse.png": "RGBA", "camera.png": "L", "camera_vignette_la.png": "LA",
-                     "coffee_palette_transparent.png": "P", "coffee_cmyk.jpg": "CMYK"}
+    modes = {
+        name: load_image(sample(name)).mode
+        for name in (
+            "horse.png",
+            "camera.png",
+            "camera_vignette_la.png",
+            "coffee_palette_transparent.png",
+            "coffee_cmyk.jpg",
+        )
+    }
+    assert modes == {
+        "horse.png": "RGBA",
+        "camera.png": "L",
+        "camera_vignette_la.png": "LA",
+        "coffee_palette_transparent.png": "P",
+        "coffee_cmyk.jpg": "CMYK",
+    }
     assert "transparency" in load_image(sample("coffee_palette_transparent.png")).image.info
 
 
@@ -74,7 +88,7 @@ def test_numpy_layouts():
     assert load_image(np.zeros((5, 7, 4), np.uint8)).mode == "RGBA"
     assert load_image(np.zeros((5, 7), np.uint8)).mode == "L"
     assert load_image(np.zeros((5, 7, 1), np.uint8)).mode == "L"
-    assert load_image(rgb[:, ::2]).size == (4, 5)          # non-contiguous views are fine
+    assert load_image(rgb[:, ::2]).size == (4, 5)  # non-contiguous views are fine
 
 
 def test_torch_layouts():
@@ -104,8 +118,15 @@ def test_exif_orientation_policy(sample):
 
 def test_has_alpha(sample):
     assert [has_alpha(Image.new(mode, (2, 2))) for mode in ("RGB", "L", "RGBA", "LA", "PA", "P", "CMYK")] == [
-        False, False, True, True, True, False, False]
-    assert has_alpha(load_image(sample("coffee_palette_transparent.png")).image)      # a P image with a transparent index
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert has_alpha(load_image(sample("coffee_palette_transparent.png")).image)  # a P image with a transparent index
 
 
 def test_alpha_discard_converts_to_rgb_first(sample):
@@ -178,7 +199,9 @@ def test_zero_sized_images():
 
 def test_decompression_bomb_is_refused_before_decoding():
     # The header says 100000 x 100000 and there are no pixels at all: refusing it proves no decoding happened.
-    with pytest.raises(DecompressionBombError, match=r"<bytes>: image is 100000x100000 = 10000000000 pixels, over max_pixels=268435456"):
+    with pytest.raises(
+        DecompressionBombError, match=r"<bytes>: image is 100000x100000 = 10000000000 pixels, over max_pixels=268435456"
+    ):
         load_image(png_header_only(100_000, 100_000))
     with pytest.raises(DecompressionBombError, match=r"over max_pixels=1000"):
         load_image(np.zeros((40, 40, 3), np.uint8), max_pixels=1000)
@@ -187,7 +210,7 @@ def test_decompression_bomb_is_refused_before_decoding():
     limit = Image.MAX_IMAGE_PIXELS
     with pytest.raises(TruncatedImageError):
         load_image(png_header_only(20_000, 10_000))
-    assert Image.MAX_IMAGE_PIXELS == limit
+    assert limit == Image.MAX_IMAGE_PIXELS
 
 
 @pytest.mark.parametrize(
@@ -202,7 +225,10 @@ def test_decompression_bomb_is_refused_before_decoding():
         (torch.zeros(3, 4, 4, dtype=torch.int16), r"<torch>: dtype torch.int16 is not supported"),
         (torch.zeros(2, 8, 8, dtype=torch.uint8), r"<torch>: 2 channels"),
         (torch.zeros(8, 8, 2, dtype=torch.uint8), r"<torch>: 2 channels"),
-        (torch.zeros(8, 8, 6, dtype=torch.uint8), r"<torch>: tensor of shape \(8, 8, 6\) has neither 1, 3 or 4 channels"),
+        (
+            torch.zeros(8, 8, 6, dtype=torch.uint8),
+            r"<torch>: tensor of shape \(8, 8, 6\) has neither 1, 3 or 4 channels",
+        ),
         (Image.new("F", (4, 4)), r"<PIL.Image>: image mode 'F' is not supported"),
         ([1, 2, 3], r"cannot load an image from a list"),
     ],

@@ -37,8 +37,9 @@ def _module_name(path: Path) -> str:
 
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
@@ -162,6 +163,9 @@ def test_every_import_points_down_or_sideways_within_a_layer():
 
 
 def test_no_module_is_over_about_600_lines_but_the_encoder_model():
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 620 and p.name != "model.py"}
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 620 and p.name != "model.py"
+    }
     assert long == {}

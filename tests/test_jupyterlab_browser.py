@@ -87,7 +87,9 @@ def wait_for_server(base: str, token: str, server: subprocess.Popen, log: Path) 
             return api(base, token, "/api/status")
         except (urllib.error.URLError, ConnectionError, OSError):
             time.sleep(0.5)
-    pytest.fail(f"jupyter lab did not answer /api/status within {SERVER_START_S} s:\n{log.read_text(errors='replace')[-3000:]}")
+    pytest.fail(
+        f"jupyter lab did not answer /api/status within {SERVER_START_S} s:\n{log.read_text(errors='replace')[-3000:]}"
+    )
 
 
 def stop_server(server: subprocess.Popen, base: str, token: str) -> None:
@@ -211,14 +213,22 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "jupyter-lab.log"
     command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
-        "--ServerApp.open_browser=False", *options,
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={notebooks}",
+        "--ServerApp.open_browser=False",
+        *options,
     ]
     with log.open("wb") as log_file:
-        server = subprocess.Popen(command, cwd=notebooks, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            command, cwd=notebooks, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         status = wait_for_server(base, token, server, log)
         assert "started" in status
@@ -256,8 +266,11 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 assert "FAIL" in live.locator(".kv-heading").first.inner_text()
                 # the static copy of the same cell stepped aside for the live widget
                 cell = live.locator("xpath=ancestor::div[contains(@class,'jp-OutputArea')][1]")
-                page.wait_for_function("el => [...el.querySelectorAll('.kv-stepper.kv-static')].every(s => s.hidden)",
-                                       arg=cell.element_handle(), timeout=20_000)
+                page.wait_for_function(
+                    "el => [...el.querySelectorAll('.kv-stepper.kv-static')].every(s => s.hidden)",
+                    arg=cell.element_handle(),
+                    timeout=20_000,
+                )
                 # readable, and the whole stepper fits a 1440x900 window with its axis visible
                 assert live.evaluate(SMALLEST_FONT_JS) >= 10
                 live.evaluate("el => el.scrollIntoView({block: 'start'})")
@@ -270,7 +283,8 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 live.locator(".kv-prev").first.click()
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
-                    arg=[counts.element_handle(), first_counts], timeout=30_000,
+                    arg=[counts.element_handle(), first_counts],
+                    timeout=30_000,
                 )
                 after_prev = counts.inner_text()
                 assert after_prev != first_counts
@@ -281,7 +295,8 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 page.keyboard.press("Home")
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
-                    arg=[counts.element_handle(), after_prev], timeout=30_000,
+                    arg=[counts.element_handle(), after_prev],
+                    timeout=30_000,
                 )
                 assert counts.inner_text() != after_prev
                 assert position.inner_text().strip() == "Step 1 of 6"

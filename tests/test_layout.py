@@ -93,8 +93,9 @@ def test_from_grids_rejects_malformed_grids(bad):
 def test_from_output_rejects_rows_that_do_not_fit_the_grid(real_output):
     records = list(real_output.records)
     broken = ImageRecord(**{**records[1].__dict__, "rows": (1444, 2888)})
-    output = ProcessorOutput(real_output.pixel_values, real_output.grid_thws, [records[0], broken, records[2]],
-                             "checkpoint")
+    output = ProcessorOutput(
+        real_output.pixel_values, real_output.grid_thws, [records[0], broken, records[2]], "checkpoint"
+    )
     with pytest.raises(RowCountError, match=r"image 1 \(coffee\.png\) records rows \[1444, 2888\).*\[1444, 2764\)"):
         BatchLayout.from_output(output)
     short = ProcessorOutput(real_output.pixel_values[:-1], real_output.grid_thws, records, "checkpoint")
@@ -119,8 +120,11 @@ def test_row_to_patch_scalar_and_vectorised_agree_with_raster_order():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    grids=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 20).map(lambda v: 2 * v),
-                             st.integers(1, 20).map(lambda v: 2 * v)), min_size=1, max_size=6),
+    grids=st.lists(
+        st.tuples(st.integers(1, 3), st.integers(1, 20).map(lambda v: 2 * v), st.integers(1, 20).map(lambda v: 2 * v)),
+        min_size=1,
+        max_size=6,
+    ),
     data=st.data(),
 )
 def test_lookups_round_trip_for_random_rows(grids, data):
@@ -172,15 +176,21 @@ def test_patch_to_row_vectorised():
     assert layout.patch_to_row(1, ys, xs).tolist() == [1444 + y * 44 + x for y, x in zip(ys, xs)]
 
 
-@pytest.mark.parametrize("call, pattern", [
-    (lambda lay: lay.row_to_patch(3212), r"row 3212 is outside the batch's 3212 rows \[0, 3212\)"),
-    (lambda lay: lay.row_to_patch(np.array([1, -1])), r"row -1 is outside"),
-    (lambda lay: lay.token_to_rows(803), r"token 803 is outside the batch's 803 merged tokens"),
-    (lambda lay: lay.patch_to_row(1, 30, 0), r"y=30 is outside image 1 \(image 1, grid 1×30×44\); expected 0 <= y < 30"),
-    (lambda lay: lay.patch_to_row(3, 0, 0), r"image 3 is outside the batch's 3 images"),
-    (lambda lay: lay.patch_to_row("1", 0, 0), r"image '1' is not an integer; pass one image index"),
-    (lambda lay: lay.token_to_rows(2.0), r"token 2.0 is not an integer"),
-])
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda lay: lay.row_to_patch(3212), r"row 3212 is outside the batch's 3212 rows \[0, 3212\)"),
+        (lambda lay: lay.row_to_patch(np.array([1, -1])), r"row -1 is outside"),
+        (lambda lay: lay.token_to_rows(803), r"token 803 is outside the batch's 803 merged tokens"),
+        (
+            lambda lay: lay.patch_to_row(1, 30, 0),
+            r"y=30 is outside image 1 \(image 1, grid 1×30×44\); expected 0 <= y < 30",
+        ),
+        (lambda lay: lay.patch_to_row(3, 0, 0), r"image 3 is outside the batch's 3 images"),
+        (lambda lay: lay.patch_to_row("1", 0, 0), r"image '1' is not an integer; pass one image index"),
+        (lambda lay: lay.token_to_rows(2.0), r"token 2.0 is not an integer"),
+    ],
+)
 def test_lookups_outside_the_layout_raise_with_the_bad_value(call, pattern):
     layout = BatchLayout.from_grids([(1, 38, 38), (1, 30, 44), (1, 14, 32)])
     with pytest.raises(LayoutLookupError, match=pattern) as info:
@@ -209,7 +219,8 @@ def test_compare_layouts_names_the_first_divergent_image_with_both_counts():
     assert (result.expected_rows, result.produced_rows) == (1320, 1444)
     assert (result.expected_total, result.produced_total) == (3212, 3336)
     assert result.message.startswith(
-        "image 1 (coffee.png): expected 1320 rows [1444, 2764), produced 1444 rows [1444, 2888)")
+        "image 1 (coffee.png): expected 1320 rows [1444, 2764), produced 1444 rows [1444, 2888)"
+    )
     assert [row["equal"] for row in result.table] == [True, False, False]
     assert result.table[2]["produced_rows"] == [2888, 3336]
     json.dumps(result.to_json())
@@ -253,11 +264,19 @@ def test_compare_layouts_equal():
 def test_image_span_properties():
     span = ImageSpan(0, "x", (2, 4, 6), (10, 58), (3, 9))
     assert (span.patches, span.num_tokens, span.grid_text) == (48, 6, "2×4×6")
-    assert (span.grid_thw, span.token_span, span.number) == ((2, 4, 6), (3, 9), 0)     # number defaults to index
+    assert (span.grid_thw, span.token_span, span.number) == ((2, 4, 6), (3, 9), 0)  # number defaults to index
     assert ImageSpan(1, "y", (1, 2, 2), (0, 4), (0, 1), number=7).number == 7
     # the JSON keys stay as they were: "tokens" is the count, "token_span" the span
-    assert span.to_json() == {"index": 0, "label": "x", "grid_thw": [2, 4, 6], "rows": [10, 58], "patches": 48,
-                              "token_span": [3, 9], "tokens": 6, "padding_patches": {"full": None, "partial": None}}
+    assert span.to_json() == {
+        "index": 0,
+        "label": "x",
+        "grid_thw": [2, 4, 6],
+        "rows": [10, 58],
+        "patches": 48,
+        "token_span": [3, 9],
+        "tokens": 6,
+        "padding_patches": {"full": None, "partial": None},
+    }
 
 
 def test_from_grids_numbers_each_span_as_shown():

@@ -14,7 +14,6 @@ import torch
 from PIL import Image
 
 from kimi_viz.cli import main
-from kimi_viz.replay.batch import Batch, Feature, Item, RecordedOutcome
 from kimi_viz.errors import ManifestError
 from kimi_viz.manifest import (
     ManifestWarning,
@@ -25,16 +24,25 @@ from kimi_viz.manifest import (
     validate_manifest_json,
     write_manifest,
 )
+from kimi_viz.replay.batch import Batch, Feature, Item, RecordedOutcome
 
 RESIZE = {"num_tokens": 6, "new_width": 80, "new_height": 40, "pad_width": 4, "pad_height": 2}
 
 
 def _deferred(backend: str) -> dict:
-    return {"backend": backend, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "transparent_bg_config": {"pattern": "chessboard", "chessboard_square_size": 8,
-                                      "chessboard_square_on_top_left": True, "chessboard_white_value": 255,
-                                      "chessboard_gray_value": 180},
-            "resize_config": dict(RESIZE)}
+    return {
+        "backend": backend,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "transparent_bg_config": {
+            "pattern": "chessboard",
+            "chessboard_square_size": 8,
+            "chessboard_square_on_top_left": True,
+            "chessboard_white_value": 255,
+            "chessboard_gray_value": 180,
+        },
+        "resize_config": dict(RESIZE),
+    }
 
 
 def _noise(mode: str, size=(80, 40), seed=0) -> Image.Image:
@@ -53,41 +61,91 @@ def _noise(mode: str, size=(80, 40), seed=0) -> Image.Image:
 @pytest.fixture
 def batch() -> Batch:
     items = [
-        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("RGB")), _deferred("cpu"), original_size=(80, 40),
-             label="rgb"),
-        Item({"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]}, Feature.from_image(_noise("RGBA", seed=1)),
-             _deferred("cpu"), original_size=(80, 40), label="rgba with a stale image_grid_thw"),
+        Item(
+            {"grid_thws": [[1, 4, 6]]},
+            Feature.from_image(_noise("RGB")),
+            _deferred("cpu"),
+            original_size=(80, 40),
+            label="rgb",
+        ),
+        Item(
+            {"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]},
+            Feature.from_image(_noise("RGBA", seed=1)),
+            _deferred("cpu"),
+            original_size=(80, 40),
+            label="rgba with a stale image_grid_thw",
+        ),
         Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("P", seed=2)), _deferred("cpu"), label="palette"),
         Item({"grid_thws": [[1, 4, 6]]}, Feature.from_image(_noise("CMYK", seed=3)), _deferred("cpu"), label="cmyk"),
-        Item({"grid_thws": [[1, 4, 6]]}, Feature.from_tensor(torch.arange(3 * 40 * 80).reshape(3, 40, 80)
-                                                             .to(torch.uint8), "chw"), _deferred("gpu"), label="chw"),
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.randn(4, 3, 14, 14), "patches"),
-             local_preprocessed=True, label="eager"),
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.randn(4, 3, 14, 14).to(torch.bfloat16), "patches"),
-             label="bf16"),
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(5, 7, 3, dtype=torch.uint8), "hwc"),
-             _deferred("gpu"), label="hwc"),
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.zeros(3, 5, 0, dtype=torch.uint8), "chw"),
-             _deferred("cpu"), original_size=(0, 5), label="empty"),
+        Item(
+            {"grid_thws": [[1, 4, 6]]},
+            Feature.from_tensor(torch.arange(3 * 40 * 80).reshape(3, 40, 80).to(torch.uint8), "chw"),
+            _deferred("gpu"),
+            label="chw",
+        ),
+        Item(
+            {"grid_thws": [[1, 2, 2]]},
+            Feature.from_tensor(torch.randn(4, 3, 14, 14), "patches"),
+            local_preprocessed=True,
+            label="eager",
+        ),
+        Item(
+            {"grid_thws": [[1, 2, 2]]},
+            Feature.from_tensor(torch.randn(4, 3, 14, 14).to(torch.bfloat16), "patches"),
+            label="bf16",
+        ),
+        Item(
+            {"grid_thws": [[1, 2, 2]]},
+            Feature.from_tensor(torch.zeros(5, 7, 3, dtype=torch.uint8), "hwc"),
+            _deferred("gpu"),
+            label="hwc",
+        ),
+        Item(
+            {"grid_thws": [[1, 2, 2]]},
+            Feature.from_tensor(torch.zeros(3, 5, 0, dtype=torch.uint8), "chw"),
+            _deferred("cpu"),
+            original_size=(0, 5),
+            label="empty",
+        ),
     ]
-    return Batch(items, processor={"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 65536,
-                                   "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
-                                   "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-                                   "transparent_bg_config": None, "transparent_bg_fill_stage": "after_resize"},
-                 attn_tp_size=4, attn_tp_rank=3, image_indices=[4, 0], sglang_version="0.5.23",
-                 code_variant="pre-fix", note="free text", created_by="a test", extra={"processor_output": "stacked"})
+    return Batch(
+        items,
+        processor={
+            "patch_size": 14,
+            "merge_kernel_size": 2,
+            "in_patch_limit": 65536,
+            "patch_limit_on_one_side": 512,
+            "fixed_output_tokens": None,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "transparent_bg_config": None,
+            "transparent_bg_fill_stage": "after_resize",
+        },
+        attn_tp_size=4,
+        attn_tp_rank=3,
+        image_indices=[4, 0],
+        sglang_version="0.5.23",
+        code_variant="pre-fix",
+        note="free text",
+        created_by="a test",
+        extra={"processor_output": "stacked"},
+    )
 
 
 def _read_quietly(path):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")       # a manifest we wrote must read without any warning
+        warnings.simplefilter("error")  # a manifest we wrote must read without any warning
         return read_manifest(path)
 
 
 def _assert_same(got: Batch, want: Batch) -> None:
     assert (got.attn_tp_size, got.attn_tp_rank, got.image_indices) == (4, 3, [4, 0])
-    assert (got.sglang_version, got.code_variant, got.note, got.created_by) == ("0.5.23", "pre-fix", "free text",
-                                                                                 "a test")
+    assert (got.sglang_version, got.code_variant, got.note, got.created_by) == (
+        "0.5.23",
+        "pre-fix",
+        "free text",
+        "a test",
+    )
     assert got.processor == want.processor
     assert got.extra == {"processor_output": "stacked"}
     assert len(got.items) == len(want.items)
@@ -97,8 +155,12 @@ def _assert_same(got: Batch, want: Batch) -> None:
         assert g.local_preprocessed == w.local_preprocessed
         assert g.original_size == w.original_size
         assert g.label == w.label
-        assert (g.feature.kind, g.feature.layout, g.feature.shape, g.feature.dtype) == \
-               (w.feature.kind, w.feature.layout, w.feature.shape, w.feature.dtype)
+        assert (g.feature.kind, g.feature.layout, g.feature.shape, g.feature.dtype) == (
+            w.feature.kind,
+            w.feature.layout,
+            w.feature.shape,
+            w.feature.dtype,
+        )
         if w.feature.image is not None:
             assert g.feature.image.mode == w.feature.image.mode
             assert g.feature.image.info.get("transparency") == w.feature.image.info.get("transparency")
@@ -117,21 +179,38 @@ def test_round_trip_is_exact(batch, tmp_path, suffix):
 def test_folder_layout_and_manifest_json(batch, tmp_path):
     path = write_manifest(batch, tmp_path / "m")
     names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-    assert names == ["images/item0.png", "images/item1.png", "images/item2.png", "images/item3.tiff",
-                     "images/item4.png", "manifest.json", "tensors.safetensors"]
+    assert names == [
+        "images/item0.png",
+        "images/item1.png",
+        "images/item2.png",
+        "images/item3.tiff",
+        "images/item4.png",
+        "manifest.json",
+        "tensors.safetensors",
+    ]
     obj = json.loads((path / "manifest.json").read_text())
     assert obj["format"] == "kimi-viz-manifest" and obj["version"] == 1
     assert obj["items"][0]["feature"] == {"kind": "image", "file": "images/item0.png"}
     # a gpu item's CHW uint8 RGB tensor is stored as a PNG (read back as the same CHW tensor) ...
     assert obj["items"][4]["feature"] == {"kind": "image", "file": "images/item4.png"}
     # ... other tensors go to tensors.safetensors, with their layout
-    assert obj["items"][7]["feature"] == {"kind": "tensor", "file": "tensors.safetensors", "key": "items.7.feature",
-                                          "shape": [5, 7, 3], "dtype": "uint8", "layout": "hwc"}
+    assert obj["items"][7]["feature"] == {
+        "kind": "tensor",
+        "file": "tensors.safetensors",
+        "key": "items.7.feature",
+        "shape": [5, 7, 3],
+        "dtype": "uint8",
+        "layout": "hwc",
+    }
     assert obj["items"][8]["feature"]["shape"] == [3, 5, 0]
     assert obj["items"][6]["feature"]["dtype"] == "bfloat16"
     assert obj["runtime"] == {"attn_tp_size": 4, "attn_tp_rank": 3, "image_indices": [4, 0]}
-    assert obj["source"] == {"sglang_version": "0.5.23", "code_variant": "pre-fix", "code_variant_source": "assumed",
-                             "note": "free text"}
+    assert obj["source"] == {
+        "sglang_version": "0.5.23",
+        "code_variant": "pre-fix",
+        "code_variant_source": "assumed",
+        "note": "free text",
+    }
     assert obj["items"][1]["grids"] == {"grid_thws": [[1, 4, 6]], "image_grid_thw": [[1, 6, 6]]}
     # The shipped JSON Schema accepts what the writer writes (checked with plain jsonschema too).
     schema = json.loads(schema_path().read_text())
@@ -160,17 +239,23 @@ def test_redact_writes_shapes_only(batch, tmp_path, suffix):
     got = _read_quietly(path)
     for g, w in zip(got.items, batch.items):
         assert g.feature.kind == "shape_only"
-        assert (g.feature.layout, g.feature.shape, g.feature.dtype) == (w.feature.layout, w.feature.shape,
-                                                                        w.feature.dtype)
+        assert (g.feature.layout, g.feature.shape, g.feature.dtype) == (
+            w.feature.layout,
+            w.feature.shape,
+            w.feature.dtype,
+        )
         assert g.feature.image is None and g.feature.tensor is None
         assert g.grids == w.grids and g.deferred == w.deferred
 
 
-@pytest.mark.parametrize(("mode", "values", "suffix"), [
-    ("I", [[0, 70_000], [-5, 2**31 - 1]], "tiff"),        # 32-bit: PNG cannot hold it
-    ("F", [[0.25, -1.5], [3e38, 0.0]], "tiff"),
-    ("I;16", [[0, 65_535], [1, 300]], "png"),
-])
+@pytest.mark.parametrize(
+    ("mode", "values", "suffix"),
+    [
+        ("I", [[0, 70_000], [-5, 2**31 - 1]], "tiff"),  # 32-bit: PNG cannot hold it
+        ("F", [[0.25, -1.5], [3e38, 0.0]], "tiff"),
+        ("I;16", [[0, 65_535], [1, 300]], "png"),
+    ],
+)
 def test_wide_image_modes_round_trip_losslessly(tmp_path, mode, values, suffix):
     dtype = {"I": np.int32, "F": np.float32, "I;16": np.uint16}[mode]
     image = Image.fromarray(np.array(values, dtype=dtype))
@@ -192,11 +277,25 @@ def test_gpu_item_stored_as_an_image_is_read_as_a_chw_tensor(tmp_path):
 
 
 def test_defaults_for_optional_sections(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({
-        "format": "kimi-viz-manifest", "version": 1,
-        "items": [{"grids": {"grid_thws": [[1, 2, 2]]},
-                   "feature": {"kind": "shape_only", "layout": "patches", "shape": [4, 3, 14, 14],
-                               "dtype": "float32"}}]}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": "kimi-viz-manifest",
+                "version": 1,
+                "items": [
+                    {
+                        "grids": {"grid_thws": [[1, 2, 2]]},
+                        "feature": {
+                            "kind": "shape_only",
+                            "layout": "patches",
+                            "shape": [4, 3, 14, 14],
+                            "dtype": "float32",
+                        },
+                    }
+                ],
+            }
+        )
+    )
     got = _read_quietly(tmp_path)
     assert (got.attn_tp_size, got.attn_tp_rank, got.code_variant, got.processor) == (1, None, "post-fix", None)
     assert got.items[0].deferred is None and got.items[0].local_preprocessed is False
@@ -221,12 +320,13 @@ def test_unknown_keys_are_warnings_naming_the_path(batch, tmp_path):
         "runtime.dp_size: unknown key 'dp_size' (ignored)",
         "shiny: unknown key 'shiny' (ignored)",
     ]
-    assert got.items[2].deferred["resize_config"]["grid_thw"] == [1, 4, 6]   # kept, only reported
+    assert got.items[2].deferred["resize_config"]["grid_thw"] == [1, 4, 6]  # kept, only reported
 
 
 def _valid() -> dict:
-    obj, _ = manifest_payload(Batch([Item({"grid_thws": [[1, 2, 2]]},
-                                          Feature.shape_only("image", (28, 28, 3), "uint8"), _deferred("cpu"))]))
+    obj, _ = manifest_payload(
+        Batch([Item({"grid_thws": [[1, 2, 2]]}, Feature.shape_only("image", (28, 28, 3), "uint8"), _deferred("cpu"))])
+    )
     return obj
 
 
@@ -238,35 +338,77 @@ def _valid() -> dict:
         (lambda o: o.update(format="kimi-viz-batch"), "format", "unknown format the string 'kimi-viz-batch'"),
         (lambda o: o.pop("format"), "format", 'missing required key "format"'),
         (lambda o: o.update(items={"0": {}}), "items", "expected a list, got an object with 1 keys"),
-        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, "2"), "items[0].grids.grid_thws[0][1]",
-         "expected an integer, got the string '2'"),
-        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, 2.0), "items[0].grids.grid_thws[0][1]",
-         "expected an integer, got the number 2.0"),
-        (lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(2, True), "items[0].grids.grid_thws[0][2]",
-         "expected an integer, got the boolean true"),
-        (lambda o: o["items"][0]["grids"]["grid_thws"][0].pop(), "items[0].grids.grid_thws[0]",
-         "expected a list of exactly 3 entries, got 2"),
-        (lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", "4"),
-         "items[0].deferred.resize_config.pad_width", "expected an integer, got the string '4'"),
-        (lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", -1),
-         "items[0].deferred.resize_config.pad_width", "expected a value >= 0, got the integer -1"),
-        (lambda o: o["items"][0]["deferred"]["resize_config"].pop("new_height"),
-         "items[0].deferred.resize_config.new_height", "missing required key 'new_height'"),
-        (lambda o: o["items"][0]["deferred"].__setitem__("backend", "tpu"), "items[0].deferred.backend",
-         'expected one of "gpu", "cpu", got the string \'tpu\''),
-        (lambda o: o["items"][0].__setitem__("local_preprocessed", 1), "items[0].local_preprocessed",
-         "expected true or false, got the integer 1"),
-        (lambda o: o["items"][0]["feature"].__setitem__("kind", "pickle"), "items[0].feature.kind",
-         'expected one of "image", "tensor", "shape_only"'),
+        (
+            lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, "2"),
+            "items[0].grids.grid_thws[0][1]",
+            "expected an integer, got the string '2'",
+        ),
+        (
+            lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(1, 2.0),
+            "items[0].grids.grid_thws[0][1]",
+            "expected an integer, got the number 2.0",
+        ),
+        (
+            lambda o: o["items"][0]["grids"]["grid_thws"][0].__setitem__(2, True),
+            "items[0].grids.grid_thws[0][2]",
+            "expected an integer, got the boolean true",
+        ),
+        (
+            lambda o: o["items"][0]["grids"]["grid_thws"][0].pop(),
+            "items[0].grids.grid_thws[0]",
+            "expected a list of exactly 3 entries, got 2",
+        ),
+        (
+            lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", "4"),
+            "items[0].deferred.resize_config.pad_width",
+            "expected an integer, got the string '4'",
+        ),
+        (
+            lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", -1),
+            "items[0].deferred.resize_config.pad_width",
+            "expected a value >= 0, got the integer -1",
+        ),
+        (
+            lambda o: o["items"][0]["deferred"]["resize_config"].pop("new_height"),
+            "items[0].deferred.resize_config.new_height",
+            "missing required key 'new_height'",
+        ),
+        (
+            lambda o: o["items"][0]["deferred"].__setitem__("backend", "tpu"),
+            "items[0].deferred.backend",
+            'expected one of "gpu", "cpu", got the string \'tpu\'',
+        ),
+        (
+            lambda o: o["items"][0].__setitem__("local_preprocessed", 1),
+            "items[0].local_preprocessed",
+            "expected true or false, got the integer 1",
+        ),
+        (
+            lambda o: o["items"][0]["feature"].__setitem__("kind", "pickle"),
+            "items[0].feature.kind",
+            'expected one of "image", "tensor", "shape_only"',
+        ),
         (lambda o: o["items"][0].pop("feature"), "items[0].feature", "missing required key 'feature'"),
-        (lambda o: o["runtime"].__setitem__("attn_tp_size", 0), "runtime.attn_tp_size",
-         "expected a value >= 1, got the integer 0"),
-        (lambda o: o["runtime"].__setitem__("attn_tp_rank", 2), "runtime.attn_tp_rank",
-         "rank 2 does not exist with attn_tp_size 1"),
-        (lambda o: o["runtime"].__setitem__("image_indices", [0, 1]), "runtime.image_indices[1]",
-         "image index 1 is out of range for 1 items"),
-        (lambda o: o["source"].__setitem__("code_variant", "fixed"), "source.code_variant",
-         'expected one of "post-fix", "pre-fix"'),
+        (
+            lambda o: o["runtime"].__setitem__("attn_tp_size", 0),
+            "runtime.attn_tp_size",
+            "expected a value >= 1, got the integer 0",
+        ),
+        (
+            lambda o: o["runtime"].__setitem__("attn_tp_rank", 2),
+            "runtime.attn_tp_rank",
+            "rank 2 does not exist with attn_tp_size 1",
+        ),
+        (
+            lambda o: o["runtime"].__setitem__("image_indices", [0, 1]),
+            "runtime.image_indices[1]",
+            "image index 1 is out of range for 1 items",
+        ),
+        (
+            lambda o: o["source"].__setitem__("code_variant", "fixed"),
+            "source.code_variant",
+            'expected one of "post-fix", "pre-fix"',
+        ),
     ],
 )
 def test_wrong_fields_name_their_json_path(mutate, path, words):
@@ -280,7 +422,9 @@ def test_wrong_fields_name_their_json_path(mutate, path, words):
 
 
 def test_json_path_spelling():
-    assert json_path(["items", 3, "deferred", "resize_config", "pad_width"]) == "items[3].deferred.resize_config.pad_width"
+    assert (
+        json_path(["items", 3, "deferred", "resize_config", "pad_width"]) == "items[3].deferred.resize_config.pad_width"
+    )
     assert json_path(["items", 0, "grids", "odd key"]) == 'items[0].grids["odd key"]'
     assert json_path([]) == "(top level)"
 
@@ -320,16 +464,19 @@ def test_no_recorded_outcome_is_absent_and_reads_as_none(batch, tmp_path, suffix
     obj, _ = manifest_payload(batch)
     assert "recorded" not in obj["source"]
     assert _read_quietly(write_manifest(batch, tmp_path / f"m{suffix}")).recorded is None
-    obj["source"]["recorded"] = None          # null reads as "not recorded" too
+    obj["source"]["recorded"] = None  # null reads as "not recorded" too
     validate_manifest_json(obj)
 
 
 def test_recorded_outcome_written_by_hand_is_read(tmp_path):
     obj = _valid()
-    obj["source"]["recorded"] = {"outcome": "ok"}          # error may be left out when the call passed
+    obj["source"]["recorded"] = {"outcome": "ok"}  # error may be left out when the call passed
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
     assert _read_quietly(tmp_path).recorded == RecordedOutcome("ok")
-    obj["source"]["recorded"] = {"outcome": "error", "error": {"type": "IndexError", "message": "list index out of range"}}
+    obj["source"]["recorded"] = {
+        "outcome": "error",
+        "error": {"type": "IndexError", "message": "list index out of range"},
+    }
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
     assert _read_quietly(tmp_path).recorded == RecordedOutcome("error", "IndexError", "list index out of range")
 
@@ -338,26 +485,58 @@ def test_recorded_outcome_written_by_hand_is_read(tmp_path):
     ("recorded", "path", "words"),
     [
         ("error", "source.recorded", "expected an object or null, got the string 'error'"),
-        ({"outcome": "crashed", "error": None}, "source.recorded.outcome",
-         'expected one of "ok", "error", got the string \'crashed\''),
+        (
+            {"outcome": "crashed", "error": None},
+            "source.recorded.outcome",
+            'expected one of "ok", "error", got the string \'crashed\'',
+        ),
         ({"error": None}, "source.recorded.outcome", "missing required key 'outcome'"),
         ({"outcome": "error", "error": None}, "source.recorded.error", "expected an object, got null"),
         ({"outcome": "error"}, "source.recorded.error", "missing required key 'error'"),
-        ({"outcome": "ok", "error": {"type": "ValueError", "message": "x"}}, "source.recorded.error",
-         "expected null, got an object with 2 keys"),
-        ({"outcome": "error", "error": {"type": 3, "message": "x"}}, "source.recorded.error.type",
-         "expected a string, got the integer 3"),
-        ({"outcome": "error", "error": {"type": "", "message": "x"}}, "source.recorded.error.type",
-         "expected a string of at least 1 characters"),
-        ({"outcome": "error", "error": {"type": "ValueError"}}, "source.recorded.error.message",
-         "missing required key 'message'"),
-        ({"outcome": "error", "error": {"type": "ValueError", "message": None}}, "source.recorded.error.message",
-         "expected a string, got null"),
-        ({"outcome": "error", "error": "ValueError: x"}, "source.recorded.error",
-         "expected an object or null, got the string 'ValueError: x'"),
+        (
+            {"outcome": "ok", "error": {"type": "ValueError", "message": "x"}},
+            "source.recorded.error",
+            "expected null, got an object with 2 keys",
+        ),
+        (
+            {"outcome": "error", "error": {"type": 3, "message": "x"}},
+            "source.recorded.error.type",
+            "expected a string, got the integer 3",
+        ),
+        (
+            {"outcome": "error", "error": {"type": "", "message": "x"}},
+            "source.recorded.error.type",
+            "expected a string of at least 1 characters",
+        ),
+        (
+            {"outcome": "error", "error": {"type": "ValueError"}},
+            "source.recorded.error.message",
+            "missing required key 'message'",
+        ),
+        (
+            {"outcome": "error", "error": {"type": "ValueError", "message": None}},
+            "source.recorded.error.message",
+            "expected a string, got null",
+        ),
+        (
+            {"outcome": "error", "error": "ValueError: x"},
+            "source.recorded.error",
+            "expected an object or null, got the string 'ValueError: x'",
+        ),
     ],
-    ids=["not-an-object", "unknown-outcome", "no-outcome", "error-null", "error-missing", "ok-with-error",
-         "type-not-a-string", "type-empty", "message-missing", "message-null", "error-a-string"],
+    ids=[
+        "not-an-object",
+        "unknown-outcome",
+        "no-outcome",
+        "error-null",
+        "error-missing",
+        "ok-with-error",
+        "type-not-a-string",
+        "type-empty",
+        "message-missing",
+        "message-null",
+        "error-a-string",
+    ],
 )
 def test_invalid_recorded_outcome_names_its_json_path(tmp_path, capsys, recorded, path, words):
     obj = _valid()
@@ -370,7 +549,7 @@ def test_invalid_recorded_outcome_names_its_json_path(tmp_path, capsys, recorded
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
     with pytest.raises(ManifestError, match=re.escape(f"{path}: ")):
         read_manifest(tmp_path)
-    assert main(["triage", str(tmp_path)]) == 2             # the command refuses it as bad input, naming the path
+    assert main(["triage", str(tmp_path)]) == 2  # the command refuses it as bad input, naming the path
     assert f"{path}: " in capsys.readouterr().err
 
 
@@ -400,11 +579,14 @@ def test_code_variant_and_its_source_round_trip(batch, tmp_path, suffix, variant
     assert (got.code_variant, got.code_variant_source) == (variant, how)
 
 
-@pytest.mark.parametrize(("source", "want"), [
-    ({}, ("post-fix", "assumed")),
-    ({"code_variant": "no-split"}, ("no-split", "recorded")),
-    ({"code_variant": "pre-fix", "code_variant_source": "scenario"}, ("pre-fix", "scenario")),
-])
+@pytest.mark.parametrize(
+    ("source", "want"),
+    [
+        ({}, ("post-fix", "assumed")),
+        ({"code_variant": "no-split"}, ("no-split", "recorded")),
+        ({"code_variant": "pre-fix", "code_variant_source": "scenario"}, ("pre-fix", "scenario")),
+    ],
+)
 def test_code_variant_source_defaults(tmp_path, source, want):
     obj = _valid()
     obj["source"] = source
@@ -413,11 +595,17 @@ def test_code_variant_source_defaults(tmp_path, source, want):
     assert (got.code_variant, got.code_variant_source) == want
 
 
-@pytest.mark.parametrize(("key", "value", "words"), [
-    ("code_variant", "split", 'expected one of "post-fix", "pre-fix", "no-split", got the string \'split\''),
-    ("code_variant_source", "guessed",
-     'expected one of "detected", "scenario", "recorded", "assumed", got the string \'guessed\''),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("code_variant", "split", 'expected one of "post-fix", "pre-fix", "no-split", got the string \'split\''),
+        (
+            "code_variant_source",
+            "guessed",
+            'expected one of "detected", "scenario", "recorded", "assumed", got the string \'guessed\'',
+        ),
+    ],
+)
 def test_invalid_code_variant_fields_name_their_path(key, value, words):
     obj = _valid()
     obj["source"][key] = value

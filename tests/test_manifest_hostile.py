@@ -25,24 +25,30 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from kimi_viz.replay.batch import Batch, Feature, Item
 from kimi_viz.cli import build_parser, main
 from kimi_viz.errors import KimiVizError, ManifestError
 from kimi_viz.manifest import read_manifest, validate_manifest_json, write_manifest
+from kimi_viz.replay.batch import Batch, Feature, Item
 
-PEAK_LIMIT = 4 * 1024 * 1024   # bytes a refused manifest may make Python allocate while being read
+PEAK_LIMIT = 4 * 1024 * 1024  # bytes a refused manifest may make Python allocate while being read
 
-DEFERRED = {"backend": "cpu", "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "transparent_bg_config": None,
-            "resize_config": {"num_tokens": 1, "new_width": 28, "new_height": 28, "pad_width": 0, "pad_height": 0}}
+DEFERRED = {
+    "backend": "cpu",
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "transparent_bg_config": None,
+    "resize_config": {"num_tokens": 1, "new_width": 28, "new_height": 28, "pad_width": 0, "pad_height": 0},
+}
 
 
 def small_batch() -> Batch:
     image = Image.new("RGB", (28, 28), (10, 200, 30))
-    return Batch([
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_image(image), dict(DEFERRED), original_size=(28, 28)),
-        Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.ones(4, 3, 14, 14), "patches")),
-    ])
+    return Batch(
+        [
+            Item({"grid_thws": [[1, 2, 2]]}, Feature.from_image(image), dict(DEFERRED), original_size=(28, 28)),
+            Item({"grid_thws": [[1, 2, 2]]}, Feature.from_tensor(torch.ones(4, 3, 14, 14), "patches")),
+        ]
+    )
 
 
 def write_valid(folder: Path) -> Path:
@@ -178,16 +184,24 @@ def test_declared_shape_of_a_trillion_elements_is_refused(tmp_path, capsys, trip
 def test_shape_only_trillion_elements_is_refused(tmp_path, capsys, tripwires):
     folder = write_valid(tmp_path / "m")
     obj = load_obj(folder)
-    obj["items"][1]["feature"] = {"kind": "shape_only", "layout": "patches", "shape": [1_000_000, 1_000_000, 1],
-                                  "dtype": "float32"}
+    obj["items"][1]["feature"] = {
+        "kind": "shape_only",
+        "layout": "patches",
+        "shape": [1_000_000, 1_000_000, 1],
+        "dtype": "float32",
+    }
     save_obj(folder, obj)
     refuse(folder, capsys, "items[1].feature.shape", "1000000000000 elements")
 
 
 def test_safetensors_header_claiming_a_trillion_elements_is_refused(tmp_path, capsys, tripwires):
     folder = write_valid(tmp_path / "m")
-    header = json.dumps({"items.1.feature": {"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]},
-                         "hidden": {"dtype": "U8", "shape": [1_000_000, 1_000_000], "data_offsets": [0, 10**12]}})
+    header = json.dumps(
+        {
+            "items.1.feature": {"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]},
+            "hidden": {"dtype": "U8", "shape": [1_000_000, 1_000_000], "data_offsets": [0, 10**12]},
+        }
+    )
     blob = struct.pack("<Q", len(header)) + header.encode() + b"\0" * 9408
     (folder / "tensors.safetensors").write_bytes(blob)
     refuse(folder, capsys, "items[1].feature", "1000000000000 elements")
@@ -214,8 +228,12 @@ def test_image_header_over_the_pixel_limit_is_refused_before_decoding(tmp_path, 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
     folder = write_valid(tmp_path / "m")
     (folder / "images" / "item0.png").write_bytes(png)
     refuse(folder, capsys, "items[0].feature.file", "100000x100000", "more than the limit")
@@ -232,10 +250,14 @@ def test_not_an_image_is_refused(tmp_path, capsys):
     [
         (lambda o: o.update(version="1"), ["version: expected the integer 1, got the string '1'"]),
         (lambda o: o.update(items={"0": o["items"][0]}), ["items: expected a list"]),
-        (lambda o: o["items"][0]["grids"]["grid_thws"].__setitem__(0, [1, "2", 2]),
-         ["items[0].grids.grid_thws[0][1]: expected an integer"]),
-        (lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", None),
-         ["items[0].deferred.resize_config.pad_width: expected an integer, got null"]),
+        (
+            lambda o: o["items"][0]["grids"]["grid_thws"].__setitem__(0, [1, "2", 2]),
+            ["items[0].grids.grid_thws[0][1]: expected an integer"],
+        ),
+        (
+            lambda o: o["items"][0]["deferred"]["resize_config"].__setitem__("pad_width", None),
+            ["items[0].deferred.resize_config.pad_width: expected an integer, got null"],
+        ),
         (lambda o: o["runtime"].__setitem__("attn_tp_size", "2"), ["runtime.attn_tp_size: expected an integer"]),
     ],
     ids=["version-string", "items-not-a-list", "grid-row-not-ints", "pad-width-null", "tp-size-string"],
@@ -287,7 +309,7 @@ def test_zip_with_a_damaged_member_is_refused(tmp_path, capsys):
     with zipfile.ZipFile(path) as zf:
         info = zf.getinfo("tensors.safetensors")
     start = info.header_offset + 30 + len(info.filename) + len(info.extra) + 200
-    data[start:start + 64] = bytes(64)
+    data[start : start + 64] = bytes(64)
     path.write_bytes(bytes(data))
     refuse(path, capsys, "damaged")
 
@@ -309,7 +331,7 @@ def test_zip_symlink_member_is_refused(tmp_path, capsys, tripwires):
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("manifest.json", json.dumps({"format": "kimi-viz-manifest", "version": 1, "items": []}))
         info = zipfile.ZipInfo("images/item0.png")
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         zf.writestr(info, "/etc/passwd")
     refuse(path, capsys, "symbolic link")
 
@@ -343,12 +365,20 @@ def test_integer_too_long_for_python_in_the_safetensors_header_is_refused(tmp_pa
     refuse(folder, capsys, "items[1].feature.file", "damaged safetensors header")
 
 
-@pytest.mark.parametrize("shape", [["x"], [None], [[2]], [1.5], [True], [-5, 2], "4"],
-                         ids=["string", "null", "list", "float", "bool", "negative", "not-a-list"])
+@pytest.mark.parametrize(
+    "shape",
+    [["x"], [None], [[2]], [1.5], [True], [-5, 2], "4"],
+    ids=["string", "null", "list", "float", "bool", "negative", "not-a-list"],
+)
 def test_another_tensor_with_a_damaged_shape_is_refused_before_loading(tmp_path, capsys, tripwires, shape):
     folder = write_valid(tmp_path / "m")
-    _write_safetensors(folder, {"items.1.feature": {"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]},
-                                "other": {"dtype": "U8", "shape": shape, "data_offsets": [0, 1]}})
+    _write_safetensors(
+        folder,
+        {
+            "items.1.feature": {"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]},
+            "other": {"dtype": "U8", "shape": shape, "data_offsets": [0, 1]},
+        },
+    )
     refuse(folder, capsys, "items[1].feature.file", "tensor 'other'", "damaged header entry")
 
 
@@ -368,7 +398,7 @@ def test_unreadable_payload_is_refused(tmp_path, capsys, tripwires, monkeypatch)
     folder = write_valid(tmp_path / "m")
     real_open = open
 
-    def open_denied(file, *args, **kwargs):   # what a file without read permission does for a non-root user
+    def open_denied(file, *args, **kwargs):  # what a file without read permission does for a non-root user
         if str(file).endswith("item0.png"):
             raise PermissionError(13, "Permission denied", str(file))
         return real_open(file, *args, **kwargs)
@@ -384,7 +414,7 @@ def test_zip_with_a_damaged_image_member_is_refused(tmp_path, capsys, tripwires)
         info = zf.getinfo("images/item0.png")
     assert info.compress_type == zipfile.ZIP_DEFLATED
     start = info.header_offset + 30 + len(info.filename) + len(info.extra)
-    data[start] = 0b111          # final block of the reserved deflate type 3: zlib refuses it at once
+    data[start] = 0b111  # final block of the reserved deflate type 3: zlib refuses it at once
     path.write_bytes(bytes(data))
     refuse(path, capsys, "items[0].feature.file", "damaged", "re-create the zip")
 
@@ -392,8 +422,8 @@ def test_zip_with_a_damaged_image_member_is_refused(tmp_path, capsys, tripwires)
 def test_zip_needing_a_newer_zip_version_is_refused(tmp_path, capsys, tripwires):
     path = write_manifest(small_batch(), tmp_path / "m.zip")
     data = bytearray(path.read_bytes())
-    entry = data.index(b"PK\x01\x02")                      # the first central directory entry
-    data[entry + 6:entry + 8] = struct.pack("<H", 100)       # "version needed to extract": 10.0
+    entry = data.index(b"PK\x01\x02")  # the first central directory entry
+    data[entry + 6 : entry + 8] = struct.pack("<H", 100)  # "version needed to extract": 10.0
     path.write_bytes(bytes(data))
     refuse(path, capsys, "m.zip", "not a readable zip", "zip file version 10.0")
 
@@ -416,7 +446,10 @@ def test_missing_manifest_and_not_a_manifest(tmp_path, capsys):
 # Fuzzing
 # ------------------------------------------------------------------------------------------
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
@@ -447,8 +480,9 @@ def _read(folder: Path):
             return None
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                          HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @FUZZ
@@ -496,7 +530,7 @@ def test_fuzz_damaged_safetensors_and_json_bytes(fuzz_folder, blob, where):
     if not folder.exists():
         shutil.copytree(fuzz_folder, folder)
     tensors = bytearray((fuzz_folder / "tensors.safetensors").read_bytes())
-    tensors[where:where + len(blob)] = blob
+    tensors[where : where + len(blob)] = blob
     (folder / "tensors.safetensors").write_bytes(bytes(tensors))
     (folder / "manifest.json").write_text((fuzz_folder / "manifest.json").read_text())
     result = _read(folder)

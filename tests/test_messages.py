@@ -31,12 +31,14 @@ def test_every_listed_scenario_exists_and_keys_are_unique():
 
 
 def test_numbers_are_read_from_the_exact_sglang_formats():
-    log = "\n".join([
-        "ValueError: " + deferred.MSG_PROCESSOR_LENGTH.format(1400, 1444),
-        "RuntimeError: Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=414 vs "
-        "num_mm_tokens_in_embedding=361. This is an internal error",
-        "InternalError: Encoder produced 361 tokens, but preprocessor metadata expected 414",
-    ])
+    log = "\n".join(
+        [
+            "ValueError: " + deferred.MSG_PROCESSOR_LENGTH.format(1400, 1444),
+            "RuntimeError: Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=414 vs "
+            "num_mm_tokens_in_embedding=361. This is an internal error",
+            "InternalError: Encoder produced 361 tokens, but preprocessor metadata expected 414",
+        ]
+    )
     found = {f.message.key: f for f in explain(log)}
     assert found["processor-length"].values == {"produced": 1400, "expected": 1444}
     assert found["processor-length"].reading == "pixel_values has 1400 rows, the grids need 1444 (-44 rows)"
@@ -50,8 +52,9 @@ def test_a_traceback_that_repeats_the_message_gives_one_match_on_its_line():
     traceback = (
         "Traceback (most recent call last):\n"
         '  File "sglang/srt/models/kimi_k3.py", line 3801, in get_image_feature\n'
-        f"    raise ValueError(\"{deferred.MSG_LENGTH}\")\n"
-        f"ValueError: {deferred.MSG_LENGTH}\n")
+        f'    raise ValueError("{deferred.MSG_LENGTH}")\n'
+        f"ValueError: {deferred.MSG_LENGTH}\n"
+    )
     found = explain(traceback)
     assert [(f.message.key, f.line) for f in found] == [("feature-length", 3)]
 
@@ -66,8 +69,10 @@ def test_cli_text_json_and_exit_codes(capsys, tmp_path):
     assert "kimi-viz scenario run s2-gpu" in out and "S1, S2, S8" in out
 
     log = tmp_path / "server.log"
-    log.write_text("INFO ok\n" + "RuntimeError: Insufficient multimodal embedding length: "
-                   "num_mm_tokens_in_input_ids=10 vs num_mm_tokens_in_embedding=8. This is an internal error\n")
+    log.write_text(
+        "INFO ok\n" + "RuntimeError: Insufficient multimodal embedding length: "
+        "num_mm_tokens_in_input_ids=10 vs num_mm_tokens_in_embedding=8. This is an internal error\n"
+    )
     assert main(["explain", "--file", str(log), "--json"]) == 0
     [entry] = json.loads(capsys.readouterr().out)
     assert entry["key"] == "insufficient-embedding" and entry["line"] == 2

@@ -33,20 +33,35 @@ def _playwright():
 def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
     sync_playwright = _playwright()
     shutil.copy(ROOT / "notebooks" / "03_deferred_split.ipynb", tmp_path / "03.ipynb")
-    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", "03.ipynb",
-                           "--ExecutePreprocessor.timeout=300"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "html",
+            "--execute",
+            "03.ipynb",
+            "--ExecutePreprocessor.timeout=300",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     export = tmp_path / "03.html"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else
-                       route.continue_())                    # offline, as a triager opening an attachment
+            page.route(
+                "**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_()
+            )  # offline, as a triager opening an attachment
             page.goto(export.as_uri())
             steppers = page.locator(".kv-stepper.kv-static")
-            assert steppers.count() == 2                     # S1's and S2's
+            assert steppers.count() == 2  # S1's and S2's
             stepper = steppers.first
             stepper.scroll_into_view_if_needed()
             assert stepper.is_visible()
@@ -64,8 +79,12 @@ def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
 def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp_path):
     sync_playwright = _playwright()
     page_file = tmp_path / "stepper.html"
-    page_file.write_text("<!doctype html><meta charset='utf-8'><body>"
-                         + Stepper(run_scenario("s1-cpu", mode="shapes")).to_html() + "</body>", encoding="utf-8")
+    page_file.write_text(
+        "<!doctype html><meta charset='utf-8'><body>"
+        + Stepper(run_scenario("s1-cpu", mode="shapes")).to_html()
+        + "</body>",
+        encoding="utf-8",
+    )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
@@ -74,6 +93,6 @@ def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp
             note = page.locator(".kv-script-note")
             assert note.is_visible()
             assert "Re-run the cell for the live stepper" in note.inner_text()
-            assert page.locator("img.kv-frame").is_visible()      # the step shown is still there
+            assert page.locator("img.kv-frame").is_visible()  # the step shown is still there
         finally:
             browser.close()

@@ -100,8 +100,14 @@ def test_triage_notebook_parameters():
         if isinstance(node, ast.Assign)
     }
     # The release and code path follow the capture unless asked: no default may replay another release.
-    assert assigned == {"manifest": None, "sglang_version": None, "variant": None, "tp": None, "device": "auto",
-                        "out_dir": "build/triage"}
+    assert assigned == {
+        "manifest": None,
+        "sglang_version": None,
+        "variant": None,
+        "tp": None,
+        "device": "auto",
+        "out_dir": "build/triage",
+    }
 
 
 @pytest.mark.parametrize("stem", EXPECTED)

@@ -27,7 +27,7 @@ def compute(name: str, workdir: Path) -> dict:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(list(args))
-        assert code in (0, 1, 3, 4, 5), err.getvalue()   # the documented verdict exit codes
+        assert code in (0, 1, 3, 4, 5), err.getvalue()  # the documented verdict exit codes
         return json.loads(out.getvalue())
 
     manifest = workdir / f"{name}-manifest"
@@ -41,8 +41,18 @@ def compute(name: str, workdir: Path) -> dict:
 S1_FIX_BEFORE = "(0.5.23 or later)"
 S1_FIX_NOW = "(0.5.19 or later)"
 # Verdict fields added by verdict version 2 (docs/outputs.md, changes 1 and 4-6).
-NEW_VERDICT_KEYS = ("release", "verdict_version", "status", "status_text", "headline", "exit_code", "recorded",
-                    "rank_summary", "failing_ranks", "images")
+NEW_VERDICT_KEYS = (
+    "release",
+    "verdict_version",
+    "status",
+    "status_text",
+    "headline",
+    "exit_code",
+    "recorded",
+    "rank_summary",
+    "failing_ranks",
+    "images",
+)
 NEW_DIVERGENCE_KEYS = ("cause", "grid_read_from")
 
 
@@ -97,8 +107,11 @@ def documented_changes(outputs: dict) -> dict:
     """Return ``outputs`` with every documented change since the snapshots undone (see docs/outputs.md)."""
     trace = _undo_verdict(outputs["trace"])
     trace["trace"] = _undo_trace(trace["trace"])
-    return {"scenario_run": _undo_verdict(outputs["scenario_run"]), "triage": _undo_verdict(outputs["triage"]),
-            "trace": trace}
+    return {
+        "scenario_run": _undo_verdict(outputs["scenario_run"]),
+        "triage": _undo_verdict(outputs["triage"]),
+        "trace": trace,
+    }
 
 
 def _names() -> list[str]:
@@ -123,6 +136,7 @@ if __name__ == "__main__":  # python tests/test_output_snapshots.py --write
     for scenario in SCENARIOS:
         with tempfile.TemporaryDirectory() as tmp:
             data = compute(scenario, Path(tmp))
-        (SNAPSHOTS / f"{scenario}.json").write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n",
-                                                   encoding="utf-8")
+        (SNAPSHOTS / f"{scenario}.json").write_text(
+            json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8"
+        )
         print("wrote", scenario)

@@ -25,8 +25,13 @@ def execute(tmp_path: Path, **parameters) -> tuple[nbformat.NotebookNode, str]:
     """Run the notebook with ``parameters``; return it and the text of all its outputs."""
     executed = tmp_path / "executed.ipynb"
     papermill.execute_notebook(
-        str(NOTEBOOK), str(executed), parameters=parameters, kernel_name="python3", cwd=str(tmp_path),
-        progress_bar=False, execution_timeout=240,
+        str(NOTEBOOK),
+        str(executed),
+        parameters=parameters,
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+        execution_timeout=240,
     )
     notebook = nbformat.read(executed, as_version=4)
     texts = []
@@ -49,8 +54,9 @@ def injected_parameters(notebook) -> str:
 def test_triage_notebook_reproduces_a_stale_grid_error_from_a_manifest(tmp_path):
     manifest = write_manifest(get_scenario("s2-cpu").build(), tmp_path / "captured")
     out_dir = tmp_path / "report"
-    notebook, text = execute(tmp_path, manifest=str(manifest), variant="post-fix", tp=None, device="cpu",
-                             out_dir=str(out_dir))
+    notebook, text = execute(
+        tmp_path, manifest=str(manifest), variant="post-fix", tp=None, device="cpu", out_dir=str(out_dir)
+    )
 
     assert f"manifest = {json.dumps(str(manifest))}" in injected_parameters(notebook)
     report = out_dir / "report.html"
@@ -61,9 +67,11 @@ def test_triage_notebook_reproduces_a_stale_grid_error_from_a_manifest(tmp_path)
     assert f"outcome: error — ValueError: {LENGTH_MESSAGE}" in text
     assert f"rank 0: images [0, 1] -> ValueError: {LENGTH_MESSAGE}" in text
     assert "scenario class: S2" in text
-    assert ("first diverging image: image 1 (chelsea.png; 451×300 RGB, cpu backend) on rank 0: expected 884 rows, "
-            "produced 748") in text
-    assert text.index("✗ ERROR REPRODUCED") < text.index("report.html")     # the verdict before the slow work
+    assert (
+        "first diverging image: image 1 (chelsea.png; 451×300 RGB, cpu backend) on rank 0: expected 884 rows, "
+        "produced 748"
+    ) in text
+    assert text.index("✗ ERROR REPRODUCED") < text.index("report.html")  # the verdict before the slow work
     assert "counts: expected 1332, produced 1196" in text
     trace = json.loads((out_dir / "trace.json").read_text())
     assert trace["error"] == {"type": "ValueError", "message": LENGTH_MESSAGE}
@@ -74,8 +82,9 @@ def test_triage_notebook_parameters_change_the_replay(tmp_path):
     # S1 needs attention-TP >= 2: the same pre-fix code at TP 1 replays cleanly.
     manifest = write_manifest(get_scenario("s1-cpu").build(), tmp_path / "captured")
     out_dir = tmp_path / "report-tp1"
-    notebook, text = execute(tmp_path, manifest=str(manifest), variant="pre-fix", tp=1, device="cpu",
-                             out_dir=str(out_dir))
+    notebook, text = execute(
+        tmp_path, manifest=str(manifest), variant="pre-fix", tp=1, device="cpu", out_dir=str(out_dir)
+    )
 
     assert "tp = 1" in injected_parameters(notebook)
     assert "outcome: ok (SGLang raises nothing in get_image_feature)" in text
@@ -106,8 +115,9 @@ def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path)
     batch.sglang_version = "0.5.18"
     batch.recorded = RecordedOutcome("error", "ValueError", LENGTH_MESSAGE)
     manifest = write_manifest(batch, tmp_path / "captured")
-    _, text = execute(tmp_path, manifest=str(manifest), sglang_version="0.5.23", device="cpu",
-                      out_dir=str(tmp_path / "out"))
+    _, text = execute(
+        tmp_path, manifest=str(manifest), sglang_version="0.5.23", device="cpu", out_dir=str(tmp_path / "out")
+    )
     assert f"? NOT REPRODUCED — the capture recorded ValueError: {LENGTH_MESSAGE}; this replay raises nothing" in text
     assert "status: not-reproduced (exit 4)" in text
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["status"] == "not-reproduced"
@@ -117,5 +127,6 @@ def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path)
 def test_triage_notebook_fails_loudly_on_a_bad_parameter(tmp_path, bad_variant):
     manifest = write_manifest(get_scenario("s2-cpu").build(), tmp_path / "captured")
     with pytest.raises(papermill.PapermillExecutionError, match="variant"):
-        execute(tmp_path, manifest=str(manifest), variant=bad_variant, tp=None, device="cpu",
-                out_dir=str(tmp_path / "out"))
+        execute(
+            tmp_path, manifest=str(manifest), variant=bad_variant, tp=None, device="cpu", out_dir=str(tmp_path / "out")
+        )

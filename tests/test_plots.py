@@ -12,14 +12,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.image import AxesImage  # noqa: E402
+import numpy as np
+import pytest
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 
-from kimi_viz.plots import (  # noqa: E402
+from kimi_viz.plots import (
     PALETTE,
     draw_grid_to_rows,
     draw_patch_grid,
@@ -27,11 +27,11 @@ from kimi_viz.plots import (  # noqa: E402
     draw_processor_output,
     draw_row_spans,
 )
-from kimi_viz.plots.palette import color_for, edge_style_for, hatch_for, text_color_on  # noqa: E402
-from kimi_viz.plots.patches import OVERLAY_SUBPIXELS  # noqa: E402
-from kimi_viz.plots.rows import draw_row_track  # noqa: E402
-from kimi_viz.preprocess.layout import BatchLayout, LayoutLookupError  # noqa: E402
-from kimi_viz.preprocess.records import ImageRecord, ProcessorOutput  # noqa: E402
+from kimi_viz.plots.palette import color_for, edge_style_for, hatch_for, text_color_on
+from kimi_viz.plots.patches import OVERLAY_SUBPIXELS
+from kimi_viz.plots.rows import draw_row_track
+from kimi_viz.preprocess.layout import BatchLayout, LayoutLookupError
+from kimi_viz.preprocess.records import ImageRecord, ProcessorOutput
 
 REAL_BATCH = ("astronaut.png", "coffee.png", "text.png")
 PATCH = 14
@@ -59,8 +59,19 @@ def synthetic_record(grid=(1, 256, 256), *, rows_start=0, index=0, resized=None)
     """A record with no processor behind it (no pixels unless given), all content, no padding."""
     t, h, w = grid
     n = t * h * w
-    return ImageRecord(index, f"/synthetic/grid_{h}x{w}.png", (w * PATCH, h * PATCH), "RGB", {}, {}, grid,
-                       (rows_start, rows_start + n), (0, (h // 2) * (w // 2)), np.zeros((h, w), np.int8), resized)
+    return ImageRecord(
+        index,
+        f"/synthetic/grid_{h}x{w}.png",
+        (w * PATCH, h * PATCH),
+        "RGB",
+        {},
+        {},
+        grid,
+        (rows_start, rows_start + n),
+        (0, (h // 2) * (w // 2)),
+        np.zeros((h, w), np.int8),
+        resized,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +120,7 @@ def test_patch_grid_lattice_and_merge_lines(real_output):
     vertical = [s for s in lattice if s[0][0] == s[1][0]]
     assert sorted(s[0][1] for s in horizontal) == [PATCH * i for i in range(h + 1)]
     assert sorted(s[0][0] for s in vertical) == [PATCH * j for j in range(w + 1)]
-    assert all(s[0][0] == 0 and s[1][0] == w * PATCH for s in horizontal)      # full length
+    assert all(s[0][0] == 0 and s[1][0] == w * PATCH for s in horizontal)  # full length
     assert all(s[0][1] == 0 and s[1][1] == h * PATCH for s in vertical)
     merge = find(ax, "merge-lines").get_segments()
     assert len(merge) == (h // 2 + 1) + (w // 2 + 1)
@@ -124,7 +135,7 @@ def test_patch_grid_on_a_256x256_grid_without_pixels_is_still_one_collection():
     labels = texts_with_prefix(ax, "row-label-")
     assert 2 <= len(labels) <= 48
     assert {"row-label-0", f"row-label-{256 * 256 - 1}"} <= set(labels)
-    assert len(ax.images) == 1 and ax.images[0].get_array().shape[:2] == (1, 1)       # blank canvas
+    assert len(ax.images) == 1 and ax.images[0].get_array().shape[:2] == (1, 1)  # blank canvas
 
 
 def test_patch_grid_downsamples_the_big_sample(pixel_goldens):
@@ -135,7 +146,7 @@ def test_patch_grid_downsamples_the_big_sample(pixel_goldens):
     ax = draw_patch_grid(output)
     assert len(find(ax, "patch-lattice").get_segments()) == 223 + 297
     shown = find(ax, "image").get_array()
-    assert shown.shape[1] < output.records[0].resized.shape[1] / 2          # reduced before imshow
+    assert shown.shape[1] < output.records[0].resized.shape[1] / 2  # reduced before imshow
     assert find(ax, "image").get_extent() == [0.0, 296 * PATCH, 222 * PATCH, 0.0]
 
 
@@ -150,7 +161,7 @@ def test_row_numbers_sit_on_their_patches(real_output):
         patch_y, patch_x = int(y // PATCH), int(x // PATCH)
         assert layout.patch_to_row(1, patch_y, patch_x) == int(text.get_text())
         rows.add(int(text.get_text()))
-    assert {1444, 2763} <= rows                                               # first and last patch
+    assert {1444, 2763} <= rows  # first and last patch
 
 
 def test_padding_overlay_matches_the_pad_mask(chelsea_output):
@@ -166,8 +177,8 @@ def test_padding_overlay_matches_the_pad_mask(chelsea_output):
     cells = alpha.reshape(h, OVERLAY_SUBPIXELS, w, OVERLAY_SUBPIXELS).transpose(0, 2, 1, 3)
     full, partial = cells[record.pad_mask == 2], cells[record.pad_mask == 1]
     assert len(full) and len(partial)
-    assert all(np.unique(cells).size == 1 for cells in full)                 # uniform wash
-    assert all(np.unique(cells).size == 2 for cells in partial)              # striped texture
+    assert all(np.unique(cells).size == 1 for cells in full)  # uniform wash
+    assert all(np.unique(cells).size == 2 for cells in partial)  # striped texture
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"fully padding: {int((record.pad_mask == 2).sum())} patches" in legend
     assert any(f"{int((record.pad_mask == 1).sum())} patches" in t and "partly" in t for t in legend)
@@ -195,7 +206,9 @@ def test_highlighted_rows_map_to_the_right_patches(real_output):
 
 
 def test_highlight_outside_the_image_is_rejected(real_output):
-    with pytest.raises(LayoutLookupError, match=r"row 5 is not a row of image 1 \(coffee\.png\), whose rows are \[1444, 2764\)"):
+    with pytest.raises(
+        LayoutLookupError, match=r"row 5 is not a row of image 1 \(coffee\.png\), whose rows are \[1444, 2764\)"
+    ):
         draw_patch_grid(real_output, 1, highlight_rows=[5])
     with pytest.raises(LayoutLookupError, match=r"patch \(y=30, x=0\) is outside image 1"):
         draw_patch_grid(real_output, 1, highlight_patches=[(30, 0)])
@@ -223,8 +236,9 @@ def test_row_span_labels_carry_the_golden_numbers(real_output, expected_spans):
         assert f"{end - start} patches" in text
         assert REAL_BATCH[i] in text
     tokens = texts_with_prefix(ax, "token-label-")
-    assert [f"{h * w // 4} tokens" in tokens[f"token-label-{i}"] for i, (_, _, (_, h, w)) in enumerate(expected_spans)] \
-        == [True] * 3
+    assert [
+        f"{h * w // 4} tokens" in tokens[f"token-label-{i}"] for i, (_, _, (_, h, w)) in enumerate(expected_spans)
+    ] == [True] * 3
     assert not [a for a in ax.get_children() if a.get_gid() == "divergence-marker"]
 
 
@@ -236,7 +250,7 @@ def test_span_labels_are_anchored_on_their_spans():
         if not gid.startswith("span-label-"):
             continue
         span = layout.spans[int(gid.rsplit("-", 1)[1])]
-        x = text.xy[0] if hasattr(text, "xy") else text.get_position()[0]       # annotation anchor or centre
+        x = text.xy[0] if hasattr(text, "xy") else text.get_position()[0]  # annotation anchor or centre
         assert x == pytest.approx((span.rows[0] + span.rows[1]) / 2)
     # the narrow spans are labelled outside, with a leader line
     assert hasattr([t for t in ax.texts if t.get_gid() == "span-label-1"][0], "arrow_patch")
@@ -280,10 +294,14 @@ def test_divergence_marker_for_a_missing_image(real_output):
 def test_png_output_is_deterministic(real_output):
     expected = BatchLayout.from_output(real_output)
     produced = BatchLayout.from_grids([(1, 38, 38), (1, 38, 38), (1, 14, 32)])
-    first = [png_bytes(draw_patch_grid(real_output, 1, highlight_rows=[1500])),
-             png_bytes(draw_row_spans(expected, produced=produced))]
-    second = [png_bytes(draw_patch_grid(real_output, 1, highlight_rows=[1500])),
-              png_bytes(draw_row_spans(expected, produced=produced))]
+    first = [
+        png_bytes(draw_patch_grid(real_output, 1, highlight_rows=[1500])),
+        png_bytes(draw_row_spans(expected, produced=produced)),
+    ]
+    second = [
+        png_bytes(draw_patch_grid(real_output, 1, highlight_rows=[1500])),
+        png_bytes(draw_row_spans(expected, produced=produced)),
+    ]
     assert first == second
     assert first[0].startswith(b"\x89PNG") and first[0] != first[1]
 
@@ -300,7 +318,7 @@ def test_grid_to_rows_links_patches_to_their_row_positions(real_output):
         y, x = int(patch_end[1] // PATCH), int(patch_end[0] // PATCH)
         assert layout.patch_to_row(1, y, x) == row
         assert track_end[0] == pytest.approx((row - 1444 + 0.5) * width / 1320)
-        assert track_end[1] > 30 * PATCH                                       # the track is below the grid
+        assert track_end[1] > 30 * PATCH  # the track is below the grid
     labels = texts_with_prefix(ax, "link-label-")
     assert labels["link-label-1488"] == "row 1488 ← (1, 0)"
     assert len(find(ax, "zoom-lines").get_segments()) == 2
@@ -309,7 +327,7 @@ def test_grid_to_rows_links_patches_to_their_row_positions(real_output):
 def test_grid_to_rows_default_rows_and_layout_mismatch(real_output):
     ax = draw_grid_to_rows(real_output.records[2], real_output)
     labels = texts_with_prefix(ax, "link-label-")
-    assert "link-label-2764" in labels and "link-label-3211" in labels       # first and last patch
+    assert "link-label-2764" in labels and "link-label-3211" in labels  # first and last patch
     other = BatchLayout.from_grids([(1, 38, 38), (1, 30, 44), (1, 16, 32)])
     with pytest.raises(LayoutLookupError, match=r"image 2 \(text\.png\) has grid 1×14×32"):
         draw_grid_to_rows(real_output.records[2], other)
@@ -337,7 +355,7 @@ def test_pixel_diff_shows_per_patch_max(both_backends, pixel_goldens):
     assert shown.max() == pytest.approx(golden["gpu_path"]["max_abs_diff_vs_cpu_path"], rel=0, abs=1e-9)
     summary = find(ax, "diff-summary").get_text()
     assert f"max |Δ| = {shown.max():.6g}" in summary and "grids equal: 1×30×44" in summary
-    assert len(ax.figure.axes) == 2                                           # the colorbar
+    assert len(ax.figure.axes) == 2  # the colorbar
 
 
 def test_pixel_diff_with_different_grids_draws_no_map(both_backends):
@@ -396,14 +414,14 @@ def test_figures_never_touch_pyplot():
 
 def test_patch_grid_with_frames_labels_rows_by_frame():
     record = synthetic_record((2, 4, 6), rows_start=100)
-    row = 100 + 24 + 1 * 6 + 5                         # frame 1, y=1, x=5
+    row = 100 + 24 + 1 * 6 + 5  # frame 1, y=1, x=5
     ax = draw_patch_grid(record, highlight_rows=[row])
     (polygon,) = find(ax, "highlight").get_paths()
     assert np.allclose(polygon.vertices[:4].min(axis=0), (5 * PATCH, 1 * PATCH))
     assert texts_with_prefix(ax, "highlight-label-")[f"highlight-label-{row}"] == f"row {row} → (1, 1, 5)"
     assert "frame 0 of 2" in ax.get_title()
     labels = texts_with_prefix(ax, "row-label-")
-    assert "row-label-100" in labels and "row-label-123" in labels       # frame 0: first and last patch
+    assert "row-label-100" in labels and "row-label-123" in labels  # frame 0: first and last patch
 
 
 def test_crowded_batches_keep_labels_readable():
@@ -416,18 +434,18 @@ def test_crowded_batches_keep_labels_readable():
     assert {"span-label-0", "span-label-255"} <= set(labels)
     for gid, text in labels.items():
         assert text == gid.rsplit("-", 1)[1] or text.startswith(gid.rsplit("-", 1)[1] + ": ")
-    assert ax.figure.get_size_inches()[1] < 8                                 # levels capped
+    assert ax.figure.get_size_inches()[1] < 8  # levels capped
 
 
 def test_grid_to_rows_of_a_lone_record_keeps_its_global_rows(real_output):
-    record = real_output.records[2]                     # text.png: rows [2764, 3212), grid 1×14×32
+    record = real_output.records[2]  # text.png: rows [2764, 3212), grid 1×14×32
     rows = [2764, 2764 + 32 + 5, 3211]
     ax = draw_grid_to_rows(record, rows=rows)
     width = 32 * PATCH
     links = find(ax, "row-links").get_segments()
     for row, (patch_end, track_end) in zip(rows, links):
         assert (int(patch_end[1] // PATCH), int(patch_end[0] // PATCH)) == divmod(row - 2764, 32)
-        assert track_end[0] == pytest.approx((row - 2764 + 0.5) * width / 448)    # on the image's own track
+        assert track_end[0] == pytest.approx((row - 2764 + 0.5) * width / 448)  # on the image's own track
     assert texts_with_prefix(ax, "link-label-")["link-label-2801"] == "row 2801 ← (1, 5)"
     assert "rows [2764, 3212)" in ax.get_title()
     # the batch track places the span at its real rows, inside [0, 3212)
@@ -445,8 +463,11 @@ def test_grid_to_rows_refuses_a_record_outside_the_layout(real_output):
 def test_highlights_take_one_row_one_pair_or_whole_floats_and_refuse_malformed_patches(real_output):
     ax = draw_patch_grid(real_output, 1, highlight_rows=1500, highlight_patches=(29.0, 43.0))
     assert set(texts_with_prefix(ax, "highlight-label-")) == {"highlight-label-1500", "highlight-label-2763"}
-    with pytest.raises(LayoutLookupError, match=r"patches form an array of shape \(2, 3\) \(int64\); pass patches "
-                                                r"of image 1 \(coffee\.png\) as \(y, x\) integer pairs"):
+    with pytest.raises(
+        LayoutLookupError,
+        match=r"patches form an array of shape \(2, 3\) \(int64\); pass patches "
+        r"of image 1 \(coffee\.png\) as \(y, x\) integer pairs",
+    ):
         draw_patch_grid(real_output, 1, highlight_patches=[(0, 1, 2), (3, 4, 5)])
     with pytest.raises(LayoutLookupError, match=r"patches have different lengths"):
         draw_patch_grid(real_output, 1, highlight_patches=[(0, 1), (2,)])
@@ -480,7 +501,7 @@ def _text_boxes(fig):
     from matplotlib.text import Text
 
     renderer = _agg(fig)
-    undrawn = set()                 # labels of ticks outside the view limits: never drawn
+    undrawn = set()  # labels of ticks outside the view limits: never drawn
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             low, high = sorted(axis.get_view_interval())
@@ -488,8 +509,11 @@ def _text_boxes(fig):
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 if not low - slack <= tick.get_loc() <= high + slack:
                     undrawn.update({id(tick.label1), id(tick.label2)})
-    return [(t, Text.get_window_extent(t, renderer)) for t in fig.findobj(Text)
-            if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+    return [
+        (t, Text.get_window_extent(t, renderer))
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and id(t) not in undrawn
+    ]
 
 
 def test_spans_are_labelled_and_coloured_by_their_image_numbers():
@@ -540,11 +564,13 @@ def _connector_crossings(ax):
 @pytest.mark.parametrize("case", ["notebook rows", "default rows", "every third row"])
 def test_grid_to_rows_connectors_never_cross_a_label(chelsea_output, case):
     """Notebook 01's patch-to-row figure on chelsea.png: no link, tick or zoom line runs through any text."""
-    record = chelsea_output.records[1]                  # chelsea.png, rows [1444, 2192), grid 1×22×34
+    record = chelsea_output.records[1]  # chelsea.png, rows [1444, 2192), grid 1×22×34
     start, end = record.rows
-    rows = {"notebook rows": [start, start + 1, start + 34, (start + end) // 2, end - 1],
-            "default rows": None,
-            "every third row": list(range(start, start + 34, 3)) + [end - 1]}[case]
+    rows = {
+        "notebook rows": [start, start + 1, start + 34, (start + end) // 2, end - 1],
+        "default rows": None,
+        "every third row": list(range(start, start + 34, 3)) + [end - 1],
+    }[case]
     ax = draw_grid_to_rows(record, BatchLayout.from_output(chelsea_output), rows)
     assert {c.get_gid() for c in ax.collections} >= {"row-links", "row-ticks", "zoom-lines"}
     assert _connector_crossings(ax) == []
@@ -576,6 +602,10 @@ def test_no_text_is_under_8_pt_and_labels_do_not_overlap(real_output, both_backe
         boxes = _text_boxes(ax.figure)
         small = [(t.get_text(), t.get_fontsize()) for t, _ in boxes if t.get_fontsize() < 8]
         assert small == [], name
-        overlapping = [(a.get_text(), b.get_text()) for i, (a, box_a) in enumerate(boxes)
-                       for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+        overlapping = [
+            (a.get_text(), b.get_text())
+            for i, (a, box_a) in enumerate(boxes)
+            for b, box_b in boxes[i + 1 :]
+            if box_a.overlaps(box_b)
+        ]
         assert overlapping == [], name

@@ -99,8 +99,12 @@ def test_chelsea_record(sample):
     assert chelsea.source_size == (451, 300) and chelsea.source_mode == "RGB"
     assert chelsea.loader == {"exif_transpose": False, "alpha": "keep", "exif_orientation": 1}
     assert chelsea.resize == {
-        "new_width": 451, "new_height": 300, "pad_width": 25, "pad_height": 8,
-        "num_tokens": 187, "grid_thw": (1, 22, 34),
+        "new_width": 451,
+        "new_height": 300,
+        "pad_width": 25,
+        "pad_height": 8,
+        "num_tokens": 187,
+        "grid_thw": (1, 22, 34),
     }
     assert chelsea.rows == (4, 752) and chelsea.token_span == (1, 188)
     # 451 = 32 patches + 3 px, 300 = 21 patches + 6 px: one partial column, one partial row, one padding column
@@ -147,13 +151,17 @@ def plain_checkpoint(image: Image.Image, resize: dict, config: ProcessorConfig) 
 
 
 def test_lut_matches_float64_normalisation_per_channel(sample):
-    clip = get_config({**get_config("kimi-k25").to_media_proc_cfg(),
-                       "image_mean": [0.48145466, 0.4578275, 0.40821073],
-                       "image_std": [0.26862954, 0.26130258, 0.27577711]})
+    clip = get_config(
+        {
+            **get_config("kimi-k25").to_media_proc_cfg(),
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        }
+    )
     lut = normalization_lut(clip.image_mean, clip.image_std)
     assert lut.dtype == np.float32 and lut.shape == (3, 256) and not lut.flags.writeable
     image = load_image(sample("coffee.png")).image
-    resize = resize_config(300, 200, clip)            # a foreign resize: coffee is 600x400
+    resize = resize_config(300, 200, clip)  # a foreign resize: coffee is 600x400
     padded, rows = checkpoint_pixels(image, resize, clip)
     assert padded.shape == (224, 308, 3) and tuple(rows.shape) == (8 * 11 * 2 * 2, 3, 14, 14)
     assert np.array_equal(rows.numpy(), plain_checkpoint(image, resize, clip))
@@ -162,7 +170,7 @@ def test_lut_matches_float64_normalisation_per_channel(sample):
 def test_foreign_resize_config_is_applied_as_given(sample):
     """A resize computed for another size (a stale or foreign config) decides the grid, on both paths."""
     image = load_image(sample("chelsea.png")).image
-    k25_resize = resize_config(225, 150, "kimi-k25")      # chelsea is 451x300
+    k25_resize = resize_config(225, 150, "kimi-k25")  # chelsea is 451x300
     assert k25_resize["grid_thw"] == (1, 12, 18)
     _, rows = checkpoint_pixels(image, k25_resize, "kimi-k25")
     assert rows.shape[0] == 12 * 18
@@ -176,7 +184,7 @@ def test_foreign_resize_config_is_applied_as_given(sample):
 def test_torch_pixels_on_raw_chw_tensors(sample):
     """SGLang's deferred gpu items are CHW uint8 tensors; 1-channel tensors are repeated to RGB."""
     grey = load_image(sample("camera.png")).image
-    chw = torch.from_numpy(np.asarray(grey).copy()).unsqueeze(0)       # [1, 512, 512]
+    chw = torch.from_numpy(np.asarray(grey).copy()).unsqueeze(0)  # [1, 512, 512]
     resize = resize_config(512, 512, "kimi-k3")
     out = Processor("kimi-k3", backend="torch").preprocess(sample("camera.png"))
     assert torch.equal(torch_pixels(chw, resize, "kimi-k3", "cpu"), out.pixel_values)
@@ -188,15 +196,20 @@ def test_torch_pixels_on_raw_chw_tensors(sample):
 
 def test_before_resize_fill_stage(sample):
     """A config that composites before resizing (the checkpoint's default stage) gives the composite, resized."""
-    cfg = get_config({**get_config("kimi-k3").to_media_proc_cfg(), "transparent_bg_fill_stage": "before_resize",
-                      "in_patch_limit": 256})
+    cfg = get_config(
+        {
+            **get_config("kimi-k3").to_media_proc_cfg(),
+            "transparent_bg_fill_stage": "before_resize",
+            "in_patch_limit": 256,
+        }
+    )
     image = load_image(sample("horse.png")).image
     resize = resize_config(*image.size, cfg)
     padded, _ = checkpoint_pixels(image, resize, cfg)
     after = get_config({**cfg.to_media_proc_cfg(), "transparent_bg_fill_stage": "after_resize"})
     padded_after, _ = checkpoint_pixels(image, resize, after)
     assert padded.shape == padded_after.shape == (224, 252, 3)
-    assert not np.array_equal(padded, padded_after)       # the chessboard is resized in one case only
+    assert not np.array_equal(padded, padded_after)  # the chessboard is resized in one case only
 
 
 def test_processor_rejects_unknown_backend_and_device():
@@ -217,8 +230,9 @@ def test_empty_batch():
 def alpha_test_image(width: int, height: int) -> Image.Image:
     """A noisy RGBA image whose alpha runs from 0 to 255 across the width."""
     rng = np.random.default_rng(0)
-    smooth = np.kron(rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8),
-                     np.ones((16, 16, 1), np.uint8))[:height, :width]
+    smooth = np.kron(
+        rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8), np.ones((16, 16, 1), np.uint8)
+    )[:height, :width]
     noisy = np.clip(smooth.astype(int) + rng.integers(-40, 41, smooth.shape), 0, 255).astype(np.uint8)
     alpha = np.broadcast_to(np.linspace(0, 255, width).astype(np.uint8), (height, width))
     return Image.fromarray(np.dstack([noisy, alpha]), mode="RGBA")
@@ -250,7 +264,7 @@ def test_checkpoint_resize_is_one_pil_resize(preset, mode):
     image = load_image(in_mode(alpha_test_image(480, 720), mode)).image
     assert image.mode == ("L" if mode == "I;16" else mode)
     for width, height in SIZES:
-        resize = resize_config(width, height, config)          # applied as given to the 480x720 image
+        resize = resize_config(width, height, config)  # applied as given to the 480x720 image
         assert (resize["new_width"], resize["new_height"]) == (width, height)
         padded, rows = checkpoint_pixels(image, resize, config)
         if config.fill_stage == "before_resize":
@@ -284,8 +298,13 @@ def plain_fill(image: Image.Image, bg: dict) -> np.ndarray:
 @pytest.mark.parametrize(
     "bg",
     [
-        {"pattern": "chessboard", "chessboard_square_size": 5, "chessboard_square_on_top_left": False,
-         "chessboard_white_value": 250, "chessboard_gray_value": 10},
+        {
+            "pattern": "chessboard",
+            "chessboard_square_size": 5,
+            "chessboard_square_on_top_left": False,
+            "chessboard_white_value": 250,
+            "chessboard_gray_value": 10,
+        },
         {"pattern": "white"},
         {"pattern": "gray"},
         {"pattern": "black"},
@@ -305,5 +324,8 @@ def test_unknown_background_pattern_is_a_config_error():
     from kimi_viz.errors import ConfigError
     from kimi_viz.preprocess.pixels_checkpoint import background
 
-    with pytest.raises(ConfigError, match=r"^transparent_bg_config.pattern: expected one of white, black, gray, chessboard, got 'plaid'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^transparent_bg_config.pattern: expected one of white, black, gray, chessboard, got 'plaid'",
+    ):
         background(4, 4, {"pattern": "plaid"})

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
-from kimi_viz.replay.split import replay
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
+from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
 from kimi_viz.replay.releases import RELEASES, choose_release, fixed_in, release_for
 from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.replay.split import replay
 from kimi_viz.replay.verdict import build_verdict, format_verdict
 
 TABLE = {
@@ -38,8 +38,10 @@ def test_each_release_maps_to_itself(version):
     assert release.version == version and sentence == f"SGLang {version}: {TABLE[version][0]} path"
 
 
-@pytest.mark.parametrize(("text", "base"), [("v0.5.18", "0.5.18"), ("0.5.23.post1", "0.5.23"),
-                                            ("0.5.19+cu129", "0.5.19"), ("0.5.18rc1", "0.5.18")])
+@pytest.mark.parametrize(
+    ("text", "base"),
+    [("v0.5.18", "0.5.18"), ("0.5.23.post1", "0.5.23"), ("0.5.19+cu129", "0.5.19"), ("0.5.18rc1", "0.5.18")],
+)
 def test_suffixed_versions_are_taken_as_their_base_release_and_say_so(text, base):
     release, sentence = release_for(text)
     assert release.version == base
@@ -50,12 +52,15 @@ def test_suffixed_versions_are_taken_as_their_base_release_and_say_so(text, base
 def test_a_future_release_replays_the_newest_known_path_and_says_so(text):
     release, sentence = release_for(text)
     assert release.version == "0.5.23"
-    assert sentence == (f"SGLang {text} is newer than the newest release kimi-viz knows (0.5.23); replaying "
-                        "0.5.23's post-fix path")
+    assert sentence == (
+        f"SGLang {text} is newer than the newest release kimi-viz knows (0.5.23); replaying 0.5.23's post-fix path"
+    )
 
 
-@pytest.mark.parametrize(("text", "words"), [("0.5.16", "has no Kimi-K3 model"), ("latest", "expected a release"),
-                                             ("", "expected a release")])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("0.5.16", "has no Kimi-K3 model"), ("latest", "expected a release"), ("", "expected a release")],
+)
 def test_a_release_without_kimi_k3_or_garbage_is_a_one_line_error(text, words):
     with pytest.raises(ConfigError, match=words) as info:
         release_for(text)
@@ -71,8 +76,9 @@ def test_fixed_in_names_the_next_path_change():
 def test_choice_order_asked_then_recorded_then_detected_then_assumed():
     asked = choose_release(sglang_version="0.5.18", recorded_version="0.5.23")
     assert (asked.code_path, asked.chosen_by, asked.release.version) == ("pre-fix", "asked", "0.5.18")
-    recorded = choose_release(recorded_version="0.5.18", recorded_variant="post-fix",
-                              recorded_variant_source="detected")
+    recorded = choose_release(
+        recorded_version="0.5.18", recorded_variant="post-fix", recorded_variant_source="detected"
+    )
     assert (recorded.code_path, recorded.chosen_by) == ("pre-fix", "recorded")
     detected = choose_release(recorded_version=None, recorded_variant="pre-fix", recorded_variant_source="detected")
     assert (detected.code_path, detected.chosen_by, detected.release.version) == ("pre-fix", "detected", "0.5.18")
@@ -102,21 +108,27 @@ def test_s1_on_every_release(version, backend):
     assert verdict["release"]["code_path"] == TABLE[version][0]
     outcomes = [(r.outcome, r.error and r.error.message) for r in trace.ranks]
     if version == "0.5.17":
-        if backend == "cpu":   # PIL images reach the tensor check on both ranks
+        if backend == "cpu":  # PIL images reach the tensor check on both ranks
             assert outcomes == [("error", PIL_TYPE), ("error", PIL_TYPE)]
-        else:                  # raw CHW tensors pass it, then cannot be concatenated on rank 1
+        else:  # raw CHW tensors pass it, then cannot be concatenated on rank 1
             assert outcomes[0] == ("ok", None)
-            assert outcomes[1] == ("error", "multimodal feature tensors must have matching trailing shapes: "
-                                            "expected torch.Size([102, 102]), got torch.Size([3, 5, 20])")
+            assert outcomes[1] == (
+                "error",
+                "multimodal feature tensors must have matching trailing shapes: "
+                "expected torch.Size([102, 102]), got torch.Size([3, 5, 20])",
+            )
         assert verdict["divergence"]["scenario_class"] == "skew"
-        assert verdict["release"]["fixed_in"]["release"] == "0.5.19"   # 0.5.18's path still fails (S1)
+        assert verdict["release"]["fixed_in"]["release"] == "0.5.19"  # 0.5.18's path still fails (S1)
     elif version == "0.5.18":
         message = MSG_LENGTH if backend == "cpu" else "Kimi-K3 deferred GPU preprocessing produced wrong grids"
         assert outcomes == [("ok", None), ("error", message)]
         assert verdict["divergence"]["scenario_class"] == "S1"
         assert verdict["release"]["fixed_in"] == {
-            "release": "0.5.19", "change": "SGLang PRs #35305 / #36265", "code_path": "post-fix",
-            "summary": RELEASES["0.5.19"].summary}
+            "release": "0.5.19",
+            "change": "SGLang PRs #35305 / #36265",
+            "code_path": "post-fix",
+            "summary": RELEASES["0.5.19"].summary,
+        }
     else:
         assert outcomes == [("ok", None), ("ok", None)]
         assert verdict["release"]["fixed_in"] is None
@@ -153,13 +165,17 @@ def manifest_from_0_5_18(tmp_path_factory):
 def test_triage_of_a_0_5_18_capture_names_the_release_and_the_fix(manifest_from_0_5_18):
     code, out, err = _kimi_viz("triage", str(manifest_from_0_5_18))
     assert (code, err) == (1, "")
-    assert ("replayed: SGLang 0.5.18 (pre-fix path) — SGLang 0.5.18: pre-fix path (the version the capture "
-            "recorded)") in out
+    assert (
+        "replayed: SGLang 0.5.18 (pre-fix path) — SGLang 0.5.18: pre-fix path (the version the capture recorded)"
+    ) in out
     assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in out
     code, out, _ = _kimi_viz("triage", str(manifest_from_0_5_18), "--json")
     release = json.loads(out)["release"]
-    assert (release["sglang_version"], release["chosen_by"], release["fixed_in"]["release"]) == \
-        ("0.5.18", "recorded", "0.5.19")
+    assert (release["sglang_version"], release["chosen_by"], release["fixed_in"]["release"]) == (
+        "0.5.18",
+        "recorded",
+        "0.5.19",
+    )
 
 
 def test_the_same_capture_replays_clean_as_0_5_23(manifest_from_0_5_18):
@@ -182,10 +198,13 @@ def test_manifests_keep_how_the_code_path_was_found(manifest_from_0_5_18):
     assert (batch.sglang_version, batch.code_variant, batch.code_variant_source) == ("0.5.18", "pre-fix", "detected")
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--sglang-version", "0.5.16"], "SGLang 0.5.16 has no Kimi-K3 model"),
-    (["--sglang-version", "nightly"], "sglang_version: expected a release such as 0.5.23, got 'nightly'"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--sglang-version", "0.5.16"], "SGLang 0.5.16 has no Kimi-K3 model"),
+        (["--sglang-version", "nightly"], "sglang_version: expected a release such as 0.5.23, got 'nightly'"),
+    ],
+)
 def test_bad_release_on_the_command_line(manifest_from_0_5_18, args, words):
     code, out, err = _kimi_viz("triage", str(manifest_from_0_5_18), *args)
     assert code == 2 and out == "" and words in err and err.count("\n") == 1

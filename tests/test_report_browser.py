@@ -33,8 +33,13 @@ def browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update"],
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
         )
         yield browser
         browser.close()
@@ -51,8 +56,9 @@ def _open(browser, path: Path):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     problems: list[str] = []
     requests: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
-            else None)
+    page.on(
+        "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
     page.on("request", lambda r: requests.append(r.url))
@@ -74,7 +80,7 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
     stepper = page.locator(".kv-stepper").first
     counts = stepper.locator(".kv-counts")
     slider = stepper.locator("input.kv-slider")
-    assert slider.input_value() == slider.get_attribute("max")        # opens at the step that raises
+    assert slider.input_value() == slider.get_attribute("max")  # opens at the step that raises
     last = counts.inner_text()
     assert "ValueError" in last
     last_frame = stepper.locator("img.kv-frame").get_attribute("src")
@@ -109,8 +115,11 @@ def _with_recording(name: str, outcome: str) -> object:
     batch = SCENARIOS[name].build()
     if outcome == "error":
         expected = SCENARIOS[name].expected
-        batch.recorded = RecordedOutcome("error", expected.type or "ValueError",
-                                         expected.message or "Kimi-K3 deferred feature length does not match image grids")
+        batch.recorded = RecordedOutcome(
+            "error",
+            expected.type or "ValueError",
+            expected.message or "Kimi-K3 deferred feature length does not match image grids",
+        )
     else:
         batch.recorded = RecordedOutcome("ok")
     return batch
@@ -141,7 +150,7 @@ def status_reports(tmp_path_factory) -> dict[str, Path]:
 
 
 def _rgb(hex_color: str) -> str:
-    r, g, b = (int(hex_color[k:k + 2], 16) for k in (1, 3, 5))
+    r, g, b = (int(hex_color[k : k + 2], 16) for k in (1, 3, 5))
     return f"rgb({r}, {g}, {b})"
 
 
@@ -159,10 +168,12 @@ def test_each_status_has_its_badge_text_and_colour(browser, status_reports, stat
     banner = page.locator("#kv-not-reproduced")
     if status == "not-reproduced":
         assert banner.is_visible()
-        assert "The capture recorded ValueError: Kimi-K3 deferred feature length does not match image grids" in \
-            banner.inner_text()
+        assert (
+            "The capture recorded ValueError: Kimi-K3 deferred feature length does not match image grids"
+            in banner.inner_text()
+        )
         assert banner.evaluate("e => getComputedStyle(e).borderTopColor") == _rgb("#E69F00")
-        assert banner.bounding_box()["y"] < 300                       # in the first screen, above everything else
+        assert banner.bounding_box()["y"] < 300  # in the first screen, above everything else
     else:
         assert banner.count() == 0
     if status == "recorded-ok-replay-fails":

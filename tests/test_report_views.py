@@ -30,7 +30,7 @@ def _texts(ax) -> dict[str, str]:
 
 
 def test_rank_panels_number_images_globally_and_name_the_grid_read(s1_tp4):
-    rank2 = s1_tp4.rank_trace(2)                              # one image: global image 2, read row 0
+    rank2 = s1_tp4.rank_trace(2)  # one image: global image 2, read row 0
     texts = _texts(draw_rank_rows(s1_tp4, rank2))
     expected = next(v for k, v in texts.items() if k.startswith("span-label"))
     assert expected.startswith("2: astronaut_tiny_20x5.png; grid of image 0, read for image 2")
@@ -62,7 +62,7 @@ def _fill_colors_by_span(ax) -> list[str]:
 def test_summary_puts_the_verdict_and_failing_ranks_first(s1_tp4):
     verdict = build_verdict(s1_tp4)
     panels = summary_panels(s1_tp4, verdict)
-    assert len(panels) == 1 + 2 + 2                       # banner, the 2 failing ranks, the 2 healthy ones
+    assert len(panels) == 1 + 2 + 2  # banner, the 2 failing ranks, the 2 healthy ones
     banner = _texts(draw_verdict_banner(verdict))
     assert banner["status-badge"].strip() == "✗ ERROR REPRODUCED"
     sheet = Image.open(io.BytesIO(summary_png(s1_tp4, verdict)))
@@ -73,7 +73,7 @@ def test_many_healthy_ranks_are_summarised_not_drawn():
     trace = replay(SCENARIOS["s1-cpu"].build(), tp_size=8, sglang_version="0.5.18", mode="shapes")
     verdict = build_verdict(trace)
     assert verdict.rank_summary == "2 of 8 ranks fail"
-    assert len(summary_panels(trace, verdict)) == 1 + 2 + 1     # banner, failing ranks, one summary line
+    assert len(summary_panels(trace, verdict)) == 1 + 2 + 1  # banner, failing ranks, one summary line
 
 
 def test_a_silent_mismatch_draws_the_producers_grid_against_the_consumers():
@@ -82,10 +82,10 @@ def test_a_silent_mismatch_draws_the_producers_grid_against_the_consumers():
     assert verdict.status is Status.SILENT_MISMATCH
     ax = draw_grid_mismatch(verdict)
     boxes = {p.get_gid(): (p.get_width(), p.get_height()) for p in ax.patches if p.get_gid()}
-    assert boxes == {"grid-0": (148, 112), "grid-1": (296, 222)}      # producer's 112x148 against consumer's 222x296
+    assert boxes == {"grid-0": (148, 112), "grid-1": (296, 222)}  # producer's 112x148 against consumer's 222x296
     words = " ".join(t.get_text() for t in ax.texts)
     assert "16576 patches" in words and "65712 patches" in words
-    assert len(summary_panels(trace, verdict)) == 1 + 1 + 1          # banner, the grids, the rank
+    assert len(summary_panels(trace, verdict)) == 1 + 1 + 1  # banner, the grids, the rank
 
 
 @pytest.mark.parametrize("name", ["healthy-tp2", "s1-cpu", "s4-gpu", "s9-two-grids"])
@@ -97,13 +97,13 @@ def test_no_figure_text_under_10_px(name):
         axes.append(draw_grid_mismatch(verdict))
     for ax in axes:
         sizes = [t.get_fontsize() for t in ax.figure.findobj() if hasattr(t, "get_fontsize") and t.get_text()]
-        assert min(sizes) * 100 / 72 >= 10, (name, min(sizes))   # summary.png is written at 100 dpi
+        assert min(sizes) * 100 / 72 >= 10, (name, min(sizes))  # summary.png is written at 100 dpi
 
 
 def test_notebook_tables_and_verdicts(s1_tp4):
     verdict = build_verdict(s1_tp4)
     ranks = ranks_table(verdict)
-    assert [row[0] for row in ranks.rows] == [1, 2, 0, 3]             # failing ranks first
+    assert [row[0] for row in ranks.rows] == [1, 2, 0, 3]  # failing ranks first
     assert ranks.caption == "2 of 4 ranks fail"
     assert "<td>FAIL</td>" in ranks._repr_html_()
     images = images_table(verdict)
@@ -112,7 +112,7 @@ def test_notebook_tables_and_verdicts(s1_tp4):
     view = VerdictView(verdict)
     assert "✗ ERROR REPRODUCED" in repr(view)
     html = view._repr_html_()
-    assert 'data-status="error-reproduced"' in html and "body {" not in html     # no page-wide CSS in a notebook
+    assert 'data-status="error-reproduced"' in html and "body {" not in html  # no page-wide CSS in a notebook
     text = repr(Table(["t ms"], [[152.30835900001694]]))
     assert "152.3" in text and "152.308" not in text
 

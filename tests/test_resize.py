@@ -39,8 +39,12 @@ def test_known_sizes():
     assert resize_config(4200, 3150, "kimi-k25")["grid_thw"] == (1, 112, 148)
     # the per-side limit: 8000x100 -> 7168 px wide, 512 patches
     assert resize_config(8000, 100) == {
-        "new_width": 7168, "new_height": 89, "pad_width": 0, "pad_height": 23,
-        "num_tokens": 1024, "grid_thw": (1, 8, 512),
+        "new_width": 7168,
+        "new_height": 89,
+        "pad_width": 0,
+        "pad_height": 23,
+        "num_tokens": 1024,
+        "grid_thw": (1, 8, 512),
     }
     # the smallest image is one merged token
     assert resize_config(1, 1)["grid_thw"] == (1, 2, 2)
@@ -96,7 +100,7 @@ def test_properties(width, height, preset):
     assert t == 1
     assert h % 2 == 0 and w % 2 == 0
     assert 2 <= h <= 512 and 2 <= w <= 512
-    assert 1 <= new_w <= width and 1 <= new_h <= height            # never upscales
+    assert 1 <= new_w <= width and 1 <= new_h <= height  # never upscales
     assert new_w + got["pad_width"] == w * p and new_h + got["pad_height"] == h * p
     assert 0 <= got["pad_width"] < 2 * p and 0 <= got["pad_height"] < 2 * p
     assert got["num_tokens"] * 4 == h * w

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from kimi_viz.cli import main
-from kimi_viz.replay.split import replay
 from kimi_viz.errors import ScenarioError
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.replay.scenarios import SCENARIOS, get_scenario, run_scenario
+from kimi_viz.replay.split import replay
 from kimi_viz.replay.verdict import build_verdict, validate_verdict
 
 CASES = [(name, mode) for name, sc in SCENARIOS.items() for mode in sc.modes]
@@ -32,14 +32,22 @@ EXPECTED = {
     "s4-gpu": None,
     "s6-stacked": ("ValueError", LENGTH),
     "s6-list": ("AttributeError", "'list' object has no attribute 'shape'"),
-    "s6-stacked-feature": ("ValueError", "multimodal feature tensors must have matching trailing shapes: "
-                                         "expected torch.Size([3, 14, 14]), got torch.Size([2, 64, 3, 14, 14])"),
+    "s6-stacked-feature": (
+        "ValueError",
+        "multimodal feature tensors must have matching trailing shapes: "
+        "expected torch.Size([3, 14, 14]), got torch.Size([2, 64, 3, 14, 14])",
+    ),
     "s8-t2": ("ValueError", GPU_GRIDS),
-    "s9-two-grids": ("ValueError", "Kimi-K3 expects one vision grid per MultimodalDataItem; split aggregated "
-                                   "encoder inputs before get_image_feature()"),
+    "s9-two-grids": (
+        "ValueError",
+        "Kimi-K3 expects one vision grid per MultimodalDataItem; split aggregated "
+        "encoder inputs before get_image_feature()",
+    ),
     "s10-stale-eager": None,
-    "s11-two-channels": ("RuntimeError", "The size of tensor a (0) must match the size of tensor b (2) at "
-                                         "non-singleton dimension 1"),
+    "s11-two-channels": (
+        "RuntimeError",
+        "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
+    ),
     "s11-cpu-two-channels": ("ValueError", "Unsupported Kimi-K3 image channel count: 512"),
     "s12-hwc": None,
     "s13-zero-size": ("ZeroDivisionError", "division by zero"),
@@ -71,16 +79,19 @@ def test_scenario_outcome_and_exact_message(name, mode):
         assert (verdict["error"]["type"], verdict["error"]["message"]) == expected
     assert (scenario.expected.type, scenario.expected.message) == (expected or (None, None))
     if scenario.expected.ranks is not None:
-        got = {r["rank"]: (r["outcome"], r["error"] and r["error"]["type"], r["error"] and r["error"]["message"])
-               for r in verdict["ranks"]}
+        got = {
+            r["rank"]: (r["outcome"], r["error"] and r["error"]["type"], r["error"] and r["error"]["message"])
+            for r in verdict["ranks"]
+        }
         assert got == scenario.expected.ranks
     div = verdict["divergence"]
     assert div["scenario_class"] == scenario.scenario_class
     assert div["silent"] is scenario.expected.silent
-    status = ("error-reproduced" if expected is not None else "silent-mismatch" if scenario.expected.silent
-              else "clean")
-    assert (verdict["status"], verdict["exit_code"]) == (status, {"clean": 0, "error-reproduced": 1,
-                                                                  "silent-mismatch": 3}[status])
+    status = "error-reproduced" if expected is not None else "silent-mismatch" if scenario.expected.silent else "clean"
+    assert (verdict["status"], verdict["exit_code"]) == (
+        status,
+        {"clean": 0, "error-reproduced": 1, "silent-mismatch": 3}[status],
+    )
     if scenario.scenario_class != "none":
         assert div["first_image"] is not None and div["explanation"] and div["fix"]
     else:
@@ -89,8 +100,16 @@ def test_scenario_outcome_and_exact_message(name, mode):
 
 @pytest.mark.parametrize(
     ("name", "first", "expected_rows", "produced_rows"),
-    [("s1-gpu", 1, 748, 64), ("s2-cpu", 1, 884, 748), ("s2-gpu", 1, 884, 748), ("s4-cpu", 0, 16576, 65712),
-     ("s4-gpu", 0, 65712, 16576), ("s8-t2", 1, 128, 64), ("s10-stale-eager", 1, 64, 4), ("s12-hwc", 1, 68, 68)],
+    [
+        ("s1-gpu", 1, 748, 64),
+        ("s2-cpu", 1, 884, 748),
+        ("s2-gpu", 1, 884, 748),
+        ("s4-cpu", 0, 16576, 65712),
+        ("s4-gpu", 0, 65712, 16576),
+        ("s8-t2", 1, 128, 64),
+        ("s10-stale-eager", 1, 64, 4),
+        ("s12-hwc", 1, 68, 68),
+    ],
 )
 def test_first_diverging_image_and_both_counts(name, first, expected_rows, produced_rows):
     div = run_scenario(name, mode="shapes").divergence
@@ -108,7 +127,7 @@ def test_s4_gpu_is_silent_because_the_grid_follows_resize_config():
     trace = run_scenario("s4-gpu", mode="shapes")
     step = next(s for s in trace.ranks[0].steps if s.name == "preprocess_gpu")
     assert step.variables["produced_grids"] == step.variables["expected_grids"] == [[1, 112, 148]]
-    assert trace.divergence.expected_grid == [1, 222, 296]          # what the K3 consumer would use
+    assert trace.divergence.expected_grid == [1, 222, 296]  # what the K3 consumer would use
 
 
 def test_unknown_scenario_lists_the_valid_names():
@@ -159,7 +178,7 @@ def test_cli_run_json_exit_codes(capsys):
     assert verdict["error"] == {"type": "ValueError", "message": GPU_GRIDS}
     assert main(["scenario", "run", "healthy-tp2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["outcome"] == "ok"
-    assert main(["scenario", "run", "s4-gpu", "--json", "--mode", "shapes"]) == 3     # a silent mismatch
+    assert main(["scenario", "run", "s4-gpu", "--json", "--mode", "shapes"]) == 3  # a silent mismatch
     assert json.loads(capsys.readouterr().out)["status"] == "silent-mismatch"
 
 
@@ -169,9 +188,9 @@ def test_cli_run_text(capsys):
     assert f"outcome: error — ValueError: {LENGTH}" in out
     assert "rank 0: images [0] -> ok" in out
     assert "scenario class: S1" in out and "expected 748 rows, produced 64" in out
-    assert out.splitlines()[1].startswith("✗ ERROR REPRODUCED — ValueError")     # the status comes first
+    assert out.splitlines()[1].startswith("✗ ERROR REPRODUCED — ValueError")  # the status comes first
     assert "ranks: 1 of 2 ranks fail" in out
-    assert out.index("rank 1: images [1, 2]") < out.index("rank 0: images [0] -> ok")   # failing ranks first
+    assert out.index("rank 1: images [1, 2]") < out.index("rank 0: images [0] -> ok")  # failing ranks first
 
 
 def test_cli_bad_input_exits_2(capsys):

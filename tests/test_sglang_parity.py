@@ -20,16 +20,18 @@ from unittest import mock
 
 import pytest
 
-SKIP_REASON = ("the fidelity lane needs SGLang itself (pip install sglang==0.5.23 in a separate venv, with this "
-               "kit installed there too); without it the replay is checked against the catalogue's expectations only")
+SKIP_REASON = (
+    "the fidelity lane needs SGLang itself (pip install sglang==0.5.23 in a separate venv, with this "
+    "kit installed there too); without it the replay is checked against the catalogue's expectations only"
+)
 
 sglang = pytest.importorskip("sglang", reason=SKIP_REASON)
 pytestmark = pytest.mark.sglang
 
 import torch  # noqa: E402
 
-from kimi_viz.replay.split import replay  # noqa: E402
 from kimi_viz.replay.scenarios import SCENARIOS  # noqa: E402
+from kimi_viz.replay.split import replay  # noqa: E402
 
 
 def _sglang_module(name: str):
@@ -58,16 +60,24 @@ class CheckpointImageProcessor:
         for media in medias:
             image = media["image"]
             width, height = image.size
-            resize = k25.navit_resize_config(width, height, c.patch_size, c.merge_kernel_size, c.in_patch_limit,
-                                             c.patch_limit_on_one_side, c.fixed_output_tokens)
+            resize = k25.navit_resize_config(
+                width,
+                height,
+                c.patch_size,
+                c.merge_kernel_size,
+                c.in_patch_limit,
+                c.patch_limit_on_one_side,
+                c.fixed_output_tokens,
+            )
             grids.append(list(k25._grid_thw_from_resize_config(resize, c.patch_size)))
             rows.append(checkpoint_pixels(image, resize, c)[1])
         if self.output == "list":
             pixel_values = rows
         elif self.output == "stacked":
             longest = max(r.shape[0] for r in rows)
-            pixel_values = torch.stack([torch.nn.functional.pad(r, (0, 0, 0, 0, 0, 0, 0, longest - r.shape[0]))
-                                        for r in rows])
+            pixel_values = torch.stack(
+                [torch.nn.functional.pad(r, (0, 0, 0, 0, 0, 0, 0, longest - r.shape[0])) for r in rows]
+            )
         else:
             pixel_values = torch.cat(rows)
         return {"pixel_values": pixel_values, "grid_thws": torch.tensor(grids, dtype=torch.int64)}
@@ -91,13 +101,20 @@ def _sglang_items(batch):
         if item.deferred is not None:
             d = item.deferred
             data[processing.DEFERRED_PREPROCESSING_KEY] = processing.KimiK3DeferredPreprocessing(
-                backend=d["backend"], image_mean=d["image_mean"], image_std=d["image_std"],
-                transparent_bg_config=d.get("transparent_bg_config"), resize_config=d["resize_config"])
+                backend=d["backend"],
+                image_mean=d["image_mean"],
+                image_std=d["image_std"],
+                transparent_bg_config=d.get("transparent_bg_config"),
+                resize_config=d["resize_config"],
+            )
         if item.local_preprocessed:
             data["encoder_local_preprocessed"] = True
         feature = item.feature.image if item.feature.image is not None else item.feature.tensor
-        items.append(schedule.MultimodalDataItem(modality=schedule.Modality.IMAGE, offsets=[(k, k + 1)],
-                                                 feature=feature, model_specific_data=data))
+        items.append(
+            schedule.MultimodalDataItem(
+                modality=schedule.Modality.IMAGE, offsets=[(k, k + 1)], feature=feature, model_specific_data=data
+            )
+        )
     return items
 
 
@@ -113,10 +130,12 @@ def _real_outcomes(batch, tp_size: int) -> list[tuple[int, str, str | None, str 
     model.vision_tower = _TowerStub()
     model.mm_projector = lambda embeds: embeds
     model._encoder_image_processor = CheckpointImageProcessor(
-        batch.processor, batch.extra.get("processor_output", "concatenated"))
+        batch.processor, batch.extra.get("processor_output", "concatenated")
+    )
     items = _sglang_items(batch)
-    with mock.patch("sglang.srt.multimodal.mm_utils.run_dp_sharded_mrope_vision_model",
-                    return_value=torch.zeros(1, 2)) as run_dp:
+    with mock.patch(
+        "sglang.srt.multimodal.mm_utils.run_dp_sharded_mrope_vision_model", return_value=torch.zeros(1, 2)
+    ) as run_dp:
         try:
             model.get_image_feature(items)
         except Exception as exc:  # noqa: BLE001 - raised before the DP runner: every rank raises it
@@ -128,7 +147,7 @@ def _real_outcomes(batch, tp_size: int) -> list[tuple[int, str, str | None, str 
         else:
             order, counts, _ = mm_utils.get_dp_encoder_lb_assignment([math.prod(g) for g in grids], tp_size)
             bounds = [0, *itertools.accumulate(counts)]
-            assignment = [order[bounds[r]:bounds[r + 1]] for r in range(tp_size)]
+            assignment = [order[bounds[r] : bounds[r + 1]] for r in range(tp_size)]
         outcomes = []
         for rank, indices in enumerate(assignment):
             if not indices:

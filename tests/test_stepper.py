@@ -66,16 +66,16 @@ def test_stepper_frames_have_no_text_and_readable_fonts(s1):
     ax = draw_step(s1, -1, rank=1, text=False)
     assert not any(g.startswith("step-text") for g in _gids(ax))
     sizes = [t.get_fontsize() for t in ax.figure.findobj() if hasattr(t, "get_fontsize") and t.get_text()]
-    assert min(sizes) * FRAME_DPI / 72 >= 12.0         # >= 12 px in the PNG, >= 10 px at the smallest shown width
+    assert min(sizes) * FRAME_DPI / 72 >= 12.0  # >= 12 px in the PNG, >= 10 px at the smallest shown width
 
 
 def test_draw_step_without_divergence_and_into_a_given_axes(s1):
     from matplotlib.figure import Figure
 
     ax = Figure().add_subplot()
-    assert draw_step(s1, 6 - 1, rank=0, ax=ax) is ax             # rank 0: its last step concatenates cleanly
+    assert draw_step(s1, 6 - 1, rank=0, ax=ax) is ax  # rank 0: its last step concatenates cleanly
     assert "divergence-marker" not in _gids(ax)
-    early = draw_step(s1, 0, rank=1)                             # before assignment: the whole batch
+    early = draw_step(s1, 0, rank=1)  # before assignment: the whole batch
     texts = [t.get_text() for t in early.figure.findobj() if getattr(t, "get_gid", lambda: None)() == "rank-images"]
     assert texts == ["rank 1 materializes images [1, 2]"]
 
@@ -89,12 +89,12 @@ def test_draw_step_refuses_a_missing_step(s1):
 
 def test_stepper_picks_the_failing_rank_opens_at_the_failing_step_and_makes_one_png_per_step(s1_stepper):
     assert s1_stepper.rank.rank == 1 and len(s1_stepper) == 6
-    assert s1_stepper.start == 6                                 # the length check raises at step 6 of 6
+    assert s1_stepper.start == 6  # the length check raises at step 6 of 6
     frames = s1_stepper.frames()
     assert len(frames) == 6 and all(f.startswith(PNG) for f in frames)
     # The figure changes where the rows change (the text beside it changes at every step): the grouping
     # step draws the wrong read, preprocessing the produced rows.
-    assert frames[0] == frames[1]                                # both show the whole batch's declared rows
+    assert frames[0] == frames[1]  # both show the whole batch's declared rows
     assert len({frames[1], frames[2], frames[3], frames[4]}) == 4
     healthy = Stepper(run_scenario("healthy-tp2", mode="shapes"))
     assert healthy.start == 1
@@ -119,7 +119,7 @@ def test_stepper_counts_change_from_step_to_step(s1_stepper):
 
 def test_variables_are_html_text_beside_the_figure(s1_stepper):
     grouping = s1_stepper.vars_html(3)
-    assert "<th scope=\"row\">backend_groups</th>" in grouping
+    assert '<th scope="row">backend_groups</th>' in grouping
     assert "grid_rows_read: [0, 1]" in grouping
     check = s1_stepper.vars_html(5)
     assert 'color:#B34000;font-weight:700">FAIL</span> sum(patch_counts) == pixel_values.shape[0]' in check
@@ -128,15 +128,25 @@ def test_variables_are_html_text_beside_the_figure(s1_stepper):
 def test_static_html_is_self_contained_and_opens_at_the_failing_step(s1_stepper):
     page = s1_stepper.to_html()
     assert "http://" not in page and "https://" not in page
-    assert len(re.findall(r"data:image/png;base64,", page)) == 6 + 1     # 6 frames in the data, the shown one in <img>
-    for hook in ('class="kv-stepper', 'input type="range" class="kv-slider" min="1" max="6"', 'value="6"',
-                 'class="kv-prev"', 'class="kv-next"', 'class="kv-play"', 'class="kv-counts"', 'class="kv-frame"',
-                 'class="kv-vars"', '<span class="kv-position">Step 6 of 6</span>', 'class="kv-script-note"'):
+    assert len(re.findall(r"data:image/png;base64,", page)) == 6 + 1  # 6 frames in the data, the shown one in <img>
+    for hook in (
+        'class="kv-stepper',
+        'input type="range" class="kv-slider" min="1" max="6"',
+        'value="6"',
+        'class="kv-prev"',
+        'class="kv-next"',
+        'class="kv-play"',
+        'class="kv-counts"',
+        'class="kv-frame"',
+        'class="kv-vars"',
+        '<span class="kv-position">Step 6 of 6</span>',
+        'class="kv-script-note"',
+    ):
         assert hook in page
     assert "<script" in page and "<style>" in page
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"(?!data:)", page)
     ids = re.findall(r'id="(kv-stepper-\d+)"', page + s1_stepper.to_html())
-    assert len(set(ids)) == 2                                           # two steppers on a page do not clash
+    assert len(set(ids)) == 2  # two steppers on a page do not clash
 
 
 def test_mime_bundle_carries_the_static_stepper(s1_stepper):
@@ -155,8 +165,10 @@ def test_live_widget_controls_update_the_counts(s1):
     prev_button, slider, next_button, play, position = controls.children
     assert "kv-slider" in slider._dom_classes and "kv-next" in next_button._dom_classes
     assert "kv-prev" in prev_button._dom_classes and "kv-play" in play._dom_classes
-    assert "kv-counts" in counts._dom_classes and "kv-frame" in image._dom_classes and "kv-vars" in variables._dom_classes
-    assert (slider.min, slider.max, slider.value) == (1, 6, 6)          # counts from 1, opens where it fails
+    assert (
+        "kv-counts" in counts._dom_classes and "kv-frame" in image._dom_classes and "kv-vars" in variables._dom_classes
+    )
+    assert (slider.min, slider.max, slider.value) == (1, 6, 6)  # counts from 1, opens where it fails
     assert position.value == "<b>Step 6 of 6</b>" and "FAIL" in heading.value
     before = counts.value
     prev_button.click()
@@ -211,12 +223,23 @@ SMALLEST_FONT_JS = """root => {
 def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
     sync_playwright = _chromium()
     page_file = tmp_path / "stepper.html"
-    page_file.write_text("<!doctype html><html><head><meta charset='utf-8'><title>stepper</title></head><body>"
-                         + s1_stepper.to_html() + "</body></html>", encoding="utf-8")
+    page_file.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>stepper</title></head><body>"
+        + s1_stepper.to_html()
+        + "</body></html>",
+        encoding="utf-8",
+    )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update"])
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
+        )
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             errors: list[str] = []
@@ -226,8 +249,8 @@ def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
             page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
             page.goto(page_file.as_uri())
             root = page.locator(".kv-stepper")
-            assert page.locator(".kv-script-note").is_hidden()            # the script ran
-            assert page.input_value("input.kv-slider") == "6"             # opens at the failing step
+            assert page.locator(".kv-script-note").is_hidden()  # the script ran
+            assert page.input_value("input.kv-slider") == "6"  # opens at the failing step
             assert page.locator(".kv-position").inner_text() == "Step 6 of 6"
             counts = page.locator(".kv-counts")
             assert "expected 812, actual 68" in counts.inner_text()
@@ -240,7 +263,7 @@ def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
             assert page.locator(".kv-title").inner_text().startswith("§6.1")
             assert root.evaluate(SMALLEST_FONT_JS) >= 10
             frame = page.locator("img.kv-frame").bounding_box()
-            assert frame["width"] >= 760                                  # shown at >= 0.8 of its 950 px: text >= 10 px
+            assert frame["width"] >= 760  # shown at >= 0.8 of its 950 px: text >= 10 px
             box = root.bounding_box()
             assert box["y"] + box["height"] <= 900 and box["x"] + box["width"] <= 1440
             shot = ROOT / "build" / "static_stepper.png"

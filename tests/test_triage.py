@@ -18,8 +18,8 @@ import pytest
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.replay.scenarios import SCENARIOS
-from kimi_viz.triage import triage
 from kimi_viz.replay.verdict import validate_verdict
+from kimi_viz.triage import triage
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run_cli(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
-        warnings.simplefilter("error")      # a manifest the kit wrote reads without a single warning
+        warnings.simplefilter("error")  # a manifest the kit wrote reads without a single warning
         code = main(list(args))
     return code, out.getvalue(), err.getvalue()
 
@@ -44,12 +44,15 @@ def manifests(tmp_path_factory) -> dict[tuple[str, bool], Path]:
     return written
 
 
-CASES = [(name, redacted) for name, scenario in SCENARIOS.items() for redacted in (False, True)
-         if (not redacted or "shapes" in scenario.modes) and (redacted or "pixels" in scenario.modes)]
+CASES = [
+    (name, redacted)
+    for name, scenario in SCENARIOS.items()
+    for redacted in (False, True)
+    if (not redacted or "shapes" in scenario.modes) and (redacted or "pixels" in scenario.modes)
+]
 
 
-@pytest.mark.parametrize(("name", "redacted"), CASES,
-                         ids=[f"{n}-{'redacted' if r else 'pixels'}" for n, r in CASES])
+@pytest.mark.parametrize(("name", "redacted"), CASES, ids=[f"{n}-{'redacted' if r else 'pixels'}" for n, r in CASES])
 def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacted):
     scenario = SCENARIOS[name]
     expected = scenario.expected
@@ -57,11 +60,25 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
     assert err == ""
     verdict = json.loads(out)
     validate_verdict(verdict)
-    assert set(verdict) == {"verdict_version", "status", "status_text", "headline", "exit_code", "outcome", "error",
-                            "recorded", "release", "rank_summary", "failing_ranks", "ranks", "images", "divergence"}
+    assert set(verdict) == {
+        "verdict_version",
+        "status",
+        "status_text",
+        "headline",
+        "exit_code",
+        "outcome",
+        "error",
+        "recorded",
+        "release",
+        "rank_summary",
+        "failing_ranks",
+        "ranks",
+        "images",
+        "divergence",
+    }
     path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.variant]
     assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.variant, path_release)
-    assert verdict["release"]["chosen_by"] == "detected"   # the manifest records the scenario's code, no version
+    assert verdict["release"]["chosen_by"] == "detected"  # the manifest records the scenario's code, no version
     assert code == verdict["exit_code"] == (1 if expected.outcome == "error" else 3 if expected.silent else 0)
     assert verdict["outcome"] == expected.outcome
     if expected.type is None:
@@ -84,8 +101,9 @@ def test_redacted_manifest_replays_in_shapes_mode(manifests, tmp_path):
     assert (pixels.mode, shapes.mode) == ("pixels", "shapes")
     from_pixels, from_shapes = pixels.verdict.to_json(), shapes.verdict.to_json()
     # A redacted manifest keeps each image's size, not its PIL mode: the rest of the verdict is the same.
-    assert [(i["image"], i["label"], i["size"]) for i in from_pixels.pop("images")] == \
-        [(i["image"], i["label"], i["size"]) for i in from_shapes.pop("images")]
+    assert [(i["image"], i["label"], i["size"]) for i in from_pixels.pop("images")] == [
+        (i["image"], i["label"], i["size"]) for i in from_shapes.pop("images")
+    ]
     assert from_pixels == from_shapes
     assert all(item.feature.kind == "shape_only" for item in read_manifest(manifests["s2-cpu", True]).items)
     code, _, err = run_cli("triage", str(manifests["s2-cpu", True]), "--mode", "pixels")
@@ -99,8 +117,10 @@ def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests)
     assert f"outcome: error — ValueError: {message}" in out
     assert "  rank 0: images [0] -> ok" in out
     assert f"  rank 1: images [1, 2] -> ValueError: {message}" in out
-    assert ("first diverging image: image 1 (microaneurysms.png; 102×102 L, cpu backend) on rank 1: expected 748 rows, "
-            "produced 64") in out
+    assert (
+        "first diverging image: image 1 (microaneurysms.png; 102×102 L, cpu backend) on rank 1: expected 748 rows, "
+        "produced 64"
+    ) in out
     assert "grid read from another image: the grid of image 0, read for image 1" in out
     assert "counts: expected 812, produced 68" in out
     assert "scenario class: S1" in out
@@ -110,7 +130,7 @@ def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests)
 def test_both_variants(manifests):
     code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "both", "--json")
     verdict = json.loads(out)
-    assert code == 1                                    # the scenario's (pre-fix) code reproduces the error
+    assert code == 1  # the scenario's (pre-fix) code reproduces the error
     assert set(verdict["variants"]) == {"pre-fix", "post-fix"}
     assert verdict["error"]["message"] == "Kimi-K3 deferred GPU preprocessing produced wrong grids"
     assert verdict["variants"]["pre-fix"]["outcome"] == "error"
@@ -159,7 +179,7 @@ def test_out_writes_report_summary_and_trace(manifests, tmp_path):
     assert json.loads(embedded) == trace
     assert "ValueError: Kimi-K3 deferred feature length does not match image grids" in page
     assert re.search(r'<img[^>]+src="data:image/png;base64,', page)
-    assert not re.search(r'\b(src|href)="(?!data:|#)', page)      # nothing loaded from anywhere else
+    assert not re.search(r'\b(src|href)="(?!data:|#)', page)  # nothing loaded from anywhere else
 
 
 def test_urls_in_free_text_are_made_inert(manifests, tmp_path):
@@ -177,12 +197,21 @@ def test_urls_in_free_text_are_made_inert(manifests, tmp_path):
 def test_subprocess_smoke_zip(manifests, tmp_path):
     archive = tmp_path / "s2.zip"
     write_manifest(read_manifest(manifests["s2-gpu", False]), archive)
-    result = subprocess.run([sys.executable, "-m", "kimi_viz", "triage", str(archive), "--json"], capture_output=True,
-                            text=True, timeout=120, cwd=REPO, env=dict(os.environ))
+    result = subprocess.run(
+        [sys.executable, "-m", "kimi_viz", "triage", str(archive), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
     assert result.returncode == 1, result.stderr
     verdict = json.loads(result.stdout)
     validate_verdict(verdict)
-    assert verdict["error"] == {"type": "ValueError", "message": "Kimi-K3 deferred GPU preprocessing produced wrong grids"}
+    assert verdict["error"] == {
+        "type": "ValueError",
+        "message": "Kimi-K3 deferred GPU preprocessing produced wrong grids",
+    }
 
 
 def test_missing_processor_config_assumes_the_k3_preset(manifests, tmp_path):

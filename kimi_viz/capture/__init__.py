@@ -39,11 +39,32 @@ _LAZY = {
 }
 
 __all__ = [
-    "ENV_ALL", "ENV_DIR", "ENV_PACKAGE_ROOT", "ENV_REDACT", "ENV_TP_RANK", "ENV_TP_SIZE", "TARGET_CLASS",
-    "TARGET_METHOD", "TARGET_MODULE", "WRAPPED_ATTR", "CaptureSession", "KimiK3ImportHook",
-    "install_from_environment", "install_import_hook", "log", "patch", "unwrap_method", "wrap_method", "wrap_module",
+    "ENV_ALL",
+    "ENV_DIR",
+    "ENV_PACKAGE_ROOT",
+    "ENV_REDACT",
+    "ENV_TP_RANK",
+    "ENV_TP_SIZE",
+    "TARGET_CLASS",
+    "TARGET_METHOD",
+    "TARGET_MODULE",
+    "WRAPPED_ATTR",
+    "CaptureSession",
+    "KimiK3ImportHook",
+    "install_from_environment",
+    "install_import_hook",
+    "log",
+    "patch",
+    "unwrap_method",
+    "wrap_method",
+    "wrap_module",
     # lazily, from .record and .run
-    "batch_from_call", "capture_environment", "captured_manifests", "item_from_sglang", "record_call", "run_captured",
+    "batch_from_call",
+    "capture_environment",
+    "captured_manifests",
+    "item_from_sglang",
+    "record_call",
+    "run_captured",
     "shim_dir",
 ]
 

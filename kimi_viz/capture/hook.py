@@ -27,11 +27,6 @@ import functools
 import os
 import sys
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from pathlib import Path
-    from typing import Any, Callable
-
 from .names import (  # noqa: F401 - re-exported: the names a captured process and the recorder share
     ENV_ALL,
     ENV_DIR,
@@ -46,17 +41,24 @@ from .names import (  # noqa: F401 - re-exported: the names a captured process a
     log,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
 
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _record(model: Any, items: Any, out_dir: str, *, redact: bool, error: BaseException | None,
-            function: Any) -> Path | None:
+def _record(
+    model: Any, items: Any, out_dir: str, *, redact: bool, error: BaseException | None, function: Any
+) -> Path | None:
     """Record one call with :func:`kimi_viz.capture.record.record_call`, imported now; never raises."""
     try:
         from .record import record_call
-    except BaseException as exc:  # noqa: BLE001 - nothing may escape into the server
+    except BaseException as exc:
         log(f"could not write a manifest ({type(exc).__name__}: {exc}); the original behaviour is unchanged")
         return None
     return record_call(model, items, out_dir, redact=redact, error=error, function=function)
@@ -65,8 +67,14 @@ def _record(model: Any, items: Any, out_dir: str, *, redact: bool, error: BaseEx
 # ------------------------------------------------------------------------------------------
 # Wrapping the method
 # ------------------------------------------------------------------------------------------
-def wrap_method(cls: type, out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False,
-                on_record: Callable[[Path], None] | None = None) -> bool:
+def wrap_method(
+    cls: type,
+    out_dir: str | os.PathLike,
+    *,
+    redact: bool = False,
+    all_calls: bool = False,
+    on_record: Callable[[Path], None] | None = None,
+) -> bool:
     """Wrap ``cls.get_image_feature`` so failing (or all) calls are recorded; return False if already wrapped."""
     current = getattr(cls, TARGET_METHOD)
     if getattr(current, WRAPPED_ATTR, None) is not None:
@@ -78,10 +86,11 @@ def wrap_method(cls: type, out_dir: str | os.PathLike, *, redact: bool = False, 
         if folder is not None and on_record is not None:
             try:
                 on_record(folder)
-            except Exception:  # noqa: BLE001 - a callback must not break the server
+            except Exception:
                 pass
 
     if all_calls:
+
         @functools.wraps(original)
         def get_image_feature(self, items, *args, **kwargs):
             try:
@@ -92,6 +101,7 @@ def wrap_method(cls: type, out_dir: str | os.PathLike, *, redact: bool = False, 
             remember(_record(self, items, out_dir, redact=redact, error=None, function=original))
             return result
     else:
+
         @functools.wraps(original)
         def get_image_feature(self, items, *args, **kwargs):
             try:
@@ -101,7 +111,7 @@ def wrap_method(cls: type, out_dir: str | os.PathLike, *, redact: bool = False, 
                 raise
 
     setattr(get_image_feature, WRAPPED_ATTR, original)
-    get_image_feature.__kimi_viz_owned__ = TARGET_METHOD in cls.__dict__
+    setattr(get_image_feature, "__kimi_viz_owned__", TARGET_METHOD in cls.__dict__)  # noqa: B010
     setattr(cls, TARGET_METHOD, get_image_feature)
     return True
 
@@ -119,8 +129,14 @@ def unwrap_method(cls: type) -> bool:
     return True
 
 
-def wrap_module(module: Any, out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False,
-                on_record: Callable[[Path], None] | None = None) -> type | None:
+def wrap_module(
+    module: Any,
+    out_dir: str | os.PathLike,
+    *,
+    redact: bool = False,
+    all_calls: bool = False,
+    on_record: Callable[[Path], None] | None = None,
+) -> type | None:
     """Wrap the model class of an imported ``kimi_k3`` module; return the class (None when it is missing)."""
     cls = getattr(module, TARGET_CLASS, None)
     if cls is None or not hasattr(cls, TARGET_METHOD):
@@ -136,7 +152,7 @@ class KimiK3ImportHook:
     def __init__(self, on_loaded: Callable[[Any], None], target: str = TARGET_MODULE):
         self.on_loaded = on_loaded
         self.target = target
-        self._local = _thread._local()   # threading.local, without importing threading
+        self._local = _thread._local()  # threading.local, without importing threading
 
     def find_spec(self, fullname, path, target=None):
         """Return the real spec of the target module with its loader's ``exec_module`` wrapped."""
@@ -163,7 +179,7 @@ class KimiK3ImportHook:
             original(module)
             try:
                 hook.on_loaded(module)
-            except Exception as exc:  # noqa: BLE001 - never break the import
+            except Exception as exc:
                 log(f"could not wrap {hook.target} ({type(exc).__name__}: {exc}); nothing will be captured")
 
         try:
@@ -173,9 +189,15 @@ class KimiK3ImportHook:
         return spec
 
 
-def install_import_hook(out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False,
-                        on_record: Callable[[Path], None] | None = None) -> KimiK3ImportHook | None:
+def install_import_hook(
+    out_dir: str | os.PathLike,
+    *,
+    redact: bool = False,
+    all_calls: bool = False,
+    on_record: Callable[[Path], None] | None = None,
+) -> KimiK3ImportHook | None:
     """Arrange for ``kimi_k3`` to be wrapped when imported (or wrap it now); return the hook installed."""
+
     def on_loaded(module):
         wrap_module(module, out_dir, redact=redact, all_calls=all_calls, on_record=on_record)
 
@@ -188,13 +210,13 @@ def install_import_hook(out_dir: str | os.PathLike, *, redact: bool = False, all
     return hook
 
 
-def install_from_environment(environ: dict | None = None) -> KimiK3ImportHook | None:
+def install_from_environment(environ: Any = None) -> KimiK3ImportHook | None:
     """Install the hook as ``kimi-viz capture`` asked through the environment; return it (None if off)."""
-    environ = os.environ if environ is None else environ
-    out_dir = environ.get(ENV_DIR)
+    env = os.environ if environ is None else environ
+    out_dir = env.get(ENV_DIR)
     if not out_dir:
         return None
-    return install_import_hook(out_dir, redact=_flag(environ.get(ENV_REDACT)), all_calls=_flag(environ.get(ENV_ALL)))
+    return install_import_hook(out_dir, redact=_flag(env.get(ENV_REDACT)), all_calls=_flag(env.get(ENV_ALL)))
 
 
 # ------------------------------------------------------------------------------------------
@@ -233,8 +255,9 @@ class patch:
         cls = getattr(module, TARGET_CLASS, None)
         if cls is None or not hasattr(cls, TARGET_METHOD):
             wrap_module(module, session.out_dir)  # logs why nothing is captured
-        elif wrap_method(cls, session.out_dir, redact=session.redact, all_calls=session.all_calls,
-                         on_record=session.manifests.append):
+        elif wrap_method(
+            cls, session.out_dir, redact=session.redact, all_calls=session.all_calls, on_record=session.manifests.append
+        ):
             self._wrapped.append(cls)
 
     def __enter__(self) -> CaptureSession:

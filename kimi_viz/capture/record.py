@@ -66,11 +66,11 @@ def _feature_of(value: Any, backend: str | None):
     import torch
     from PIL import Image
 
-    from ..replay.batch import Feature
     from ..manifest import DTYPES
+    from ..replay.batch import Feature
 
     if isinstance(value, Image.Image):
-        return Feature.from_image(value.copy())   # copy() loads the pixels and copies .info
+        return Feature.from_image(value.copy())  # copy() loads the pixels and copies .info
     if value is not None and not isinstance(value, torch.Tensor) and hasattr(value, "__array__"):
         import numpy as np
 
@@ -92,8 +92,8 @@ def _feature_of(value: Any, backend: str | None):
 
 def item_from_sglang(item: Any, index: int):
     """Return the kit :class:`~kimi_viz.replay.batch.Item` for one SGLang ``MultimodalDataItem``."""
-    from ..replay.batch import DEFERRED_KEY, GRID_KEYS, Item
     from ..manifest import jsonable
+    from ..replay.batch import DEFERRED_KEY, GRID_KEYS, Item
 
     data = _model_data(item)
     grids = {}
@@ -112,8 +112,14 @@ def item_from_sglang(item: Any, index: int):
         original_size = (shape[1], shape[0])
     elif deferred is not None and len(shape) == 3 and feature.layout == "chw":
         original_size = (shape[2], shape[1])
-    return Item(grids=grids, feature=feature, deferred=deferred, local_preprocessed=local,
-                original_size=original_size, label=f"item {index}")
+    return Item(
+        grids=grids,
+        feature=feature,
+        deferred=deferred,
+        local_preprocessed=local,
+        original_size=original_size,
+        label=f"item {index}",
+    )
 
 
 def _attention_tp(model: Any) -> tuple[int, int | None, str]:
@@ -211,9 +217,11 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
     variant, variant_how, variant_source = _code_variant(function)
     processor = _processor_config(model)
     outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
-    note = (f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
-            f"attention TP from {tp_source}; code variant {variant_source}"
-            + ("" if processor is not None else "; the model's checkpoint-processor config was not found"))
+    note = (
+        f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
+        f"attention TP from {tp_source}; code variant {variant_source}"
+        + ("" if processor is not None else "; the model's checkpoint-processor config was not found")
+    )
     return Batch(
         items=[item_from_sglang(item, i) for i, item in enumerate(items)],
         processor=processor,
@@ -222,8 +230,9 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
         sglang_version=_sglang_version(),
         code_variant=variant,
         code_variant_source=variant_how,
-        recorded=(RecordedOutcome("ok") if error is None
-                  else RecordedOutcome("error", type(error).__name__, str(error))),
+        recorded=(
+            RecordedOutcome("ok") if error is None else RecordedOutcome("error", type(error).__name__, str(error))
+        ),
         note=note,
         created_by=f"kimi-viz {__version__} capture",
     )
@@ -244,8 +253,15 @@ def _new_folder(out_dir: Path) -> Path:
             continue
 
 
-def record_call(model: Any, items: Any, out_dir: str | os.PathLike, *, redact: bool = False,
-                error: BaseException | None = None, function: Any = None) -> Path | None:
+def record_call(
+    model: Any,
+    items: Any,
+    out_dir: str | os.PathLike,
+    *,
+    redact: bool = False,
+    error: BaseException | None = None,
+    function: Any = None,
+) -> Path | None:
     """Write a manifest of one call's items to a new folder under ``out_dir``; return it (None on failure).
 
     Never raises: a failure to capture is logged to stderr, so it can never mask the call's own error.
@@ -267,6 +283,6 @@ def record_call(model: Any, items: Any, out_dir: str | os.PathLike, *, redact: b
             (folder / "traceback.txt").write_text(text, encoding="utf-8")
         log(f"wrote {folder}" + (f" ({type(error).__name__}: {error})" if error is not None else ""))
         return folder
-    except BaseException as exc:  # noqa: BLE001 - nothing may escape into the server
+    except BaseException as exc:
         log(f"could not write a manifest ({type(exc).__name__}: {exc}); the original behaviour is unchanged")
         return None

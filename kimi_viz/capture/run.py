@@ -18,8 +18,9 @@ def shim_dir() -> Path:
     return Path(__file__).resolve().parent / "_shim"
 
 
-def capture_environment(out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False,
-                        base: dict | None = None) -> dict[str, str]:
+def capture_environment(
+    out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False, base: dict | None = None
+) -> dict[str, str]:
     """Return the environment for a captured command: the shim first on PYTHONPATH plus the capture settings."""
     env = dict(os.environ if base is None else base)
     existing = env.get("PYTHONPATH", "")
@@ -31,8 +32,9 @@ def capture_environment(out_dir: str | os.PathLike, *, redact: bool = False, all
     return env
 
 
-def run_captured(command: list[str], out_dir: str | os.PathLike, *, redact: bool = False,
-                 all_calls: bool = False) -> int:
+def run_captured(
+    command: list[str], out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False
+) -> int:
     """Run ``command`` with capture on; return its exit code (128+N when killed by signal N)."""
     import contextlib
     import signal

@@ -23,10 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the manifests (created)")
     parser.add_argument("--redact", action="store_true", help="store shapes only, no pixels")
-    parser.add_argument("--all", dest="all_calls", action="store_true",
-                        help="record every call, not only the failing ones")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                        help="the command to run, after --")
+    parser.add_argument(
+        "--all", dest="all_calls", action="store_true", help="record every call, not only the failing ones"
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run, after --"
+    )
     parser.set_defaults(func=run)
 
 
@@ -41,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     code = run_captured(command, args.out, redact=args.redact, all_calls=args.all_calls)
     new = [p for p in captured_manifests(args.out) if p not in before]
     if new:
-        print(f"kimi-viz capture: {len(new)} manifest(s) under {args.out}; triage one with: "
-              f"kimi-viz triage {new[-1]} --out {new[-1]}/triage", file=sys.stderr)
+        print(
+            f"kimi-viz capture: {len(new)} manifest(s) under {args.out}; triage one with: "
+            f"kimi-viz triage {new[-1]} --out {new[-1]}/triage",
+            file=sys.stderr,
+        )
     return code

@@ -16,8 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report for each (plus its manifest), the figure gallery, and an index.html linking them all.",
     )
     parser.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (default demo-out)")
-    parser.add_argument("--scenarios", metavar="NAMES", default=",".join(DEMO_SCENARIOS),
-                        help="comma-separated scenario names (default: %(default)s)")
+    parser.add_argument(
+        "--scenarios",
+        metavar="NAMES",
+        default=",".join(DEMO_SCENARIOS),
+        help="comma-separated scenario names (default: %(default)s)",
+    )
     parser.add_argument("--no-gallery", action="store_true", help="skip the figure gallery")
     parser.set_defaults(func=run)
 

@@ -32,10 +32,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Prints, per image, the grid, the pixel_values rows in, the feature rows (tokens) out and the time.",
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
-    parser.add_argument("--preset", default="kimi-k3", choices=sorted(ENCODER_PRESETS),
-                        help="encoder shapes when no checkpoint is given (default kimi-k3, random weights)")
-    parser.add_argument("--checkpoint", metavar="DIR",
-                        help="checkpoint folder: config.json, model.safetensors.index.json and the vision shards")
+    parser.add_argument(
+        "--preset",
+        default="kimi-k3",
+        choices=sorted(ENCODER_PRESETS),
+        help="encoder shapes when no checkpoint is given (default kimi-k3, random weights)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="checkpoint folder: config.json, model.safetensors.index.json and the vision shards",
+    )
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default auto")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="default bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -56,7 +63,12 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     if args.checkpoint:
         encoder = VisionEncoder.from_checkpoint(args.checkpoint, device=device, dtype=dtype)
-        weights = {"source": "checkpoint", "folder": str(args.checkpoint), "load_report": encoder.load_report.to_json()}
+        report = encoder.load_report
+        weights: dict[str, Any] = {
+            "source": "checkpoint",
+            "folder": str(args.checkpoint),
+            "load_report": None if report is None else report.to_json(),
+        }
     else:
         encoder = VisionEncoder.random(args.preset, seed=0, device=device, dtype=dtype)
         weights = {"source": "random", "seed": 0}
@@ -73,18 +85,20 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
         _sync(device)
         elapsed = (time.perf_counter() - begin) * 1e3
         tokens_out = int(encoded.features.shape[0])
-        images.append({
-            "path": str(path),
-            "grid_thw": list(record.grid_thw),
-            "rows_in": int(rows.shape[0]),
-            "rows": list(record.rows),
-            "tokens_out": tokens_out,
-            "token_span": list(record.token_span),
-            "media_pad_tokens": record.num_tokens,
-            "tokens_match": tokens_out == record.num_tokens,
-            "feature_dim": int(encoded.features.shape[1]),
-            "time_ms": round(elapsed, 3),
-        })
+        images.append(
+            {
+                "path": str(path),
+                "grid_thw": list(record.grid_thw),
+                "rows_in": int(rows.shape[0]),
+                "rows": list(record.rows),
+                "tokens_out": tokens_out,
+                "token_span": list(record.token_span),
+                "media_pad_tokens": record.num_tokens,
+                "tokens_match": tokens_out == record.num_tokens,
+                "feature_dim": int(encoded.features.shape[1]),
+                "time_ms": round(elapsed, 3),
+            }
+        )
     return {
         "encoder": encoder.config.name,
         "processor": processor_preset,
@@ -111,8 +125,10 @@ def format_table(report: dict[str, Any]) -> str:
     for i, item in enumerate(report["images"]):
         grid = "×".join(str(v) for v in item["grid_thw"])
         check = "" if item["tokens_match"] else "  MISMATCH"
-        lines.append(f"{i:>3}  {grid:<12} {item['rows_in']:>8} {item['tokens_out']:>10} {item['media_pad_tokens']:>13} "
-                     f"{item['time_ms']:>9.1f}  {item['path']}{check}")
+        lines.append(
+            f"{i:>3}  {grid:<12} {item['rows_in']:>8} {item['tokens_out']:>10} {item['media_pad_tokens']:>13} "
+            f"{item['time_ms']:>9.1f}  {item['path']}{check}"
+        )
     lines.append(f"     {'total':<12} {report['total_rows_in']:>8} {report['total_tokens_out']:>10}")
     return "\n".join(lines)
 

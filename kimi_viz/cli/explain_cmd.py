@@ -44,8 +44,17 @@ def _read_text(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print what the known messages in the text mean; return 0 when one was found, else 1."""
     if args.list:
-        rows = [{"key": m.key, "exception": m.exception, "pattern": m.pattern, "raised_in": m.raised_in,
-                 "classes": list(m.classes), "scenarios": list(m.scenarios)} for m in KNOWN_MESSAGES]
+        rows = [
+            {
+                "key": m.key,
+                "exception": m.exception,
+                "pattern": m.pattern,
+                "raised_in": m.raised_in,
+                "classes": list(m.classes),
+                "scenarios": list(m.scenarios),
+            }
+            for m in KNOWN_MESSAGES
+        ]
         if args.json:
             print(json.dumps(rows, indent=2))
         else:

@@ -20,10 +20,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "grid, its rows in pixel_values, its merged-token span and a SHA-256 of its rows.",
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
-    parser.add_argument("--preset", default="kimi-k3", choices=sorted(PROCESSOR_PRESETS), help="processor preset (default kimi-k3)")
-    parser.add_argument("--config", metavar="PATH", help="checkpoint folder or preprocessor_config.json (overrides --preset)")
+    parser.add_argument(
+        "--preset", default="kimi-k3", choices=sorted(PROCESSOR_PRESETS), help="processor preset (default kimi-k3)"
+    )
+    parser.add_argument(
+        "--config", metavar="PATH", help="checkpoint folder or preprocessor_config.json (overrides --preset)"
+    )
     parser.add_argument("--backend", default="checkpoint", choices=BACKENDS, help="pixel path (default checkpoint)")
-    parser.add_argument("--exif-transpose", action="store_true", help="apply EXIF orientation (SGLang's serving loader)")
+    parser.add_argument(
+        "--exif-transpose", action="store_true", help="apply EXIF orientation (SGLang's serving loader)"
+    )
     parser.add_argument("--alpha", default="keep", choices=("keep", "discard"), help="keep alpha or drop it first")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
@@ -67,7 +73,19 @@ def inspect_images(args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(report: dict[str, Any]) -> str:
     """Return the report as a plain-text table."""
-    header = ("image", "size", "mode", "resized", "pad", "grid t,h,w", "patches", "tokens", "rows", "tokens at", "sha256")
+    header = (
+        "image",
+        "size",
+        "mode",
+        "resized",
+        "pad",
+        "grid t,h,w",
+        "patches",
+        "tokens",
+        "rows",
+        "tokens at",
+        "sha256",
+    )
     lines = []
     for image in report["images"]:
         r = image["resize"]

@@ -18,13 +18,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(S1 ... S13) plus healthy batches, each with the outcome SGLang 0.5.23 gives.",
     )
     actions = parser.add_subparsers(dest="scenario_action", metavar="ACTION")
-    listing = actions.add_parser("list", help="list the scenarios and their expected outcomes",
-                                 description="List every scenario: name, class, TP size, code variant and the "
-                                 "outcome SGLang gives.")
+    listing = actions.add_parser(
+        "list",
+        help="list the scenarios and their expected outcomes",
+        description="List every scenario: name, class, TP size, code variant and the outcome SGLang gives.",
+    )
     listing.add_argument("--json", action="store_true", help="print the catalogue as JSON")
     listing.set_defaults(func=run_list)
     running = actions.add_parser(
-        "run", help="replay one scenario and print its verdict",
+        "run",
+        help="replay one scenario and print its verdict",
         description="Replay a scenario on every rank and print the verdict: outcome and exact message per rank, "
         "the first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean "
         "replay, 1 the error is reproduced, 2 bad input.",
@@ -33,17 +36,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     running.add_argument("name", metavar="NAME", help="scenario name (see `kimi-viz scenario list`)")
     running.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
-    running.add_argument("--manifest-out", metavar="DIR",
-                         help="also write the scenario's batch as a manifest folder (or .zip) here")
-    running.add_argument("--redact", action="store_true",
-                         help="with --manifest-out: write shape-only features (no pixels)")
-    running.add_argument("--mode", choices=("pixels", "shapes"), default="pixels",
-                         help="materialize pixels (default) or derive rows from shapes only")
-    running.add_argument("--sglang-version", metavar="V", default=None,
-                         help="replay the code path of this SGLang release (0.5.17 ... 0.5.23; default: the "
-                         "scenario's own path)")
-    running.add_argument("--variant", choices=("post-fix", "pre-fix", "no-split"), default=None,
-                         help="lower-level switch: replay this code path whatever the release")
+    running.add_argument(
+        "--manifest-out", metavar="DIR", help="also write the scenario's batch as a manifest folder (or .zip) here"
+    )
+    running.add_argument(
+        "--redact", action="store_true", help="with --manifest-out: write shape-only features (no pixels)"
+    )
+    running.add_argument(
+        "--mode",
+        choices=("pixels", "shapes"),
+        default="pixels",
+        help="materialize pixels (default) or derive rows from shapes only",
+    )
+    running.add_argument(
+        "--sglang-version",
+        metavar="V",
+        default=None,
+        help="replay the code path of this SGLang release (0.5.17 ... 0.5.23; default: the scenario's own path)",
+    )
+    running.add_argument(
+        "--variant",
+        choices=("post-fix", "pre-fix", "no-split"),
+        default=None,
+        help="lower-level switch: replay this code path whatever the release",
+    )
     running.set_defaults(func=run_scenario_cmd)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -62,10 +78,15 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
     for scenario in SCENARIOS.values():
         expected = scenario.expected
-        what = "ok" + (" (silent)" if expected.silent else "") if expected.outcome == "ok" else \
-            f"{expected.type}: {expected.message}"
-        print(f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
-              f"{scenario.variant:<8}  {what}")
+        what = (
+            "ok" + (" (silent)" if expected.silent else "")
+            if expected.outcome == "ok"
+            else f"{expected.type}: {expected.message}"
+        )
+        print(
+            f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
+            f"{scenario.variant:<8}  {what}"
+        )
     return 0
 
 
@@ -81,8 +102,9 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
 
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         print(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", file=sys.stderr)
-    trace = replay(batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version,
-                   variant=args.variant)
+    trace = replay(
+        batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version, variant=args.variant
+    )
     verdict = build_verdict(trace)
     if args.json:
         print(json.dumps(verdict.to_json(), indent=2, default=str))

@@ -42,32 +42,61 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "4 not reproduced (the capture recorded an error this replay does not raise), 5 the capture recorded "
         "success but this replay raises.",
         epilog="--json prints one object in the verdict schema {outcome, error, ranks, divergence}; with "
-        "--variant both it adds \"variants\": {\"post-fix\": verdict, \"pre-fix\": verdict} and the top-level "
+        '--variant both it adds "variants": {"post-fix": verdict, "pre-fix": verdict} and the top-level '
         "fields are the primary (recorded) variant's.",
     )
     parser.add_argument("manifest", metavar="MANIFEST", help="manifest folder, its manifest.json, or a .zip of it")
     parser.add_argument("--out", metavar="DIR", help="write report.html, summary.png and trace.json here")
-    parser.add_argument("--sglang-version", metavar="V", default=None,
-                        help="replay the code path of this SGLang release, 0.5.17 ... 0.5.23 (default: the "
-                        "release the capture recorded, else the path it detected, else the newest, stated)")
-    parser.add_argument("--variant", choices=VARIANT_CHOICES, default=None,
-                        help="lower-level switch: replay this code path (post-fix, pre-fix, no-split) whatever "
-                        "the release, or 'both' (the chosen path and the other side of the S1 fix)")
+    parser.add_argument(
+        "--sglang-version",
+        metavar="V",
+        default=None,
+        help="replay the code path of this SGLang release, 0.5.17 ... 0.5.23 (default: the "
+        "release the capture recorded, else the path it detected, else the newest, stated)",
+    )
+    parser.add_argument(
+        "--variant",
+        choices=VARIANT_CHOICES,
+        default=None,
+        help="lower-level switch: replay this code path (post-fix, pre-fix, no-split) whatever "
+        "the release, or 'both' (the chosen path and the other side of the S1 fix)",
+    )
     parser.add_argument("--tp", type=_positive, metavar="N", help="attention-TP size (default: the recorded one)")
-    parser.add_argument("--rank", type=_rank, default="recorded", metavar="R",
-                        help="'recorded' (default: the captured rank, else all), 'all', or a rank number")
-    parser.add_argument("--mode", choices=MODE_CHOICES, default="auto",
-                        help="pixels, shapes, or auto (shapes when the manifest is redacted; default)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="where gpu-backend items are materialized (default auto: CUDA when present)")
+    parser.add_argument(
+        "--rank",
+        type=_rank,
+        default="recorded",
+        metavar="R",
+        help="'recorded' (default: the captured rank, else all), 'all', or a rank number",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODE_CHOICES,
+        default="auto",
+        help="pixels, shapes, or auto (shapes when the manifest is redacted; default)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where gpu-backend items are materialized (default auto: CUDA when present)",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Triage the manifest; return 0 (clean), 1 (error reproduced)."""
-    result = triage(args.manifest, out_dir=args.out, variant=args.variant, tp=args.tp, mode=args.mode,
-                    rank=args.rank, device=args.device, sglang_version=args.sglang_version)
+    result = triage(
+        args.manifest,
+        out_dir=args.out,
+        variant=args.variant,
+        tp=args.tp,
+        mode=args.mode,
+        rank=args.rank,
+        device=args.device,
+        sglang_version=args.sglang_version,
+    )
     if args.json:
         print(json.dumps(result.verdict.to_json(), indent=2, default=str))
     else:

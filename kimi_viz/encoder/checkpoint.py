@@ -42,9 +42,11 @@ class LoadReport:
 
     def summary(self) -> str:
         """Return a one-line summary."""
-        return (f"{len(self.loaded)} tensors from {len(self.shards_opened)} shard(s) "
-                f"({self.shards_skipped} other shard(s) left unopened); "
-                f"{len(self.missing)} missing, {len(self.unexpected)} unexpected")
+        return (
+            f"{len(self.loaded)} tensors from {len(self.shards_opened)} shard(s) "
+            f"({self.shards_skipped} other shard(s) left unopened); "
+            f"{len(self.missing)} missing, {len(self.unexpected)} unexpected"
+        )
 
 
 def read_config(folder: str | Path) -> VisionConfig:
@@ -61,8 +63,9 @@ def _read_vision_config_json(folder: Path) -> tuple[dict[str, Any], str | None]:
     if not file.is_file():
         raise CheckpointError(
             f"{file} does not exist; expected a Kimi checkpoint folder holding config.json, "
-            "model.safetensors.index.json and its shards (or use VisionEncoder.random() without weights)")
-    vision = read_vision_config(folder)   # validates the JSON and normalises merge_kernel_size
+            "model.safetensors.index.json and its shards (or use VisionEncoder.random() without weights)"
+        )
+    vision = read_vision_config(folder)  # validates the JSON and normalises merge_kernel_size
     data = json.loads(file.read_text(encoding="utf-8"))
     text = data.get("text_config")
     if vision.get("text_hidden_size") is None and isinstance(text, dict) and text.get("hidden_size"):
@@ -77,11 +80,13 @@ def read_weight_map(folder: Path) -> dict[str, str]:
         single = folder / "model.safetensors"
         if single.is_file():
             from safetensors import safe_open
+
             with safe_open(str(single), framework="pt", device="cpu") as f:
-                return {key: single.name for key in f.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
+                return dict.fromkeys(f.keys(), single.name)
         raise CheckpointError(
             f"{index} does not exist; expected the sharded checkpoint's index next to config.json "
-            "(download model.safetensors.index.json with the shards, or point at the right folder)")
+            "(download model.safetensors.index.json with the shards, or point at the right folder)"
+        )
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -92,8 +97,9 @@ def read_weight_map(folder: Path) -> dict[str, str]:
     return weight_map
 
 
-def load_vision_weights(model: nn.Module, folder: str | Path, weight_map: dict[str, str], *,
-                        strict: bool = False) -> LoadReport:
+def load_vision_weights(
+    model: nn.Module, folder: str | Path, weight_map: dict[str, str], *, strict: bool = False
+) -> LoadReport:
     """Copy the checkpoint's vision tensors into ``model`` (a VisionModel) and return what was read.
 
     Only the shards ``weight_map`` names for ``vision_tower.*`` and ``mm_projector.*`` keys the
@@ -104,21 +110,22 @@ def load_vision_weights(model: nn.Module, folder: str | Path, weight_map: dict[s
     from safetensors import safe_open
 
     folder = Path(folder)
-    config = model.config
-    device = model.device
+    config: Any = model.config
+    device: Any = model.device
     params = dict(model.state_dict(keep_vars=True))
 
     wanted = {k: v for k, v in weight_map.items() if k.startswith(VISION_PREFIXES)}
     report = LoadReport(folder=str(folder))
     report.missing = sorted(k for k in params if k not in wanted)
     report.unexpected = sorted(k for k in wanted if k not in params)
-    if report.missing:   # what the checkpoint lacks keeps the seed-0 random values
+    if report.missing:  # what the checkpoint lacks keeps the seed-0 random values
         init_weights(model, torch.Generator(device=device).manual_seed(0))
     if strict and (report.missing or report.unexpected):
         raise CheckpointError(
             f"{folder / 'model.safetensors.index.json'}: {len(report.missing)} missing vision key(s) "
             f"(first: {report.missing[:1]}) and {len(report.unexpected)} unexpected (first: "
-            f"{report.unexpected[:1]}); the checkpoint does not match vision config {config.name!r}")
+            f"{report.unexpected[:1]}); the checkpoint does not match vision config {config.name!r}"
+        )
     by_shard: dict[str, list[str]] = {}
     for key, shard in wanted.items():
         if key in params:
@@ -131,7 +138,8 @@ def load_vision_weights(model: nn.Module, folder: str | Path, weight_map: dict[s
             if not path.is_file():
                 raise CheckpointError(
                     f"{path} does not exist but model.safetensors.index.json maps "
-                    f"{by_shard[shard][0]} to it; download the missing shard")
+                    f"{by_shard[shard][0]} to it; download the missing shard"
+                )
             report.shards_opened.append(shard)
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 available = set(f.keys())
@@ -139,14 +147,16 @@ def load_vision_weights(model: nn.Module, folder: str | Path, weight_map: dict[s
                     if key not in available:
                         raise CheckpointError(
                             f"{path}: has no tensor {key} although model.safetensors.index.json says "
-                            "it does; the index and the shard disagree (re-download both)")
+                            "it does; the index and the shard disagree (re-download both)"
+                        )
                     target = params[key]
                     shape = tuple(f.get_slice(key).get_shape())
                     if shape != tuple(target.shape):
                         raise CheckpointError(
                             f"{path}: tensor {key} has shape {list(shape)} but vision config "
                             f"{config.name!r} expects {list(target.shape)}; the config.json and the "
-                            "shards come from different models")
+                            "shards come from different models"
+                        )
                     target.copy_(f.get_tensor(key))
                     report.loaded.append(key)
     report.loaded.sort()

@@ -32,27 +32,27 @@ class VisionConfig:
 
     name: str = "kimi-k3"
     patch_size: int = 14
-    hidden_size: int = 1024              # vt_hidden_size (D)
-    num_heads: int = 12                  # vt_num_attention_heads
-    num_layers: int = 27                 # vt_num_hidden_layers
-    intermediate_size: int = 4096        # vt_intermediate_size
-    qkv_hidden_size: int = 1536          # width of q, k and v each (heads × head_dim)
-    pos_emb_height: int = 64             # init_pos_emb_height
-    pos_emb_width: int = 64              # init_pos_emb_width
-    pos_emb_time: int = 4                # init_pos_emb_time (frames of the sin/cos time table)
-    pos_emb_interpolation: str = "bilinear"   # pos_emb_interpolation_mode
-    norm_type: str = "rmsnorm"           # "rmsnorm" or "layernorm"
+    hidden_size: int = 1024  # vt_hidden_size (D)
+    num_heads: int = 12  # vt_num_attention_heads
+    num_layers: int = 27  # vt_num_hidden_layers
+    intermediate_size: int = 4096  # vt_intermediate_size
+    qkv_hidden_size: int = 1536  # width of q, k and v each (heads × head_dim)
+    pos_emb_height: int = 64  # init_pos_emb_height
+    pos_emb_width: int = 64  # init_pos_emb_width
+    pos_emb_time: int = 4  # init_pos_emb_time (frames of the sin/cos time table)
+    pos_emb_interpolation: str = "bilinear"  # pos_emb_interpolation_mode
+    norm_type: str = "rmsnorm"  # "rmsnorm" or "layernorm"
     norm_eps: float = TORCH_RMSNORM_DEFAULT_EPS
     attn_bias: bool = False
-    linear_bias: bool = False            # MLP biases
-    patch_embed_bias: bool = False       # patch_embed_proj_bias
-    activation: str = "gelu_pytorch_tanh"     # activation_func
+    linear_bias: bool = False  # MLP biases
+    patch_embed_bias: bool = False  # patch_embed_proj_bias
+    activation: str = "gelu_pytorch_tanh"  # activation_func
     merge_kernel_size: int = 2
-    projector_type: str = "patchmergerv2"     # mm_projector_type ("patchmerger" in K2.5)
-    mm_hidden_size: int | None = None    # defaults to hidden_size
+    projector_type: str = "patchmergerv2"  # mm_projector_type ("patchmerger" in K2.5)
+    mm_hidden_size: int | None = None  # defaults to hidden_size
     projector_ln_eps: float = 1e-5
-    text_hidden_size: int = 7168         # projector output width
-    rope_max_size: int = 512             # the rotary table covers grids up to 512 × 512
+    text_hidden_size: int = 7168  # projector output width
+    rope_max_size: int = 512  # the rotary table covers grids up to 512 × 512
     rope_theta: float = 10000.0
 
     @property
@@ -76,12 +76,24 @@ class VisionConfig:
 
     def validate(self, source: str = "the vision config") -> VisionConfig:
         """Return ``self`` after checking the values the code relies on (ConfigError otherwise)."""
+
         def bad(key: str, expected: str, value: Any) -> ConfigError:
             return ConfigError(f"vision_config.{key}: expected {expected}, got {value!r}; fix {source}")
 
-        for key in ("patch_size", "hidden_size", "num_heads", "num_layers", "intermediate_size",
-                    "qkv_hidden_size", "pos_emb_height", "pos_emb_width", "pos_emb_time",
-                    "merge_kernel_size", "text_hidden_size", "rope_max_size"):
+        for key in (
+            "patch_size",
+            "hidden_size",
+            "num_heads",
+            "num_layers",
+            "intermediate_size",
+            "qkv_hidden_size",
+            "pos_emb_height",
+            "pos_emb_width",
+            "pos_emb_time",
+            "merge_kernel_size",
+            "text_hidden_size",
+            "rope_max_size",
+        ):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(key, "a positive int", value)
@@ -102,8 +114,9 @@ class VisionConfig:
         return self
 
     @classmethod
-    def from_dict(cls, vision_config: Mapping[str, Any], *, model_type: str | None = None,
-                  source: str = "config.json") -> VisionConfig:
+    def from_dict(
+        cls, vision_config: Mapping[str, Any], *, model_type: str | None = None, source: str = "config.json"
+    ) -> VisionConfig:
         """Return the config described by a checkpoint's ``config.json`` ``vision_config`` dict.
 
         Keys use SGLang's names (``vt_hidden_size``, ``vt_num_attention_heads``, ``qkv_hidden_size``,
@@ -112,7 +125,9 @@ class VisionConfig:
         ``mm_projector_type`` says K2.5.
         """
         if not isinstance(vision_config, Mapping):
-            raise ConfigError(f"vision_config: expected a JSON object, got {type(vision_config).__name__}; fix {source}")
+            raise ConfigError(
+                f"vision_config: expected a JSON object, got {type(vision_config).__name__}; fix {source}"
+            )
         d = dict(vision_config)
         family = (model_type or d.get("model_type") or "").lower()
         is_k25 = "k25" in family or "k2_5" in family or d.get("mm_projector_type") == "patchmerger"
@@ -164,7 +179,7 @@ class VisionConfig:
             text_hidden_size=pick("text_hidden_size", default=base.text_hidden_size),
         )
         if config.norm_type == "layernorm" and "norm_eps" not in d:
-            config = replace(config, norm_eps=1e-5)   # nn.LayerNorm's default
+            config = replace(config, norm_eps=1e-5)  # nn.LayerNorm's default
         return config.validate(source)
 
 
@@ -174,14 +189,30 @@ ENCODER_PRESETS: dict[str, VisionConfig] = {
     # Kimi-K2.5 (SGLang kimi_k25.py): LayerNorm (eps 1e-5) everywhere, biases everywhere, bicubic
     # position table, qkv width = hidden width, projector LayerNorm(1152) before the MLP, no post-norm.
     "kimi-k25": VisionConfig(
-        name="kimi-k25", hidden_size=1152, num_heads=16, intermediate_size=4304, qkv_hidden_size=1152,
-        pos_emb_interpolation="bicubic", norm_type="layernorm", norm_eps=1e-5, attn_bias=True,
-        linear_bias=True, patch_embed_bias=True, projector_type="patchmerger",
+        name="kimi-k25",
+        hidden_size=1152,
+        num_heads=16,
+        intermediate_size=4304,
+        qkv_hidden_size=1152,
+        pos_emb_interpolation="bicubic",
+        norm_type="layernorm",
+        norm_eps=1e-5,
+        attn_bias=True,
+        linear_bias=True,
+        patch_embed_bias=True,
+        projector_type="patchmerger",
     ),
     # Same code, small widths: for fast CPU tests. The 8 × 8 table is resized both up and down.
     "tiny": VisionConfig(
-        name="tiny", hidden_size=64, num_heads=2, num_layers=2, intermediate_size=128, qkv_hidden_size=64,
-        pos_emb_height=8, pos_emb_width=8, text_hidden_size=96,
+        name="tiny",
+        hidden_size=64,
+        num_heads=2,
+        num_layers=2,
+        intermediate_size=128,
+        qkv_hidden_size=64,
+        pos_emb_height=8,
+        pos_emb_width=8,
+        text_hidden_size=96,
     ),
 }
 

@@ -72,14 +72,14 @@ def resize_position_table(table: torch.Tensor, height: int, width: int, mode: st
     rounding (the kernels accumulate in fp32 either way)."""
     if (height, width) == tuple(table.shape[:2]):
         return table.reshape(height * width, -1).float()
-    grid = table.float().permute(2, 0, 1).unsqueeze(0)                  # [1, D, H0, W0]
+    grid = table.float().permute(2, 0, 1).unsqueeze(0)  # [1, D, H0, W0]
     resized = F.interpolate(grid, size=(height, width), mode=mode, align_corners=False)
-    return resized[0].permute(1, 2, 0).reshape(height * width, -1)     # [h·w, D]
+    return resized[0].permute(1, 2, 0).reshape(height * width, -1)  # [h·w, D]
 
 
 def time_table(dim: int, frames: int) -> torch.Tensor:
     """Return the fixed 1-D sin/cos table ``[frames, dim]`` (``[sin(t·ω), cos(t·ω)]``, float32)."""
-    omega = np.arange(dim // 2, dtype=np.float32)     # in numpy float32, as the reference computes it
+    omega = np.arange(dim // 2, dtype=np.float32)  # in numpy float32, as the reference computes it
     omega /= dim / 2.0
     omega = 1.0 / 10000**omega
     angles = np.einsum("m,d->md", np.arange(frames, dtype=np.float32), omega)
@@ -97,15 +97,15 @@ def rope_angles(height: int, width: int, head_dim: int, theta: float = 10000.0) 
     Rotation pair ``2i`` (head channels ``4i, 4i+1``) turns by ``column · f_i`` and pair ``2i+1``
     (channels ``4i+2, 4i+3``) by ``row · f_i``: the interleaved 2-D RoPE of MoonViT.
     """
-    freqs = rope_frequencies(head_dim, theta)                           # [hd/4]
+    freqs = rope_frequencies(head_dim, theta)  # [hd/4]
     rows = torch.arange(height, dtype=torch.float32)
     cols = torch.arange(width, dtype=torch.float32)
-    col_angles = torch.outer(cols, freqs)                               # [w, hd/4]
-    row_angles = torch.outer(rows, freqs)                               # [h, hd/4]
+    col_angles = torch.outer(cols, freqs)  # [w, hd/4]
+    row_angles = torch.outer(rows, freqs)  # [h, hd/4]
     angles = torch.stack(
         (col_angles.unsqueeze(0).expand(height, -1, -1), row_angles.unsqueeze(1).expand(-1, width, -1)),
         dim=-1,
-    )                                                                   # [h, w, hd/4, 2]
+    )  # [h, w, hd/4, 2]
     return angles.reshape(height * width, head_dim // 2)
 
 
@@ -134,8 +134,9 @@ def varlen_kernel() -> Callable | None:
     return varlen_attn
 
 
-def attention_per_image(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+def attention_per_image(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: Sequence[tuple[int, int]]
+) -> torch.Tensor:
     """Return ``[N, heads·head_dim]``: one non-causal SDPA call per image span (SGLang's way)."""
     pieces = []
     for start, end in spans:
@@ -143,13 +144,14 @@ def attention_per_image(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             q[start:end].transpose(0, 1).unsqueeze(0),
             k[start:end].transpose(0, 1).unsqueeze(0),
             v[start:end].transpose(0, 1).unsqueeze(0),
-        )                                                               # [1, H, L, hd]
+        )  # [1, H, L, hd]
         pieces.append(piece[0].transpose(0, 1).reshape(end - start, -1))
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
-def attention_block_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                             spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+def attention_block_diagonal(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: Sequence[tuple[int, int]]
+) -> torch.Tensor:
     """Return ``[N, heads·head_dim]``: one SDPA call over all rows with a block-diagonal mask."""
     n = q.shape[0]
     image_of_row = torch.empty(n, dtype=torch.int32, device=q.device)
@@ -157,14 +159,17 @@ def attention_block_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         image_of_row[start:end] = index
     mask = image_of_row[:, None] == image_of_row[None, :]
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+        q.transpose(0, 1).unsqueeze(0),
+        k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0),
         attn_mask=mask,
     )
     return out[0].transpose(0, 1).flatten(1)
 
 
-def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                     max_len: int) -> torch.Tensor:
+def attention_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int
+) -> torch.Tensor:
     """Return ``[N, heads·head_dim]``: one packed variable-length flash-attention call (CUDA, bf16/fp16)."""
     varlen_attn = varlen_kernel()
     out = varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens, max_len, max_len)
@@ -189,14 +194,15 @@ class AttentionLayout:
 
     grids: tuple[Grid, ...]
     spans: tuple[tuple[int, int], ...]
-    rotations: torch.Tensor               # [N, head_dim/2] complex64: RoPE turn of each channel pair
-    cu_seqlens: torch.Tensor              # [n+1] int32, on the device
+    rotations: torch.Tensor  # [N, head_dim/2] complex64: RoPE turn of each channel pair
+    cu_seqlens: torch.Tensor  # [n+1] int32, on the device
     max_len: int
-    attn_impl: str                        # "per_image", "packed_varlen" or "packed_mask"
+    attn_impl: str  # "per_image", "packed_varlen" or "packed_mask"
 
     @classmethod
-    def build(cls, grids: Sequence[Grid], config: VisionConfig, device: torch.device,
-              attn_impl: str = "per_image") -> AttentionLayout:
+    def build(
+        cls, grids: Sequence[Grid], config: VisionConfig, device: torch.device, attn_impl: str = "per_image"
+    ) -> AttentionLayout:
         """Return the row spans, RoPE rotations and cu_seqlens of images with these grids, in order."""
         grids = tuple(tuple(g) for g in grids)
         spans, angles = spans_of(t * h * w for t, h, w in grids), []
@@ -208,9 +214,12 @@ class AttentionLayout:
         angle = (angles[0] if len(angles) == 1 else torch.cat(angles)).to(device)
         bounds = [0] + [end for _, end in spans]
         return cls(
-            grids=grids, spans=tuple(spans), rotations=rope_rotations(angle),
+            grids=grids,
+            spans=tuple(spans),
+            rotations=rope_rotations(angle),
             cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=device),
-            max_len=max(end - begin for begin, end in spans), attn_impl=attn_impl,
+            max_len=max(end - begin for begin, end in spans),
+            attn_impl=attn_impl,
         )
 
 
@@ -314,8 +323,12 @@ class MLP(nn.Module):
         """Return ``residual + self(x)``, in row chunks for long inputs."""
         if x.shape[0] <= self.chunk_rows:
             return add_linear(residual, self.act(self.fc0(x)), self.fc1)
-        return torch.cat([add_linear(r, self.act(self.fc0(piece)), self.fc1)
-                          for r, piece in zip(residual.split(self.chunk_rows), x.split(self.chunk_rows))])
+        return torch.cat(
+            [
+                add_linear(r, self.act(self.fc0(piece)), self.fc1)
+                for r, piece in zip(residual.split(self.chunk_rows), x.split(self.chunk_rows))
+            ]
+        )
 
 
 class EncoderBlock(nn.Module):
@@ -334,7 +347,7 @@ class EncoderBlock(nn.Module):
     def attention(self, x: torch.Tensor, layout: AttentionLayout) -> torch.Tensor:
         """Return ``attention(rope(q), rope(k), v)`` ``[N, heads·head_dim]``, confined to each image."""
         qkv = self.wqkv(x).view(x.shape[0], 3, self.num_heads, self.head_dim)
-        q, k = apply_rope(qkv[:, :2], layout.rotations).unbind(1)     # q and k turned together, in fp32
+        q, k = apply_rope(qkv[:, :2], layout.rotations).unbind(1)  # q and k turned together, in fp32
         v = qkv[:, 2]
         if layout.attn_impl == "packed_varlen":
             return attention_varlen(q, k, v, layout.cu_seqlens, layout.max_len)
@@ -343,8 +356,8 @@ class EncoderBlock(nn.Module):
         return attention_per_image(q, k, v, layout.spans)
 
     def forward(self, x: torch.Tensor, layout: AttentionLayout) -> torch.Tensor:
-        x = add_linear(x, self.attention(self.norm0(x), layout), self.wo)   # x + wo(attention(...))
-        return self.mlp.add_to(x, self.norm1(x))                            # x + fc1(gelu(fc0(...)))
+        x = add_linear(x, self.attention(self.norm0(x), layout), self.wo)  # x + wo(attention(...))
+        return self.mlp.add_to(x, self.norm1(x))  # x + fc1(gelu(fc0(...)))
 
 
 class Encoder(nn.Module):

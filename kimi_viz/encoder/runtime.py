@@ -92,8 +92,10 @@ def normalise_grids(grid_thws: Any) -> list[Grid]:
     """Return ``grid_thws`` (tensor, array or list of ``(t, h, w)``) as a list of int triples."""
     if isinstance(grid_thws, torch.Tensor):
         if grid_thws.ndim != 2 or grid_thws.shape[1] != 3:
-            raise RowCountError(f"grid_thws has shape {tuple(grid_thws.shape)}; expected [n_images, 3] rows of "
-                                "(t, h, w) as returned by the processor")
+            raise RowCountError(
+                f"grid_thws has shape {tuple(grid_thws.shape)}; expected [n_images, 3] rows of "
+                "(t, h, w) as returned by the processor"
+            )
         values = grid_thws.tolist()
     else:
         try:
@@ -101,15 +103,17 @@ def normalise_grids(grid_thws: Any) -> list[Grid]:
         except TypeError:
             values = [[]]
         if any(len(row) != 3 for row in values):
-            raise RowCountError(f"grid_thws is {grid_thws!r}; its rows must be (t, h, w) triples, as returned "
-                                "by the processor")
+            raise RowCountError(
+                f"grid_thws is {grid_thws!r}; its rows must be (t, h, w) triples, as returned by the processor"
+            )
     if not values:
         raise RowCountError("grid_thws is empty; expected one (t, h, w) row per image")
     try:
         return [(int(t), int(h), int(w)) for t, h, w in values]
     except (TypeError, ValueError) as exc:
-        raise RowCountError(f"grid_thws is {grid_thws!r}; expected integer (t, h, w) rows, as returned by "
-                            "the processor") from exc
+        raise RowCountError(
+            f"grid_thws is {grid_thws!r}; expected integer (t, h, w) rows, as returned by the processor"
+        ) from exc
 
 
 def check_grids(grids: Sequence[Grid], config: VisionConfig) -> None:
@@ -122,15 +126,18 @@ def check_grids(grids: Sequence[Grid], config: VisionConfig) -> None:
         if h % k or w % k:
             raise RowCountError(
                 f"image {i} has grid {grid}; h and w must be multiples of {k} for the {k}×{k} merge "
-                f"(the processor pads each side to a multiple of {k * config.patch_size} px)")
+                f"(the processor pads each side to a multiple of {k * config.patch_size} px)"
+            )
         if h > limit or w > limit:
             raise RowCountError(
                 f"image {i} has grid {grid}; h and w must be at most {limit} (the rotary table is "
-                f"{limit}×{limit}; the processor's patch_limit_on_one_side keeps grids within it)")
+                f"{limit}×{limit}; the processor's patch_limit_on_one_side keeps grids within it)"
+            )
         if t > config.pos_emb_time:
             raise RowCountError(
                 f"image {i} has grid {grid}; t must be at most {config.pos_emb_time} "
-                f"(the time table has {config.pos_emb_time} frames)")
+                f"(the time table has {config.pos_emb_time} frames)"
+            )
 
 
 def check_rows(pixel_values: torch.Tensor, grids: Sequence[Grid], patch_size: int) -> None:
@@ -139,15 +146,18 @@ def check_rows(pixel_values: torch.Tensor, grids: Sequence[Grid], patch_size: in
     if not isinstance(pixel_values, torch.Tensor):
         raise UnsupportedImageError(
             f"pixel_values is a {type(pixel_values).__name__}; expected a torch.Tensor [N, 3, {p}, {p}] "
-            "from the processor")
+            "from the processor"
+        )
     shape = tuple(pixel_values.shape)
     if not (shape[1:] == (3, p, p) or (len(shape) == 2 and shape[1] == 3 * p * p)):
         raise UnsupportedImageError(
             f"pixel_values has shape {shape}; expected [N, 3, {p}, {p}] patch rows (or [N, {3 * p * p}]) "
-            "from the processor")
+            "from the processor"
+        )
     if not pixel_values.is_floating_point():
         raise UnsupportedImageError(
-            f"pixel_values has dtype {pixel_values.dtype}; expected normalised float rows from the processor")
+            f"pixel_values has dtype {pixel_values.dtype}; expected normalised float rows from the processor"
+        )
     have = shape[0]
     need = sum(t * h * w for t, h, w in grids)
     if have == need:
@@ -159,12 +169,14 @@ def check_rows(pixel_values: torch.Tensor, grids: Sequence[Grid], patch_size: in
         if end > have:
             raise RowCountError(
                 f"{head}; image {i} (grid {_grid_text(grid)}) needs rows [{start}, {end}) and only {have} exist; "
-                "pass the pixel_values and grid_thws of the same processor output")
+                "pass the pixel_values and grid_thws of the same processor output"
+            )
         start = end
     last = len(grids) - 1
     raise RowCountError(
         f"{head}; the last image (image {last}, grid {_grid_text(grids[last])}) ends at row {need} and "
-        f"{have - need} extra rows follow it; pass the pixel_values and grid_thws of the same processor output")
+        f"{have - need} extra rows follow it; pass the pixel_values and grid_thws of the same processor output"
+    )
 
 
 def _chunks(patches: Sequence[int], limit: int) -> list[tuple[int, int]]:
@@ -201,8 +213,14 @@ def varlen_available(device: torch.device, dtype: torch.dtype, head_dim: int) ->
     return _VARLEN_WORKS[key]
 
 
-_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
-           "fp16": torch.float16, "float16": torch.float16}
+_DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -233,11 +251,11 @@ class VisionEncoder(VisionModel):
     overhead that dominates small images; ``"auto"`` and True only act on CUDA.
     """
 
-    graph_max_patches = 16384     # larger batches are compute-bound: graphs buy nothing there
+    graph_max_patches = 16384  # larger batches are compute-bound: graphs buy nothing there
     graph_device_types = ("cuda",)
     graph_cache_size = 8
-    graph_hits_size = 256         # grid lists whose sightings are counted
-    chunk_patches = 131072        # images are encoded in groups of at most this many rows
+    graph_hits_size = 256  # grid lists whose sightings are counted
+    chunk_patches = 131072  # images are encoded in groups of at most this many rows
 
     def __init__(self, config: VisionConfig | str = "kimi-k3"):
         super().__init__(config)
@@ -255,12 +273,19 @@ class VisionEncoder(VisionModel):
         with torch.device("meta"):
             model = cls(config).to(dtype)
         model = model.to_empty(device=device)
-        model.vision_tower.patch_embed.pos_emb.time_weight = time_table(config.hidden_size, config.pos_emb_time).to(device)
+        model.vision_tower.patch_embed.pos_emb.time_weight = time_table(config.hidden_size, config.pos_emb_time).to(
+            device
+        )
         return model.eval().requires_grad_(False)
 
     @classmethod
-    def random(cls, preset: str | VisionConfig = "kimi-k3", seed: int = 0, device: str | torch.device = "auto",
-               dtype: str | torch.dtype | None = None) -> VisionEncoder:
+    def random(
+        cls,
+        preset: str | VisionConfig = "kimi-k3",
+        seed: int = 0,
+        device: str | torch.device = "auto",
+        dtype: str | torch.dtype | None = None,
+    ) -> VisionEncoder:
         """Return an encoder with random weights (normal(0, 0.02), norms 1), drawn on ``device``
         from ``seed`` (the same seed gives the same weights on the same kind of device)."""
         config = get_vision_config(preset)
@@ -271,8 +296,14 @@ class VisionEncoder(VisionModel):
         return model
 
     @classmethod
-    def from_checkpoint(cls, folder: str | Path, device: str | torch.device = "auto",
-                        dtype: str | torch.dtype | None = None, *, strict: bool = False) -> VisionEncoder:
+    def from_checkpoint(
+        cls,
+        folder: str | Path,
+        device: str | torch.device = "auto",
+        dtype: str | torch.dtype | None = None,
+        *,
+        strict: bool = False,
+    ) -> VisionEncoder:
         """Return the encoder of a local checkpoint folder, reading only its vision tensors.
 
         Reads ``config.json``'s ``vision_config``, then ``model.safetensors.index.json``, and opens
@@ -329,8 +360,9 @@ class VisionEncoder(VisionModel):
         return layout
 
     # --- forward ---------------------------------------------------------------------------
-    def _forward_with_intermediates(self, pixel_rows: torch.Tensor, layout: AttentionLayout,
-                                    timings: dict[str, float]) -> dict[str, torch.Tensor]:
+    def _forward_with_intermediates(
+        self, pixel_rows: torch.Tensor, layout: AttentionLayout, timings: dict[str, float]
+    ) -> dict[str, torch.Tensor]:
         def tick(stage: str, started: float) -> float:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -350,15 +382,19 @@ class VisionEncoder(VisionModel):
         return {"features": features, "patch_embeddings": patch, "pre_merge": pre_merge, "merged": merged}
 
     def _use_graph(self, layout: AttentionLayout, rows: int) -> bool:
-        if self.device.type not in self.graph_device_types or self.cuda_graphs is False or rows > self.graph_max_patches:
+        if (
+            self.device.type not in self.graph_device_types
+            or self.cuda_graphs is False
+            or rows > self.graph_max_patches
+        ):
             return False
         if self.cuda_graphs is True:
             return True
         key = (layout.grids, layout.attn_impl)
-        self._graph_hits[key] = self._graph_hits.pop(key, 0) + 1      # most recent last
-        while len(self._graph_hits) > self.graph_hits_size:           # forget grid lists not seen lately
+        self._graph_hits[key] = self._graph_hits.pop(key, 0) + 1  # most recent last
+        while len(self._graph_hits) > self.graph_hits_size:  # forget grid lists not seen lately
             del self._graph_hits[next(iter(self._graph_hits))]
-        return self._graph_hits[key] >= 2 or key in self._graphs   # capture on the second sighting
+        return self._graph_hits[key] >= 2 or key in self._graphs  # capture on the second sighting
 
     def _forward_graphed(self, pixel_rows: torch.Tensor, layout: AttentionLayout) -> torch.Tensor:
         key = (layout.grids, layout.attn_impl)
@@ -397,8 +433,14 @@ class VisionEncoder(VisionModel):
             static_out = self.forward(static_in, layout)
         return graph, static_in, static_out
 
-    def encode(self, pixel_values: torch.Tensor, grid_thws: Any, *, return_intermediates: bool = False,
-               progress: bool | None = None) -> EncoderOutput:
+    def encode(
+        self,
+        pixel_values: torch.Tensor,
+        grid_thws: Any,
+        *,
+        return_intermediates: bool = False,
+        progress: bool | None = None,
+    ) -> EncoderOutput:
         """Return the features of packed ``pixel_values`` ``[Σ t·h·w, 3, 14, 14]`` for ``grid_thws``.
 
         Checks first that every grid is valid and that the rows match ``Σ t·h·w`` (RowCountError
@@ -419,6 +461,7 @@ class VisionEncoder(VisionModel):
         bar = None
         if show:
             from tqdm.auto import tqdm
+
             bar = tqdm(total=len(grids), unit="image", desc="encode", file=sys.stderr)
         timings: dict[str, float] | None = {} if return_intermediates else None
         parts: dict[str, list[torch.Tensor]] = {}
@@ -426,7 +469,7 @@ class VisionEncoder(VisionModel):
         try:
             with torch.inference_mode():
                 limit = self.chunk_patches if bar is None else min(self.chunk_patches, max(1, sum(patches) // 20))
-                for first, last in _chunks(patches, limit):   # with a bar: about 20 steps
+                for first, last in _chunks(patches, limit):  # with a bar: about 20 steps
                     chunk_grids = grids[first:last]
                     r0, r1 = row_spans[first][0], row_spans[last - 1][1]
                     chunk = rows[r0:r1].to(device=self.device, dtype=self.dtype, non_blocking=True)
@@ -459,7 +502,13 @@ class VisionEncoder(VisionModel):
         )
 
 
-def encode(encoder: VisionEncoder, pixel_values: torch.Tensor, grid_thws: Any, *,
-           return_intermediates: bool = False, progress: bool | None = None) -> EncoderOutput:
+def encode(
+    encoder: VisionEncoder,
+    pixel_values: torch.Tensor,
+    grid_thws: Any,
+    *,
+    return_intermediates: bool = False,
+    progress: bool | None = None,
+) -> EncoderOutput:
     """Return ``encoder.encode(pixel_values, grid_thws, ...)``."""
     return encoder.encode(pixel_values, grid_thws, return_intermediates=return_intermediates, progress=progress)

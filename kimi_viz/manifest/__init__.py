@@ -29,6 +29,17 @@ from .sources import read_safetensors_header
 from .write import jsonable, manifest_payload, redact_batch, write_manifest
 
 __all__ = [
-    "DTYPES", "FORMAT", "VERSION", "ManifestWarning", "json_path", "jsonable", "manifest_payload", "read_manifest",
-    "read_safetensors_header", "redact_batch", "schema_path", "validate_manifest_json", "write_manifest",
+    "DTYPES",
+    "FORMAT",
+    "VERSION",
+    "ManifestWarning",
+    "json_path",
+    "jsonable",
+    "manifest_payload",
+    "read_manifest",
+    "read_safetensors_header",
+    "redact_batch",
+    "schema_path",
+    "validate_manifest_json",
+    "write_manifest",
 ]

@@ -90,12 +90,15 @@ def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixe
         tensor = source.load_tensor(name, where + ".file", entry["key"])
     except ManifestError:
         raise
-    except Exception as exc:  # safetensors raises its own error types for damaged files
-        raise ManifestError(f"tensor {entry['key']!r} could not be read from {name!r} ({exc})",
-                            json_path=where) from None
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for damaged files
+        raise ManifestError(
+            f"tensor {entry['key']!r} could not be read from {name!r} ({exc})", json_path=where
+        ) from None
     if list(tensor.shape) != list(entry["shape"]):
-        raise ManifestError(f"tensor {entry['key']!r} has shape {list(tensor.shape)}, the manifest declares "
-                            f"{list(entry['shape'])}", json_path=where + ".shape")
+        raise ManifestError(
+            f"tensor {entry['key']!r} has shape {list(tensor.shape)}, the manifest declares {list(entry['shape'])}",
+            json_path=where + ".shape",
+        )
     layout = entry.get("layout") or _infer_layout(list(entry["shape"]), entry["dtype"])
     return Feature.from_tensor(tensor, layout)
 
@@ -119,14 +122,16 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch
         backend = deferred.get("backend") if isinstance(deferred, dict) else None
         feature = _load_feature(source, raw["feature"], backend, where + ".feature", max_pixels)
         size = raw.get("original_size")
-        items.append(Item(
-            grids={key: [list(row) for row in raw["grids"][key]] for key in GRID_KEYS if key in raw["grids"]},
-            feature=feature,
-            deferred=deferred,
-            local_preprocessed=bool(raw.get("local_preprocessed", False)),
-            original_size=tuple(size) if size is not None else None,
-            label=raw.get("label", ""),
-        ))
+        items.append(
+            Item(
+                grids={key: [list(row) for row in raw["grids"][key]] for key in GRID_KEYS if key in raw["grids"]},
+                feature=feature,
+                deferred=deferred,
+                local_preprocessed=bool(raw.get("local_preprocessed", False)),
+                original_size=tuple(size) if size is not None else None,
+                label=raw.get("label", ""),
+            )
+        )
     runtime = obj.get("runtime") or {}
     source_info = obj.get("source") or {}
     indices = runtime.get("image_indices")
@@ -138,8 +143,9 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch
         image_indices=list(indices) if indices is not None else None,
         sglang_version=source_info.get("sglang_version"),
         code_variant=source_info.get("code_variant", "post-fix"),
-        code_variant_source=source_info.get("code_variant_source",
-                                            "recorded" if "code_variant" in source_info else "assumed"),
+        code_variant_source=source_info.get(
+            "code_variant_source", "recorded" if "code_variant" in source_info else "assumed"
+        ),
         recorded=_recorded_outcome(source_info.get("recorded")),
         note=source_info.get("note", ""),
         created_by=obj.get("created_by", ""),
@@ -148,12 +154,12 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch
 
 
 def _emit(found: list[str], label: str) -> None:
-    for text in found:   # stacklevel: _emit <- _read_source <- read_manifest <- its caller
+    for text in found:  # stacklevel: _emit <- _read_source <- read_manifest <- its caller
         warnings.warn(f"manifest {label}: {text}", ManifestWarning, stacklevel=4)
 
 
 def _read_source(source, json_label: str, max_elements: int, max_pixels: int) -> Batch:
-    """Return the batch of an opened folder or zip: manifest.json parsed and validated, payloads checked, then loaded."""
+    """Return the batch of an opened folder or zip: manifest.json parsed and validated, payloads checked, loaded."""
     obj = parse_json(source.read(MANIFEST_NAME, MANIFEST_NAME, MAX_JSON_BYTES), json_label)
     _emit(validate_manifest_json(obj), source.label)
     return _build_batch(obj, source, max_elements, max_pixels)
@@ -168,18 +174,21 @@ def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pix
     path = Path(path)
     try:
         info = os.stat(path)
-    except (OSError, ValueError):   # ValueError: a NUL byte in the path
-        raise ManifestError(f"manifest {path} does not exist; expected a manifest folder, its manifest.json "
-                            "or a .zip of the folder") from None
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        raise ManifestError(
+            f"manifest {path} does not exist; expected a manifest folder, its manifest.json or a .zip of the folder"
+        ) from None
     if stat.S_ISDIR(info.st_mode) or path.name == MANIFEST_NAME:
         folder = path if stat.S_ISDIR(info.st_mode) else path.parent
         return _read_source(FolderSource(folder), str(folder / MANIFEST_NAME), max_elements, max_pixels)
     if not zipfile.is_zipfile(path):
         if path.suffix.lower() == ".zip":
-            raise ManifestError(f"{path} is not a readable zip (truncated or damaged?); re-create it from "
-                                "the manifest folder")
+            raise ManifestError(
+                f"{path} is not a readable zip (truncated or damaged?); re-create it from the manifest folder"
+            )
         raise ManifestError(f"{path} is neither a manifest folder, a manifest.json nor a .zip of a manifest folder")
     archive, prefix = open_zip(path)
     with archive:
-        return _read_source(ZipSource(archive, prefix, str(path)), f"{path}:{prefix}{MANIFEST_NAME}",
-                            max_elements, max_pixels)
+        return _read_source(
+            ZipSource(archive, prefix, str(path)), f"{path}:{prefix}{MANIFEST_NAME}", max_elements, max_pixels
+        )

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import ManifestError
 
@@ -70,8 +71,13 @@ def _describe(value: Any) -> str:
 
 
 _TYPE_NAMES = {
-    "integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
-    "array": "a list", "object": "an object", "null": "null",
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+    "null": "null",
 }
 
 
@@ -92,8 +98,10 @@ def _validator():
     checker = base.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     ).redefine(
-        "number", lambda _checker, value: isinstance(value, (int, float)) and not isinstance(value, bool)
-        and math.isfinite(value)
+        "number",
+        lambda _checker, value: (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ),
     )
     strict = jsonschema.validators.extend(base, type_checker=checker)
     schema = json.loads(schema_path().read_text(encoding="utf-8"))
@@ -142,24 +150,32 @@ def _unknown_keys(error) -> list[str]:
 def _check_header_fields(obj: Any) -> None:
     """Refuse anything that is not a version-1 kimi-viz manifest, naming the field."""
     if not isinstance(obj, dict):
-        raise ManifestError(f"expected a JSON object at the top level of manifest.json, got {_describe(obj)}",
-                            json_path="(top level)")
+        raise ManifestError(
+            f"expected a JSON object at the top level of manifest.json, got {_describe(obj)}", json_path="(top level)"
+        )
     if "format" not in obj:
-        raise ManifestError('missing required key "format"; a kimi-viz manifest starts with '
-                            '"format": "kimi-viz-manifest"', json_path="format")
+        raise ManifestError(
+            'missing required key "format"; a kimi-viz manifest starts with "format": "kimi-viz-manifest"',
+            json_path="format",
+        )
     if obj["format"] != FORMAT:
-        raise ManifestError(f"unknown format {_describe(obj['format'])}; expected {json.dumps(FORMAT)} "
-                            "(is this a kimi-viz manifest?)", json_path="format")
+        raise ManifestError(
+            f"unknown format {_describe(obj['format'])}; expected {json.dumps(FORMAT)} (is this a kimi-viz manifest?)",
+            json_path="format",
+        )
     if "version" not in obj:
         raise ManifestError('missing required key "version"; expected "version": 1', json_path="version")
     version = obj["version"]
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ManifestError(f"expected the integer 1, got {_describe(version)} (write \"version\": 1)",
-                            json_path="version")
+        raise ManifestError(
+            f'expected the integer 1, got {_describe(version)} (write "version": 1)', json_path="version"
+        )
     if version != VERSION:
-        raise ManifestError(f"unsupported manifest version {version}; this kimi-viz reads version {VERSION} "
-                            "only (upgrade kimi-viz, or re-export the manifest as version 1)",
-                            json_path="version")
+        raise ManifestError(
+            f"unsupported manifest version {version}; this kimi-viz reads version {VERSION} "
+            "only (upgrade kimi-viz, or re-export the manifest as version 1)",
+            json_path="version",
+        )
 
 
 def _check_semantics(obj: dict) -> None:
@@ -168,15 +184,19 @@ def _check_semantics(obj: dict) -> None:
     size = runtime.get("attn_tp_size", 1)
     rank = runtime.get("attn_tp_rank")
     if rank is not None and rank >= size:
-        raise ManifestError(f"rank {rank} does not exist with attn_tp_size {size}; expected 0..{size - 1} "
-                            "or null for all ranks", json_path="runtime.attn_tp_rank")
+        raise ManifestError(
+            f"rank {rank} does not exist with attn_tp_size {size}; expected 0..{size - 1} or null for all ranks",
+            json_path="runtime.attn_tp_rank",
+        )
     indices = runtime.get("image_indices")
     if indices is not None:
         count = len(obj["items"])
         for k, index in enumerate(indices):
             if index >= count:
-                raise ManifestError(f"image index {index} is out of range for {count} items",
-                                    json_path=json_path(["runtime", "image_indices", k]))
+                raise ManifestError(
+                    f"image index {index} is out of range for {count} items",
+                    json_path=json_path(["runtime", "image_indices", k]),
+                )
 
 
 def validate_manifest_json(obj: Any) -> list[str]:
@@ -211,21 +231,22 @@ def validate_manifest_json(obj: Any) -> list[str]:
 
 def parse_json(data: bytes, where: str) -> Any:
     """Return parsed JSON, refusing NaN/Infinity, bad UTF-8 and absurd nesting."""
+
     def refuse_constant(name: str):
         raise ManifestError(f"{where}: {name} is not valid JSON; write a finite number")
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                            "expected a JSON manifest") from exc
+        raise ManifestError(
+            f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a JSON manifest"
+        ) from exc
     try:
         return json.loads(text, parse_constant=refuse_constant)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    except ValueError as exc:   # an integer literal longer than Python converts
+    except ValueError as exc:  # an integer literal longer than Python converts
         reason = str(exc).split(";")[0]
         raise ManifestError(f"{where} could not be read as JSON ({reason}); expected a kimi-viz manifest") from None
     except RecursionError as exc:
         raise ManifestError(f"{where} is nested too deeply to be a kimi-viz manifest") from exc
-

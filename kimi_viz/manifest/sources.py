@@ -21,13 +21,14 @@ import threading
 import warnings
 import zipfile
 import zlib
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import ManifestError
 from .schema import DTYPES, MANIFEST_NAME
 
-MAX_JSON_BYTES = 64 * 1024 * 1024          # manifest.json itself
+MAX_JSON_BYTES = 64 * 1024 * 1024  # manifest.json itself
 MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # the JSON header of a safetensors file
 MAX_IMAGE_FILE_BYTES = 1024 * 1024 * 1024  # one encoded image file
 MAX_ZIP_MEMBERS = 100_000
@@ -44,17 +45,23 @@ IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "GIF", "BMP")
 def safe_relative(name: str, where: str) -> PurePosixPath:
     """Return ``name`` as a relative POSIX path, refusing absolute paths, ``..`` and odd characters."""
     if "\x00" in name or "\\" in name:
-        raise ManifestError(f"file name {name!r} contains a NUL or backslash; use plain relative "
-                            "POSIX paths such as images/item0.png", json_path=where)
+        raise ManifestError(
+            f"file name {name!r} contains a NUL or backslash; use plain relative POSIX paths such as images/item0.png",
+            json_path=where,
+        )
     if name.startswith("/") or PureWindowsPath(name).drive or PureWindowsPath(name).is_absolute():
-        raise ManifestError(f"file name {name!r} is an absolute path; every file must be named relative "
-                            "to the manifest folder", json_path=where)
+        raise ManifestError(
+            f"file name {name!r} is an absolute path; every file must be named relative to the manifest folder",
+            json_path=where,
+        )
     parts = [p for p in PurePosixPath(name).parts if p != "."]
     if not parts:
         raise ManifestError(f"file name {name!r} names no file", json_path=where)
     if ".." in parts:
-        raise ManifestError(f"file name {name!r} contains '..' and could leave the manifest folder; "
-                            "every file must stay inside it", json_path=where)
+        raise ManifestError(
+            f"file name {name!r} contains '..' and could leave the manifest folder; every file must stay inside it",
+            json_path=where,
+        )
     return PurePosixPath(*parts)
 
 
@@ -76,17 +83,26 @@ class FolderSource:
             try:
                 info = os.lstat(current)
             except OSError:
-                raise ManifestError(f"file {name!r} does not exist in the manifest folder {self.label}; "
-                                    "copy the whole manifest folder (or use the .zip)", json_path=where) from None
+                raise ManifestError(
+                    f"file {name!r} does not exist in the manifest folder {self.label}; "
+                    "copy the whole manifest folder (or use the .zip)",
+                    json_path=where,
+                ) from None
             if stat.S_ISLNK(info.st_mode):
                 target = self._resolve(current, name, where)
                 if not target.is_relative_to(self.real_root):
-                    raise ManifestError(f"file {name!r} is a symbolic link pointing outside the manifest "
-                                        f"folder (to {target}); refusing to read it", json_path=where)
+                    raise ManifestError(
+                        f"file {name!r} is a symbolic link pointing outside the manifest "
+                        f"folder (to {target}); refusing to read it",
+                        json_path=where,
+                    )
         resolved = self._resolve(candidate, name, where)
         if not resolved.is_relative_to(self.real_root):
-            raise ManifestError(f"file {name!r} resolves to {resolved}, outside the manifest folder "
-                                f"{self.real_root}; refusing to read it", json_path=where)
+            raise ManifestError(
+                f"file {name!r} resolves to {resolved}, outside the manifest folder "
+                f"{self.real_root}; refusing to read it",
+                json_path=where,
+            )
         if not resolved.is_file():
             raise ManifestError(f"{name!r} is not a regular file in {self.label}", json_path=where)
         return resolved
@@ -95,25 +111,30 @@ class FolderSource:
     def _resolve(path: Path, name: str, where: str) -> Path:
         try:
             return path.resolve()
-        except (OSError, RuntimeError) as exc:   # RuntimeError: a symbolic link loop
-            raise ManifestError(f"file {name!r} cannot be resolved inside the manifest folder ({exc}); "
-                                "replace the link with the file itself", json_path=where) from None
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop
+            raise ManifestError(
+                f"file {name!r} cannot be resolved inside the manifest folder ({exc}); "
+                "replace the link with the file itself",
+                json_path=where,
+            ) from None
 
     @staticmethod
     def _size(path: Path, name: str, where: str) -> int:
         try:
             return path.stat().st_size
         except OSError as exc:
-            raise ManifestError(f"file {name!r} cannot be read ({exc.strerror or exc}); check its permissions",
-                                json_path=where) from None
+            raise ManifestError(
+                f"file {name!r} cannot be read ({exc.strerror or exc}); check its permissions", json_path=where
+            ) from None
 
     @staticmethod
     def _open(path: Path, name: str, where: str):
         try:
             return open(path, "rb")
         except OSError as exc:
-            raise ManifestError(f"file {name!r} cannot be opened ({exc.strerror or exc}); check its permissions",
-                                json_path=where) from None
+            raise ManifestError(
+                f"file {name!r} cannot be opened ({exc.strerror or exc}); check its permissions", json_path=where
+            ) from None
 
     def size(self, name: str, where: str) -> int:
         return self._size(self._path(name, where), name, where)
@@ -124,7 +145,7 @@ class FolderSource:
         if size > limit:
             raise ManifestError(f"file {name!r} is {size} bytes, more than the {limit}-byte limit", json_path=where)
         with self._open(path, name, where) as handle:
-            return handle.read(size + 1)[:limit]   # read(n) allocates n bytes up front: ask for the size
+            return handle.read(size + 1)[:limit]  # read(n) allocates n bytes up front: ask for the size
 
     def open_stream(self, name: str, where: str):
         return self._open(self._path(name, where), name, where)
@@ -156,8 +177,10 @@ class ZipSource:
         try:
             return self.archive.getinfo(member)
         except KeyError:
-            raise ManifestError(f"file {name!r} is not in the zip {self.label}; re-create the zip from the "
-                                "whole manifest folder", json_path=where) from None
+            raise ManifestError(
+                f"file {name!r} is not in the zip {self.label}; re-create the zip from the whole manifest folder",
+                json_path=where,
+            ) from None
 
     def size(self, name: str, where: str) -> int:
         return self._info(name, where).file_size
@@ -165,8 +188,9 @@ class ZipSource:
     def read(self, name: str, where: str, limit: int) -> bytes:
         info = self._info(name, where)
         if info.file_size > limit:
-            raise ManifestError(f"file {name!r} is {info.file_size} bytes, more than the {limit}-byte limit",
-                                json_path=where)
+            raise ManifestError(
+                f"file {name!r} is {info.file_size} bytes, more than the {limit}-byte limit", json_path=where
+            )
         return _read_member(self.archive, info, self.label, where)
 
     def open_stream(self, name: str, where: str):
@@ -174,8 +198,10 @@ class ZipSource:
         try:
             return self.archive.open(info)
         except _ZIP_DAMAGE as exc:
-            raise ManifestError(f"zip {self.label} is damaged or truncated while reading {info.filename!r} "
-                                f"({exc}); re-create the zip", json_path=where) from None
+            raise ManifestError(
+                f"zip {self.label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
+                json_path=where,
+            ) from None
 
     def read_range(self, name: str, where: str, offset: int, count: int) -> bytes:
         info = self._info(name, where)
@@ -189,8 +215,10 @@ class ZipSource:
                     remaining -= len(chunk)
                 return handle.read(count)
         except _ZIP_DAMAGE as exc:
-            raise ManifestError(f"zip {self.label} is damaged or truncated while reading {info.filename!r} "
-                                f"({exc}); re-create the zip", json_path=where) from None
+            raise ManifestError(
+                f"zip {self.label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
+                json_path=where,
+            ) from None
 
     def load_tensor(self, name: str, where: str, key: str):
         from safetensors.torch import load
@@ -207,11 +235,16 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str, wh
         with archive.open(info) as handle:
             data = handle.read(info.file_size + 1)
     except _ZIP_DAMAGE as exc:
-        raise ManifestError(f"zip {label} is damaged or truncated while reading {info.filename!r} ({exc}); "
-                            "re-create the zip", json_path=where) from None
+        raise ManifestError(
+            f"zip {label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
+            json_path=where,
+        ) from None
     if len(data) != info.file_size:
-        raise ManifestError(f"zip {label} member {info.filename!r} has {len(data)} bytes, its header says "
-                            f"{info.file_size}; the zip is damaged (re-create it)", json_path=where)
+        raise ManifestError(
+            f"zip {label} member {info.filename!r} has {len(data)} bytes, its header says "
+            f"{info.file_size}; the zip is damaged (re-create it)",
+            json_path=where,
+        )
     return data
 
 
@@ -219,9 +252,11 @@ def open_zip(path: Path) -> tuple[zipfile.ZipFile, str]:
     """Open a manifest zip, check every member name, and return it with the prefix of manifest.json."""
     try:
         archive = zipfile.ZipFile(path)
-    except (*_ZIP_DAMAGE, ValueError) as exc:   # NotImplementedError: a zip version zipfile does not read
-        raise ManifestError(f"{path} is not a readable zip ({exc}); a truncated or damaged download? "
-                            "re-create it from the manifest folder") from None
+    except (*_ZIP_DAMAGE, ValueError) as exc:  # NotImplementedError: a zip version zipfile does not read
+        raise ManifestError(
+            f"{path} is not a readable zip ({exc}); a truncated or damaged download? "
+            "re-create it from the manifest folder"
+        ) from None
     try:
         infos = archive.infolist()
         if len(infos) > MAX_ZIP_MEMBERS:
@@ -244,8 +279,10 @@ def open_zip(path: Path) -> tuple[zipfile.ZipFile, str]:
         nested = [n for n in names if n.count("/") == 1 and n.endswith("/" + MANIFEST_NAME)]
         if len(nested) == 1:
             return archive, nested[0][: -len(MANIFEST_NAME)]
-        raise ManifestError(f"zip {path} holds no manifest.json at its top level (or in one top-level folder); "
-                            "zip the manifest folder itself")
+        raise ManifestError(
+            f"zip {path} holds no manifest.json at its top level (or in one top-level folder); "
+            "zip the manifest folder itself"
+        )
     except BaseException:
         archive.close()
         raise
@@ -261,9 +298,11 @@ def _element_count(shape: Iterable[int]) -> int:
 def check_elements(shape: list[int], max_elements: int, where: str) -> int:
     count = _element_count(shape)
     if count > max_elements:
-        raise ManifestError(f"declared shape {list(shape)} has {count} elements, more than the limit of "
-                            f"{max_elements} (pass a larger max_elements only for a manifest you trust)",
-                            json_path=where)
+        raise ManifestError(
+            f"declared shape {list(shape)} has {count} elements, more than the limit of "
+            f"{max_elements} (pass a larger max_elements only for a manifest you trust)",
+            json_path=where,
+        )
     return count
 
 
@@ -278,16 +317,20 @@ def read_safetensors_header(source, name: str, where: str) -> dict:
         raise ManifestError(f"{name!r} is {size} bytes, too short to be a safetensors file", json_path=where)
     (header_len,) = struct.unpack("<Q", start)
     if header_len == 0 or header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > size:
-        raise ManifestError(f"{name!r} is not a safetensors file (its first 8 bytes do not give a plausible "
-                            "header length); tensors are read only from safetensors files, never from pickles",
-                            json_path=where)
+        raise ManifestError(
+            f"{name!r} is not a safetensors file (its first 8 bytes do not give a plausible "
+            "header length); tensors are read only from safetensors files, never from pickles",
+            json_path=where,
+        )
     raw = source.read_range(name, where, 8, header_len)
     if not raw.lstrip().startswith(b"{"):
-        raise ManifestError(f"{name!r} is not a safetensors file (no JSON header); tensors are read only from "
-                            "safetensors files", json_path=where)
+        raise ManifestError(
+            f"{name!r} is not a safetensors file (no JSON header); tensors are read only from safetensors files",
+            json_path=where,
+        )
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):   # bad UTF-8, bad JSON, an integer too long to convert
+    except (ValueError, RecursionError):  # bad UTF-8, bad JSON, an integer too long to convert
         raise ManifestError(f"{name!r} has a damaged safetensors header (not JSON)", json_path=where) from None
     if not isinstance(header, dict):
         raise ManifestError(f"{name!r} has a damaged safetensors header (not an object)", json_path=where)
@@ -309,29 +352,41 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
         raise ManifestError(f"tensor {key!r} is not in {entry['file']!r}", json_path=where + ".key")
     st_dtype, itemsize = DTYPES[dtype]
     if info.get("dtype") != st_dtype:
-        raise ManifestError(f"tensor {key!r} is stored as {info.get('dtype')!r} but the manifest declares "
-                            f"{dtype!r} ({st_dtype})", json_path=where + ".dtype")
+        raise ManifestError(
+            f"tensor {key!r} is stored as {info.get('dtype')!r} but the manifest declares {dtype!r} ({st_dtype})",
+            json_path=where + ".dtype",
+        )
     stored_shape = info.get("shape")
     if not _is_shape(stored_shape):
         raise ManifestError(f"tensor {key!r} has a damaged shape in the safetensors header", json_path=where + ".key")
     if stored_shape != shape:
-        raise ManifestError(f"tensor {key!r} is stored with shape {stored_shape} but the manifest declares "
-                            f"{shape}", json_path=where + ".shape")
+        raise ManifestError(
+            f"tensor {key!r} is stored with shape {stored_shape} but the manifest declares {shape}",
+            json_path=where + ".shape",
+        )
     offsets = info.get("data_offsets")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
-        raise ManifestError(f"tensor {key!r} has damaged data_offsets in the safetensors header",
-                            json_path=where + ".key")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
+        raise ManifestError(
+            f"tensor {key!r} has damaged data_offsets in the safetensors header", json_path=where + ".key"
+        )
     begin, end = offsets
     if not (0 <= begin <= end <= header["__data_len__"]) or end - begin != _element_count(shape) * itemsize:
-        raise ManifestError(f"tensor {key!r} has data_offsets {offsets} that do not fit its shape {shape} "
-                            f"and dtype {dtype} inside the file; the file is damaged", json_path=where + ".key")
+        raise ManifestError(
+            f"tensor {key!r} has data_offsets {offsets} that do not fit its shape {shape} "
+            f"and dtype {dtype} inside the file; the file is damaged",
+            json_path=where + ".key",
+        )
     for other, other_info in header.items():
         if other.startswith("__"):
             continue
         if not isinstance(other_info, dict) or not _is_shape(other_info.get("shape")):
-            raise ManifestError(f"tensor {other!r} in {entry['file']!r} has a damaged header entry",
-                                json_path=where + ".file")
+            raise ManifestError(
+                f"tensor {other!r} in {entry['file']!r} has a damaged header entry", json_path=where + ".file"
+            )
         check_elements(other_info["shape"], max_elements, where + ".file")
 
 
@@ -343,26 +398,29 @@ def open_image(stream, name: str, where: str, max_pixels: int):
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with _PILLOW_LIMIT_LOCK:   # our own limit (with the size in the message) replaces Pillow's while opening
+        with _PILLOW_LIMIT_LOCK:  # our own limit (with the size in the message) replaces Pillow's while opening
             saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
             try:
                 image = Image.open(stream, formats=list(IMAGE_FORMATS))
             finally:
                 Image.MAX_IMAGE_PIXELS = saved
     except UnidentifiedImageError:
-        raise ManifestError(f"{name!r} is not an image in any accepted format ({', '.join(IMAGE_FORMATS)})",
-                            json_path=where) from None
+        raise ManifestError(
+            f"{name!r} is not an image in any accepted format ({', '.join(IMAGE_FORMATS)})", json_path=where
+        ) from None
     except Image.DecompressionBombError:
         raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
     except (OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
         raise ManifestError(f"{name!r} could not be read as an image ({exc})", json_path=where) from None
-    except (zipfile.BadZipFile, zlib.error) as exc:   # a damaged member of a manifest zip
-        raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip",
-                            json_path=where) from None
+    except (zipfile.BadZipFile, zlib.error) as exc:  # a damaged member of a manifest zip
+        raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
     width, height = image.size
     if width * height > max_pixels:
-        raise ManifestError(f"{name!r} is {width}x{height} = {width * height} pixels, more than the limit of "
-                            f"{max_pixels} (pass a larger max_pixels only for a manifest you trust)", json_path=where)
+        raise ManifestError(
+            f"{name!r} is {width}x{height} = {width * height} pixels, more than the limit of "
+            f"{max_pixels} (pass a larger max_pixels only for a manifest you trust)",
+            json_path=where,
+        )
     return image
 
 
@@ -380,4 +438,3 @@ def decode_image(data: bytes, name: str, where: str, max_pixels: int):
     except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError) as exc:
         raise ManifestError(f"{name!r} is damaged or truncated ({exc})", json_path=where) from None
     return image
-

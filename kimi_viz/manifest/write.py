@@ -28,7 +28,7 @@ from .schema import (
     validate_manifest_json,
 )
 
-PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})   # Pillow writes these to PNG losslessly
+PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})  # Pillow writes these to PNG losslessly
 
 
 def jsonable(value: Any) -> Any:
@@ -61,8 +61,10 @@ def _image_bytes(image, index: int) -> tuple[str, bytes]:
     try:
         image.save(buffer, format="TIFF")
     except (OSError, ValueError, KeyError) as exc:
-        raise ManifestError(f"cannot store item {index}'s image of mode {image.mode!r} losslessly ({exc})",
-                            json_path=f"items[{index}].feature") from None
+        raise ManifestError(
+            f"cannot store item {index}'s image of mode {image.mode!r} losslessly ({exc})",
+            json_path=f"items[{index}].feature",
+        ) from None
     return f"{IMAGES_DIR}/item{index}.tiff", buffer.getvalue()
 
 
@@ -72,39 +74,70 @@ def _as_png_image(feature: Feature, backend: str | None):
     from PIL import Image
 
     tensor = feature.tensor
-    if (backend != "gpu" or tensor is None or feature.layout != "chw" or tensor.dtype != torch.uint8
-            or tensor.dim() != 3 or int(tensor.shape[0]) not in (3, 4) or 0 in tuple(tensor.shape)):
+    if (
+        backend != "gpu"
+        or tensor is None
+        or feature.layout != "chw"
+        or tensor.dtype != torch.uint8
+        or tensor.dim() != 3
+        or int(tensor.shape[0]) not in (3, 4)
+        or 0 in tuple(tensor.shape)
+    ):
         return None
 
     array = tensor.detach().cpu().permute(1, 2, 0).contiguous().numpy()
     return Image.fromarray(array, mode="RGB" if array.shape[2] == 3 else "RGBA")
 
 
-def _feature_entry(feature: Feature, index: int, redact: bool, files: dict[str, bytes],
-                   tensors: dict[str, Any], backend: str | None = None) -> dict:
+def _feature_entry(
+    feature: Feature,
+    index: int,
+    redact: bool,
+    files: dict[str, bytes],
+    tensors: dict[str, Any],
+    backend: str | None = None,
+) -> dict:
     if redact or feature.kind == "shape_only" or (feature.image is None and feature.tensor is None):
-        return {"kind": "shape_only", "layout": feature.layout, "shape": [int(s) for s in feature.shape],
-                "dtype": feature.dtype if feature.dtype in DTYPES else "unknown"}
+        return {
+            "kind": "shape_only",
+            "layout": feature.layout,
+            "shape": [int(s) for s in feature.shape],
+            "dtype": feature.dtype if feature.dtype in DTYPES else "unknown",
+        }
     image = feature.image if feature.image is not None else _as_png_image(feature, backend)
     if image is not None:
         name, data = _image_bytes(image, index)
         files[name] = data
         return {"kind": "image", "file": name}
+    if feature.tensor is None:
+        raise ValueError(f"items[{index}].feature: a tensor feature without its tensor")
     tensor = feature.tensor.detach().cpu().contiguous()
     dtype = str(tensor.dtype).replace("torch.", "")
     if dtype not in DTYPES:
-        raise ManifestError(f"item {index}'s tensor has dtype {dtype}; manifests store "
-                            f"{', '.join(DTYPES)} only", json_path=f"items[{index}].feature.dtype")
+        raise ManifestError(
+            f"item {index}'s tensor has dtype {dtype}; manifests store {', '.join(DTYPES)} only",
+            json_path=f"items[{index}].feature.dtype",
+        )
     key = f"items.{index}.feature"
     tensors[key] = tensor
-    return {"kind": "tensor", "file": TENSORS_NAME, "key": key,
-            "shape": [int(s) for s in tensor.shape], "dtype": dtype, "layout": feature.layout}
+    return {
+        "kind": "tensor",
+        "file": TENSORS_NAME,
+        "key": key,
+        "shape": [int(s) for s in tensor.shape],
+        "dtype": dtype,
+        "layout": feature.layout,
+    }
 
 
 def _source_entry(batch: Batch) -> dict:
     """Return ``source``: the release, the code path and how it was found, the note, and the recorded outcome."""
-    entry: dict[str, Any] = {"sglang_version": batch.sglang_version, "code_variant": batch.code_variant,
-                             "code_variant_source": batch.code_variant_source, "note": batch.note}
+    entry: dict[str, Any] = {
+        "sglang_version": batch.sglang_version,
+        "code_variant": batch.code_variant,
+        "code_variant_source": batch.code_variant_source,
+        "note": batch.note,
+    }
     recorded = batch.recorded
     if recorded is not None:
         error = None if recorded.type is None else {"type": recorded.type, "message": recorded.message or ""}
@@ -137,9 +170,11 @@ def manifest_payload(batch: Batch, *, redact: bool = False) -> tuple[dict, dict[
         "version": VERSION,
         "created_by": batch.created_by or "kimi-viz",
         "source": _source_entry(batch),
-        "runtime": {"attn_tp_size": int(batch.attn_tp_size),
-                    "attn_tp_rank": None if batch.attn_tp_rank is None else int(batch.attn_tp_rank),
-                    "image_indices": None if batch.image_indices is None else [int(i) for i in batch.image_indices]},
+        "runtime": {
+            "attn_tp_size": int(batch.attn_tp_size),
+            "attn_tp_rank": None if batch.attn_tp_rank is None else int(batch.attn_tp_rank),
+            "image_indices": None if batch.image_indices is None else [int(i) for i in batch.image_indices],
+        },
         "processor": jsonable(batch.processor),
         "items": items,
     }
@@ -180,5 +215,6 @@ def write_manifest(batch: Batch, path: str | os.PathLike, *, redact: bool = Fals
 
 def redact_batch(batch: Batch) -> Batch:
     """Return a copy of ``batch`` whose features are shape-only (what ``--redact`` stores)."""
-    return dataclasses.replace(batch, items=[dataclasses.replace(it, feature=it.feature.redacted())
-                                             for it in batch.items])
+    return dataclasses.replace(
+        batch, items=[dataclasses.replace(it, feature=it.feature.redacted()) for it in batch.items]
+    )

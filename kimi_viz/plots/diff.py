@@ -38,8 +38,9 @@ def patch_max_abs_diff(a: ProcessorOutput, b: ProcessorOutput, index: int = 0) -
     return per_row.reshape(t, h, w).max(axis=0)
 
 
-def draw_pixel_diff(a: ProcessorOutput, b: ProcessorOutput, *, index: int = 0, ax: Axes | None = None,
-                    cmap: str = "viridis") -> Axes:
+def draw_pixel_diff(
+    a: ProcessorOutput, b: ProcessorOutput, *, index: int = 0, ax: Axes | None = None, cmap: str = "viridis"
+) -> Axes:
     """Return an Axes with the per-patch max |difference| of image ``index`` between two outputs.
 
     The map is one ``imshow`` over the patch grid (``gid="pixel-diff"``) with a colorbar, annotated
@@ -60,9 +61,17 @@ def draw_pixel_diff(a: ProcessorOutput, b: ProcessorOutput, *, index: int = 0, a
     if tuple(ra.grid_thw) != tuple(rb.grid_thw):
         ax.set_axis_off()
         ax.set_title(f"{record_label(ra)}: grids differ — {name_a} {grid_a} vs {name_b} {grid_b}", fontsize=9)
-        ax.text(0.5, 0.5, f"grids differ: {name_a} {grid_a} ({ra.patches} rows) vs {name_b} {grid_b} "
-                f"({rb.patches} rows)\nno per-patch comparison is possible",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9, gid="diff-summary")
+        ax.text(
+            0.5,
+            0.5,
+            f"grids differ: {name_a} {grid_a} ({ra.patches} rows) vs {name_b} {grid_b} "
+            f"({rb.patches} rows)\nno per-patch comparison is possible",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            gid="diff-summary",
+        )
         return ax
 
     diff = patch_max_abs_diff(a, b, index)
@@ -70,19 +79,32 @@ def draw_pixel_diff(a: ProcessorOutput, b: ProcessorOutput, *, index: int = 0, a
     peak = float(diff.max()) if diff.size else 0.0
     y, x = (int(v) for v in np.unravel_index(int(np.argmax(diff)), diff.shape))
     differing = int((diff > 0).sum())
-    image = ax.imshow(diff, extent=(0, w, h, 0), cmap=cmap, vmin=0.0, vmax=max(peak, 1e-12),
-                      interpolation="nearest", gid="pixel-diff")
+    image = ax.imshow(
+        diff, extent=(0, w, h, 0), cmap=cmap, vmin=0.0, vmax=max(peak, 1e-12), interpolation="nearest", gid="pixel-diff"
+    )
     colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
     colorbar.set_label(f"max |{name_a} − {name_b}| per patch", fontsize=8)
     ax.set_xlabel("x (patch column)")
     ax.set_ylabel("y (patch row)")
     row = ra.rows[0] + y * w + x
-    summary = (f"max |Δ| = {peak:.6g} ({peak / _level(a):.2f} 8-bit levels) at patch (y={y}, x={x}), row {row}\n"
-               f"{differing} of {h * w} patches differ; grids equal: {grid_a}")
+    summary = (
+        f"max |Δ| = {peak:.6g} ({peak / _level(a):.2f} 8-bit levels) at patch (y={y}, x={x}), row {row}\n"
+        f"{differing} of {h * w} patches differ; grids equal: {grid_a}"
+    )
     if peak == 0.0:
         summary = f"identical: max |Δ| = 0 over all {h * w} patches; grids equal: {grid_a}"
-    ax.annotate(summary, xy=(0.0, 0.0), xycoords="axes fraction", xytext=(0, -36), textcoords="offset points",
-                ha="left", va="top", fontsize=8, gid="diff-summary")
-    ax.set_title(f"{record_label(ra)}: {name_a} vs {name_b}, grid {grid_a}, rows [{ra.rows[0]}, {ra.rows[1]})",
-                 fontsize=9)
+    ax.annotate(
+        summary,
+        xy=(0.0, 0.0),
+        xycoords="axes fraction",
+        xytext=(0, -36),
+        textcoords="offset points",
+        ha="left",
+        va="top",
+        fontsize=8,
+        gid="diff-summary",
+    )
+    ax.set_title(
+        f"{record_label(ra)}: {name_a} vs {name_b}, grid {grid_a}, rows [{ra.rows[0]}, {ra.rows[1]})", fontsize=9
+    )
     return ax

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from ..errors import LayoutLookupError, RowCountError
 from .palette import TEXT_COLOR, color_for, edge_style_for, hatch_for
 
-EXACT_PCA_MAX = 512      # up to this many rows or columns the SVD is exact; above, a seeded randomised one
+EXACT_PCA_MAX = 512  # up to this many rows or columns the SVD is exact; above, a seeded randomised one
 
 
 def _new_axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -69,7 +69,7 @@ def pca_colors(features: Any, components: int = 3) -> tuple[np.ndarray, np.ndarr
             scores[:, c] = -scores[:, c]
     low, high = np.percentile(scores, 1, axis=0), np.percentile(scores, 99, axis=0)
     colors[:, :k] = np.clip((scores - low) / np.where(high > low, high - low, 1.0), 0.0, 1.0)
-    ratio[:k] = s**2 / np.vdot(x, x)            # ‖x‖² = Σ of all squared singular values
+    ratio[:k] = s**2 / np.vdot(x, x)  # ‖x‖² = Σ of all squared singular values
     return colors, ratio
 
 
@@ -79,15 +79,17 @@ def _check_index(index: int, count: int, what: str) -> None:
         raise LayoutLookupError(f"image index {index} is outside {what}'s {count} images; pass 0..{count - 1}")
 
 
-def _feature_source(output_or_features: Any, record_or_grid: Any, index: int) -> tuple[np.ndarray, tuple[int, int, int], Any]:
+def _feature_source(
+    output_or_features: Any, record_or_grid: Any, index: int
+) -> tuple[np.ndarray, tuple[int, int, int], Any]:
     """Return (this image's feature rows, its grid (t, h, w), its record or None)."""
     record = None
-    if hasattr(record_or_grid, "records"):                  # a ProcessorOutput
+    if hasattr(record_or_grid, "records"):  # a ProcessorOutput
         _check_index(index, len(record_or_grid.records), "the processor output")
         record = record_or_grid.records[index]
-    elif hasattr(record_or_grid, "grid_thw"):               # an ImageRecord
+    elif hasattr(record_or_grid, "grid_thw"):  # an ImageRecord
         record = record_or_grid
-    if hasattr(output_or_features, "token_spans"):          # an EncoderOutput
+    if hasattr(output_or_features, "token_spans"):  # an EncoderOutput
         _check_index(index, len(output_or_features.token_spans), "the encoder output")
         start, end = output_or_features.token_spans[index]
         features = output_or_features.features[start:end]
@@ -98,7 +100,7 @@ def _feature_source(output_or_features: Any, record_or_grid: Any, index: int) ->
             grid = tuple(record.grid_thw)
             start, end = record.token_span
             if features.shape[0] != end - start and features.shape[0] >= end:
-                features = features[start:end]              # batch features: take this image's span
+                features = features[start:end]  # batch features: take this image's span
         elif record_or_grid is not None:
             try:
                 grid = tuple(int(v) for v in record_or_grid)
@@ -106,24 +108,38 @@ def _feature_source(output_or_features: Any, record_or_grid: Any, index: int) ->
                 grid = ()
             grid = grid if len(grid) != 2 else (1, *grid)
             if len(grid) != 3 or min(grid) < 1:
-                raise RowCountError(f"grid {record_or_grid!r} is not (t, h, w) or (h, w) of positive integers; "
-                                    "pass the image's grid_thw")
+                raise RowCountError(
+                    f"grid {record_or_grid!r} is not (t, h, w) or (h, w) of positive integers; "
+                    "pass the image's grid_thw"
+                )
         else:
-            raise RowCountError("draw_feature_map needs the image's grid: pass an EncoderOutput, or features "
-                                "with an ImageRecord or a (t, h, w) grid")
+            raise RowCountError(
+                "draw_feature_map needs the image's grid: pass an EncoderOutput, or features "
+                "with an ImageRecord or a (t, h, w) grid"
+            )
     features = _to_numpy(features)
     t, h, w = grid
     if features.ndim != 2:
-        raise RowCountError(f"features of image {index} have shape {tuple(features.shape)}; expected "
-                            "[tokens, width] feature rows")
+        raise RowCountError(
+            f"features of image {index} have shape {tuple(features.shape)}; expected [tokens, width] feature rows"
+        )
     if features.shape[0] != (h // 2) * (w // 2):
-        raise RowCountError(f"image {index} has grid {t}×{h}×{w} ({(h // 2) * (w // 2)} tokens) but "
-                            f"{features.shape[0]} feature rows were given; pass that image's rows")
+        raise RowCountError(
+            f"image {index} has grid {t}×{h}×{w} ({(h // 2) * (w // 2)} tokens) but "
+            f"{features.shape[0]} feature rows were given; pass that image's rows"
+        )
     return features, grid, record
 
 
-def draw_feature_map(output_or_features: Any, record_or_grid: Any = None, *, index: int = 0, image: Any = None,
-                     ax: Axes | None = None, alpha: float = 0.65) -> Axes:
+def draw_feature_map(
+    output_or_features: Any,
+    record_or_grid: Any = None,
+    *,
+    index: int = 0,
+    image: Any = None,
+    ax: Axes | None = None,
+    alpha: float = 0.65,
+) -> Axes:
     """Return Axes showing the first three PCA components of image ``index``'s token features as
     R, G, B on its ``h/2 × w/2`` token grid, over the image (``image``, else the record's padded
     resized image) stretched to that grid. Without an image the colours are drawn opaque."""
@@ -135,10 +151,20 @@ def draw_feature_map(output_or_features: Any, record_or_grid: Any = None, *, ind
     picture = image if image is not None else getattr(record, "resized", None)
     if picture is not None:
         picture = np.asarray(picture)
-        ax.imshow(picture, extent=extent, interpolation="bilinear", gid="feature-map-image",
-                  cmap="gray" if picture.ndim == 2 else None)
-    ax.imshow(colors.reshape(rows, cols, 3), extent=extent, interpolation="nearest",
-              alpha=alpha if picture is not None else 1.0, gid="feature-map-pca")
+        ax.imshow(
+            picture,
+            extent=extent,
+            interpolation="bilinear",
+            gid="feature-map-image",
+            cmap="gray" if picture.ndim == 2 else None,
+        )
+    ax.imshow(
+        colors.reshape(rows, cols, 3),
+        extent=extent,
+        interpolation="nearest",
+        alpha=alpha if picture is not None else 1.0,
+        gid="feature-map-pca",
+    )
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_xlabel("token column (one token = 2×2 patches = 28×28 px)")
@@ -172,35 +198,61 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
     total = max(len(norms), 1)
     low, high = (float(norms.min()), float(norms.max())) if len(norms) else (0.0, 1.0)
     pad = max(high - low, 0.05 * max(abs(high), 1e-6))
-    bottom, top = max(0.0, low - 0.1 * pad), high + 0.6 * pad      # room above the data for the labels
+    bottom, top = max(0.0, low - 0.1 * pad), high + 0.6 * pad  # room above the data for the labels
 
     shade = PolyCollection(
         [[(start, 0), (end, 0), (end, 1), (start, 1)] for start, end in spans],
-        transform=ax.get_xaxis_transform(), facecolors=[color_for(i) for i in range(len(spans))],
-        alpha=0.18, linewidths=0, gid="token-norms-spans",
+        transform=ax.get_xaxis_transform(),
+        facecolors=[color_for(i) for i in range(len(spans))],
+        alpha=0.18,
+        linewidths=0,
+        gid="token-norms-spans",
     )
     ax.add_collection(shade)
     hatched = [i for i in range(len(spans)) if hatch_for(i)]
     if hatched:
-        ax.add_collection(PolyCollection(
-            [[(spans[i][0], 0), (spans[i][1], 0), (spans[i][1], 1), (spans[i][0], 1)] for i in hatched],
-            transform=ax.get_xaxis_transform(), facecolors="none", edgecolors="#999999",
-            hatch=hatch_for(1), linewidths=0, gid="token-norms-hatch",
-        ))
+        ax.add_collection(
+            PolyCollection(
+                [[(spans[i][0], 0), (spans[i][1], 0), (spans[i][1], 1), (spans[i][0], 1)] for i in hatched],
+                transform=ax.get_xaxis_transform(),
+                facecolors="none",
+                edgecolors="#999999",
+                hatch=hatch_for(1),
+                linewidths=0,
+                gid="token-norms-hatch",
+            )
+        )
     lines = []
     for start, end in spans:
         x = np.arange(start, end) + 0.5
-        lines.append(np.column_stack([x, norms[start:end]]) if end - start > 1
-                     else np.array([[start, norms[start]], [end, norms[start]]]))
-    ax.add_collection(LineCollection(
-        lines, colors=TEXT_COLOR, linestyles=[edge_style_for(i) for i in range(len(lines))],
-        linewidths=1.0, gid="token-norms-lines",
-    ))
+        lines.append(
+            np.column_stack([x, norms[start:end]])
+            if end - start > 1
+            else np.array([[start, norms[start]], [end, norms[start]]])
+        )
+    ax.add_collection(
+        LineCollection(
+            lines,
+            colors=TEXT_COLOR,
+            linestyles=[edge_style_for(i) for i in range(len(lines))],
+            linewidths=1.0,
+            gid="token-norms-lines",
+        )
+    )
     for i, ((start, end), (_, h, w)) in enumerate(zip(spans, grids)):
         if (end - start) / total < 0.04 and len(spans) > 1:
-            continue                        # too narrow to hold a label; its shading still marks it
-        ax.text((start + end) / 2, 0.98, f"image {i}\n{h // 2}×{w // 2} tokens", transform=ax.get_xaxis_transform(),
-                ha="center", va="top", fontsize="small", color=TEXT_COLOR, gid=f"token-norms-label-{i}")
+            continue  # too narrow to hold a label; its shading still marks it
+        ax.text(
+            (start + end) / 2,
+            0.98,
+            f"image {i}\n{h // 2}×{w // 2} tokens",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontsize="small",
+            color=TEXT_COLOR,
+            gid=f"token-norms-label-{i}",
+        )
     ax.set_xlim(0, total)
     ax.set_ylim(bottom, top)
     ax.set_xlabel("merged token (feature row; one per <|media_pad|>)")

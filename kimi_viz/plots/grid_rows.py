@@ -39,32 +39,33 @@ def _default_link_patches(h: int, w: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(chosen))
 
 
-LINK_FONT = 8.5            # link labels and captions of draw_grid_to_rows
+LINK_FONT = 8.5  # link labels and captions of draw_grid_to_rows
 
 
 @dataclass
 class _GridToRowsFrame:
     """Where draw_grid_to_rows puts things, in data units (image pixels, ``y`` down)."""
 
-    x0: float                   # x limits
+    x0: float  # x limits
     x1: float
-    y1: float                   # bottom y limit (the top is -0.02 * image height)
-    track_y: float              # the image's own row track: [track_y, band_top)
-    band_top: float             # the label band below it: caption, then link labels
+    y1: float  # bottom y limit (the top is -0.02 * image height)
+    track_y: float  # the image's own row track: [track_y, band_top)
+    band_top: float  # the label band below it: caption, then link labels
     band_bottom: float
-    batch_y: float              # the batch track: [batch_y, batch_y + batch_h)
+    batch_y: float  # the batch track: [batch_y, batch_y + batch_h)
     batch_h: float
-    bottom: float               # where the batch caption hangs
-    label_left: float           # link labels and the caption stay inside [label_left, label_right]
+    bottom: float  # where the batch caption hangs
+    label_left: float  # link labels and the caption stay inside [label_left, label_right]
     label_right: float
-    zoom_left: float            # the zoom lines run down x = zoom_left and x = zoom_right in the band
+    zoom_left: float  # the zoom lines run down x = zoom_left and x = zoom_right in the band
     zoom_right: float
     levels: int
     placements: list
 
 
-def _grid_to_rows_frame(width: float, height: float, positions: np.ndarray, texts: list[str], caption: str,
-                        units_per_pt: float, dpi: float) -> _GridToRowsFrame:
+def _grid_to_rows_frame(
+    width: float, height: float, positions: np.ndarray, texts: list[str], caption: str, units_per_pt: float, dpi: float
+) -> _GridToRowsFrame:
     """Return the frame of a draw_grid_to_rows figure drawn at ``units_per_pt`` data units per point.
 
     The link labels and the track caption sit in a band below the image's track, inside
@@ -76,15 +77,20 @@ def _grid_to_rows_frame(width: float, height: float, positions: np.ndarray, text
     line_pt = LINE_HEIGHT_EM * LINK_FONT
     level_pt = line_pt + 2.0
     widest_px = max([text_size_px(t, LINK_FONT, dpi)[0] for t in texts] + [text_size_px(caption, LINK_FONT, dpi)[0]])
-    extra = max(0.0, (widest_px * 72.0 / dpi * u - width) / 2)      # widen the label range for narrow images
+    extra = max(0.0, (widest_px * 72.0 / dpi * u - width) / 2)  # widen the label range for narrow images
     label_left, label_right = -extra, width + extra
     margin = max(0.01 * width, 4.0 * u)
     zoom_left, zoom_right = label_left - margin, label_right + margin
     px_per_unit = dpi / 72.0 / u
-    placements, levels = plan_labels([(p, p) for p in positions], texts,
-                                     x_to_px=lambda v: (v - label_left) * px_per_unit,
-                                     axes_width_px=(label_right - label_left) * px_per_unit,
-                                     track_height_px=0.0, fontsize=LINK_FONT, dpi=dpi)
+    placements, levels = plan_labels(
+        [(p, p) for p in positions],
+        texts,
+        x_to_px=lambda v: (v - label_left) * px_per_unit,
+        axes_width_px=(label_right - label_left) * px_per_unit,
+        track_height_px=0.0,
+        fontsize=LINK_FONT,
+        dpi=dpi,
+    )
     caption_lines = caption.count("\n") + 1
     band_pt = 3.0 + caption_lines * line_pt + 3.0 + levels * level_pt + 4.0
     gap = 0.14 * max(height, width * 0.35)
@@ -96,8 +102,23 @@ def _grid_to_rows_frame(width: float, height: float, positions: np.ndarray, text
     batch_h = track_h * 0.7
     bottom = batch_y + batch_h + 3.0 * u
     y1 = bottom + (line_pt + 8.0) * u
-    return _GridToRowsFrame(zoom_left - margin, zoom_right + margin, y1, track_y, band_top, band_bottom, batch_y,
-                            batch_h, bottom, label_left, label_right, zoom_left, zoom_right, levels, placements)
+    return _GridToRowsFrame(
+        zoom_left - margin,
+        zoom_right + margin,
+        y1,
+        track_y,
+        band_top,
+        band_bottom,
+        batch_y,
+        batch_h,
+        bottom,
+        label_left,
+        label_right,
+        zoom_left,
+        zoom_right,
+        levels,
+        placements,
+    )
 
 
 def _units_per_pt(ax: Axes, frame: _GridToRowsFrame, height: float) -> float:
@@ -131,16 +152,26 @@ def draw_grid_to_rows(
     record = record_of(record_or_output, index)
     if layout is None:
         layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
-    if layout is None:      # a lone record: the batch track shows where its own rows sit
-        batch = BatchLayout([ImageSpan(record.index, record_label(record), tuple(record.grid_thw),
-                                       tuple(record.rows), tuple(record.token_span))])
+    if layout is None:  # a lone record: the batch track shows where its own rows sit
+        batch = BatchLayout(
+            [
+                ImageSpan(
+                    record.index,
+                    record_label(record),
+                    tuple(record.grid_thw),
+                    tuple(record.rows),
+                    tuple(record.token_span),
+                )
+            ]
+        )
         own_span = batch.spans[0]
     else:
         batch = layout_of(layout)
         if not 0 <= record.index < len(batch):
             raise LayoutLookupError(
                 f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
-                "pass the layout of the batch this record came from")
+                "pass the layout of the batch this record came from"
+            )
         own_span = batch.spans[record.index]
         if own_span.grid_thw != tuple(record.grid_thw) or own_span.rows != tuple(record.rows):
             raise LayoutLookupError(
@@ -157,17 +188,20 @@ def draw_grid_to_rows(
     else:
         rows_arr, frames, ys, xs = _rows_to_patches(record, rows)
     positions = (rows_arr - start + 0.5) * width / max(patches, 1)
-    texts = [f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
-             for k in range(len(rows_arr))]
+    texts = [
+        f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
+        for k in range(len(rows_arr))
+    ]
     caption = f"rows [{start}, {end}) of image {own_span.number} · row = {start} + y·{w} + x"
 
     # The label band is sized in points, the picture in pixels: settle the scale (data units per
     # point) by fixed-point iteration; with equal aspect it converges in a few steps.
     own_figure = ax is None
-    units_per_pt = 1.04 * width / (7.0 * 72.0)          # a width-bound 7-inch plot, to start
+    units_per_pt = 1.04 * width / (7.0 * 72.0)  # a width-bound 7-inch plot, to start
     for _ in range(8):
-        frame = _grid_to_rows_frame(width, height, positions, texts, caption, units_per_pt,
-                                    ax.figure.dpi if ax is not None else 100.0)
+        frame = _grid_to_rows_frame(
+            width, height, positions, texts, caption, units_per_pt, ax.figure.dpi if ax is not None else 100.0
+        )
         if own_figure:
             ax = _new_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
         measured = _units_per_pt(ax, frame, height)
@@ -184,44 +218,121 @@ def draw_grid_to_rows(
 
     # The image's own rows, then the batch.
     track_h = frame.band_top - frame.track_y
-    draw_row_track(ax, [(0, patches)], y=frame.track_y, height=track_h, style_indices=[own_span.number],
-                   x_scale=width / max(patches, 1), gid_prefix="image-rows")
-    ax.annotate(caption, xy=(width / 2, frame.band_top), xytext=(0, -3), textcoords="offset points",
-                ha="center", va="top", fontsize=LINK_FONT, zorder=4, annotation_clip=False, gid="image-rows-caption")
+    draw_row_track(
+        ax,
+        [(0, patches)],
+        y=frame.track_y,
+        height=track_h,
+        style_indices=[own_span.number],
+        x_scale=width / max(patches, 1),
+        gid_prefix="image-rows",
+    )
+    ax.annotate(
+        caption,
+        xy=(width / 2, frame.band_top),
+        xytext=(0, -3),
+        textcoords="offset points",
+        ha="center",
+        va="top",
+        fontsize=LINK_FONT,
+        zorder=4,
+        annotation_clip=False,
+        gid="image-rows-caption",
+    )
     total = max(batch.total_rows, 1)
-    draw_row_track(ax, [s.rows for s in batch.spans], y=frame.batch_y, height=frame.batch_h,
-                   style_indices=[s.number for s in batch.spans], x_scale=width / total, gid_prefix="batch-rows")
+    draw_row_track(
+        ax,
+        [s.rows for s in batch.spans],
+        y=frame.batch_y,
+        height=frame.batch_h,
+        style_indices=[s.number for s in batch.spans],
+        x_scale=width / total,
+        gid_prefix="batch-rows",
+    )
     # Zoom lines: out along the track's lower edge, down past the labels, then to the batch span.
-    zoom = [np.array([(0.0, frame.band_top), (frame.zoom_left, frame.band_top), (frame.zoom_left, frame.band_bottom),
-                      (start * width / total, frame.batch_y)]),
-            np.array([(width, frame.band_top), (frame.zoom_right, frame.band_top),
-                      (frame.zoom_right, frame.band_bottom), (end * width / total, frame.batch_y)])]
-    ax.add_collection(LineCollection(zoom, colors="0.35", linewidths=0.8, linestyles="dotted", gid="zoom-lines"),
-                      autolim=False)
-    batch_text = (f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})" if layout is not None
-                  else f"the batch: rows [0, {end}) or more; only image {own_span.number} is known here")
-    ax.annotate(batch_text, xy=(width / 2, frame.batch_y + frame.batch_h), xytext=(0, -4), textcoords="offset points",
-                ha="center", va="top", fontsize=LINK_FONT, annotation_clip=False, gid="batch-rows-caption")
+    zoom = [
+        np.array(
+            [
+                (0.0, frame.band_top),
+                (frame.zoom_left, frame.band_top),
+                (frame.zoom_left, frame.band_bottom),
+                (start * width / total, frame.batch_y),
+            ]
+        ),
+        np.array(
+            [
+                (width, frame.band_top),
+                (frame.zoom_right, frame.band_top),
+                (frame.zoom_right, frame.band_bottom),
+                (end * width / total, frame.batch_y),
+            ]
+        ),
+    ]
+    ax.add_collection(
+        LineCollection(zoom, colors="0.35", linewidths=0.8, linestyles="dotted", gid="zoom-lines"), autolim=False
+    )
+    batch_text = (
+        f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})"
+        if layout is not None
+        else f"the batch: rows [0, {end}) or more; only image {own_span.number} is known here"
+    )
+    ax.annotate(
+        batch_text,
+        xy=(width / 2, frame.batch_y + frame.batch_h),
+        xytext=(0, -4),
+        textcoords="offset points",
+        ha="center",
+        va="top",
+        fontsize=LINK_FONT,
+        annotation_clip=False,
+        gid="batch-rows-caption",
+    )
 
     # Links: patch centre → row position on the image's track.
     centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)
     targets = np.stack([positions, np.full(len(positions), frame.track_y)], 1)
-    ax.add_collection(LineCollection(np.stack([centres, targets], 1), colors=LINK_COLOR, linewidths=1.1,
-                                     zorder=6, gid="row-links"), autolim=False)
-    ticks = np.stack([np.stack([positions, np.full(len(positions), frame.track_y)], 1),
-                      np.stack([positions, np.full(len(positions), frame.band_top)], 1)], 1)
-    ax.add_collection(LineCollection(ticks, colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
-                      autolim=False)
-    ax.add_collection(PolyCollection(patch_squares(ys, xs), facecolors=color_for(4), alpha=0.6,
-                                     edgecolors="#000000", linewidths=0.9, zorder=7, gid="linked-patches"),
-                      autolim=False)
+    ax.add_collection(
+        LineCollection(np.stack([centres, targets], 1), colors=LINK_COLOR, linewidths=1.1, zorder=6, gid="row-links"),
+        autolim=False,
+    )
+    ticks = np.stack(
+        [
+            np.stack([positions, np.full(len(positions), frame.track_y)], 1),
+            np.stack([positions, np.full(len(positions), frame.band_top)], 1),
+        ],
+        1,
+    )
+    ax.add_collection(
+        LineCollection(ticks, colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"), autolim=False
+    )
+    ax.add_collection(
+        PolyCollection(
+            patch_squares(ys, xs),
+            facecolors=color_for(4),
+            alpha=0.6,
+            edgecolors="#000000",
+            linewidths=0.9,
+            zorder=7,
+            gid="linked-patches",
+        ),
+        autolim=False,
+    )
     line_pt = LINE_HEIGHT_EM * LINK_FONT
     first_pt = 3.0 + (caption.count("\n") + 1) * line_pt + 3.0
     for k, place in enumerate(frame.placements):
-        ax.annotate(place.text, xy=(positions[k], frame.band_top), ha=place.ha, va="top",
-                    xytext=(place.dx_pt, -first_pt - place.level * (line_pt + 2.0)), textcoords="offset points",
-                    fontsize=LINK_FONT, color=LINK_COLOR, zorder=8, annotation_clip=False,
-                    gid=f"link-label-{rows_arr[k]}")
+        ax.annotate(
+            place.text,
+            xy=(positions[k], frame.band_top),
+            ha=place.ha,
+            va="top",
+            xytext=(place.dx_pt, -first_pt - place.level * (line_pt + 2.0)),
+            textcoords="offset points",
+            fontsize=LINK_FONT,
+            color=LINK_COLOR,
+            zorder=8,
+            annotation_clip=False,
+            gid=f"link-label-{rows_arr[k]}",
+        )
     _patch_ticks(ax, h, w)
     ax.set_xticks([t_ for t_ in ax.get_xticks() if 0 <= t_ <= width])
     ax.set_yticks([t_ for t_ in ax.get_yticks() if 0 <= t_ <= height])

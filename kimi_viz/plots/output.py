@@ -14,11 +14,17 @@ from .palette import color_for, edge_style_for
 from .patches import draw_image_with_lattice, record_label
 from .rows import draw_row_spans, row_spans_height_pt
 
-THUMB_MAX_LINES = 24     # lattice lines per side in a thumbnail; bigger grids show every k-th line
+THUMB_MAX_LINES = 24  # lattice lines per side in a thumbnail; bigger grids show every k-th line
 
 
-def draw_processor_output(output: ProcessorOutput, *, fig: Figure | None = None, ax: Axes | None = None,
-               max_columns: int = 6, produced: BatchLayout | None = None) -> Axes:
+def draw_processor_output(
+    output: ProcessorOutput,
+    *,
+    fig: Figure | None = None,
+    ax: Axes | None = None,
+    max_columns: int = 6,
+    produced: BatchLayout | None = None,
+) -> Axes:
     """Return the row-track Axes of a small-multiples figure of the batch; ``.figure`` holds every panel.
 
     Above: one thumbnail per image (its picture, a lattice of every ``k``-th patch line so big grids
@@ -38,7 +44,9 @@ def draw_processor_output(output: ProcessorOutput, *, fig: Figure | None = None,
     if ax is not None:
         spec = ax.get_subplotspec()
         if spec is None:
-            raise KimiVizError("draw_processor_output needs ax to be a subplot (made with add_subplot); pass fig= instead")
+            raise KimiVizError(
+                "draw_processor_output needs ax to be a subplot (made with add_subplot); pass fig= instead"
+            )
         fig = ax.figure
         track_in = 2.4
         grid = spec.subgridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [track_in], hspace=0.75)
@@ -49,10 +57,18 @@ def draw_processor_output(output: ProcessorOutput, *, fig: Figure | None = None,
         if own:
             fig = Figure(figsize=(width_in, rows * (thumb_in + title_in) + 3.0 + top_in + bottom_in))
         height_in = fig.get_figheight()
-        grid = fig.add_gridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [2.4], hspace=0.75,
-                                left=0.1, right=0.98, top=1 - top_in / height_in, bottom=bottom_in / height_in)
+        grid = fig.add_gridspec(
+            rows + 1,
+            columns,
+            height_ratios=[thumb_in] * rows + [2.4],
+            hspace=0.75,
+            left=0.1,
+            right=0.98,
+            top=1 - top_in / height_in,
+            bottom=bottom_in / height_in,
+        )
         track_ax = fig.add_subplot(grid[-1, :])
-        if own:     # size the figure so the row track gets the height its labels need
+        if own:  # size the figure so the row track gets the height its labels need
             track_in = row_spans_height_pt(layout, ax=track_ax, produced=produced) / 72.0
             height_in = rows * (thumb_in + title_in) + track_in + top_in + bottom_in
             fig.set_size_inches(width_in, height_in)
@@ -69,11 +85,14 @@ def draw_processor_output(output: ProcessorOutput, *, fig: Figure | None = None,
         thumb.set_xticks([])
         thumb.set_yticks([])
         for spine in thumb.spines.values():
-            spine.set_edgecolor(color_for(span.number))      # the colour of its span on the row track
+            spine.set_edgecolor(color_for(span.number))  # the colour of its span on the row track
             spine.set_linewidth(2.5)
             spine.set_linestyle(edge_style_for(span.number))
-        thumb.set_title(f"{span.number}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
-                        f"rows [{record.rows[0]}, {record.rows[1]})", fontsize=8.5)
+        thumb.set_title(
+            f"{span.number}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
+            f"rows [{record.rows[0]}, {record.rows[1]})",
+            fontsize=8.5,
+        )
         thumb.set_xlabel(f"lattice: every {step} patches" if step > 1 else "lattice: every patch", fontsize=8)
         thumb.set_gid(f"thumbnail-{i}")
 

@@ -26,16 +26,16 @@ FILL_COLORS: tuple[str, ...] = PALETTE[:7]
 HATCHES: tuple[str, ...] = ("", "///")
 EDGE_STYLES: tuple[str, ...] = ("solid", "dashed")
 
-LATTICE_COLOR = "#FFFFFF"        # 14-px patch lattice, drawn over the image
-MERGE_COLOR = "#E69F00"          # 28-px merge groups (orange)
-HIGHLIGHT_COLOR = "#56B4E9"      # highlighted patches (sky blue)
-DIVERGENCE_COLOR = "#D55E00"     # first divergence marker (vermillion)
-LINK_COLOR = "#0072B2"           # patch-to-row links (blue)
+LATTICE_COLOR = "#FFFFFF"  # 14-px patch lattice, drawn over the image
+MERGE_COLOR = "#E69F00"  # 28-px merge groups (orange)
+HIGHLIGHT_COLOR = "#56B4E9"  # highlighted patches (sky blue)
+DIVERGENCE_COLOR = "#D55E00"  # first divergence marker (vermillion)
+LINK_COLOR = "#0072B2"  # patch-to-row links (blue)
 TEXT_COLOR = "#000000"
 
 # Padding overlay (RGBA, 0..1): fully padded patches darker and more opaque than partly padded ones.
 PAD_FULL_RGBA = (0.0, 0.0, 0.0, 0.55)
-PAD_PARTIAL_RGBA = (0.80, 0.47, 0.65, 0.45)    # reddish purple
+PAD_PARTIAL_RGBA = (0.80, 0.47, 0.65, 0.45)  # reddish purple
 
 
 def color_for(i: int) -> str:
@@ -55,6 +55,6 @@ def edge_style_for(i: int) -> str:
 
 def text_color_on(fill: str) -> str:
     """Return black or white, whichever reads better on ``fill`` (a ``#RRGGBB`` colour)."""
-    r, g, b = (int(fill[k:k + 2], 16) / 255 for k in (1, 3, 5))
+    r, g, b = (int(fill[k : k + 2], 16) / 255 for k in (1, 3, 5))
     luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
     return "#000000" if luminance > 0.4 else "#FFFFFF"

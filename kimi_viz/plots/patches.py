@@ -42,13 +42,13 @@ from .palette import (
 )
 from .rows import text_size_px
 
-PATCH = 14                  # pixels per patch side
-MERGE = 2                   # patches per merge group side
-OVERLAY_SUBPIXELS = 4       # padding overlay resolution: texture cells per patch side
+PATCH = 14  # pixels per patch side
+MERGE = 2  # patches per merge group side
+OVERLAY_SUBPIXELS = 4  # padding overlay resolution: texture cells per patch side
 BLANK_GRAY = 235
-LABEL_FONT = 8.5            # highlight labels, legend and notes of draw_patch_grid
-ROW_FONT_MIN, ROW_FONT_MAX = 8.0, 9.0    # row numbers on patches: bigger on bigger patches
-LEGEND_DROP_PT = 36.0       # the legend hangs this far below the Axes, under the tick labels and x label
+LABEL_FONT = 8.5  # highlight labels, legend and notes of draw_patch_grid
+ROW_FONT_MIN, ROW_FONT_MAX = 8.0, 9.0  # row numbers on patches: bigger on bigger patches
+LEGEND_DROP_PT = 36.0  # the legend hangs this far below the Axes, under the tick labels and x label
 NICE_STEPS = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128)
 
 
@@ -72,20 +72,24 @@ def record_label(record: ImageRecord) -> str:
     return source_label(record.source, record.index)
 
 
-def _new_axes(width_px: float, height_px: float, *, width_in: float = 8.0, top_in: float = 0.85,
-              bottom_in: float = 1.0) -> Axes:
+def _new_axes(
+    width_px: float, height_px: float, *, width_in: float = 8.0, top_in: float = 0.85, bottom_in: float = 1.0
+) -> Axes:
     """Return a fresh Axes whose plot box has the aspect of a ``width_px`` × ``height_px`` picture."""
     left_in, right_in = 0.75, 0.25
     plot_w = width_in - left_in - right_in
     plot_h = float(np.clip(plot_w * height_px / max(width_px, 1.0), 1.2, 9.0))
     height_in = plot_h + top_in + bottom_in
     fig = Figure(figsize=(width_in, height_in))
-    fig.subplots_adjust(left=left_in / width_in, right=1 - right_in / width_in,
-                        bottom=bottom_in / height_in, top=1 - top_in / height_in)
+    fig.subplots_adjust(
+        left=left_in / width_in, right=1 - right_in / width_in, bottom=bottom_in / height_in, top=1 - top_in / height_in
+    )
     return fig.add_subplot()
 
 
-def _display_image(record: ImageRecord, ax: Axes, *, oversample: float = 1.5) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+def _display_image(
+    record: ImageRecord, ax: Axes, *, oversample: float = 1.5
+) -> tuple[np.ndarray, tuple[float, float, float, float]]:
     """Return the picture to show (box-downsampled to about the Axes' pixel size) and its extent."""
     t, h, w = record.grid_thw
     if record.resized is None:
@@ -140,7 +144,7 @@ def padding_overlay(pad_mask: np.ndarray, cells: int = OVERLAY_SUBPIXELS) -> np.
     faint = tint.copy()
     faint[3] = int(round(tint[3] * 0.4))
     yy, xx = np.indices((cells, cells))
-    stripes = np.where((((yy + xx) % cells) < cells // 2)[..., None], tint, faint)     # [cells, cells, 4]
+    stripes = np.where((((yy + xx) % cells) < cells // 2)[..., None], tint, faint)  # [cells, cells, 4]
     overlay = np.zeros((h, w, cells, cells, 4), dtype=np.uint8)
     overlay[mask == PATCH_FULLY_PADDING] = full
     overlay[mask == PATCH_PARTLY_PADDING] = stripes
@@ -156,7 +160,7 @@ def row_label_positions(h: int, w: int, max_labels: int) -> tuple[np.ndarray, np
     nx = int(np.clip(max_labels // ny, 1, w))
     while ny * nx > max_labels and ny > 1:
         ny -= 1
-    if ny == 1 and h > 1 and nx > 1:      # keep the last patch: use two label rows when possible
+    if ny == 1 and h > 1 and nx > 1:  # keep the last patch: use two label rows when possible
         ny, nx = 2, max(1, min(w, max_labels // 2))
     ys = np.unique(np.round(np.linspace(0, h - 1, ny)).astype(int)) if ny > 1 else np.array([0, h - 1])
     xs = np.unique(np.round(np.linspace(0, w - 1, nx)).astype(int)) if nx > 1 else np.array([0, w - 1])
@@ -168,8 +172,9 @@ def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, 
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def _separated_labels(ax: Axes, start: int, w: int, ys: np.ndarray, xs: np.ndarray,
-                      fontsize: float) -> tuple[list[tuple[int, int]], list[tuple[float, float, float, float]]]:
+def _separated_labels(
+    ax: Axes, start: int, w: int, ys: np.ndarray, xs: np.ndarray, fontsize: float
+) -> tuple[list[tuple[int, int]], list[tuple[float, float, float, float]]]:
     """Return the ``(y, x)`` patches of the grid ``ys × xs`` whose row numbers get drawn, and their
     label boxes in display pixels: the first and the last patch always (listed first), then every
     other one (in raster order) whose box would not touch a box already kept, so row numbers never
@@ -177,11 +182,11 @@ def _separated_labels(ax: Axes, start: int, w: int, ys: np.ndarray, xs: np.ndarr
     dpi = ax.figure.dpi
     candidates = [(int(y), int(x)) for y in ys for x in xs]
     first, last = candidates[0], candidates[-1]
-    ordered = [first] + ([last] if last != first else []) + [c for c in candidates[1:-1]]
+    ordered = [first] + ([last] if last != first else []) + list(candidates[1:-1])
     centres = ax.transData.transform([((x + 0.5) * PATCH, (y + 0.5) * PATCH) for y, x in ordered])
     kept: list[tuple[int, int]] = []
     boxes: list[tuple[float, float, float, float]] = []
-    pad = 0.25 * fontsize * dpi / 72.0                  # the text box's padding, on each side
+    pad = 0.25 * fontsize * dpi / 72.0  # the text box's padding, on each side
     for k, (y, x) in enumerate(ordered):
         width, height = text_size_px(str(start + y * w + x), fontsize, dpi)
         cx, cy = centres[k]
@@ -198,8 +203,14 @@ def _patch_ticks(ax: Axes, h: int, w: int) -> None:
     ax.apply_aspect()
     x0, x1 = ax.get_xlim()
     patch_px = ax.bbox.width / max(abs(x1 - x0), 1e-9) * PATCH
-    label_px = text_size_px(str(max(h, w)), ax.xaxis.get_ticklabels()[0].get_fontsize()
-                            if ax.xaxis.get_ticklabels() else 10.0, ax.figure.dpi)[0] + 6.0
+    label_px = (
+        text_size_px(
+            str(max(h, w)),
+            ax.xaxis.get_ticklabels()[0].get_fontsize() if ax.xaxis.get_ticklabels() else 10.0,
+            ax.figure.dpi,
+        )[0]
+        + 6.0
+    )
     wanted = max(max(h, w) / 8, label_px / max(patch_px, 1e-9))
     step = next((s for s in NICE_STEPS if s >= wanted), NICE_STEPS[-1])
     for axis in (ax.xaxis, ax.yaxis):
@@ -214,8 +225,15 @@ def _patch_px(ax: Axes, w: int) -> float:
     return ax.bbox.width / max(w, 1)
 
 
-def draw_image_with_lattice(ax: Axes, record: ImageRecord, *, lattice_step: int = 1, merge_lines: bool = True,
-                            padding: bool = True, oversample: float = 1.5) -> dict[str, object]:
+def draw_image_with_lattice(
+    ax: Axes,
+    record: ImageRecord,
+    *,
+    lattice_step: int = 1,
+    merge_lines: bool = True,
+    padding: bool = True,
+    oversample: float = 1.5,
+) -> dict[str, object]:
     """Draw the record's picture, its lattice (every ``lattice_step`` patches), merge groups and padding.
 
     Returns the artists by name: ``image``, ``lattice``, ``merge`` (or None), ``padding`` (or None).
@@ -230,18 +248,35 @@ def draw_image_with_lattice(ax: Axes, record: ImageRecord, *, lattice_step: int 
     ax.set_ylim(h * PATCH, 0)
     patch_px = _patch_px(ax, w) * lattice_step
     lattice_width = float(np.clip(0.08 * patch_px * 72.0 / ax.figure.dpi, 0.1, 0.7))
-    lattice = LineCollection(lattice_segments(h, w, lattice_step), colors=LATTICE_COLOR, linewidths=lattice_width,
-                             alpha=float(np.clip(patch_px / 10.0, 0.25, 0.7)), zorder=2, gid="patch-lattice")
+    lattice = LineCollection(
+        lattice_segments(h, w, lattice_step),
+        colors=LATTICE_COLOR,
+        linewidths=lattice_width,
+        alpha=float(np.clip(patch_px / 10.0, 0.25, 0.7)),
+        zorder=2,
+        gid="patch-lattice",
+    )
     ax.add_collection(lattice, autolim=False)
     merge = None
     if merge_lines:
-        merge = LineCollection(merge_segments(h, w), colors=MERGE_COLOR, linewidths=min(2.0, lattice_width * 2.2),
-                               alpha=0.9, zorder=3, gid="merge-lines")
+        merge = LineCollection(
+            merge_segments(h, w),
+            colors=MERGE_COLOR,
+            linewidths=min(2.0, lattice_width * 2.2),
+            alpha=0.9,
+            zorder=3,
+            gid="merge-lines",
+        )
         ax.add_collection(merge, autolim=False)
     overlay = None
     if padding and record.pad_mask is not None and np.any(np.asarray(record.pad_mask) > 0):
-        overlay = ax.imshow(padding_overlay(record.pad_mask), extent=(0, w * PATCH, h * PATCH, 0),
-                            interpolation="nearest", zorder=1, gid="padding-overlay")
+        overlay = ax.imshow(
+            padding_overlay(record.pad_mask),
+            extent=(0, w * PATCH, h * PATCH, 0),
+            interpolation="nearest",
+            zorder=1,
+            gid="padding-overlay",
+        )
     return {"image": image, "lattice": lattice, "merge": merge, "padding": overlay}
 
 
@@ -260,7 +295,8 @@ def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarr
     if not _whole_numbers(values):
         raise LayoutLookupError(
             f"rows must be integers, got {values.dtype} values; pass global row "
-            f"indices of image {record.index} ({record_label(record)}), inside [{start}, {end})")
+            f"indices of image {record.index} ({record_label(record)}), inside [{start}, {end})"
+        )
     rows = values.astype(np.int64).reshape(-1)
     outside = (rows < start) | (rows >= end)
     if outside.any():
@@ -273,16 +309,19 @@ def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarr
     return rows, frame, y, x
 
 
-def _patches_to_rows(record: ImageRecord, patches: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _patches_to_rows(
+    record: ImageRecord, patches: Iterable[Sequence[int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return (rows, t, y, x) arrays for ``(y, x)`` patches of frame 0 (a list of pairs, or one pair)."""
     t, h, w = record.grid_thw
-    expected = (f"pass patches of image {record.index} ({record_label(record)}) as (y, x) integer pairs, "
-                "e.g. [(0, 0), (1, 2)]")
+    expected = (
+        f"pass patches of image {record.index} ({record_label(record)}) as (y, x) integer pairs, e.g. [(0, 0), (1, 2)]"
+    )
     try:
         yx = np.asarray(list(patches))
-    except ValueError as exc:                    # ragged: pairs of different lengths
+    except ValueError as exc:  # ragged: pairs of different lengths
         raise LayoutLookupError(f"patches have different lengths; {expected}") from exc
-    if yx.shape == (2,):                         # one (y, x) pair given on its own
+    if yx.shape == (2,):  # one (y, x) pair given on its own
         yx = yx[None]
     if yx.size == 0 and yx.ndim == 1:
         yx = yx.reshape(0, 2)
@@ -313,9 +352,18 @@ def patch_squares(y: np.ndarray, x: np.ndarray, *, inset: float = 0.0) -> np.nda
     return verts
 
 
-def _free_label_spot(anchor: np.ndarray, width: float, height: float, *, right_first: bool, top_first: bool,
-                     taken: Sequence[tuple[float, float, float, float]], frame: Sequence[float], px_per_pt: float,
-                     steps: int) -> tuple[bool, bool, float, float, tuple[float, float, float, float]]:
+def _free_label_spot(
+    anchor: np.ndarray,
+    width: float,
+    height: float,
+    *,
+    right_first: bool,
+    top_first: bool,
+    taken: Sequence[tuple[float, float, float, float]],
+    frame: Sequence[float],
+    px_per_pt: float,
+    steps: int,
+) -> tuple[bool, bool, float, float, tuple[float, float, float, float]]:
     """Return ``(right_half, top_half, dx_pt, dy_pt, box_px)`` for a highlight label of ``width`` ×
     ``height`` px pointing at ``anchor`` (display px): first away from the nearest left/right and
     top/bottom edges, then stepping further along either way and trying the other side, until its
@@ -364,7 +412,7 @@ def draw_patch_grid(
     start, end = record.rows
 
     ax.apply_aspect()
-    row_labels: list[tuple[int, int]] = []              # (y, x) of the patches that show their row number
+    row_labels: list[tuple[int, int]] = []  # (y, x) of the patches that show their row number
     row_boxes: list[tuple[float, float, float, float]] = []
     row_font = float(np.clip(_patch_px(ax, w) * 0.9, ROW_FONT_MIN, ROW_FONT_MAX))
     if show_row_numbers:
@@ -379,30 +427,54 @@ def draw_patch_grid(
     note = ""
     if chosen:
         rows, frames, ys_h, xs_h = (np.concatenate(parts) for parts in zip(*chosen))
-        ax.add_collection(PolyCollection(patch_squares(ys_h, xs_h), facecolors=HIGHLIGHT_COLOR, alpha=0.55,
-                                         edgecolors="#000000", linewidths=1.2, zorder=7, gid="highlight"),
-                          autolim=False)
+        ax.add_collection(
+            PolyCollection(
+                patch_squares(ys_h, xs_h),
+                facecolors=HIGHLIGHT_COLOR,
+                alpha=0.55,
+                edgecolors="#000000",
+                linewidths=1.2,
+                zorder=7,
+                gid="highlight",
+            ),
+            autolim=False,
+        )
         box = dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=HIGHLIGHT_COLOR, alpha=0.9)
         anchors_px = ax.transData.transform(np.stack([(xs_h + 0.5) * PATCH, (ys_h + 0.5) * PATCH], 1))
         # Highlight labels avoid each other and the first and last row numbers (always shown);
         # the other row numbers then make way for them.
-        placed: list[tuple[float, float, float, float]] = list(row_boxes[:2])   # label boxes in display pixels
+        placed: list[tuple[float, float, float, float]] = list(row_boxes[:2])  # label boxes in display pixels
         px_per_pt = ax.figure.dpi / 72.0
         for k in range(min(len(rows), max_highlight_labels)):
             where = f"({frames[k]}, {ys_h[k]}, {xs_h[k]})" if t > 1 else f"({ys_h[k]}, {xs_h[k]})"
             text = f"row {rows[k]} → {where}"
             width, height = (v + 6 for v in text_size_px(text, LABEL_FONT, ax.figure.dpi))
             right_half, top_half, dx, dy, box_px = _free_label_spot(
-                anchors_px[k], width, height, right_first=xs_h[k] > w / 2, top_first=ys_h[k] < h / 2,
-                taken=placed, frame=ax.bbox.extents, px_per_pt=px_per_pt, steps=2 * max_highlight_labels)
+                anchors_px[k],
+                width,
+                height,
+                right_first=xs_h[k] > w / 2,
+                top_first=ys_h[k] < h / 2,
+                taken=placed,
+                frame=ax.bbox.extents,
+                px_per_pt=px_per_pt,
+                steps=2 * max_highlight_labels,
+            )
             placed.append(box_px)
-            ax.annotate(text, xy=((xs_h[k] + 0.5) * PATCH, (ys_h[k] + 0.5) * PATCH),
-                        xytext=(dx, dy), textcoords="offset points",
-                        ha="right" if right_half else "left", va="top" if top_half else "bottom",
-                        fontsize=LABEL_FONT, bbox=box, zorder=8,
-                        arrowprops=dict(arrowstyle="-", color="#000000", linewidth=0.7),
-                        gid=f"highlight-label-{rows[k]}")
-        highlight_boxes = placed[len(row_boxes[:2]):]
+            ax.annotate(
+                text,
+                xy=((xs_h[k] + 0.5) * PATCH, (ys_h[k] + 0.5) * PATCH),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha="right" if right_half else "left",
+                va="top" if top_half else "bottom",
+                fontsize=LABEL_FONT,
+                bbox=box,
+                zorder=8,
+                arrowprops=dict(arrowstyle="-", color="#000000", linewidth=0.7),
+                gid=f"highlight-label-{rows[k]}",
+            )
+        highlight_boxes = placed[len(row_boxes[:2]) :]
         keep = [k for k, b in enumerate(row_boxes) if k < 2 or not any(_boxes_overlap(b, o) for o in highlight_boxes)]
         row_labels = [row_labels[k] for k in keep]
         if len(rows) > max_highlight_labels:
@@ -411,29 +483,57 @@ def draw_patch_grid(
     text_box = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.75)
     for y, x in sorted(row_labels):
         row = start + int(y) * w + int(x)
-        ax.text((x + 0.5) * PATCH, (y + 0.5) * PATCH, str(row), ha="center", va="center",
-                fontsize=row_font, bbox=text_box, zorder=6, gid=f"row-label-{row}")
+        ax.text(
+            (x + 0.5) * PATCH,
+            (y + 0.5) * PATCH,
+            str(row),
+            ha="center",
+            va="center",
+            fontsize=row_font,
+            bbox=text_box,
+            zorder=6,
+            gid=f"row-label-{row}",
+        )
 
     pad = np.asarray(record.pad_mask) if record.pad_mask is not None else np.zeros((h, w), np.int8)
     handles = [
         Line2D([], [], color="0.4", linewidth=0.8, label="patch 14 px"),
         Line2D([], [], color=MERGE_COLOR, linewidth=1.8, label="merge group 2×2 (one token)"),
-        Patch(facecolor=PAD_FULL_RGBA, edgecolor="0.3",
-              label=f"fully padding: {int((pad == PATCH_FULLY_PADDING).sum())} patches"),
-        Patch(facecolor=PAD_PARTIAL_RGBA, edgecolor="0.3",
-              label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches"),
+        Patch(
+            facecolor=PAD_FULL_RGBA,
+            edgecolor="0.3",
+            label=f"fully padding: {int((pad == PATCH_FULLY_PADDING).sum())} patches",
+        ),
+        Patch(
+            facecolor=PAD_PARTIAL_RGBA,
+            edgecolor="0.3",
+            label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches",
+        ),
     ]
-    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")   # under the x label
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=2,
-              fontsize=LABEL_FONT, frameon=False)
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")  # under the x label
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=below,
+        ncol=2,
+        fontsize=LABEL_FONT,
+        frameon=False,
+    )
     _patch_ticks(ax, h, w)
     frames_note = f", frame 0 of {t}" if t > 1 else ""
     resize = record.resize or {}
     size_note = ""
     if "new_width" in resize and "new_height" in resize:
-        size_note = (f"\nresized {resize['new_width']}×{resize['new_height']} px"
-                     f" + pad {resize.get('pad_width', 0)}×{resize.get('pad_height', 0)}"
-                     f" (source {record.source_size[0]}×{record.source_size[1]})")
-    ax.set_title(f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
-                 f"{record.num_tokens} tokens{frames_note}{size_note}{note}", fontsize=9, pad=12)
+        size_note = (
+            f"\nresized {resize['new_width']}×{resize['new_height']} px"
+            f" + pad {resize.get('pad_width', 0)}×{resize.get('pad_height', 0)}"
+            f" (source {record.source_size[0]}×{record.source_size[1]})"
+        )
+    ax.set_title(
+        f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
+        f"{record.num_tokens} tokens{frames_note}{size_note}{note}",
+        fontsize=9,
+        pad=12,
+    )
     return ax

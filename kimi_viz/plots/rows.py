@@ -30,11 +30,11 @@ from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
 if TYPE_CHECKING:
     from ..preprocess.records import ProcessorOutput
 
-CHAR_WIDTH_EM = 0.62     # a generous average glyph width of DejaVu Sans (digits are 0.636 em)
+CHAR_WIDTH_EM = 0.62  # a generous average glyph width of DejaVu Sans (digits are 0.636 em)
 LINE_HEIGHT_EM = 1.25
-LABEL_GAP_PT = 4.0       # between a track's top edge and its first level of outside labels
+LABEL_GAP_PT = 4.0  # between a track's top edge and its first level of outside labels
 LABEL_PAD_PX = 4.0
-LABEL_FONT = 8.5         # span labels (pt); track names are 1 pt larger, the title 3 pt
+LABEL_FONT = 8.5  # span labels (pt); track names are 1 pt larger, the title 3 pt
 
 
 @dataclass
@@ -60,7 +60,7 @@ class TrackArtists:
     fills: list[PolyCollection]
     labels: list[Text | None]
     placements: list[LabelPlacement | None]
-    levels: int                               # staggered outside-label levels used (0: all inside)
+    levels: int  # staggered outside-label levels used (0: all inside)
     level_height_pt: float
 
     @property
@@ -95,7 +95,7 @@ def plan_labels(
     line then runs straight to its label without crossing a nearer one.
     """
     placements: list[LabelPlacement | None] = [None] * len(labels)
-    outside: list[tuple[int, float, float, str]] = []     # (index, middle px, width px, one-line text)
+    outside: list[tuple[int, float, float, str]] = []  # (index, middle px, width px, one-line text)
     for i, ((start, end), text) in enumerate(zip(spans, labels)):
         if text is None:
             continue
@@ -110,15 +110,21 @@ def plan_labels(
     half = axes_width_px / 2
     left_group = sorted((o for o in outside if o[1] < half), key=lambda o: -o[1])
     right_group = sorted((o for o in outside if o[1] >= half), key=lambda o: o[1])
-    levels: list[list[tuple[float, float]]] = []           # occupied pixel intervals per level
+    levels: list[list[tuple[float, float]]] = []  # occupied pixel intervals per level
     for group, ha in ((left_group, "left"), (right_group, "right")):
         for i, middle, width, line in group:
             lo = middle if ha == "left" else middle - width
             shift = min(0.0, axes_width_px - (lo + width)) if ha == "left" else max(0.0, -lo)
             lo += shift
             hi = lo + width
-            level = next((k for k, used in enumerate(levels)
-                          if all(hi + LABEL_PAD_PX <= a or lo >= b + LABEL_PAD_PX for a, b in used)), len(levels))
+            level = next(
+                (
+                    k
+                    for k, used in enumerate(levels)
+                    if all(hi + LABEL_PAD_PX <= a or lo >= b + LABEL_PAD_PX for a, b in used)
+                ),
+                len(levels),
+            )
             if level == len(levels):
                 levels.append([])
             levels[level].append((lo, hi))
@@ -144,8 +150,10 @@ def fit_labels(
     placements, levels = plan_labels(spans, labels, **geometry)
     if levels <= max_levels:
         return labels, levels
-    short = [text if place is None or place.inside else text.split(":", 1)[0].split("\n", 1)[0]
-             for text, place in zip(labels, placements)]
+    short = [
+        text if place is None or place.inside else text.split(":", 1)[0].split("\n", 1)[0]
+        for text, place in zip(labels, placements)
+    ]
     placements, levels = plan_labels(spans, short, **geometry)
     outside = [i for i, place in enumerate(placements) if place is not None and not place.inside]
     final, step = short, 1
@@ -253,8 +261,17 @@ def draw_row_track(
             continue
         middle = (starts[i] + ends[i]) / 2
         if place.inside:
-            texts[i] = ax.text(middle, y + height / 2, place.text, ha="center", va="center",
-                               fontsize=fontsize, bbox=box, zorder=zorder + 1, gid=f"{gid_prefix}-label-{i}")
+            texts[i] = ax.text(
+                middle,
+                y + height / 2,
+                place.text,
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                bbox=box,
+                zorder=zorder + 1,
+                gid=f"{gid_prefix}-label-{i}",
+            )
         else:
             texts[i] = ax.annotate(
                 place.text,
@@ -265,8 +282,14 @@ def draw_row_track(
                 va="bottom",
                 fontsize=fontsize,
                 bbox=box,
-                arrowprops=dict(arrowstyle="-", color="0.25", linewidth=0.6, shrinkA=0, shrinkB=0,
-                                relpos=(0.0, 0.0) if place.ha == "left" else (1.0, 0.0)),
+                arrowprops=dict(
+                    arrowstyle="-",
+                    color="0.25",
+                    linewidth=0.6,
+                    shrinkA=0,
+                    shrinkB=0,
+                    relpos=(0.0, 0.0) if place.ha == "left" else (1.0, 0.0),
+                ),
                 zorder=zorder + 1,
                 annotation_clip=False,
                 gid=f"{gid_prefix}-label-{i}",
@@ -277,8 +300,7 @@ def draw_row_track(
 def span_label(span: ImageSpan) -> str:
     """Return the three-line label of an image's row span: its number and name, ``[start, end)``,
     grid and patch count."""
-    return (f"{span.number}: {span.label}\n[{span.rows[0]}, {span.rows[1]})\n"
-            f"{span.grid_text} · {span.patches} patches")
+    return f"{span.number}: {span.label}\n[{span.rows[0]}, {span.rows[1]})\n{span.grid_text} · {span.patches} patches"
 
 
 def token_label(span: ImageSpan) -> str:
@@ -293,9 +315,9 @@ TRACK_GAP_PT = 14.0
 
 @dataclass
 class _RowSpansPlan:
-    tracks: list[tuple[str, str, float, BatchLayout]]     # (kind, gid prefix, height pt, layout)
+    tracks: list[tuple[str, str, float, BatchLayout]]  # (kind, gid prefix, height pt, layout)
     labels: list[list[str | None]]
-    rooms: list[float]                                   # outside-label room above each track (pt)
+    rooms: list[float]  # outside-label room above each track (pt)
     token_scale: float
     comparison: object
     needed_pt: float
@@ -306,8 +328,9 @@ class _RowSpansPlan:
         return [s.rows for s in source.spans], 1.0
 
 
-def _plan_row_spans(layout: BatchLayout, produced: BatchLayout | None, ax: Axes, fontsize: float,
-                    max_label_levels: int) -> _RowSpansPlan:
+def _plan_row_spans(
+    layout: BatchLayout, produced: BatchLayout | None, ax: Axes, fontsize: float, max_label_levels: int
+) -> _RowSpansPlan:
     """Set the x limits and settle every track's labels and the height (points) the figure needs."""
     fig = ax.figure
     comparison = compare_layouts(layout, produced) if produced is not None else None
@@ -323,20 +346,33 @@ def _plan_row_spans(layout: BatchLayout, produced: BatchLayout | None, ax: Axes,
     for kind, _, height_pt, source in tracks:
         spans, scale = plan.inputs(kind, source)
         labels = [token_label(s) if kind == "tokens" else span_label(s) for s in source.spans]
-        labels, levels = fit_labels(spans, labels, x_to_px=_x_to_px(ax, scale, 0.0), axes_width_px=ax.bbox.width,
-                                    track_height_px=height_pt * fig.dpi / 72.0, fontsize=fontsize, dpi=fig.dpi,
-                                    max_levels=max_label_levels)
+        labels, levels = fit_labels(
+            spans,
+            labels,
+            x_to_px=_x_to_px(ax, scale, 0.0),
+            axes_width_px=ax.bbox.width,
+            track_height_px=height_pt * fig.dpi / 72.0,
+            fontsize=fontsize,
+            dpi=fig.dpi,
+            max_levels=max_label_levels,
+        )
         plan.labels.append(labels)
         plan.rooms.append(0.0 if levels == 0 else LABEL_GAP_PT + levels * level_height_pt)
     divergence_room = 3 * LINE_HEIGHT_EM * fontsize + 8.0 if comparison is not None and not comparison.equal else 0.0
-    plan.needed_pt = (sum(h for _, _, h, _ in tracks) + sum(plan.rooms) + TRACK_GAP_PT * len(tracks)
-                      + divergence_room + 4.0)
+    plan.needed_pt = (
+        sum(h for _, _, h, _ in tracks) + sum(plan.rooms) + TRACK_GAP_PT * len(tracks) + divergence_room + 4.0
+    )
     return plan
 
 
-def row_spans_height_pt(layout: BatchLayout | ProcessorOutput | Sequence[Any], *, ax: Axes,
-                        produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None,
-                        fontsize: float = LABEL_FONT, max_label_levels: int = 10) -> float:
+def row_spans_height_pt(
+    layout: BatchLayout | ProcessorOutput | Sequence[Any],
+    *,
+    ax: Axes,
+    produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None,
+    fontsize: float = LABEL_FONT,
+    max_label_levels: int = 10,
+) -> float:
     """Return the Axes height in points that :func:`draw_row_spans` needs at ``ax``'s current width.
 
     Use it to size a figure region before drawing; it sets ``ax``'s x limits and draws nothing.
@@ -345,9 +381,14 @@ def row_spans_height_pt(layout: BatchLayout | ProcessorOutput | Sequence[Any], *
     return _plan_row_spans(layout_of(layout), produced, ax, fontsize, max_label_levels).needed_pt
 
 
-def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
-                   produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None, ax: Axes | None = None,
-                   fontsize: float = LABEL_FONT, max_label_levels: int = 10) -> Axes:
+def draw_row_spans(
+    layout: BatchLayout | ProcessorOutput | Sequence[Any],
+    *,
+    produced: BatchLayout | ProcessorOutput | Sequence[Any] | None = None,
+    ax: Axes | None = None,
+    fontsize: float = LABEL_FONT,
+    max_label_levels: int = 10,
+) -> Axes:
     """Return an Axes showing the packed ``pixel_values`` rows of ``layout`` as labelled spans.
 
     ``layout`` and ``produced`` are :class:`~kimi_viz.preprocess.layout.BatchLayout` objects, processor
@@ -394,8 +435,17 @@ def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
     placed: dict[str, tuple[float, float]] = {}
     for (kind, prefix, height_pt, source), room, labels in reversed(list(zip(plan.tracks, plan.rooms, plan.labels))):
         spans, scale = plan.inputs(kind, source)
-        draw_row_track(ax, spans, y=y, height=height_pt, labels=labels, x_scale=scale,
-                       style_indices=[s.number for s in source.spans], fontsize=fontsize, gid_prefix=prefix)
+        draw_row_track(
+            ax,
+            spans,
+            y=y,
+            height=height_pt,
+            labels=labels,
+            x_scale=scale,
+            style_indices=[s.number for s in source.spans],
+            fontsize=fontsize,
+            gid_prefix=prefix,
+        )
         placed[kind] = (y, height_pt)
         centres.append(y + height_pt / 2)
         if kind == "tokens":
@@ -412,16 +462,16 @@ def draw_row_spans(layout: BatchLayout | ProcessorOutput | Sequence[Any], *,
     ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    title = (f"pixel_values rows: {len(layout)} images, {layout.total_rows} rows, "
-             f"{layout.total_tokens} merged tokens")
+    title = f"pixel_values rows: {len(layout)} images, {layout.total_rows} rows, {layout.total_tokens} merged tokens"
     if comparison is not None:
         title += " — produced " + ("agrees" if comparison.equal else f"{produced.total_rows} rows")  # type: ignore[union-attr]
     ax.set_title(title, fontsize=fontsize + 3)
     return ax
 
 
-def _mark_divergence(ax: Axes, expected: BatchLayout, produced: BatchLayout, comparison, placed, top: float,
-                     fontsize: float) -> None:
+def _mark_divergence(
+    ax: Axes, expected: BatchLayout, produced: BatchLayout, comparison, placed, top: float, fontsize: float
+) -> None:
     """Draw the first-divergence marker, its annotation and outlines of the differing produced spans."""
     i = comparison.first_divergent_image
     span = expected.spans[i] if i < len(expected) else produced.spans[i]
@@ -430,19 +480,41 @@ def _mark_divergence(ax: Axes, expected: BatchLayout, produced: BatchLayout, com
     differing = [row["index"] for row in comparison.table if not row["equal"] and row["index"] < len(produced)]
     if differing and "produced" in placed:
         y, height = placed["produced"]
-        verts = [[(produced.spans[k].rows[0], y), (produced.spans[k].rows[1], y),
-                  (produced.spans[k].rows[1], y + height), (produced.spans[k].rows[0], y + height)]
-                 for k in differing]
-        ax.add_collection(PolyCollection(verts, facecolors="none", edgecolors=DIVERGENCE_COLOR, linewidths=2.5,
-                                         zorder=4, gid="divergent-spans"), autolim=False)
+        verts = [
+            [
+                (produced.spans[k].rows[0], y),
+                (produced.spans[k].rows[1], y),
+                (produced.spans[k].rows[1], y + height),
+                (produced.spans[k].rows[0], y + height),
+            ]
+            for k in differing
+        ]
+        ax.add_collection(
+            PolyCollection(
+                verts, facecolors="none", edgecolors=DIVERGENCE_COLOR, linewidths=2.5, zorder=4, gid="divergent-spans"
+            ),
+            autolim=False,
+        )
     exp_rows = "none" if comparison.expected_rows is None else f"{comparison.expected_rows} rows"
     prod_rows = "none" if comparison.produced_rows is None else f"{comparison.produced_rows}"
-    text = (f"first divergence: image {span.number} ({span.label}) at row {x}\n"
-            f"expected {exp_rows}, produced {prod_rows}\n"
-            f"batch: expected {comparison.expected_total} rows, produced {comparison.produced_total}")
+    text = (
+        f"first divergence: image {span.number} ({span.label}) at row {x}\n"
+        f"expected {exp_rows}, produced {prod_rows}\n"
+        f"batch: expected {comparison.expected_total} rows, produced {comparison.produced_total}"
+    )
     x0, x1 = ax.get_xlim()
     right_half = (x - x0) / (x1 - x0) > 0.55
-    ax.annotate(text, xy=(x, top), xytext=(-6 if right_half else 6, 2), textcoords="offset points",
-                ha="right" if right_half else "left", va="bottom", fontsize=fontsize + 0.5,
-                color=DIVERGENCE_COLOR, fontweight="bold", annotation_clip=False, gid="divergence-label",
-                bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=DIVERGENCE_COLOR, linewidth=0.8))
+    ax.annotate(
+        text,
+        xy=(x, top),
+        xytext=(-6 if right_half else 6, 2),
+        textcoords="offset points",
+        ha="right" if right_half else "left",
+        va="bottom",
+        fontsize=fontsize + 0.5,
+        color=DIVERGENCE_COLOR,
+        fontweight="bold",
+        annotation_clip=False,
+        gid="divergence-label",
+        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=DIVERGENCE_COLOR, linewidth=0.8),
+    )

@@ -44,23 +44,55 @@ MAX_LIST = 12
 # The variables worth showing per step, in order (others stay in trace.json).
 KEY_VARIABLES = {
     COLLECT_GRIDS: ("grid_thws_host", "patch_counts"),
-    ASSIGN_RANKS: ("tp_size", "patch_counts", "order_largest_first", "assignment", "loads", "image_indices",
-                   "recorded_image_indices"),
+    ASSIGN_RANKS: (
+        "tp_size",
+        "patch_counts",
+        "order_largest_first",
+        "assignment",
+        "loads",
+        "image_indices",
+        "recorded_image_indices",
+    ),
     SELECT_ITEMS: ("image_indices", "locally_preprocessed"),
     GROUP_BACKENDS: ("backend_groups", "eager", "variant"),
-    PREPROCESS_GPU: ("indices", "global_indices", "grid_rows_read", "expected_grids", "produced_grids",
-                     "produced_rows"),
-    PREPROCESS_CPU: ("indices", "global_indices", "expected_grids", "produced_grids", "produced_rows",
-                     "processor_output"),
-    LENGTH_CHECK_GPU: ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
-                       "pixel_values_rows"),
-    LENGTH_CHECK_CPU: ("indices", "global_indices", "grid_rows_read", "patch_counts", "sum_patch_counts",
-                       "pixel_values_rows", "processor_output"),
+    PREPROCESS_GPU: (
+        "indices",
+        "global_indices",
+        "grid_rows_read",
+        "expected_grids",
+        "produced_grids",
+        "produced_rows",
+    ),
+    PREPROCESS_CPU: (
+        "indices",
+        "global_indices",
+        "expected_grids",
+        "produced_grids",
+        "produced_rows",
+        "processor_output",
+    ),
+    LENGTH_CHECK_GPU: (
+        "indices",
+        "global_indices",
+        "grid_rows_read",
+        "patch_counts",
+        "sum_patch_counts",
+        "pixel_values_rows",
+    ),
+    LENGTH_CHECK_CPU: (
+        "indices",
+        "global_indices",
+        "grid_rows_read",
+        "patch_counts",
+        "sum_patch_counts",
+        "pixel_values_rows",
+        "processor_output",
+    ),
     CONCATENATE: ("branch", "total_rows", "rows_from_grids"),
 }
 
 
-def resolve_rank(trace: "Trace", rank: int | None) -> "RankTrace":
+def resolve_rank(trace: Trace, rank: int | None) -> RankTrace:
     """Return the rank to show: ``rank`` when given, else the first failing rank, else the first replayed."""
     if rank is not None:
         return trace.rank_trace(rank)
@@ -85,24 +117,29 @@ def short(value: Any, limit: int = MAX_LIST) -> str:
     return str(value)
 
 
-def step_title(trace: "Trace", rank: "RankTrace", k: int) -> str:
+def step_title(trace: Trace, rank: RankTrace, k: int) -> str:
     """Return ``"Step k of n · §6.x Title — rank r of TP t, SGLang 0.5.x (path), mode"`` (k counted from 1)."""
     step = rank.steps[k]
-    return (f"Step {k + 1} of {len(rank.steps)} · {step.spec_ref} {step.title} — rank {rank.rank} of TP "
-            f"{trace.tp_size}, {trace.release.label}, {trace.mode} mode")
+    return (
+        f"Step {k + 1} of {len(rank.steps)} · {step.spec_ref} {step.title} — rank {rank.rank} of TP "
+        f"{trace.tp_size}, {trace.release.label}, {trace.mode} mode"
+    )
 
 
-def key_variables(step: "Step") -> list[tuple[str, str]]:
+def key_variables(step: Step) -> list[tuple[str, str]]:
     """Return the step's key variables as ``(name, compact value)`` pairs (and where SGLang raised)."""
-    out = [(key, short(step.variables[key])) for key in KEY_VARIABLES.get(step.name, ())
-           if step.variables.get(key) is not None]
+    out = [
+        (key, short(step.variables[key]))
+        for key in KEY_VARIABLES.get(step.name, ())
+        if step.variables.get(key) is not None
+    ]
     if step.cause is not None:
         where = {k: v for k, v in step.cause.to_json().items() if v is not None}
         out.append(("raised_at", short(where)))
     return out
 
 
-def step_lines(trace: "Trace", rank: "RankTrace", k: int) -> list[tuple[str, str]]:
+def step_lines(trace: Trace, rank: RankTrace, k: int) -> list[tuple[str, str]]:
     """Return the text panel of step ``k`` as ``(kind, text)`` lines: kind is title/note/check/var/error."""
     k = k % len(rank.steps)
     step = rank.steps[k]
@@ -111,8 +148,13 @@ def step_lines(trace: "Trace", rank: "RankTrace", k: int) -> list[tuple[str, str
         lines.append(("note", chunk))
     if step.check is not None:
         verdict = "PASS" if step.check.passed else "FAIL"
-        lines.append(("check", f"check [{verdict}] {step.check.name}: expected {short(step.check.expected)}, "
-                               f"actual {short(step.check.actual)}"))
+        lines.append(
+            (
+                "check",
+                f"check [{verdict}] {step.check.name}: expected {short(step.check.expected)}, "
+                f"actual {short(step.check.actual)}",
+            )
+        )
     for key, value in key_variables(step):
         lines.append(("var", f"{key} = {value}"))
     if step.error is not None:
@@ -124,17 +166,19 @@ def step_lines(trace: "Trace", rank: "RankTrace", k: int) -> list[tuple[str, str
 class _TrackRow:
     image: int
     label: str
-    grids: list[list[int]]              # the grid rows shown as expected (several for an S9 item)
-    read_from: int                      # the image whose grid_thws_host row was read
+    grids: list[list[int]]  # the grid rows shown as expected (several for an S9 item)
+    read_from: int  # the image whose grid_thws_host row was read
     produced_grid: list[int] | None
     produced_rows: int | None
 
 
-def _tracks(trace: "Trace", rank: "RankTrace", step: "Step") -> tuple[list[_TrackRow], bool]:
+def _tracks(trace: Trace, rank: RankTrace, step: Step) -> tuple[list[_TrackRow], bool]:
     """Return the per-image rows to draw and whether they are this rank's (else the whole batch's)."""
     if step.rows is not None:
-        return [_TrackRow(r.image, r.label, [r.expected_grid], r.grid_index_read, r.produced_grid, r.produced_rows)
-                for r in step.rows], True
+        return [
+            _TrackRow(r.image, r.label, [r.expected_grid], r.grid_index_read, r.produced_grid, r.produced_rows)
+            for r in step.rows
+        ], True
     rows = []
     for g, item in enumerate(trace.batch.items):
         if trace.grid_thws_host is not None:
@@ -154,7 +198,7 @@ def _spans(counts: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | None = None, text: bool = True) -> Axes:
+def draw_step(trace: Trace, k: int, *, rank: int | None = None, ax: Axes | None = None, text: bool = True) -> Axes:
     """Return an Axes with step ``k`` (negative counts from the end) of ``rank`` of ``trace``.
 
     ``rank`` defaults to the first failing rank, else the first replayed one. The row tracks go
@@ -171,8 +215,16 @@ def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | Non
     if ax is None:
         if text:
             fig = Figure(figsize=(11.0, 2.9 + 0.22 * len(lines)))
-            grid = fig.add_gridspec(2, 1, height_ratios=[0.22 * len(lines) + 0.3, 2.2], hspace=0.25,
-                                    left=0.12, right=0.98, top=0.98, bottom=0.14)
+            grid = fig.add_gridspec(
+                2,
+                1,
+                height_ratios=[0.22 * len(lines) + 0.3, 2.2],
+                hspace=0.25,
+                left=0.12,
+                right=0.98,
+                top=0.98,
+                bottom=0.14,
+            )
             text_ax = fig.add_subplot(grid[0])
             ax = fig.add_subplot(grid[1])
         else:
@@ -191,19 +243,30 @@ def draw_step(trace: "Trace", k: int, *, rank: int | None = None, ax: Axes | Non
 def _draw_text(ax: Axes, lines: list[tuple[str, str]]) -> None:
     ax.set_axis_off()
     styles: dict[str, dict[str, Any]] = {
-        "title": dict(fontweight="bold", fontsize=TEXT_FONT + 1.5), "note": dict(style="italic"),
-        "check": dict(family="monospace"), "var": dict(family="monospace"),
-        "error": dict(color=DIVERGENCE_COLOR, fontweight="bold")}
+        "title": dict(fontweight="bold", fontsize=TEXT_FONT + 1.5),
+        "note": dict(style="italic"),
+        "check": dict(family="monospace"),
+        "var": dict(family="monospace"),
+        "error": dict(color=DIVERGENCE_COLOR, fontweight="bold"),
+    }
     n = len(lines)
     for i, (kind, text) in enumerate(lines):
         style = {"fontsize": TEXT_FONT, **styles.get(kind, {})}
         if kind == "check" and "[FAIL]" in text:
             style["color"] = DIVERGENCE_COLOR
-        ax.text(0.0, 1.0 - (i + 0.5) / n, text, transform=ax.transAxes, ha="left", va="center",
-                gid="step-text" if i == 0 else f"step-text-{i}", **style)
+        ax.text(
+            0.0,
+            1.0 - (i + 0.5) / n,
+            text,
+            transform=ax.transAxes,
+            ha="left",
+            va="center",
+            gid="step-text" if i == 0 else f"step-text-{i}",
+            **style,
+        )
 
 
-def _draw_tracks(ax: Axes, trace: "Trace", rank: "RankTrace", step: "Step") -> None:
+def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     rows, own = _tracks(trace, rank, step)
     expected = [sum(prod(grid) for grid in r.grids) for r in rows]
     known = [r.produced_rows is not None for r in rows]
@@ -229,43 +292,75 @@ def _draw_tracks(ax: Axes, trace: "Trace", rank: "RankTrace", step: "Step") -> N
         else:
             labels_p.append(f"{r.image}: not yet")
     styles = [r.image for r in rows]
-    draw_row_track(ax, _spans(expected), y=58.0, height=24.0, labels=labels_e, style_indices=styles,
-                   gid_prefix="expected", fontsize=TEXT_FONT)
+    draw_row_track(
+        ax,
+        _spans(expected),
+        y=58.0,
+        height=24.0,
+        labels=labels_e,
+        style_indices=styles,
+        gid_prefix="expected",
+        fontsize=TEXT_FONT,
+    )
     yticks = [70.0]
     names = ["expected rows\n(grids read)" if own else "declared rows\n(every image)"]
     if own:
-        draw_row_track(ax, _spans(produced), y=14.0, height=24.0, labels=labels_p, style_indices=styles,
-                       gid_prefix="produced", fontsize=TEXT_FONT)
+        draw_row_track(
+            ax,
+            _spans(produced),
+            y=14.0,
+            height=24.0,
+            labels=labels_p,
+            style_indices=styles,
+            gid_prefix="produced",
+            fontsize=TEXT_FONT,
+        )
         yticks.insert(0, 26.0)
         names.insert(0, "produced rows")
         _mark_first_divergence(ax, rows, expected, produced, known)
     elif rank.image_indices:
-        ax.text(0.0, 30.0, f"rank {rank.rank} materializes images {rank.image_indices}", fontsize=TEXT_FONT,
-                gid="rank-images")
+        ax.text(
+            0.0,
+            30.0,
+            f"rank {rank.rank} materializes images {rank.image_indices}",
+            fontsize=TEXT_FONT,
+            gid="rank-images",
+        )
     ax.set_yticks(yticks, names, fontsize=TEXT_FONT)
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=TEXT_FONT)
-    ax.set_xlabel("pixel_values rows on this rank" if own else "pixel_values rows of the whole batch",
-                  fontsize=TEXT_FONT)
+    ax.set_xlabel(
+        "pixel_values rows on this rank" if own else "pixel_values rows of the whole batch", fontsize=TEXT_FONT
+    )
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
 
 
-def _mark_first_divergence(ax: Axes, rows: list[_TrackRow], expected: list[int], produced: list[int],
-                           known: list[bool]) -> None:
+def _mark_first_divergence(
+    ax: Axes, rows: list[_TrackRow], expected: list[int], produced: list[int], known: list[bool]
+) -> None:
     start = 0
     for r, e, p, seen in zip(rows, expected, produced, known):
         grid_differs = seen and r.produced_grid not in (None, r.grids[0] if len(r.grids) == 1 else None)
         if seen and (e != p or grid_differs):
-            ax.axvline(start, color=DIVERGENCE_COLOR, linewidth=2.0, linestyle=(0, (4, 2)), zorder=5,
-                       gid="divergence-marker")
+            ax.axvline(
+                start, color=DIVERGENCE_COLOR, linewidth=2.0, linestyle=(0, (4, 2)), zorder=5, gid="divergence-marker"
+            )
             x0, x1 = ax.get_xlim()
             right = (start - x0) / (x1 - x0) > 0.55
-            ax.annotate(f"first divergence: image {r.image} ({r.label})\nexpected {e} rows, produced {p}",
-                        xy=(start, 92.0), xytext=(-6 if right else 6, 0), textcoords="offset points",
-                        ha="right" if right else "left", va="center", fontsize=TEXT_FONT, color=DIVERGENCE_COLOR,
-                        fontweight="bold", gid="divergence-label",
-                        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=DIVERGENCE_COLOR))
+            ax.annotate(
+                f"first divergence: image {r.image} ({r.label})\nexpected {e} rows, produced {p}",
+                xy=(start, 92.0),
+                xytext=(-6 if right else 6, 0),
+                textcoords="offset points",
+                ha="right" if right else "left",
+                va="center",
+                fontsize=TEXT_FONT,
+                color=DIVERGENCE_COLOR,
+                fontweight="bold",
+                gid="divergence-label",
+                bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=DIVERGENCE_COLOR),
+            )
             return
         start += p
 

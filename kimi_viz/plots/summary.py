@@ -31,11 +31,14 @@ TITLE_FONT = 11.5
 
 
 def _valid_grid(grid: Any) -> bool:
-    return (isinstance(grid, (list, tuple)) and len(grid) == 3
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid))
+    return (
+        isinstance(grid, (list, tuple))
+        and len(grid) == 3
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid)
+    )
 
 
-def rank_heading(trace: "Trace", rank: "RankTrace") -> str:
+def rank_heading(trace: Trace, rank: RankTrace) -> str:
     """Return ``"rank 1 of attention-TP 2, SGLang 0.5.18 (pre-fix path): FAIL ValueError: ..."``."""
     outcome = "ok" if rank.error is None else f"FAIL {rank.error.type}: {rank.error.message}"
     if len(outcome) > 100:
@@ -43,7 +46,7 @@ def rank_heading(trace: "Trace", rank: "RankTrace") -> str:
     return f"rank {rank.rank} of attention-TP {trace.tp_size}, {trace.release.label}: {outcome}"
 
 
-def row_label(row: "ImageRow", *, produced: bool = False) -> str:
+def row_label(row: ImageRow, *, produced: bool = False) -> str:
     """Return a span's name: the image's label, and where its expected grid was read from when elsewhere."""
     name = row.label or f"image {row.image}"
     if not produced and row.read_elsewhere:
@@ -51,7 +54,7 @@ def row_label(row: "ImageRow", *, produced: bool = False) -> str:
     return name
 
 
-def draw_rank_rows(trace: "Trace", rank: "RankTrace", *, ax: Axes | None = None) -> Axes:
+def draw_rank_rows(trace: Trace, rank: RankTrace, *, ax: Axes | None = None) -> Axes:
     """Return an Axes with ``rank``'s expected rows above its produced rows, numbered and coloured by global image.
 
     Falls back to :func:`draw_rank_bars` when a grid is not a valid ``[t, h, w]``.
@@ -66,24 +69,37 @@ def draw_rank_rows(trace: "Trace", rank: "RankTrace", *, ax: Axes | None = None)
     if not rows or not all(_valid_grid(g) for g in expected) or not all(_valid_grid(g) for g in produced):
         return draw_rank_bars(rows, heading=heading, failed=rank.error is not None, ax=ax)
     numbers = [r.image for r in rows]
-    ax = draw_row_spans(BatchLayout.from_grids(expected, labels=[row_label(r) for r in rows], numbers=numbers),
-                        produced=BatchLayout.from_grids(produced, labels=[row_label(r, produced=True) for r in rows],
-                                                        numbers=numbers),
-                        ax=ax, fontsize=FONT - 1)
-    ax.set_title(f"{heading}\n{ax.get_title()}", fontsize=TITLE_FONT, loc="left",
-                 color=DIVERGENCE_COLOR if rank.error is not None else "black")
+    ax = draw_row_spans(
+        BatchLayout.from_grids(expected, labels=[row_label(r) for r in rows], numbers=numbers),
+        produced=BatchLayout.from_grids(produced, labels=[row_label(r, produced=True) for r in rows], numbers=numbers),
+        ax=ax,
+        fontsize=FONT - 1,
+    )
+    ax.set_title(
+        f"{heading}\n{ax.get_title()}",
+        fontsize=TITLE_FONT,
+        loc="left",
+        color=DIVERGENCE_COLOR if rank.error is not None else "black",
+    )
     return ax
 
 
-def draw_rank_bars(rows: list["ImageRow"], *, heading: str = "", failed: bool = False, ax: Axes | None = None) -> Axes:
+def draw_rank_bars(rows: list[ImageRow], *, heading: str = "", failed: bool = False, ax: Axes | None = None) -> Axes:
     """Return an Axes of expected and produced rows per image as bars (for ranks without valid grids)."""
     if ax is None:
         figure = Figure(figsize=(11.0, 1.2 + 0.55 * max(1, len(rows))), layout="constrained")
         ax = figure.add_subplot()
     ax.set_title(heading, loc="left", fontsize=TITLE_FONT, color=DIVERGENCE_COLOR if failed else "black")
     if not rows:
-        ax.text(0.5, 0.5, "no image reached this rank's backend groups", ha="center", va="center", fontsize=FONT,
-                transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no image reached this rank's backend groups",
+            ha="center",
+            va="center",
+            fontsize=FONT,
+            transform=ax.transAxes,
+        )
         ax.set_axis_off()
         return ax
     ys = list(range(len(rows)))
@@ -91,11 +107,20 @@ def draw_rank_bars(rows: list["ImageRow"], *, heading: str = "", failed: bool = 
     produced = [r.produced_rows for r in rows]
     for y, row, e, p in zip(ys, rows, expected, produced):
         ax.barh(y - 0.2, e, height=0.38, color=color_for(row.image), edgecolor="black", linewidth=0.8)
-        ax.barh(y + 0.2, p or 0, height=0.38, color=color_for(row.image), hatch="//", edgecolor="black",
-                linewidth=0.8, linestyle="dashed")
+        ax.barh(
+            y + 0.2,
+            p or 0,
+            height=0.38,
+            color=color_for(row.image),
+            hatch="//",
+            edgecolor="black",
+            linewidth=0.8,
+            linestyle="dashed",
+        )
         ax.text(e, y - 0.2, f" expected {e}", va="center", fontsize=FONT)
-        ax.text(p or 0, y + 0.2, f" produced {p if p is not None else '— not materialized'}", va="center",
-                fontsize=FONT)
+        ax.text(
+            p or 0, y + 0.2, f" produced {p if p is not None else '— not materialized'}", va="center", fontsize=FONT
+        )
     ax.set_yticks(ys, [f"image {r.image}: {row_label(r)}" for r in rows], fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlabel("pixel_values rows (solid: expected by the grid read; hatched: produced)", fontsize=FONT)
@@ -103,7 +128,7 @@ def draw_rank_bars(rows: list["ImageRow"], *, heading: str = "", failed: bool = 
     return ax
 
 
-def draw_grid_mismatch(verdict: "Verdict", *, ax: Axes | None = None) -> Axes:
+def draw_grid_mismatch(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
     """Return an Axes with the producer's grid against the consumer's for a silent mismatch, drawn to scale.
 
     Uses the divergence's ``produced_grid`` (what the item was resized to) and ``expected_grid``
@@ -120,23 +145,43 @@ def draw_grid_mismatch(verdict: "Verdict", *, ax: Axes | None = None) -> Axes:
     ax.set_title(title, loc="left", fontsize=TITLE_FONT)
     if not (_valid_grid(given) and _valid_grid(wanted)) or given == wanted:
         rows = [("expected by the consumer", div.expected_rows or 0), ("produced", div.produced_rows or 0)]
-        for y, (label, value) in enumerate(rows):
+        for y, (_label, value) in enumerate(rows):
             ax.barh(y, value, color=color_for(y), hatch=hatch_for(y), edgecolor="black")
             ax.text(value, y, f" {value} rows", va="center", fontsize=FONT)
         ax.set_yticks(range(2), [r[0] for r in rows], fontsize=FONT)
         ax.invert_yaxis()
         return ax
     assert given is not None and wanted is not None
-    panels = [(f"producer: resize_config grid {given[1]}×{given[2]}\n"
-               f"{div.produced_rows} patches — what SGLang encodes", given, 0),
-              (f"consumer's processor config: grid {wanted[1]}×{wanted[2]}\n"
-               f"{div.expected_rows} patches — what the model expects", wanted, 1)]
+    panels = [
+        (
+            f"producer: resize_config grid {given[1]}×{given[2]}\n{div.produced_rows} patches — what SGLang encodes",
+            given,
+            0,
+        ),
+        (
+            f"consumer's processor config: grid {wanted[1]}×{wanted[2]}\n"
+            f"{div.expected_rows} patches — what the model expects",
+            wanted,
+            1,
+        ),
+    ]
     gap = 0.08 * max(given[2], wanted[2])
     x = 0.0
     for text, grid, k in panels:
         h, w = grid[1], grid[2]
-        ax.add_patch(Rectangle((x, 0), w, h, facecolor=color_for(k), edgecolor="black", hatch=hatch_for(k),
-                               linestyle=edge_style_for(k), linewidth=1.2, gid=f"grid-{k}"))
+        ax.add_patch(
+            Rectangle(
+                (x, 0),
+                w,
+                h,
+                facecolor=color_for(k),
+                edgecolor="black",
+                hatch=hatch_for(k),
+                linestyle=edge_style_for(k),
+                linewidth=1.2,
+                gid=f"grid-{k}",
+            )
+        )
         ax.text(x + w / 2, -0.04 * max(given[1], wanted[1]), text, ha="center", va="top", fontsize=FONT)
         x += w + gap
     ax.set_xlim(-gap / 2, x)
@@ -146,7 +191,7 @@ def draw_grid_mismatch(verdict: "Verdict", *, ax: Axes | None = None) -> Axes:
     return ax
 
 
-def draw_verdict_banner(verdict: "Verdict", *, ax: Axes | None = None) -> Axes:
+def draw_verdict_banner(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
     """Return an Axes holding the status badge, the headline, the release line and the rank summary."""
     from ..replay.verdict import release_lines
 
@@ -155,15 +200,32 @@ def draw_verdict_banner(verdict: "Verdict", *, ax: Axes | None = None) -> Axes:
         figure = Figure(figsize=(11.0, 1.25))
         ax = figure.add_axes((0, 0, 1, 1))
     ax.set_axis_off()
-    ax.text(0.01, 0.78, f" {style.symbol} {style.badge} ", transform=ax.transAxes, fontsize=TITLE_FONT + 2,
-            fontweight="bold", color=style.text_color, va="center", gid="status-badge",
-            bbox=dict(boxstyle="round,pad=0.3", facecolor=style.color, edgecolor="black"))
-    ax.text(0.27, 0.78, verdict.rank_summary, transform=ax.transAxes, fontsize=TITLE_FONT, va="center",
-            fontweight="bold")
+    ax.text(
+        0.01,
+        0.78,
+        f" {style.symbol} {style.badge} ",
+        transform=ax.transAxes,
+        fontsize=TITLE_FONT + 2,
+        fontweight="bold",
+        color=style.text_color,
+        va="center",
+        gid="status-badge",
+        bbox=dict(boxstyle="round,pad=0.3", facecolor=style.color, edgecolor="black"),
+    )
+    ax.text(
+        0.27, 0.78, verdict.rank_summary, transform=ax.transAxes, fontsize=TITLE_FONT, va="center", fontweight="bold"
+    )
     detail = verdict.headline().split(" — ", 1)[1] if " — " in verdict.headline() else style.wording
     ax.text(0.01, 0.45, _clip(detail, 150), transform=ax.transAxes, fontsize=FONT, va="center")
-    ax.text(0.01, 0.15, _clip(release_lines(verdict)[0], 150), transform=ax.transAxes, fontsize=FONT, va="center",
-            color="#333333")
+    ax.text(
+        0.01,
+        0.15,
+        _clip(release_lines(verdict)[0], 150),
+        transform=ax.transAxes,
+        fontsize=FONT,
+        va="center",
+        color="#333333",
+    )
     return ax
 
 
@@ -171,5 +233,4 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["draw_rank_rows", "draw_rank_bars", "draw_grid_mismatch", "draw_verdict_banner", "rank_heading",
-           "row_label"]
+__all__ = ["draw_rank_rows", "draw_rank_bars", "draw_grid_mismatch", "draw_verdict_banner", "rank_heading", "row_label"]

@@ -83,8 +83,14 @@ class ProcessorConfig:
         """Return a validated config from a ``media_proc_cfg`` dict (``source`` names the file in errors)."""
         if not isinstance(cfg, Mapping):
             raise ConfigError(f"media_proc_cfg: expected a JSON object, got {type(cfg).__name__}; fix {source}")
-        for key in ("patch_size", "merge_kernel_size", "in_patch_limit", "patch_limit_on_one_side",
-                    "image_mean", "image_std"):
+        for key in (
+            "patch_size",
+            "merge_kernel_size",
+            "in_patch_limit",
+            "patch_limit_on_one_side",
+            "image_mean",
+            "image_std",
+        ):
             if key not in cfg:
                 raise ConfigError(f"media_proc_cfg.{key}: missing (a required key); fix {source}")
         fixed = cfg.get("fixed_output_tokens")
@@ -152,7 +158,9 @@ def _background(value: Any, source: str) -> dict[str, Any] | None:
         raise ConfigError(f"{key}: expected an object or null, got {value!r}; fix {source}")
     unknown = sorted(set(value) - set(BACKGROUND_DEFAULTS))
     if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: unknown key; expected one of {sorted(BACKGROUND_DEFAULTS)}; fix {source}")
+        raise ConfigError(
+            f"{key}.{unknown[0]}: unknown key; expected one of {sorted(BACKGROUND_DEFAULTS)}; fix {source}"
+        )
     pattern = value.get("pattern", BACKGROUND_DEFAULTS["pattern"])
     if pattern not in BACKGROUND_PATTERNS:
         raise ConfigError(f"{key}.pattern: expected one of {list(BACKGROUND_PATTERNS)}, got {pattern!r}; fix {source}")
@@ -178,7 +186,8 @@ def _fill_stage(value: Any, source: str) -> str | None:
         return None
     if value not in FILL_STAGES:
         raise ConfigError(
-            f"media_proc_cfg.transparent_bg_fill_stage: expected one of {list(FILL_STAGES)}, got {value!r}; fix {source}"
+            f"media_proc_cfg.transparent_bg_fill_stage: expected one of {list(FILL_STAGES)}, got {value!r}; "
+            f"fix {source}"
         )
     return str(value)
 
@@ -226,7 +235,8 @@ def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
             f"({', '.join(PROCESSOR_PRESETS)}) or a path to a checkpoint folder or preprocessor_config.json"
         )
     raise ConfigError(
-        f"processor config: expected a preset name, ProcessorConfig, dict or path, got {type(preset_or_config).__name__}"
+        "processor config: expected a preset name, ProcessorConfig, dict or path, got "
+        f"{type(preset_or_config).__name__}"
     )
 
 
@@ -254,7 +264,9 @@ def load_preprocessor_config(path: str | Path) -> ProcessorConfig:
     data = _read_json(file)
     if not isinstance(data, dict) or "media_proc_cfg" not in data:
         raise ConfigError(f"media_proc_cfg: missing from {file}; expected the Kimi processor's media_proc_cfg object")
-    return ProcessorConfig.from_media_proc_cfg(data["media_proc_cfg"], name=folder.name or str(folder), source=str(file))
+    return ProcessorConfig.from_media_proc_cfg(
+        data["media_proc_cfg"], name=folder.name or str(folder), source=str(file)
+    )
 
 
 def read_vision_config(folder: str | Path) -> dict[str, Any]:

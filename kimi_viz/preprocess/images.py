@@ -175,7 +175,7 @@ def _from_pil(image: Image.Image, max_pixels: int) -> Image.Image:
         if image.tell() != 0:
             image.seek(0)
     try:
-        image.load()                      # an Image.open()ed file decodes here
+        image.load()  # an Image.open()ed file decodes here
     except (OSError, SyntaxError, ValueError) as exc:
         raise TruncatedImageError(
             f"<PIL.Image>: the image data ends early or is corrupt ({exc}); re-download or re-export the file"
@@ -202,9 +202,7 @@ def _array_to_pil(array: np.ndarray, source: str, max_pixels: int) -> Image.Imag
         return Image.fromarray(np.ascontiguousarray(array), mode="L")
     channels = array.shape[2]
     if channels not in (3, 4):
-        raise UnsupportedImageError(
-            f"{source}: {channels} channels; expected 1 (grey), 3 (RGB) or 4 (RGBA)"
-        )
+        raise UnsupportedImageError(f"{source}: {channels} channels; expected 1 (grey), 3 (RGB) or 4 (RGBA)")
     return Image.fromarray(np.ascontiguousarray(array), mode="RGB" if channels == 3 else "RGBA")
 
 
@@ -232,7 +230,7 @@ def _from_torch(tensor: Any, max_pixels: int) -> Image.Image:
     shape = tuple(tensor.shape)
     if tensor.dim() == 3:
         if shape[0] in (1, 3, 4) or (shape[0] == 2 and shape[-1] > 4):
-            tensor = tensor.permute(1, 2, 0)        # CHW -> HWC, as SGLang's to_hwc_uint8 decides
+            tensor = tensor.permute(1, 2, 0)  # CHW -> HWC, as SGLang's to_hwc_uint8 decides
         elif shape[-1] > 4:
             raise UnsupportedImageError(
                 f"<torch>: tensor of shape {shape} has neither 1, 3 or 4 channels first (CHW) nor last (HWC)"
@@ -254,14 +252,14 @@ def has_alpha(image: Image.Image) -> bool:
 def _exif_orientation(image: Image.Image) -> int | None:
     try:
         value = image.getexif().get(EXIF_ORIENTATION_TAG)
-    except Exception:  # a broken EXIF block must not stop loading
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not stop loading
         return None
     return int(value) if value is not None else None
 
 
 def sixteen_bit_to_l(image: Image.Image) -> Image.Image:
     """Return an 8-bit ``L`` image from a 16/32-bit integer image: ``clip(v, 0, 65535) >> 8``."""
-    values = np.asarray(image if image.mode == "I" else image.convert("I"))      # int32
+    values = np.asarray(image if image.mode == "I" else image.convert("I"))  # int32
     return Image.fromarray((np.clip(values, 0, 65535) >> 8).astype(np.uint8), mode="L")
 
 

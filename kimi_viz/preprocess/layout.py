@@ -41,10 +41,10 @@ class ImageSpan:
     grid_thw: tuple[int, int, int]
     rows: tuple[int, int]
     token_span: tuple[int, int]
-    padding_full: int | None = None       # patches entirely in the zero padding (None: unknown)
-    padding_partial: int | None = None    # patches partly in the padding (None: unknown)
+    padding_full: int | None = None  # patches entirely in the zero padding (None: unknown)
+    padding_partial: int | None = None  # patches partly in the padding (None: unknown)
     pad_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
-    number: int | None = None             # the number shown in figures; None: index (set on construction)
+    number: int | None = None  # the number shown in figures; None: index (set on construction)
 
     def __post_init__(self) -> None:
         if self.number is None:
@@ -165,8 +165,11 @@ class BatchLayout:
             full, partial = _padding_counts(mask)
             label = labels[i] if labels is not None else f"image {i}"
             number = int(numbers[i]) if numbers is not None else i
-            spans.append(ImageSpan(i, label, (t, h, w), (row, row + patches), (token, token + tokens),
-                                   full, partial, mask, number))
+            spans.append(
+                ImageSpan(
+                    i, label, (t, h, w), (row, row + patches), (token, token + tokens), full, partial, mask, number
+                )
+            )
             row += patches
             token += tokens
         return cls(spans, merge=merge)
@@ -174,7 +177,7 @@ class BatchLayout:
     @classmethod
     def from_output(cls, output: ProcessorOutput) -> BatchLayout:
         """Return the layout recorded by a processor (checked against its grids and ``pixel_values``)."""
-        merge = int(getattr(output.config, "merge_kernel_size", 2))    # ProcessorConfig holds it as an int
+        merge = int(getattr(output.config, "merge_kernel_size", 2))  # ProcessorConfig holds it as an int
         spans = []
         row = 0
         for i, record in enumerate(output.records):
@@ -188,8 +191,18 @@ class BatchLayout:
                     f"[{row}, {row + grid[0] * grid[1] * grid[2]}); rebuild the output with the processor"
                 )
             full, partial = _padding_counts(record.pad_mask)
-            spans.append(ImageSpan(i, label, grid, (start, end), tuple(int(v) for v in record.token_span),
-                                   full, partial, record.pad_mask))
+            spans.append(
+                ImageSpan(
+                    i,
+                    label,
+                    grid,
+                    (start, end),
+                    tuple(int(v) for v in record.token_span),
+                    full,
+                    partial,
+                    record.pad_mask,
+                )
+            )
             row = end
         rows_present = int(output.pixel_values.shape[0]) if output.pixel_values is not None else row
         if rows_present != row:
@@ -332,11 +345,11 @@ class LayoutComparison:
 
     equal: bool
     first_divergent_image: int | None
-    expected_rows: int | None            # rows of the first divergent image (None: no such image)
+    expected_rows: int | None  # rows of the first divergent image (None: no such image)
     produced_rows: int | None
     expected_total: int
     produced_total: int
-    table: list[dict[str, Any]]          # per image: index, label, expected/produced span and grid
+    table: list[dict[str, Any]]  # per image: index, label, expected/produced span and grid
     message: str
 
     def to_json(self) -> dict[str, Any]:
@@ -366,38 +379,59 @@ def compare_layouts(expected: BatchLayout, produced: BatchLayout) -> LayoutCompa
         e = expected.spans[i] if i < len(expected) else None
         p = produced.spans[i] if i < len(produced) else None
         same = e is not None and p is not None and e.rows == p.rows and e.grid_thw == p.grid_thw
-        table.append({
-            "index": i,
-            "label": (e or p).label,  # type: ignore[union-attr]
-            "expected_rows": None if e is None else list(e.rows),
-            "produced_rows": None if p is None else list(p.rows),
-            "expected_grid": None if e is None else list(e.grid_thw),
-            "produced_grid": None if p is None else list(p.grid_thw),
-            "equal": same,
-        })
+        table.append(
+            {
+                "index": i,
+                "label": (e or p).label,  # type: ignore[union-attr]
+                "expected_rows": None if e is None else list(e.rows),
+                "produced_rows": None if p is None else list(p.rows),
+                "expected_grid": None if e is None else list(e.grid_thw),
+                "produced_grid": None if p is None else list(p.grid_thw),
+                "equal": same,
+            }
+        )
         if not same and first is None:
             first = i
     totals = f"expected {expected.total_rows} rows in all, produced {produced.total_rows}"
     if first is None:
-        return LayoutComparison(True, None, None, None, expected.total_rows, produced.total_rows, table,
-                                f"layouts agree: {len(expected)} images, {expected.total_rows} rows")
+        return LayoutComparison(
+            True,
+            None,
+            None,
+            None,
+            expected.total_rows,
+            produced.total_rows,
+            table,
+            f"layouts agree: {len(expected)} images, {expected.total_rows} rows",
+        )
     e = expected.spans[first] if first < len(expected) else None
     p = produced.spans[first] if first < len(produced) else None
     label = (e or p).label  # type: ignore[union-attr]
     if e is not None and p is not None and e.rows == p.rows:
-        detail = (f"expected grid {e.grid_text}, produced grid {p.grid_text}, "
-                  f"both {e.patches} rows [{e.rows[0]}, {e.rows[1]})")
+        detail = (
+            f"expected grid {e.grid_text}, produced grid {p.grid_text}, "
+            f"both {e.patches} rows [{e.rows[0]}, {e.rows[1]})"
+        )
     elif p is None:
-        detail = (f"expected {_span_text(e)}, produced none (the produced layout has {len(produced)} "
-                  f"images, expected {len(expected)})")
+        detail = (
+            f"expected {_span_text(e)}, produced none (the produced layout has {len(produced)} "
+            f"images, expected {len(expected)})"
+        )
     elif e is None:
-        detail = (f"expected none (the expected layout has {len(expected)} images), "
-                  f"produced {_span_text(p)}")
+        detail = f"expected none (the expected layout has {len(expected)} images), produced {_span_text(p)}"
     else:
         detail = f"expected {_span_text(e)}, produced {_span_text(p)}"
     message = f"image {first} ({label}): {detail}; {totals}"
-    return LayoutComparison(False, first, None if e is None else e.patches, None if p is None else p.patches,
-                            expected.total_rows, produced.total_rows, table, message)
+    return LayoutComparison(
+        False,
+        first,
+        None if e is None else e.patches,
+        None if p is None else p.patches,
+        expected.total_rows,
+        produced.total_rows,
+        table,
+        message,
+    )
 
 
 def layout_of(data: BatchLayout | ProcessorOutput | Iterable[Any]) -> BatchLayout:

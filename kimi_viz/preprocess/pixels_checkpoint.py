@@ -120,7 +120,7 @@ def fill_transparent(image: Image.Image, bg: dict[str, Any] | None, out: np.ndar
         for channel in range(3):
             blended = alpha * pixels[:, :, channel]
             blended += inverse * level
-            out[y0:y1, :, channel] = blended      # float32 -> uint8 truncates, like astype(np.uint8)
+            out[y0:y1, :, channel] = blended  # float32 -> uint8 truncates, like astype(np.uint8)
     return out
 
 

@@ -91,7 +91,9 @@ def fill_transparent_bg(x: torch.Tensor, bg: dict[str, Any] | None) -> torch.Ten
 def normalization_tensors(config: ProcessorConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Return float32 ``scale = 1 / (255 * std)`` and ``bias = -mean / std``, shaped ``[1, 3, 1, 1]``."""
     scale = torch.tensor([1.0 / (255.0 * s) for s in config.image_std], dtype=torch.float32, device=device)
-    bias = torch.tensor([-m / s for m, s in zip(config.image_mean, config.image_std)], dtype=torch.float32, device=device)
+    bias = torch.tensor(
+        [-m / s for m, s in zip(config.image_mean, config.image_std)], dtype=torch.float32, device=device
+    )
     return scale.view(1, 3, 1, 1), bias.view(1, 3, 1, 1)
 
 
@@ -136,7 +138,9 @@ def torch_pixels_and_image(
     return rows, x
 
 
-def torch_pixels(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "cpu") -> torch.Tensor:
+def torch_pixels(
+    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "cpu"
+) -> torch.Tensor:
     """Return float32 ``[h*w, 3, p, p]`` rows of one CHW uint8 image through SGLang's torch path.
 
     ``resize`` is a :func:`kimi_viz.preprocess.resize.resize_config` dict applied as given (it may belong to

@@ -148,7 +148,7 @@ class Processor:
                 ImageRecord(
                     index=index,
                     source=item.source,
-                    source_size=tuple(item.size),
+                    source_size=(int(item.size[0]), int(item.size[1])),
                     source_mode=item.mode,
                     loader=dict(item.loader),
                     resize=dict(resize),

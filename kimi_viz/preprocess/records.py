@@ -27,15 +27,15 @@ class ImageRecord:
     """
 
     index: int
-    source: str                      # a path, or "<bytes>", "<PIL.Image>", "<numpy>", "<torch>"
-    source_size: tuple[int, int]     # (width, height) after the loader policy
-    source_mode: str                 # PIL mode after loading ("RGB", "RGBA", "P", "L", "LA", "CMYK", ...)
-    loader: dict[str, Any]           # {"exif_transpose": bool, "alpha": "keep"|"discard", "exif_orientation": int|None}
-    resize: dict[str, Any]           # resize_config(): new_width, new_height, pad_width, pad_height, num_tokens, grid_thw
+    source: str  # a path, or "<bytes>", "<PIL.Image>", "<numpy>", "<torch>"
+    source_size: tuple[int, int]  # (width, height) after the loader policy
+    source_mode: str  # PIL mode after loading ("RGB", "RGBA", "P", "L", "LA", "CMYK", ...)
+    loader: dict[str, Any]  # {"exif_transpose": bool, "alpha": "keep"|"discard", "exif_orientation": int|None}
+    resize: dict[str, Any]  # resize_config(): new_width, new_height, pad_width, pad_height, num_tokens, grid_thw
     grid_thw: tuple[int, int, int]
     rows: tuple[int, int]
     token_span: tuple[int, int]
-    pad_mask: np.ndarray             # int8 [h, w]: PATCH_CONTENT / PATCH_PARTLY_PADDING / PATCH_FULLY_PADDING
+    pad_mask: np.ndarray  # int8 [h, w]: PATCH_CONTENT / PATCH_PARTLY_PADDING / PATCH_FULLY_PADDING
     resized: np.ndarray | None = None  # uint8 HWC RGB image after resize, fill and padding (for figures)
 
     @property
@@ -82,8 +82,8 @@ class ProcessorOutput:
     pixel_values: torch.Tensor
     grid_thws: torch.Tensor
     records: list[ImageRecord]
-    backend: str                     # "checkpoint" or "torch" (or the name of a foreign processor)
-    config: Any = None               # the kimi_viz.preprocess.config.ProcessorConfig used
+    backend: str  # "checkpoint" or "torch" (or the name of a foreign processor)
+    config: Any = None  # the kimi_viz.preprocess.config.ProcessorConfig used
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:

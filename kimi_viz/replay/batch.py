@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from PIL import Image
 
-GRID_KEYS = ("image_grid_thw", "grid_thws")   # image_grid_thw wins when both are present
+GRID_KEYS = ("image_grid_thw", "grid_thws")  # image_grid_thw wins when both are present
 DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
 
 FeatureKind = Literal["image", "tensor", "shape_only"]
@@ -37,22 +37,22 @@ class Feature:
     tensor: torch.Tensor | None = None
 
     @classmethod
-    def from_image(cls, image: Image.Image) -> "Feature":
+    def from_image(cls, image: Image.Image) -> Feature:
         """Return a raw-image feature (shape is ``(height, width, bands)``)."""
         return cls("image", "image", (image.height, image.width, len(image.getbands())), "uint8", image=image)
 
     @classmethod
-    def from_tensor(cls, tensor: torch.Tensor, layout: str) -> "Feature":
+    def from_tensor(cls, tensor: torch.Tensor, layout: str) -> Feature:
         """Return a tensor feature with the given layout (``chw``, ``hwc``, ``patches`` or ``stacked``)."""
         dtype = str(tensor.dtype).replace("torch.", "")
         return cls("tensor", layout, tuple(int(s) for s in tensor.shape), dtype, tensor=tensor)
 
     @classmethod
-    def shape_only(cls, layout: str, shape: tuple[int, ...], dtype: str) -> "Feature":
+    def shape_only(cls, layout: str, shape: tuple[int, ...], dtype: str) -> Feature:
         """Return a feature that carries only its shape (a redacted capture)."""
         return cls("shape_only", layout, tuple(int(s) for s in shape), dtype)
 
-    def redacted(self) -> "Feature":
+    def redacted(self) -> Feature:
         """Return the shape-only copy of this feature."""
         return Feature.shape_only(self.layout, self.shape, self.dtype)
 
@@ -61,12 +61,12 @@ class Feature:
 class Item:
     """One ``MultimodalDataItem`` (one image)."""
 
-    grids: dict[str, list[list[int]]]          # only the keys the item carries, each a list of [t, h, w]
+    grids: dict[str, list[list[int]]]  # only the keys the item carries, each a list of [t, h, w]
     feature: Feature
-    deferred: dict[str, Any] | None = None      # the kimi_k3_deferred_preprocessing config, None when eager
+    deferred: dict[str, Any] | None = None  # the kimi_k3_deferred_preprocessing config, None when eager
     local_preprocessed: bool = False
-    original_size: tuple[int, int] | None = None   # (width, height) of the upload
-    label: str = ""                              # a human name, e.g. the sample file
+    original_size: tuple[int, int] | None = None  # (width, height) of the upload
+    label: str = ""  # a human name, e.g. the sample file
 
     @property
     def backend(self) -> str | None:
@@ -100,14 +100,14 @@ class Batch:
     """The items of one ``get_image_feature`` call plus the runtime facts that shape the split."""
 
     items: list[Item]
-    processor: dict[str, Any] | None = None      # media_proc_cfg used by the cpu backend
+    processor: dict[str, Any] | None = None  # media_proc_cfg used by the cpu backend
     attn_tp_size: int = 1
     attn_tp_rank: int | None = None
-    image_indices: list[int] | None = None       # what the failing rank was asked to materialize, if known
+    image_indices: list[int] | None = None  # what the failing rank was asked to materialize, if known
     sglang_version: str | None = None
-    code_variant: str = "post-fix"               # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
-    code_variant_source: str = "assumed"         # "detected" (capture), "scenario", "recorded" or "assumed"
-    recorded: RecordedOutcome | None = None      # what the captured call did (None: not recorded)
+    code_variant: str = "post-fix"  # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
+    code_variant_source: str = "assumed"  # "detected" (capture), "scenario", "recorded" or "assumed"
+    recorded: RecordedOutcome | None = None  # what the captured call did (None: not recorded)
     note: str = ""
     created_by: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -25,10 +25,18 @@ from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
 def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Produced:
     """Replay the cpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
     inputs: list[dict[str, Any]] = []
-    step = Step(PREPROCESS_CPU, "Preprocess the cpu group (the checkpoint processor)", "§6.5",
-                {**group.variables(), "inputs": inputs,
-                 "processor": None if ctx.consumer is None else ctx.consumer.to_media_proc_cfg()},
-                "", rows=state.tracks())
+    step = Step(
+        PREPROCESS_CPU,
+        "Preprocess the cpu group (the checkpoint processor)",
+        "§6.5",
+        {
+            **group.variables(),
+            "inputs": inputs,
+            "processor": None if ctx.consumer is None else ctx.consumer.to_media_proc_cfg(),
+        },
+        "",
+        rows=state.tracks(),
+    )
     steps.append(step)
     consumer = ctx.consumer
     if consumer is None:
@@ -53,37 +61,52 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     grids = [tuple(int(v) for v in r["grid_thw"]) for r in resizes]
     rows = [prod(gr) for gr in grids]
     for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes):
-        inputs.append({"image": g, "feature": feature_json(item.feature), "size": [width, height],
-                       "mode": mode_name, "own_resize": {k: resize[k] for k in ("new_width", "new_height",
-                                                                               "pad_width", "pad_height")},
-                       "item_resize_config": (item.deferred or {}).get("resize_config")})
+        inputs.append(
+            {
+                "image": g,
+                "feature": feature_json(item.feature),
+                "size": [width, height],
+                "mode": mode_name,
+                "own_resize": {k: resize[k] for k in ("new_width", "new_height", "pad_width", "pad_height")},
+                "item_resize_config": (item.deferred or {}).get("resize_config"),
+            }
+        )
     for k, grid, n in zip(group.indices, grids, rows):
         state.rows[k].produced_grid = list(grid)
         state.rows[k].produced_rows = n
     missing = next((g for item, g in zip(group.items, group.global_indices) if "grid_thws" not in item.grids), None)
-    expected = [] if missing is not None else [[int(v) for v in row] for item in group.items
-                                               for row in item.grids["grid_thws"]]
+    expected = (
+        []
+        if missing is not None
+        else [[int(v) for v in row] for item in group.items for row in item.grids["grid_thws"]]
+    )
     produced = [list(g) for g in grids]
     passed = missing is None and produced == expected
     tensors = None
-    note = ("The checkpoint processor computes its own resize from each image's size and the consumer's "
-            "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws.")
+    note = (
+        "The checkpoint processor computes its own resize from each image's size and the consumer's "
+        "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws."
+    )
     if ctx.mode == "pixels" and passed:
-        tensors = [checkpoint_pixels(_image_of(item.feature), resize, consumer)[1]
-                   for item, resize in zip(group.items, resizes)]
+        tensors = [
+            checkpoint_pixels(_image_of(item.feature), resize, consumer)[1]
+            for item, resize in zip(group.items, resizes)
+        ]
         rows = [int(t.shape[0]) for t in tensors]
     elif ctx.mode == "pixels":
         note += " Pixels not materialized: the grid check fails on sizes alone."
     output = ctx.processor_output
     pixel_rows = None if output == "list" else (len(group.items) if output == "stacked" else sum(rows))
-    step.variables.update({
-        "produced_grids": produced,
-        "produced_rows": rows,
-        "expected_grids": None if missing is not None else expected,
-        "expected_from": "each item's grid_thws",
-        "processor_output": output,
-        "pixel_values_rows": pixel_rows,
-    })
+    step.variables.update(
+        {
+            "produced_grids": produced,
+            "produced_rows": rows,
+            "expected_grids": None if missing is not None else expected,
+            "expected_from": "each item's grid_thws",
+            "processor_output": output,
+            "pixel_values_rows": pixel_rows,
+        }
+    )
     step.rows = state.tracks()
     step.check = Check("checkpoint grids == cat(item grid_thws)", step.variables["expected_grids"], produced, passed)
     step.note = note
@@ -91,8 +114,14 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
         raise raises("KeyError", repr("grid_thws"), CauseKind.MISSING_GRID_THWS, missing)
     if not passed:
         bad = _first_grid_mismatch(group.items, grids)
-        raise raises("ValueError", MSG_CPU_WRONG_GRIDS, CauseKind.CPU_GRIDS, group.global_indices[bad],
-                     expected=group.items[bad].grids["grid_thws"], produced=list(grids[bad]))
+        raise raises(
+            "ValueError",
+            MSG_CPU_WRONG_GRIDS,
+            CauseKind.CPU_GRIDS,
+            group.global_indices[bad],
+            expected=group.items[bad].grids["grid_thws"],
+            produced=list(grids[bad]),
+        )
     return Produced(grids, rows, tensors, pixel_rows, output)
 
 

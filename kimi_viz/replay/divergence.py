@@ -26,27 +26,27 @@ UNCLASSIFIED = "unclassified"
 
 FIXES = {
     "S1": "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later): the backend groups must read "
-          "grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local positions.",
+    "grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local positions.",
     "S2": "Give each item one source of truth: drop the stale image_grid_thw (or rewrite it whenever the image is "
-          "re-resized) so that the grid SGLang reads first matches the resize_config and grid_thws.",
+    "re-resized) so that the grid SGLang reads first matches the resize_config and grid_thws.",
     "S3": "Make the EPD encoder decide which images it preprocesses locally with the same owner assignment the "
-          "model uses (over the same item list, cache hits included), or preprocess all or none of a request's "
-          "images locally.",
+    "model uses (over the same item list, cache hits included), or preprocess all or none of a request's "
+    "images locally.",
     "S4": "Use the same preprocessor_config.json (media_proc_cfg) on the producer that writes resize_config and "
-          "grids and on the consumer that runs the checkpoint processor; for Kimi-K3 that is in_patch_limit 65536.",
+    "grids and on the consumer that runs the checkpoint processor; for Kimi-K3 that is in_patch_limit 65536.",
     "S6": "Return one concatenated [sum(t*h*w), 3, 14, 14] tensor from preprocessing (torch.cat over images), not "
-          "a per-image list or a stacked [B, N, 3, 14, 14] tensor.",
+    "a per-image list or a stacked [B, N, 3, 14, 14] tensor.",
     "S8": "Send still images with t = 1 (video frames go through the video path); rebuild the item's grid from its "
-          "resize_config.",
+    "resize_config.",
     "S9": "Split aggregated encoder inputs into one MultimodalDataItem per image before get_image_feature().",
     "S10": "Recompute (or invalidate) the cached eager feature whenever the grid changes: its row count must equal "
-           "prod(grid).",
+    "prod(grid).",
     "S11": "Send images as 1-, 3- or 4-channel data (convert LA or two-channel arrays to RGBA or L first).",
     "S12": "Permute HWC tensors to CHW (tensor.permute(2, 0, 1)) before handing them to SGLang, and compute the "
-           "grid from the CHW width and height.",
+    "grid from the CHW width and height.",
     "S13": "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder.",
     "skew": "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer; deferred items "
-            "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1).",
+    "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1).",
 }
 SKEW_EXPECTATION = "a deferred item sent to a consumer without the deferred split"
 
@@ -58,9 +58,9 @@ class Finding:
     cls: str
     image: int | None
     text: str
-    key: str | None = None                    # the grid key or config field at fault
-    given_grid: list[int] | None = None       # S4: the grid the item's resize_config gives
-    consumer_grid: list[int] | None = None    # S4: the grid the consumer's processor config gives
+    key: str | None = None  # the grid key or config field at fault
+    given_grid: list[int] | None = None  # S4: the grid the item's resize_config gives
+    consumer_grid: list[int] | None = None  # S4: the grid the consumer's processor config gives
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"class", "image", "text", ...}`` (unset facts left out)."""
@@ -97,22 +97,22 @@ class ImageOutcome:
 class Divergence:
     """Where and why a replay's counts part (or that nothing diverges)."""
 
-    scenario_class: str = NONE               # S1 ... S13, skew, none or unclassified
-    silent: bool = False                     # SGLang raises nothing, yet rows or resolution are wrong
-    cause: CauseKind | None = None           # the replay's cause of the exception, when one is raised
-    first_image: int | None = None           # global index of the first diverging image
+    scenario_class: str = NONE  # S1 ... S13, skew, none or unclassified
+    silent: bool = False  # SGLang raises nothing, yet rows or resolution are wrong
+    cause: CauseKind | None = None  # the replay's cause of the exception, when one is raised
+    first_image: int | None = None  # global index of the first diverging image
     label: str | None = None
-    rank: int | None = None                  # the rank where it diverges
-    expected_rows: int | None = None         # rows its grid (as SGLang read it) holds
-    produced_rows: int | None = None         # rows preprocessing produced for it
+    rank: int | None = None  # the rank where it diverges
+    expected_rows: int | None = None  # rows its grid (as SGLang read it) holds
+    produced_rows: int | None = None  # rows preprocessing produced for it
     expected_grid: list[int] | None = None
     produced_grid: list[int] | None = None
-    expected_total: int | None = None        # the two counts of the failing check on that rank
+    expected_total: int | None = None  # the two counts of the failing check on that rank
     produced_total: int | None = None
-    grid_source: str | None = None           # image_grid_thw or grid_thws
-    grid_read_from: int | None = None        # the image whose grid was read for first_image (S1), else None
-    index_mapping: str = "global_indices"    # global_indices (post-fix) or indices (shard-local) before the fix
-    wrong_expectation: str | None = None     # which grid key or index mapping produced the wrong expectation
+    grid_source: str | None = None  # image_grid_thw or grid_thws
+    grid_read_from: int | None = None  # the image whose grid was read for first_image (S1), else None
+    index_mapping: str = "global_indices"  # global_indices (post-fix) or indices (shard-local) before the fix
+    wrong_expectation: str | None = None  # which grid key or index mapping produced the wrong expectation
     explanation: str = ""
     fix: str | None = None
     images: list[ImageOutcome] = field(default_factory=list)
@@ -149,8 +149,9 @@ def _looks_hwc(feature: Feature) -> bool:
     shape = [int(s) for s in feature.shape]
     if len(shape) != 3:
         return False
-    return feature.layout == "hwc" or (feature.layout == "chw" and shape[0] not in (1, 2, 3, 4)
-                                       and shape[-1] in (1, 3, 4))
+    return feature.layout == "hwc" or (
+        feature.layout == "chw" and shape[0] not in (1, 2, 3, 4) and shape[-1] in (1, 3, 4)
+    )
 
 
 def _channels(feature: Feature) -> int | None:
@@ -169,14 +170,30 @@ def findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[F
         feature = item.feature
         if len(rows) != 1 and item.grid_source() is not None:
             found.append(Finding("S9", i, f"item {i} carries {len(rows)} grid rows in {item.grid_source()}"))
-        if "image_grid_thw" in item.grids and "grid_thws" in item.grids and \
-                item.grids["image_grid_thw"] != item.grids["grid_thws"]:
-            found.append(Finding("S2", i, f"item {i}: image_grid_thw {item.grids['image_grid_thw']} differs from "
-                                          f"grid_thws {item.grids['grid_thws']}; SGLang reads image_grid_thw",
-                                 key="image_grid_thw"))
+        if (
+            "image_grid_thw" in item.grids
+            and "grid_thws" in item.grids
+            and item.grids["image_grid_thw"] != item.grids["grid_thws"]
+        ):
+            found.append(
+                Finding(
+                    "S2",
+                    i,
+                    f"item {i}: image_grid_thw {item.grids['image_grid_thw']} differs from "
+                    f"grid_thws {item.grids['grid_thws']}; SGLang reads image_grid_thw",
+                    key="image_grid_thw",
+                )
+            )
         if item.deferred is not None and rows and len(rows[0]) == 3 and rows[0][0] > 1:
-            found.append(Finding("S8", i, f"deferred item {i} declares t = {rows[0][0]} in {item.grid_source()} "
-                                          f"{rows[0]}; an image always yields t = 1", key=item.grid_source()))
+            found.append(
+                Finding(
+                    "S8",
+                    i,
+                    f"deferred item {i} declares t = {rows[0][0]} in {item.grid_source()} "
+                    f"{rows[0]}; an image always yields t = 1",
+                    key=item.grid_source(),
+                )
+            )
         size = _feature_size(feature)
         if size is not None and 0 in size:
             found.append(Finding("S13", i, f"item {i} is {size[0]}x{size[1]}: a zero-sized image"))
@@ -187,10 +204,21 @@ def findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[F
             found.append(Finding("S12", i, _hwc_text(item, i)))
         if feature.layout == "stacked" or len(feature.shape) == 5:
             found.append(Finding("S6", i, f"item {i}'s feature is a stacked {list(feature.shape)} tensor"))
-        if item.deferred is None and feature.layout == "patches" and len(rows) == 1 and feature.shape and \
-                int(feature.shape[0]) != prod(rows[0]):
-            found.append(Finding("S10", i, f"eager item {i} has {int(feature.shape[0])} rows but its grid {rows[0]} "
-                                           f"holds {prod(rows[0])}", key=item.grid_source()))
+        if (
+            item.deferred is None
+            and feature.layout == "patches"
+            and len(rows) == 1
+            and feature.shape
+            and int(feature.shape[0]) != prod(rows[0])
+        ):
+            found.append(
+                Finding(
+                    "S10",
+                    i,
+                    f"eager item {i} has {int(feature.shape[0])} rows but its grid {rows[0]} holds {prod(rows[0])}",
+                    key=item.grid_source(),
+                )
+            )
         s4 = _config_mismatch(item, i, consumer)
         if s4 is not None:
             found.append(s4)
@@ -203,7 +231,7 @@ def findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[F
     if any(local) and not all(local):
         first = local.index(False) if local[0] else local.index(True)
         found.append(Finding("S3", first, "the batch mixes encoder-local preprocessed and deferred items"))
-    found.sort(key=lambda f: (f.image if f.image is not None else -1))
+    found.sort(key=lambda f: f.image if f.image is not None else -1)
     return found
 
 
@@ -214,8 +242,10 @@ def _hwc_text(item: Item, index: int) -> str:
     as_chw = f"a {shape[0]}-channel {shape[2]}x{shape[1]} (WxH) image"
     if item.backend == "cpu" and shape[0] not in (1, 3, 4):
         # The cpu backend's to_hwc_uint8 reads a tensor whose first axis is not 1, 3 or 4 as HWC.
-        return text + (f"SGLang's producer reads it as CHW ({as_chw}) for its grid, but the cpu backend reads it as "
-                       f"HWC ({shape[1]}x{shape[0]})")
+        return text + (
+            f"SGLang's producer reads it as CHW ({as_chw}) for its grid, but the cpu backend reads it as "
+            f"HWC ({shape[1]}x{shape[0]})"
+        )
     return text + f"SGLang reads it as CHW: {as_chw}"
 
 
@@ -235,12 +265,17 @@ def _config_mismatch(item: Item, index: int, consumer: ProcessorConfig | None) -
     if all(given[k] == own[k] for k in keys):
         return None
     given_grid = list(grid_of(given, consumer.patch_size))
-    return Finding("S4", index,
-                   f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given['new_width']}x"
-                   f"{given['new_height']} (grid {given_grid}) but the consumer's processor config "
-                   f"(in_patch_limit {consumer.in_patch_limit}) gives {own['new_width']}x{own['new_height']} "
-                   f"(grid {list(own['grid_thw'])})",
-                   key="resize_config", given_grid=given_grid, consumer_grid=list(own["grid_thw"]))
+    return Finding(
+        "S4",
+        index,
+        f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given['new_width']}x"
+        f"{given['new_height']} (grid {given_grid}) but the consumer's processor config "
+        f"(in_patch_limit {consumer.in_patch_limit}) gives {own['new_width']}x{own['new_height']} "
+        f"(grid {list(own['grid_thw'])})",
+        key="resize_config",
+        given_grid=given_grid,
+        consumer_grid=list(own["grid_thw"]),
+    )
 
 
 def _no_split_findings(batch: Batch) -> list[Finding]:
@@ -249,12 +284,22 @@ def _no_split_findings(batch: Batch) -> list[Finding]:
     for i, item in enumerate(batch.items):
         if item.deferred is None:
             continue
-        what = "a PIL image" if item.feature.kind == "image" or item.feature.layout == "image" else \
-            f"a raw {list(item.feature.shape)} {item.feature.dtype} tensor"
-        found.append(Finding("skew", i, f"item {i} is deferred (its feature is {what}), but SGLang 0.5.17 has no "
-                                        "deferred split: it takes every feature as already preprocessed rows and "
-                                        "ignores the deferred config, so the producer runs a newer SGLang than this "
-                                        "consumer", key="kimi_k3_deferred_preprocessing"))
+        what = (
+            "a PIL image"
+            if item.feature.kind == "image" or item.feature.layout == "image"
+            else f"a raw {list(item.feature.shape)} {item.feature.dtype} tensor"
+        )
+        found.append(
+            Finding(
+                "skew",
+                i,
+                f"item {i} is deferred (its feature is {what}), but SGLang 0.5.17 has no "
+                "deferred split: it takes every feature as already preprocessed rows and "
+                "ignores the deferred config, so the producer runs a newer SGLang than this "
+                "consumer",
+                key="kimi_k3_deferred_preprocessing",
+            )
+        )
     return found
 
 
@@ -266,9 +311,19 @@ def image_table(trace: Trace) -> list[ImageOutcome]:
         for row in rank.images:
             item = batch.items[row.image]
             table[row.image] = ImageOutcome(
-                row.image, row.label, rank.rank, item.backend, item.grid_source(), row.declared_grid,
-                row.grid_index_read, row.expected_grid, row.expected_rows, row.produced_grid, row.produced_rows,
-                row.match)
+                row.image,
+                row.label,
+                rank.rank,
+                item.backend,
+                item.grid_source(),
+                row.declared_grid,
+                row.grid_index_read,
+                row.expected_grid,
+                row.expected_rows,
+                row.produced_grid,
+                row.produced_rows,
+                row.match,
+            )
     return [table[g] for g in sorted(table)]
 
 
@@ -281,8 +336,11 @@ def analyse(trace: Trace) -> Divergence:
         found = _no_split_findings(batch) + found
     table = image_table(trace)
     by_image = {row.image: row for row in table}
-    report = Divergence(index_mapping="global_indices" if trace.variant == "post-fix" else "indices (shard-local)",
-                        images=table, findings=found)
+    report = Divergence(
+        index_mapping="global_indices" if trace.variant == "post-fix" else "indices (shard-local)",
+        images=table,
+        findings=found,
+    )
     failing = trace.failing_rank
     if failing is not None:
         _explain_error(trace, failing, found, by_image, report)
@@ -313,8 +371,9 @@ def _first(found: list[Finding], cls: str, image: int | None = None) -> Finding 
     return next((f for f in found if f.cls == cls and (image is None or f.image == image)), None)
 
 
-def _explain_error(trace: Trace, rank: RankTrace, found: list[Finding], by_image: dict[int, ImageOutcome],
-                   report: Divergence) -> None:
+def _explain_error(
+    trace: Trace, rank: RankTrace, found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence
+) -> None:
     cause = rank.cause or Cause(CauseKind.LENGTH)
     kind = cause.kind
     image = cause.image
@@ -326,40 +385,54 @@ def _explain_error(trace: Trace, rank: RankTrace, found: list[Finding], by_image
     if kind is CauseKind.GRID_ROWS:
         report.scenario_class = "S9"
         report.wrong_expectation = None if image is None else trace.batch.items[image].grid_source()
-        report.explanation = (f"Item {image} carries {cause.rows} grid rows; get_image_feature needs exactly "
-                              "one per item, so every rank raises before any image is materialized.")
+        report.explanation = (
+            f"Item {image} carries {cause.rows} grid rows; get_image_feature needs exactly "
+            "one per item, so every rank raises before any image is materialized."
+        )
         return
     if kind is CauseKind.MIXED_LOCAL:
         report.scenario_class = "S3"
-        report.explanation = (f"On {where}, images {cause.local} are encoder-local preprocessed while "
-                              f"{cause.deferred} are deferred: the encoder's owner assignment differs from "
-                              "the model's, and SGLang refuses the mixture.")
+        report.explanation = (
+            f"On {where}, images {cause.local} are encoder-local preprocessed while "
+            f"{cause.deferred} are deferred: the encoder's owner assignment differs from "
+            "the model's, and SGLang refuses the mixture."
+        )
         return
     if kind is CauseKind.EMPTY_IMAGE or (error is not None and error.type == "ZeroDivisionError"):
         report.scenario_class = "S13"
         size = cause.size
-        report.explanation = (f"Image {image} is {size[0]}x{size[1]}: the resize divides by its zero side."
-                              if size else f"Image {image} has a zero side.")
+        report.explanation = (
+            f"Image {image} is {size[0]}x{size[1]}: the resize divides by its zero side."
+            if size
+            else f"Image {image} has a zero side."
+        )
         return
     if kind is CauseKind.CHANNELS:
         channels = cause.channels
         feature = trace.batch.items[image].feature if image is not None else None
         shape = [int(s) for s in feature.shape] if feature is not None and feature.layout in ("chw", "hwc") else []
         hwc = _first(found, "S12", image)
-        if hwc is not None and shape and channels == shape[0]:   # the HWC tensor's height taken as channels
+        if hwc is not None and shape and channels == shape[0]:  # the HWC tensor's height taken as channels
             report.scenario_class = "S12"
             report.explanation = hwc.text + "; SGLang then fails on its channels."
         else:
             report.scenario_class = "S11"
-            read_as = (f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
-                       if len(shape) == 3 and channels != shape[0] else "")
-            report.explanation = (f"Image {image} reaches preprocessing with {channels} channels{read_as}; "
-                                  "SGLang handles 1, 3 or 4 and fails on this one.")
+            read_as = (
+                f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
+                if len(shape) == 3 and channels != shape[0]
+                else ""
+            )
+            report.explanation = (
+                f"Image {image} reaches preprocessing with {channels} channels{read_as}; "
+                "SGLang handles 1, 3 or 4 and fails on this one."
+            )
         return
     if kind is CauseKind.PROCESSOR_OUTPUT:
         report.scenario_class = "S6"
-        report.explanation = ("The checkpoint processor returned pixel_values as a per-image list; SGLang reads "
-                              "pixel_values.shape[0] and fails.")
+        report.explanation = (
+            "The checkpoint processor returned pixel_values as a per-image list; SGLang reads "
+            "pixel_values.shape[0] and fails."
+        )
         return
     if kind is CauseKind.FEATURE_TYPE and _first(found, "skew", image) is not None:
         skew = _first(found, "skew", image)
@@ -373,14 +446,18 @@ def _explain_error(trace: Trace, rank: RankTrace, found: list[Finding], by_image
         if skew is not None:
             report.scenario_class = "skew"
             report.wrong_expectation = SKEW_EXPECTATION
-            report.explanation = (skew.text + f"; on {where} image {image}'s feature {cause.shape} "
-                                  f"cannot be concatenated with trailing shape {cause.expected_trailing}.")
+            report.explanation = (
+                skew.text + f"; on {where} image {image}'s feature {cause.shape} "
+                f"cannot be concatenated with trailing shape {cause.expected_trailing}."
+            )
             return
         stacked = _first(found, "S6") is not None
         report.scenario_class = "S6" if stacked else UNCLASSIFIED
-        report.explanation = (f"On {where}, image {image}'s feature has shape {cause.shape} while the "
-                              f"others have trailing shape {cause.expected_trailing}: the features "
-                              "cannot be concatenated into one [rows, 3, 14, 14] buffer.")
+        report.explanation = (
+            f"On {where}, image {image}'s feature has shape {cause.shape} while the "
+            f"others have trailing shape {cause.expected_trailing}: the features "
+            "cannot be concatenated into one [rows, 3, 14, 14] buffer."
+        )
         return
     if kind in (CauseKind.GPU_GRIDS, CauseKind.CPU_GRIDS, CauseKind.LENGTH):
         _explain_count(trace, rank, cause, found, by_image, report)
@@ -395,8 +472,14 @@ def _explain_error(trace: Trace, rank: RankTrace, found: list[Finding], by_image
     report.fix = text.fix
 
 
-def _explain_count(trace: Trace, rank: RankTrace, cause: Cause, found: list[Finding],
-                   by_image: dict[int, ImageOutcome], report: Divergence) -> None:
+def _explain_count(
+    trace: Trace,
+    rank: RankTrace,
+    cause: Cause,
+    found: list[Finding],
+    by_image: dict[int, ImageOutcome],
+    report: Divergence,
+) -> None:
     """Explain a wrong-grids or length error: which expectation was wrong, and why."""
     kind = cause.kind
     image = cause.image
@@ -415,19 +498,27 @@ def _explain_count(trace: Trace, rank: RankTrace, cause: Cause, found: list[Find
         report.expected_total = sum(r.expected_rows for r in group)
         report.produced_total = sum(r.produced_rows or 0 for r in group)
     read = row.grid_index_read if row is not None else None
-    check = {CauseKind.GPU_GRIDS: "compares the produced grids with that grid",
-             CauseKind.CPU_GRIDS: "compares the checkpoint processor's grids with the items' grid_thws",
-             CauseKind.LENGTH: "builds patch_counts from that grid and compares their sum with pixel_values.shape[0]"
-             }[kind]
+    check = {
+        CauseKind.GPU_GRIDS: "compares the produced grids with that grid",
+        CauseKind.CPU_GRIDS: "compares the checkpoint processor's grids with the items' grid_thws",
+        CauseKind.LENGTH: "builds patch_counts from that grid and compares their sum with pixel_values.shape[0]",
+    }[kind]
     hosts = trace.grid_thws_host or []
-    if trace.variant == "pre-fix" and read is not None and image is not None and read != image and \
-            hosts[read] != hosts[image]:
+    if (
+        trace.variant == "pre-fix"
+        and read is not None
+        and image is not None
+        and read != image
+        and hosts[read] != hosts[image]
+    ):
         report.scenario_class = "S1"
         report.wrong_expectation = f"grid_thws_host[indices]: row {read} (image {read}'s grid) for image {image}"
-        report.explanation = (f"Rank {rank.rank} materializes images {rank.image_indices}; the pre-fix code reads "
-                              f"grid_thws_host at the shard-local position {read}, i.e. image {read}'s grid "
-                              f"{hosts[read]}, for image {image} whose grid is {hosts[image]}. It {check}, "
-                              "and raises.")
+        report.explanation = (
+            f"Rank {rank.rank} materializes images {rank.image_indices}; the pre-fix code reads "
+            f"grid_thws_host at the shard-local position {read}, i.e. image {read}'s grid "
+            f"{hosts[read]}, for image {image} whose grid is {hosts[image]}. It {check}, "
+            "and raises."
+        )
         return
     for cls in ("S2", "S8", "S6", "S4", "S12"):
         hit = _first(found, cls, image) or (_first(found, cls) if cls == "S6" else None)
@@ -445,34 +536,48 @@ def _explain_count(trace: Trace, rank: RankTrace, cause: Cause, found: list[Find
         return
     report.scenario_class = UNCLASSIFIED
     report.wrong_expectation = row.grid_source if row is not None else None
-    report.explanation = (f"Image {image}: " + _count_sentence(kind, report) + " No scenario class of §7 matches: "
-                          + cause.text.explanation + ".")
+    report.explanation = (
+        f"Image {image}: "
+        + _count_sentence(kind, report)
+        + " No scenario class of §7 matches: "
+        + cause.text.explanation
+        + "."
+    )
     report.fix = cause.text.fix
 
 
 def _count_sentence(kind: CauseKind, report: Divergence) -> str:
     if kind is CauseKind.LENGTH:
-        return (f"SGLang expected {report.expected_total} rows in all and got {report.produced_total}, "
-                "and raises without numbers.")
+        return (
+            f"SGLang expected {report.expected_total} rows in all and got {report.produced_total}, "
+            "and raises without numbers."
+        )
     return "the grids produced differ from the grids SGLang expects, so it raises before counting rows."
 
 
 SILENT_TAILS = {
     "S4": "SGLang's gpu path resizes with the item's own resize_config, so the grid check passes: the image is "
-          "silently encoded at the producer's resolution, not the consumer's.",
+    "silently encoded at the producer's resolution, not the consumer's.",
     "S10": "get_image_feature copies eager features without checking them; the tower fails later on the row count.",
     "S12": "the grid is computed from the same wrong reading, so every check passes and the encoder sees "
-           "garbage pixels.",
+    "garbage pixels.",
     "skew": "get_image_feature raises nothing, but the tower receives raw pixels as rows and fails later.",
 }
-SILENT_EXPECTATIONS = {"S4": "resize_config (another processor config)", "S10": "the eager feature's row count",
-                       "S12": "the CHW reading of an HWC tensor", "skew": SKEW_EXPECTATION}
+SILENT_EXPECTATIONS = {
+    "S4": "resize_config (another processor config)",
+    "S10": "the eager feature's row count",
+    "S12": "the CHW reading of an HWC tensor",
+    "skew": SKEW_EXPECTATION,
+}
 
 
 def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence) -> None:
     replayed = set(by_image)
-    silent = [f for f in found if f.cls in ("skew", "S4", "S10", "S12", "S6", "S2", "S8", "S11")
-              and (f.image in replayed or not replayed)]
+    silent = [
+        f
+        for f in found
+        if f.cls in ("skew", "S4", "S10", "S12", "S6", "S2", "S8", "S11") and (f.image in replayed or not replayed)
+    ]
     mismatched = [row for row in by_image.values() if row.match is False]
     report.expected_total = sum(r.expected_rows for r in by_image.values())
     report.produced_total = sum((r.produced_rows or 0) for r in by_image.values())
@@ -485,8 +590,10 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
     report.first_image = image
     if hit is None:
         report.scenario_class = UNCLASSIFIED
-        report.explanation = (f"Image {image}'s rows differ from its grid but SGLang raises nothing in "
-                              "get_image_feature; the tower receives the wrong number of rows and fails later.")
+        report.explanation = (
+            f"Image {image}'s rows differ from its grid but SGLang raises nothing in "
+            "get_image_feature; the tower receives the wrong number of rows and fails later."
+        )
         report.fix = "Find what wrote this image's feature or grid (the per-image table shows both counts)."
         return
     report.scenario_class = hit.cls
@@ -502,5 +609,15 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
             report.expected_total += report.expected_rows - report.produced_rows
 
 
-__all__ = ["SCENARIO_CLASSES", "FIXES", "NONE", "UNCLASSIFIED", "Divergence", "Finding", "ImageOutcome",
-           "analyse", "findings", "image_table"]
+__all__ = [
+    "SCENARIO_CLASSES",
+    "FIXES",
+    "NONE",
+    "UNCLASSIFIED",
+    "Divergence",
+    "Finding",
+    "ImageOutcome",
+    "analyse",
+    "findings",
+    "image_table",
+]

@@ -42,14 +42,22 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     """Replay the gpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
     first = group.items[0].deferred or {}
     inputs: list[dict[str, Any]] = []
-    step = Step(PREPROCESS_GPU, "Preprocess the gpu group (SGLang's torch path)", "§6.5",
-                {**group.variables(), "inputs": inputs}, "", rows=state.tracks())
+    step = Step(
+        PREPROCESS_GPU,
+        "Preprocess the gpu group (SGLang's torch path)",
+        "§6.5",
+        {**group.variables(), "inputs": inputs},
+        "",
+        rows=state.tracks(),
+    )
     steps.append(step)
     try:
         mean, std = _deferred_value(first, "image_mean"), _deferred_value(first, "image_std")
         background = first.get("transparent_bg_config")
-        resizes = [_resize_keys((item.deferred or {}).get("resize_config"), g)
-                   for item, g in zip(group.items, group.global_indices)]
+        resizes = [
+            _resize_keys((item.deferred or {}).get("resize_config"), g)
+            for item, g in zip(group.items, group.global_indices)
+        ]
         channels_in: list[int] = [0] * len(group.items)
         for item, g, resize in zip(group.items, group.global_indices, resizes):
             inputs.append({"image": g, "feature": feature_json(item.feature), "resize_config": dict(resize)})
@@ -64,8 +72,12 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
                 channels_in[position] = _stage(group.items[position].feature, group.global_indices[position])
                 inputs[position]["channels"] = channels_in[position]
             for position in members:
-                _resize_probe(group.items[position].feature, channels_in[position], resizes[position],
-                              group.global_indices[position])
+                _resize_probe(
+                    group.items[position].feature,
+                    channels_in[position],
+                    resizes[position],
+                    group.global_indices[position],
+                )
             for position in members:
                 _fill_probe(channels_in[position], background, group.global_indices[position])
         grids = [grid_of(r, ctx.patch_size) for r in resizes]
@@ -83,20 +95,30 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     expected = [ctx.grid_thws_host[i] for i in group.grid_rows_read]
     produced = [list(g) for g in grids]
     passed = produced == expected
-    step.variables.update({
-        "produced_grids": produced,
-        "produced_rows": rows,
-        "expected_grids": expected,
-        "expected_from": f"grid_thws_host[{ctx.index_mapping}]",
-    })
+    step.variables.update(
+        {
+            "produced_grids": produced,
+            "produced_rows": rows,
+            "expected_grids": expected,
+            "expected_from": f"grid_thws_host[{ctx.index_mapping}]",
+        }
+    )
     step.rows = state.tracks()
     step.check = Check("produced grids == grid_thws_host[...]", expected, produced, passed)
-    step.note = ("Each image is resized with its own resize_config, so the produced grid follows the "
-                 "resize config; mean, std and background come from the group's first config.")
+    step.note = (
+        "Each image is resized with its own resize_config, so the produced grid follows the "
+        "resize config; mean, std and background come from the group's first config."
+    )
     if not passed:
         bad = next(k for k, (g, e) in enumerate(zip(produced, expected)) if g != e)
-        raise raises("ValueError", MSG_GPU_WRONG_GRIDS, CauseKind.GPU_GRIDS, group.global_indices[bad],
-                     expected=expected[bad], produced=produced[bad])
+        raise raises(
+            "ValueError",
+            MSG_GPU_WRONG_GRIDS,
+            CauseKind.GPU_GRIDS,
+            group.global_indices[bad],
+            expected=expected[bad],
+            produced=produced[bad],
+        )
     return Produced(grids, rows, tensors, sum(rows))
 
 
@@ -120,17 +142,27 @@ def _stage(feature: Feature, image: int) -> int:
     if not is_tensor(feature):
         return 4 if keeps_alpha(feature) else 3
     if feature.dtype != "uint8":
-        raise raises("ValueError", MSG_RAW_UINT8.format(torch_dtype_text(feature.dtype)), CauseKind.DTYPE, image,
-                     dtype=feature.dtype)
+        raise raises(
+            "ValueError",
+            MSG_RAW_UINT8.format(torch_dtype_text(feature.dtype)),
+            CauseKind.DTYPE,
+            image,
+            dtype=feature.dtype,
+        )
     shape = list(feature.shape)
     if len(shape) == 2:
         shape = [1] + shape
     if len(shape) != 3:
-        probe = probe_torch(lambda: torch.nn.functional.interpolate(
-            torch.zeros([1] + [0] * len(shape)), size=(1, 1), mode="bicubic", align_corners=False, antialias=True),
-            CauseKind.SHAPE, image)
-        raise probe if probe is not None else raises("RuntimeError", f"unexpected shape {shape}", CauseKind.SHAPE,
-                                                     image)
+        probe = probe_torch(
+            lambda: torch.nn.functional.interpolate(
+                torch.zeros([1] + [0] * len(shape)), size=(1, 1), mode="bicubic", align_corners=False, antialias=True
+            ),
+            CauseKind.SHAPE,
+            image,
+        )
+        raise (
+            probe if probe is not None else raises("RuntimeError", f"unexpected shape {shape}", CauseKind.SHAPE, image)
+        )
     return 3 if shape[0] == 1 else shape[0]
 
 
@@ -149,9 +181,18 @@ def _resize_probe(feature: Feature, channels: int, resize: dict[str, int], image
     target = (resize["new_height"], resize["new_width"])
     if (height, width) == target or min(height, width, *target) > 0:
         return
-    probe = probe_torch(lambda: torch.nn.functional.interpolate(
-        torch.zeros(1, max(channels, 1), height, width), size=target, mode="bicubic", align_corners=False,
-        antialias=True), CauseKind.EMPTY_IMAGE, image, size=[width, height])
+    probe = probe_torch(
+        lambda: torch.nn.functional.interpolate(
+            torch.zeros(1, max(channels, 1), height, width),
+            size=target,
+            mode="bicubic",
+            align_corners=False,
+            antialias=True,
+        ),
+        CauseKind.EMPTY_IMAGE,
+        image,
+        size=[width, height],
+    )
     if probe is not None:
         raise probe
 
@@ -167,15 +208,18 @@ def _fill_probe(channels: int, background: dict[str, Any] | None, image: int) ->
             raise raises("ValueError", MSG_BG_PATTERN.format(pattern), CauseKind.BACKGROUND, image)
         alpha = max(0, min(channels, 4) - 3)
         x_alpha, x_rgb, bg = torch.zeros(1, alpha, 1, 1), torch.zeros(1, rgb, 1, 1), torch.zeros(3, 1, 1)
-        probe = probe_torch(lambda: alpha_composite(x_alpha, x_rgb, bg), CauseKind.CHANNELS, image,
-                            channels=channels)
+        probe = probe_torch(lambda: alpha_composite(x_alpha, x_rgb, bg), CauseKind.CHANNELS, image, channels=channels)
         if probe is not None:
             raise probe
         out = alpha_composite(x_alpha, x_rgb, bg).shape[1]
     else:
         out = rgb
-    probe = probe_torch(lambda: torch.addcmul(torch.zeros(1, 3, 1, 1), torch.zeros(1, out, 1, 1),
-                                              torch.zeros(1, 3, 1, 1)), CauseKind.CHANNELS, image, channels=channels)
+    probe = probe_torch(
+        lambda: torch.addcmul(torch.zeros(1, 3, 1, 1), torch.zeros(1, out, 1, 1), torch.zeros(1, 3, 1, 1)),
+        CauseKind.CHANNELS,
+        image,
+        channels=channels,
+    )
     if probe is not None:
         raise probe
 
@@ -185,12 +229,17 @@ def alpha_composite(alpha: torch.Tensor, rgb: torch.Tensor, background: torch.Te
     return alpha * rgb + (1.0 - alpha) * background
 
 
-def _pixels(ctx: ReplayContext, items: list[Item], resizes: list[dict[str, int]], mean: Any, std: Any,
-            background: Any) -> list[torch.Tensor]:
+def _pixels(
+    ctx: ReplayContext, items: list[Item], resizes: list[dict[str, int]], mean: Any, std: Any, background: Any
+) -> list[torch.Tensor]:
     """Return each image's rows through the kit's torch path, with the group's first config."""
     base = ctx.consumer if ctx.consumer is not None else PROCESSOR_PRESETS["kimi-k3"]
-    config = dataclasses.replace(base, image_mean=tuple(float(v) for v in mean),
-                                 image_std=tuple(float(v) for v in std), transparent_bg_config=background)
+    config = dataclasses.replace(
+        base,
+        image_mean=tuple(float(v) for v in mean),
+        image_std=tuple(float(v) for v in std),
+        transparent_bg_config=background,
+    )
     out = []
     for item, resize in zip(items, resizes):
         feature = item.feature

@@ -36,15 +36,17 @@ def collect_grids(batch: Batch) -> CollectedGrids:
         source = item.grid_source()
         rows = [[int(v) for v in row] for row in item.grids.get(source, [])] if source else []
         rows_per_item.append(len(rows))
-        items_json.append({
-            "image": i,
-            "label": item.label,
-            "grid_source": source,
-            "grids": {k: [[int(v) for v in r] for r in item.grids[k]] for k in GRID_KEYS if k in item.grids},
-            "backend": item.backend,
-            "local_preprocessed": bool(item.local_preprocessed),
-            "feature": feature_json(item.feature),
-        })
+        items_json.append(
+            {
+                "image": i,
+                "label": item.label,
+                "grid_source": source,
+                "grids": {k: [[int(v) for v in r] for r in item.grids[k]] for k in GRID_KEYS if k in item.grids},
+                "backend": item.backend,
+                "local_preprocessed": bool(item.local_preprocessed),
+                "feature": feature_json(item.feature),
+            }
+        )
         if raised is not None:
             continue
         if source is None:
@@ -57,12 +59,19 @@ def collect_grids(batch: Batch) -> CollectedGrids:
     if raised is None and (not grids or {len(g) for g in grids} != {3}):
         raised = probe_torch(lambda: torch.concat([torch.tensor([g]) for g in grids], dim=0), CauseKind.GRID_CONCAT)
     check = Check("one grid row per item", 1, rows_per_item, raised is None)
-    note = ("Each item's grid: image_grid_thw when present, else grid_thws; grid_thws_host is their "
-            "concatenation.")
-    step = Step(COLLECT_GRIDS, "Collect one grid per item", "§6.1",
-                {"items": items_json, "grid_thws_host": grids if raised is None else None,
-                 "patch_counts": [prod(g) for g in grids] if raised is None else None},
-                note, check)
+    note = "Each item's grid: image_grid_thw when present, else grid_thws; grid_thws_host is their concatenation."
+    step = Step(
+        COLLECT_GRIDS,
+        "Collect one grid per item",
+        "§6.1",
+        {
+            "items": items_json,
+            "grid_thws_host": grids if raised is None else None,
+            "patch_counts": [prod(g) for g in grids] if raised is None else None,
+        },
+        note,
+        check,
+    )
     if raised is not None:
         step.error = raised.info
         step.cause = raised.cause

@@ -15,15 +15,19 @@ class BackendGroup:
     """The deferred items of one backend on one rank: local positions, global indices and the grid rows read."""
 
     backend: str
-    indices: list[int]              # local positions in the rank's image_indices
-    global_indices: list[int]       # [image_indices[i] for i in indices]
-    grid_rows_read: list[int]       # the rows of grid_thws_host the checks read (indices on the pre-fix code)
+    indices: list[int]  # local positions in the rank's image_indices
+    global_indices: list[int]  # [image_indices[i] for i in indices]
+    grid_rows_read: list[int]  # the rows of grid_thws_host the checks read (indices on the pre-fix code)
     items: list[Item]
 
     def variables(self) -> dict[str, Any]:
         """Return the group's variables as SGLang names them, for a step snapshot."""
-        return {"backend": self.backend, "indices": self.indices, "global_indices": self.global_indices,
-                "grid_rows_read": self.grid_rows_read}
+        return {
+            "backend": self.backend,
+            "indices": self.indices,
+            "global_indices": self.global_indices,
+            "grid_rows_read": self.grid_rows_read,
+        }
 
 
 @dataclass
@@ -33,7 +37,7 @@ class Produced:
     grids: list[tuple[int, int, int]]
     rows: list[int]
     tensors: list[torch.Tensor] | None
-    pixel_rows: int | None                     # pixel_values.shape[0]; None for a per-image list
+    pixel_rows: int | None  # pixel_values.shape[0]; None for a per-image list
     output: str = "concatenated"
 
 

@@ -17,38 +17,62 @@ from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, typ
 from .trace import CONCATENATE, CauseKind, Check, Step, length_check_step, prod
 
 
-def length_check(ctx: ReplayContext, state: RankState, group: BackendGroup, produced: Produced,
-                 steps: list[Step]) -> None:
+def length_check(
+    ctx: ReplayContext, state: RankState, group: BackendGroup, produced: Produced, steps: list[Step]
+) -> None:
     """Replay the group's length check and split; append its step (raise SGLang's error when the counts differ)."""
     patch_counts = [prod(ctx.grid_thws_host[i]) for i in group.grid_rows_read]
     expected = sum(patch_counts)
-    variables = {**group.variables(), "patch_counts": patch_counts, "sum_patch_counts": expected,
-                 "pixel_values_rows": produced.pixel_rows, "processor_output": produced.output}
-    step = Step(length_check_step(group.backend), f"Check the {group.backend} group's rows against the grids",
-                "§6.6", variables,
-                "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
-                "pixel_values.shape[0], then the rows are split back into place.",
-                Check("sum(patch_counts) == pixel_values.shape[0]", expected, produced.pixel_rows,
-                      produced.pixel_rows == expected),
-                rows=state.tracks())
+    variables = {
+        **group.variables(),
+        "patch_counts": patch_counts,
+        "sum_patch_counts": expected,
+        "pixel_values_rows": produced.pixel_rows,
+        "processor_output": produced.output,
+    }
+    step = Step(
+        length_check_step(group.backend),
+        f"Check the {group.backend} group's rows against the grids",
+        "§6.6",
+        variables,
+        "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
+        "pixel_values.shape[0], then the rows are split back into place.",
+        Check(
+            "sum(patch_counts) == pixel_values.shape[0]", expected, produced.pixel_rows, produced.pixel_rows == expected
+        ),
+        rows=state.tracks(),
+    )
     steps.append(step)
     if produced.output == "list":
         assert step.check is not None
         step.check.passed = False
-        raise raises("AttributeError", "'list' object has no attribute 'shape'", CauseKind.PROCESSOR_OUTPUT,
-                     group.global_indices[0], output="list")
+        raise raises(
+            "AttributeError",
+            "'list' object has no attribute 'shape'",
+            CauseKind.PROCESSOR_OUTPUT,
+            group.global_indices[0],
+            output="list",
+        )
     if produced.pixel_rows != expected:
         bad = next((k for k, n, e in zip(group.indices, produced.rows, patch_counts) if n != e), group.indices[0])
-        raise raises("ValueError", MSG_LENGTH, CauseKind.LENGTH, state.image_indices[bad], expected_total=expected,
-                     produced_total=produced.pixel_rows, output=produced.output)
+        raise raises(
+            "ValueError",
+            MSG_LENGTH,
+            CauseKind.LENGTH,
+            state.image_indices[bad],
+            expected_total=expected,
+            produced_total=produced.pixel_rows,
+            output=produced.output,
+        )
     tail: tuple[int, ...] = (3, ctx.patch_size, ctx.patch_size)
     if produced.output == "stacked":  # the split cuts the batch axis of [B, N, 3, p, p]
         tail = (max(produced.rows), *tail)
     for position, (k, rows) in enumerate(zip(group.indices, patch_counts)):
         tensor = produced.tensors[position] if produced.tensors is not None and produced.output != "stacked" else None
         state.features[k] = (rows, tail, tensor)
-    variables["split"] = [{"local": k, "image": state.image_indices[k], "rows": n}
-                          for k, n in zip(group.indices, patch_counts)]
+    variables["split"] = [
+        {"local": k, "image": state.image_indices[k], "rows": n} for k, n in zip(group.indices, patch_counts)
+    ]
 
 
 def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, branch: str) -> None:
@@ -61,8 +85,9 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
     for k, (entry, item) in enumerate(zip(state.features, items)):
         g = state.image_indices[k]
         if entry is None:  # the local branch: a feature that is no tensor
-            problem = raises("TypeError", MSG_EXPECTED_TENSOR.format(type_text(item.feature)), CauseKind.FEATURE_TYPE,
-                             g)
+            problem = raises(
+                "TypeError", MSG_EXPECTED_TENSOR.format(type_text(item.feature)), CauseKind.FEATURE_TYPE, g
+            )
             break
         rows, tail, _tensor = entry
         if rows is None:
@@ -71,35 +96,54 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
         if trailing is None:
             trailing = tail
         elif tuple(tail) != tuple(trailing):
-            problem = raises("ValueError", MSG_TRAILING_SHAPES.format(size_text(trailing), size_text((rows, *tail))),
-                             CauseKind.TRAILING_SHAPE, g, shape=[rows, *tail], expected_trailing=list(trailing))
+            problem = raises(
+                "ValueError",
+                MSG_TRAILING_SHAPES.format(size_text(trailing), size_text((rows, *tail))),
+                CauseKind.TRAILING_SHAPE,
+                g,
+                shape=[rows, *tail],
+                expected_trailing=list(trailing),
+            )
             break
         if state.rows[k].produced_rows is None:
             state.rows[k].produced_rows = rows
         features.append({"local": k, "image": g, "rows": rows, "trailing_shape": list(tail)})
         total += rows
     declared = sum(prod(ctx.grid_thws_host[g]) for g in state.image_indices)
-    step = Step(CONCATENATE, "Concatenate the rank's features for the tower", "§6.7",
-                {"branch": branch, "features": features, "total_rows": total if problem is None else None,
-                 "rows_from_grids": declared},
-                "materialize_multimodal_features copies every feature into one [sum rows, ...] buffer in the "
-                "tower dtype; all features must share their trailing shape.",
-                Check("matching trailing shapes", None if trailing is None else list(trailing),
-                      [f["trailing_shape"] for f in features], problem is None),
-                rows=state.tracks())
+    step = Step(
+        CONCATENATE,
+        "Concatenate the rank's features for the tower",
+        "§6.7",
+        {
+            "branch": branch,
+            "features": features,
+            "total_rows": total if problem is None else None,
+            "rows_from_grids": declared,
+        },
+        "materialize_multimodal_features copies every feature into one [sum rows, ...] buffer in the "
+        "tower dtype; all features must share their trailing shape.",
+        Check(
+            "matching trailing shapes",
+            None if trailing is None else list(trailing),
+            [f["trailing_shape"] for f in features],
+            problem is None,
+        ),
+        rows=state.tracks(),
+    )
     steps.append(step)
     if problem is not None:
         raise problem
     if total != declared:
-        step.note += (f" get_image_feature raises nothing here, but the tower receives {total} rows for grids "
-                      f"that hold {declared}: it fails later.")
+        step.note += (
+            f" get_image_feature raises nothing here, but the tower receives {total} rows for grids "
+            f"that hold {declared}: it fails later."
+        )
     if ctx.mode == "pixels":
-        tensors = [entry[2] for entry in state.features if entry is not None]
-        if tensors and len(tensors) == len(state.features) and all(t is not None for t in tensors):
-            if all(tuple(t.shape[1:]) == tuple(tensors[0].shape[1:]) for t in tensors):  # type: ignore[union-attr]
-                # SGLang packs every feature into one buffer on the tower's device.
-                state.pixel_values = torch.cat([t.to(ctx.device, torch.float32) for t in tensors  # type: ignore[union-attr]
-                                                ], dim=0)
+        tensors = [entry[2] for entry in state.features if entry is not None and entry[2] is not None]
+        complete = bool(tensors) and len(tensors) == len(state.features)
+        if complete and all(tuple(t.shape[1:]) == tuple(tensors[0].shape[1:]) for t in tensors):
+            # SGLang packs every feature into one buffer on the tower's device.
+            state.pixel_values = torch.cat([t.to(ctx.device, torch.float32) for t in tensors], dim=0)
 
 
 __all__ = ["length_check", "concatenate"]

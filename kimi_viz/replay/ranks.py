@@ -67,8 +67,10 @@ def assign_step(batch: Batch, tp_size: int, rank: int, assignment: list[list[int
     if tp_size == 1:
         note = "Attention-TP size 1: the loader is called once with every image, image_indices = [0 .. n-1]."
     else:
-        note = (f"get_dp_encoder_lb_assignment: largest patch count first, each image to the least-loaded "
-                f"rank; rank {rank} materializes images {assignment[rank]} (in assignment order).")
+        note = (
+            f"get_dp_encoder_lb_assignment: largest patch count first, each image to the least-loaded "
+            f"rank; rank {rank} materializes images {assignment[rank]} (in assignment order)."
+        )
     if recorded is not None and list(recorded) != list(assignment[rank]):
         note += f" The capture recorded image_indices {list(recorded)} for this rank, which differ."
     return Step(ASSIGN_RANKS, "Assign images to ranks", "§6.2", variables, note)

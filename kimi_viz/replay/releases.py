@@ -39,31 +39,43 @@ class Release:
 
     version: str
     code_path: CodePath
-    request_side: str           # the first release whose processors/kimi_k3.py this one ships
+    request_side: str  # the first release whose processors/kimi_k3.py this one ships
     summary: str
 
     def to_json(self) -> dict[str, str]:
         """Return ``{"version", "code_path", "request_side", "summary"}``."""
-        return {"version": self.version, "code_path": self.code_path, "request_side": self.request_side,
-                "summary": self.summary}
+        return {
+            "version": self.version,
+            "code_path": self.code_path,
+            "request_side": self.request_side,
+            "summary": self.summary,
+        }
 
 
-_NO_SPLIT = ("no deferred split: every item's feature must already be a tensor; no grid or length check "
-             "(a stale feature fails later, in the tower)")
-_PRE_FIX = ("the deferred split without global_indices: the backend groups read grid_thws_host[indices] "
-            "with shard-local positions (the S1 bug)")
+_NO_SPLIT = (
+    "no deferred split: every item's feature must already be a tensor; no grid or length check "
+    "(a stale feature fails later, in the tower)"
+)
+_PRE_FIX = (
+    "the deferred split without global_indices: the backend groups read grid_thws_host[indices] "
+    "with shard-local positions (the S1 bug)"
+)
 _POST_FIX = "the deferred split with global_indices (SGLang PRs #35305 / #36265)"
 
-RELEASES: dict[str, Release] = {r.version: r for r in (
-    Release("0.5.17", "no-split", "0.5.17", _NO_SPLIT),
-    Release("0.5.18", "pre-fix", "0.5.18", _PRE_FIX),
-    Release("0.5.19", "post-fix", "0.5.19", _POST_FIX),
-    Release("0.5.20", "post-fix", "0.5.19", _POST_FIX),
-    Release("0.5.21", "post-fix", "0.5.19", _POST_FIX),
-    Release("0.5.22", "post-fix", "0.5.19", _POST_FIX + "; drops the CUDA-IPC consumer count, which changes "
-                                            "no outcome"),
-    Release("0.5.23", "post-fix", "0.5.23", _POST_FIX),
-)}
+RELEASES: dict[str, Release] = {
+    r.version: r
+    for r in (
+        Release("0.5.17", "no-split", "0.5.17", _NO_SPLIT),
+        Release("0.5.18", "pre-fix", "0.5.18", _PRE_FIX),
+        Release("0.5.19", "post-fix", "0.5.19", _POST_FIX),
+        Release("0.5.20", "post-fix", "0.5.19", _POST_FIX),
+        Release("0.5.21", "post-fix", "0.5.19", _POST_FIX),
+        Release(
+            "0.5.22", "post-fix", "0.5.19", _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome"
+        ),
+        Release("0.5.23", "post-fix", "0.5.23", _POST_FIX),
+    )
+}
 NEWEST = "0.5.23"
 FIRST_KIMI_K3 = "0.5.17"
 
@@ -91,8 +103,9 @@ def parse_version(text: str) -> tuple[tuple[int, int, int], str]:
     """Return ``((major, minor, patch), suffix)`` of an SGLang version such as ``0.5.18`` or ``v0.5.23.post1``."""
     match = _VERSION.match(str(text).strip())
     if match is None:
-        raise ConfigError(f"sglang_version: expected a release such as 0.5.23, got {text!r}; known releases: "
-                          f"{', '.join(RELEASES)}")
+        raise ConfigError(
+            f"sglang_version: expected a release such as 0.5.23, got {text!r}; known releases: {', '.join(RELEASES)}"
+        )
     return (int(match[1]), int(match[2]), int(match[3])), match[4]
 
 
@@ -103,8 +116,8 @@ class ReleaseChoice:
     code_path: CodePath
     release: Release
     chosen_by: ChosenBy
-    asked: str | None           # the version string asked for or recorded, as given
-    note: str                   # one sentence: which release and path, and why
+    asked: str | None  # the version string asked for or recorded, as given
+    note: str  # one sentence: which release and path, and why
 
     @property
     def label(self) -> str:
@@ -113,8 +126,13 @@ class ReleaseChoice:
 
     def to_json(self) -> dict[str, object]:
         """Return the choice as plain JSON data."""
-        return {"sglang_version": self.release.version, "code_path": self.code_path, "chosen_by": self.chosen_by,
-                "asked": self.asked, "note": self.note}
+        return {
+            "sglang_version": self.release.version,
+            "code_path": self.code_path,
+            "chosen_by": self.chosen_by,
+            "asked": self.asked,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -137,8 +155,7 @@ class FixRelease:
 
     def to_json(self) -> dict[str, str]:
         """Return ``{"release", "change", "code_path", "summary"}``."""
-        return {"release": self.release, "change": self.change, "code_path": self.code_path,
-                "summary": self.summary}
+        return {"release": self.release, "change": self.change, "code_path": self.code_path, "summary": self.summary}
 
 
 def fix_release(path: CodePath) -> FixRelease:
@@ -157,12 +174,16 @@ def release_for(version: str) -> tuple[Release, str]:
     numbers, suffix = parse_version(version)
     base = ".".join(str(n) for n in numbers)
     if numbers < _key(FIRST_KIMI_K3):
-        raise ConfigError(f"sglang_version: SGLang {version} has no Kimi-K3 model (it first shipped in "
-                          f"{FIRST_KIMI_K3}); expected one of {', '.join(RELEASES)} or later")
+        raise ConfigError(
+            f"sglang_version: SGLang {version} has no Kimi-K3 model (it first shipped in "
+            f"{FIRST_KIMI_K3}); expected one of {', '.join(RELEASES)} or later"
+        )
     if numbers > _key(NEWEST) or base not in RELEASES:
         newest = RELEASES[NEWEST]
-        return newest, (f"SGLang {version} is newer than the newest release kimi-viz knows ({NEWEST}); replaying "
-                        f"{NEWEST}'s {newest.code_path} path")
+        return newest, (
+            f"SGLang {version} is newer than the newest release kimi-viz knows ({NEWEST}); replaying "
+            f"{NEWEST}'s {newest.code_path} path"
+        )
     release = RELEASES[base]
     if suffix:
         return release, f"SGLang {version} is taken as {base} ({release.code_path} path)"
@@ -179,7 +200,7 @@ def fixed_in(path: CodePath) -> tuple[str, str] | None:
 
 def later_paths(path: CodePath) -> list[CodePath]:
     """Return the code paths of releases after ``path``'s, oldest first."""
-    return list(CODE_PATHS[CODE_PATHS.index(path) + 1:])
+    return list(CODE_PATHS[CODE_PATHS.index(path) + 1 :])
 
 
 def choose_release(
@@ -202,37 +223,78 @@ def choose_release(
     if sglang_version is not None:
         release, sentence = release_for(sglang_version)
         if variant is not None and variant != release.code_path:
-            return ReleaseChoice(variant, release, "variant", sglang_version,
-                                 f"{sentence}, but the {variant} path is replayed as asked (--variant)")
+            return ReleaseChoice(
+                variant,
+                release,
+                "variant",
+                sglang_version,
+                f"{sentence}, but the {variant} path is replayed as asked (--variant)",
+            )
         return ReleaseChoice(release.code_path, release, "asked", sglang_version, sentence + " (asked)")
     if variant is not None:
-        release = RELEASES[PATH_RELEASE[variant]]  # type: ignore[index]
-        return ReleaseChoice(variant, release, "variant", None,  # type: ignore[arg-type]
-                             f"the {variant} code path, as in SGLang {release.version} (--variant)")
+        chosen: CodePath = variant
+        release = RELEASES[PATH_RELEASE[chosen]]
+        return ReleaseChoice(
+            chosen,
+            release,
+            "variant",
+            None,
+            f"the {variant} code path, as in SGLang {release.version} (--variant)",
+        )
     detected = recorded_variant in CODE_PATHS and recorded_variant_source == "detected"
     if recorded_version:
+        found: Release | None
         try:
-            release, sentence = release_for(recorded_version)
+            found, sentence = release_for(recorded_version)
         except ConfigError:
-            release = None
-        prerelease = bool(_PRERELEASE.search(parse_version(recorded_version)[1])) if release else False
-        if release is not None and not (prerelease and detected):
-            return ReleaseChoice(release.code_path, release, "recorded", recorded_version,
-                                 sentence + " (the version the capture recorded)")
+            found = None
+        prerelease = bool(_PRERELEASE.search(parse_version(recorded_version)[1])) if found else False
+        if found is not None and not (prerelease and detected):
+            return ReleaseChoice(
+                found.code_path,
+                found,
+                "recorded",
+                recorded_version,
+                sentence + " (the version the capture recorded)",
+            )
     if recorded_variant in CODE_PATHS and recorded_variant_source != "assumed":
-        path: CodePath = recorded_variant  # type: ignore[assignment]
+        path: CodePath = recorded_variant
         release = RELEASES[PATH_RELEASE[path]]
-        what = {"detected": "detected from SGLang's source by the capture",
-                "scenario": "the scenario's code"}.get(recorded_variant_source or "", "recorded in the manifest")
+        what = {"detected": "detected from SGLang's source by the capture", "scenario": "the scenario's code"}.get(
+            recorded_variant_source or "", "recorded in the manifest"
+        )
         unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
-        return ReleaseChoice(path, release, "detected", recorded_version,
-                             f"{unknown}the {path} code path, {what}, as in SGLang {release.version}")
+        return ReleaseChoice(
+            path,
+            release,
+            "detected",
+            recorded_version,
+            f"{unknown}the {path} code path, {what}, as in SGLang {release.version}",
+        )
     release = RELEASES[NEWEST]
-    return ReleaseChoice(release.code_path, release, "assumed", recorded_version,
-                         f"no SGLang version was recorded; assuming the newest known release, {NEWEST} "
-                         f"({release.code_path} path); pass --sglang-version to replay another")
+    return ReleaseChoice(
+        release.code_path,
+        release,
+        "assumed",
+        recorded_version,
+        f"no SGLang version was recorded; assuming the newest known release, {NEWEST} "
+        f"({release.code_path} path); pass --sglang-version to replay another",
+    )
 
 
-__all__ = ["CodePath", "CODE_PATHS", "Release", "RELEASES", "NEWEST", "FIX_PRS", "ReleaseChoice", "FixRelease",
-           "fix_release",
-           "choose_release", "release_for", "fixed_in", "later_paths", "parse_version"]
+__all__ = [
+    "CodePath",
+    "CODE_PATHS",
+    "Release",
+    "RELEASES",
+    "NEWEST",
+    "FIX_PRS",
+    "ReleaseChoice",
+    "FixRelease",
+    "fix_release",
+    "choose_release",
+    "release_for",
+    "fixed_in",
+    "later_paths",
+    "parse_version",
+]

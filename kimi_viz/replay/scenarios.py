@@ -8,16 +8,16 @@ the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scena
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .batch import Batch, Feature, Item
-from ..preprocess.config import get_config
 from ..data import sample_path
+from ..errors import ScenarioError
 from ..messages import (
     MSG_CHANNEL_COUNT,
     MSG_CPU_WRONG_GRIDS,
@@ -27,24 +27,25 @@ from ..messages import (
     MSG_ONE_GRID,
     MSG_TRAILING_SHAPES,
 )
-from .split import replay
-from .trace import Trace
-from ..errors import ScenarioError
+from ..preprocess.config import get_config
 from ..preprocess.pixels_checkpoint import checkpoint_pixels
 from ..preprocess.pixels_torch import to_chw_uint8
 from ..preprocess.resize import resize_config
+from .batch import Batch, Feature, Item
+from .split import replay
+from .trace import Trace
 
-CONSUMER = "kimi-k3"          # the model's own checkpoint processor (the cpu backend)
+CONSUMER = "kimi-k3"  # the model's own checkpoint processor (the cpu backend)
 
 
 @dataclass(frozen=True)
 class ExpectedOutcome:
     """What SGLang does with a scenario: ``ok`` or an exception, per rank when ranks differ."""
 
-    outcome: str                                   # "ok" | "error"
+    outcome: str  # "ok" | "error"
     type: str | None = None
     message: str | None = None
-    ranks: dict[int, tuple[str, str | None, str | None]] | None = None   # rank -> (outcome, type, message)
+    ranks: dict[int, tuple[str, str | None, str | None]] | None = None  # rank -> (outcome, type, message)
     scenario_class: str = "none"
     silent: bool = False
 
@@ -53,7 +54,9 @@ class ExpectedOutcome:
         return {
             "outcome": self.outcome,
             "error": None if self.type is None else {"type": self.type, "message": self.message},
-            "ranks": None if self.ranks is None else [
+            "ranks": None
+            if self.ranks is None
+            else [
                 {"rank": r, "outcome": o, "error": None if t is None else {"type": t, "message": m}}
                 for r, (o, t, m) in sorted(self.ranks.items())
             ],
@@ -88,9 +91,16 @@ class Scenario:
 
     def to_json(self) -> dict[str, Any]:
         """Return the scenario's description and expectation as plain JSON data."""
-        return {"name": self.name, "title": self.title, "description": self.description,
-                "scenario_class": self.scenario_class, "tp_size": self.tp_size, "variant": self.variant,
-                "modes": list(self.modes), "expected": self.expected.to_json()}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "scenario_class": self.scenario_class,
+            "tp_size": self.tp_size,
+            "variant": self.variant,
+            "modes": list(self.modes),
+            "expected": self.expected.to_json(),
+        }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -118,8 +128,9 @@ def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER
         "image_mean": list(cfg["image_mean"]),
         "image_std": list(cfg["image_std"]),
         "transparent_bg_config": cfg.get("transparent_bg_config"),
-        "resize_config": {k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height",
-                                                         "pad_width", "pad_height")},
+        "resize_config": {
+            k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
+        },
     }
 
 
@@ -131,11 +142,16 @@ def deferred_item(name: str, backend: str, *, preset: str = CONSUMER, image: Ima
     """
     image = image if image is not None else _open(name)
     resize = resize_config(image.width, image.height, preset)
-    feature = (Feature.from_tensor(to_chw_uint8(image).contiguous(), "chw") if backend == "gpu"
-               else Feature.from_image(image))
-    return Item(grids={"grid_thws": [_grid(resize)]}, feature=feature,
-                deferred=deferred_config(backend, resize, preset), original_size=(image.width, image.height),
-                label=name)
+    feature = (
+        Feature.from_tensor(to_chw_uint8(image).contiguous(), "chw") if backend == "gpu" else Feature.from_image(image)
+    )
+    return Item(
+        grids={"grid_thws": [_grid(resize)]},
+        feature=feature,
+        deferred=deferred_config(backend, resize, preset),
+        original_size=(image.width, image.height),
+        label=name,
+    )
 
 
 def eager_rows(name: str, preset: str = CONSUMER) -> torch.Tensor:
@@ -147,14 +163,20 @@ def _rows_of(image: Image.Image, preset: str) -> torch.Tensor:
     return checkpoint_pixels(image, resize_config(image.width, image.height, preset), preset)[1].clone()
 
 
-def eager_item(name: str, *, local_preprocessed: bool = False, rows: torch.Tensor | None = None,
-               grid: list[int] | None = None) -> Item:
+def eager_item(
+    name: str, *, local_preprocessed: bool = False, rows: torch.Tensor | None = None, grid: list[int] | None = None
+) -> Item:
     """Return an eager item (feature already ``[h*w, 3, 14, 14]``) for a sample image."""
     image = _open(name)
     resize = resize_config(image.width, image.height, CONSUMER)
     tensor = rows if rows is not None else _rows_of(image, CONSUMER)
-    return Item(grids={"grid_thws": [grid or _grid(resize)]}, feature=Feature.from_tensor(tensor, "patches"),
-                local_preprocessed=local_preprocessed, original_size=(image.width, image.height), label=name)
+    return Item(
+        grids={"grid_thws": [grid or _grid(resize)]},
+        feature=Feature.from_tensor(tensor, "patches"),
+        local_preprocessed=local_preprocessed,
+        original_size=(image.width, image.height),
+        label=name,
+    )
 
 
 def _batch(items: list[Item], **extra: Any) -> Batch:
@@ -164,8 +186,13 @@ def _batch(items: list[Item], **extra: Any) -> Batch:
 # ------------------------------------------------------------------------------------------------
 # The scenarios
 # ------------------------------------------------------------------------------------------------
-HEALTHY_IMAGES = (("chelsea.png", "gpu"), ("microaneurysms.png", "cpu"), ("horse.png", "gpu"),
-                  ("text.png", "cpu"), ("astronaut_tiny_20x5.png", "gpu"))
+HEALTHY_IMAGES = (
+    ("chelsea.png", "gpu"),
+    ("microaneurysms.png", "cpu"),
+    ("horse.png", "gpu"),
+    ("text.png", "cpu"),
+    ("astronaut_tiny_20x5.png", "gpu"),
+)
 
 
 def _healthy() -> Batch:
@@ -176,6 +203,7 @@ def _s1(backend: str) -> Callable[[], Batch]:
     def build() -> Batch:
         names = ("chelsea.png", "microaneurysms.png", "astronaut_tiny_20x5.png")
         return _batch([deferred_item(name, backend) for name in names])
+
     return build
 
 
@@ -186,24 +214,29 @@ def _s2(backend: str) -> Callable[[], Batch]:
         # and grid_thws / resize_config were recomputed, but image_grid_thw was not.
         stale.grids["image_grid_thw"] = [_grid(resize_config(451, 340, CONSUMER))]
         return _batch([deferred_item("text.png", backend), stale])
+
     return build
 
 
 def _s3() -> Batch:
-    return _batch([eager_item("astronaut_tiny_20x5.png", local_preprocessed=True),
-                   deferred_item("microaneurysms.png", "cpu")])
+    return _batch(
+        [eager_item("astronaut_tiny_20x5.png", local_preprocessed=True), deferred_item("microaneurysms.png", "cpu")]
+    )
 
 
 def _s4(backend: str) -> Callable[[], Batch]:
     def build() -> Batch:
         return _batch([deferred_item("rocket_4200x3150.jpg", backend, preset="kimi-k25")])
+
     return build
 
 
 def _s6_output(output: str) -> Callable[[], Batch]:
     def build() -> Batch:
-        return _batch([deferred_item("chelsea.png", "cpu"), deferred_item("microaneurysms.png", "cpu")],
-                      processor_output=output)
+        return _batch(
+            [deferred_item("chelsea.png", "cpu"), deferred_item("microaneurysms.png", "cpu")], processor_output=output
+        )
+
     return build
 
 
@@ -212,8 +245,17 @@ def _s6_feature() -> Batch:
     micro = eager_rows("microaneurysms.png")
     # Two images' rows stacked on a new batch axis instead of concatenated: [2, 64, 3, 14, 14].
     stacked = torch.stack([micro, micro])
-    return _batch([tiny, Item(grids={"grid_thws": [[1, 8, 8]]}, feature=Feature.from_tensor(stacked, "stacked"),
-                              original_size=(102, 102), label="microaneurysms.png x2 (stacked)")])
+    return _batch(
+        [
+            tiny,
+            Item(
+                grids={"grid_thws": [[1, 8, 8]]},
+                feature=Feature.from_tensor(stacked, "stacked"),
+                original_size=(102, 102),
+                label="microaneurysms.png x2 (stacked)",
+            ),
+        ]
+    )
 
 
 def _s8() -> Batch:
@@ -225,9 +267,11 @@ def _s8() -> Batch:
 
 def _s9() -> Batch:
     micro, tiny = eager_rows("microaneurysms.png"), eager_rows("astronaut_tiny_20x5.png")
-    aggregated = Item(grids={"grid_thws": [[1, 8, 8], [1, 2, 2]]},
-                      feature=Feature.from_tensor(torch.cat([micro, tiny]), "patches"),
-                      label="microaneurysms.png + astronaut_tiny_20x5.png")
+    aggregated = Item(
+        grids={"grid_thws": [[1, 8, 8], [1, 2, 2]]},
+        feature=Feature.from_tensor(torch.cat([micro, tiny]), "patches"),
+        label="microaneurysms.png + astronaut_tiny_20x5.png",
+    )
     return _batch([deferred_item("text.png", "cpu"), aggregated])
 
 
@@ -240,32 +284,45 @@ def _s10() -> Batch:
 
 def _s11(backend: str) -> Callable[[], Batch]:
     def build() -> Batch:
-        image = _open("camera_vignette_la.png")                       # 512x512, mode LA
-        two = torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()   # [2, H, W]
+        image = _open("camera_vignette_la.png")  # 512x512, mode LA
+        two = torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()  # [2, H, W]
         resize = resize_config(int(two.shape[-1]), int(two.shape[-2]), CONSUMER)
-        item = Item(grids={"grid_thws": [_grid(resize)]}, feature=Feature.from_tensor(two, "chw"),
-                    deferred=deferred_config(backend, resize), original_size=(image.width, image.height),
-                    label="camera_vignette_la.png as a 2-channel tensor")
+        item = Item(
+            grids={"grid_thws": [_grid(resize)]},
+            feature=Feature.from_tensor(two, "chw"),
+            deferred=deferred_config(backend, resize),
+            original_size=(image.width, image.height),
+            label="camera_vignette_la.png as a 2-channel tensor",
+        )
         return _batch([deferred_item("microaneurysms.png", backend), item])
+
     return build
 
 
 def _s12() -> Batch:
     image = _open("chelsea.png")
-    hwc = torch.from_numpy(np.array(image)).contiguous()          # [300, 451, 3]
+    hwc = torch.from_numpy(np.array(image)).contiguous()  # [300, 451, 3]
     # The producer reads width = shape[-1] = 3 and height = shape[-2] = 451.
     resize = resize_config(int(hwc.shape[-1]), int(hwc.shape[-2]), CONSUMER)
-    item = Item(grids={"grid_thws": [_grid(resize)]}, feature=Feature.from_tensor(hwc, "hwc"),
-                deferred=deferred_config("gpu", resize), original_size=(image.width, image.height),
-                label="chelsea.png as an HWC tensor")
+    item = Item(
+        grids={"grid_thws": [_grid(resize)]},
+        feature=Feature.from_tensor(hwc, "hwc"),
+        deferred=deferred_config("gpu", resize),
+        original_size=(image.width, image.height),
+        label="chelsea.png as an HWC tensor",
+    )
     return _batch([deferred_item("text.png", "gpu"), item])
 
 
 def _s13() -> Batch:
     empty = torch.zeros((3, 5, 0), dtype=torch.uint8)
-    item = Item(grids={"grid_thws": [[1, 2, 2]]}, feature=Feature.from_tensor(empty, "chw"),
-                deferred=deferred_config("cpu", resize_config(1, 5, CONSUMER)), original_size=(0, 5),
-                label="an empty 0x5 image")
+    item = Item(
+        grids={"grid_thws": [[1, 2, 2]]},
+        feature=Feature.from_tensor(empty, "chw"),
+        deferred=deferred_config("cpu", resize_config(1, 5, CONSUMER)),
+        original_size=(0, 5),
+        label="an empty 0x5 image",
+    )
     return _batch([deferred_item("microaneurysms.png", "cpu"), item])
 
 
@@ -274,97 +331,231 @@ def _err(type_: str, message: str, cls: str) -> ExpectedOutcome:
 
 
 def _ok(cls: str = "none", silent: bool = False, tp: int = 1) -> ExpectedOutcome:
-    return ExpectedOutcome("ok", ranks={r: ("ok", None, None) for r in range(tp)}, scenario_class=cls,
-                           silent=silent)
+    return ExpectedOutcome("ok", ranks=dict.fromkeys(range(tp), ("ok", None, None)), scenario_class=cls, silent=silent)
 
 
 def _catalogue() -> dict[str, Scenario]:
     s: list[Scenario] = []
     healthy = ", ".join(f"{n} ({b})" for n, b in HEALTHY_IMAGES)
     for tp in (1, 2, 4):
-        s.append(Scenario(
-            f"healthy-tp{tp}", f"Healthy mixed batch at attention-TP {tp}",
-            f"Five sample images, gpu and cpu backends mixed ({healthy}), replayed with the fixed code at "
-            f"attention-TP size {tp}: every rank's rows match its grids.",
-            "none", _healthy, tp, "post-fix", _ok(tp=tp)))
+        s.append(
+            Scenario(
+                f"healthy-tp{tp}",
+                f"Healthy mixed batch at attention-TP {tp}",
+                f"Five sample images, gpu and cpu backends mixed ({healthy}), replayed with the fixed code at "
+                f"attention-TP size {tp}: every rank's rows match its grids.",
+                "none",
+                _healthy,
+                tp,
+                "post-fix",
+                _ok(tp=tp),
+            )
+        )
     for backend, msg in (("cpu", MSG_LENGTH), ("gpu", MSG_GPU_WRONG_GRIDS)):
-        s.append(Scenario(
-            f"s1-{backend}", f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
-            "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
-            "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
-            "S1", _s1(backend), 2, "pre-fix",
-            ExpectedOutcome("error", "ValueError", msg,
-                            ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)}, scenario_class="S1")))
+        s.append(
+            Scenario(
+                f"s1-{backend}",
+                f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
+                "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
+                "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
+                "S1",
+                _s1(backend),
+                2,
+                "pre-fix",
+                ExpectedOutcome(
+                    "error",
+                    "ValueError",
+                    msg,
+                    ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)},
+                    scenario_class="S1",
+                ),
+            )
+        )
     for backend, msg in (("cpu", MSG_LENGTH), ("gpu", MSG_GPU_WRONG_GRIDS)):
-        s.append(Scenario(
-            f"s2-{backend}", f"S2: stale image_grid_thw, {backend} backend",
-            "chelsea.png carries both grid keys; image_grid_thw was written for a 451x340 upload and never "
-            "updated, grid_thws and resize_config follow the 451x300 image. SGLang reads image_grid_thw.",
-            "S2", _s2(backend), 1, "post-fix", _err("ValueError", msg, "S2")))
-    s.append(Scenario(
-        "s3-mixed-local", "S3: local preprocessed and deferred images on one rank",
-        "astronaut_tiny_20x5.png was preprocessed on the encoder (encoder_local_preprocessed) while "
-        "microaneurysms.png stayed deferred; both land on the same rank.",
-        "S3", _s3, 1, "post-fix", _err("ValueError", MSG_MIX_LOCAL, "S3")))
-    s.append(Scenario(
-        "s4-cpu", "S4: Kimi-K2.5 limits on a Kimi-K3 image, cpu backend",
-        "rocket_4200x3150.jpg (65712 patches under K3) was sized by a producer with Kimi-K2.5 limits "
-        "(in_patch_limit 16384); the consumer's checkpoint processor uses Kimi-K3's 65536 and resizes differently.",
-        "S4", _s4("cpu"), 1, "post-fix", _err("ValueError", MSG_CPU_WRONG_GRIDS, "S4")))
-    s.append(Scenario(
-        "s4-gpu", "S4: Kimi-K2.5 limits on a Kimi-K3 image, gpu backend (silent)",
-        "rocket_4200x3150.jpg sized with Kimi-K2.5 limits; SGLang's gpu path resizes with the item's own "
-        "resize_config, so its grid matches and nothing is raised: the image is encoded at K2.5 resolution.",
-        "S4", _s4("gpu"), 1, "post-fix", _ok("S4", silent=True)))
-    s.append(Scenario(
-        "s6-stacked", "S6: the processor returns stacked [B, N, ...] rows",
-        "The checkpoint processor returns pixel_values stacked per image ([2, N, 3, 14, 14]) instead of "
-        "concatenated; SGLang reads pixel_values.shape[0] = 2 as the row count.",
-        "S6", _s6_output("stacked"), 1, "post-fix", _err("ValueError", MSG_LENGTH, "S6")))
-    s.append(Scenario(
-        "s6-list", "S6: the processor returns a per-image list",
-        "The checkpoint processor returns pixel_values as a list of per-image tensors.",
-        "S6", _s6_output("list"), 1, "post-fix",
-        _err("AttributeError", "'list' object has no attribute 'shape'", "S6")))
-    s.append(Scenario(
-        "s6-stacked-feature", "S6: an eager feature stacked as [B, N, 3, 14, 14]",
-        "An eager item's feature holds two images' rows stacked on a batch axis instead of concatenated.",
-        "S6", _s6_feature, 1, "post-fix",
-        _err("ValueError", MSG_TRAILING_SHAPES.format("torch.Size([3, 14, 14])", "torch.Size([2, 64, 3, 14, 14])"),
-             "S6")))
-    s.append(Scenario(
-        "s8-t2", "S8: t > 1 on a deferred image",
-        "microaneurysms.png declares grid_thws [2, 8, 8]; the gpu path always produces t = 1.",
-        "S8", _s8, 1, "post-fix", _err("ValueError", MSG_GPU_WRONG_GRIDS, "S8")))
-    s.append(Scenario(
-        "s9-two-grids", "S9: two grid rows in one item",
-        "One item aggregates microaneurysms.png and astronaut_tiny_20x5.png: two grid rows.",
-        "S9", _s9, 1, "post-fix", _err("ValueError", MSG_ONE_GRID, "S9")))
-    s.append(Scenario(
-        "s10-stale-eager", "S10: a stale eager feature (silent here)",
-        "A cached eager feature of 4 rows sits under microaneurysms.png's 64-patch grid; get_image_feature "
-        "copies it unchecked and the tower fails later.",
-        "S10", _s10, 1, "post-fix", _ok("S10", silent=True)))
-    s.append(Scenario(
-        "s11-two-channels", "S11: a 2-channel tensor, gpu backend",
-        "camera_vignette_la.png (LA) sent as a [2, 512, 512] tensor; SGLang's background fill fails on it.",
-        "S11", _s11("gpu"), 1, "post-fix",
-        _err("RuntimeError", "The size of tensor a (0) must match the size of tensor b (2) at non-singleton "
-                             "dimension 1", "S11")))
-    s.append(Scenario(
-        "s11-cpu-two-channels", "S11: a 2-channel tensor, cpu backend",
-        "The same [2, 512, 512] tensor on the cpu backend: its first axis is not 1, 3 or 4, so SGLang reads it "
-        "as HWC with 512 channels.",
-        "S11", _s11("cpu"), 1, "post-fix", _err("ValueError", MSG_CHANNEL_COUNT.format(512), "S11")))
-    s.append(Scenario(
-        "s12-hwc", "S12: an HWC tensor read as CHW (silent)",
-        "chelsea.png sent as a [300, 451, 3] HWC tensor; producer and gpu path both read it as a "
-        "300-channel 3x451 image, so sizes agree and the encoder sees garbage.",
-        "S12", _s12, 1, "post-fix", _ok("S12", silent=True)))
-    s.append(Scenario(
-        "s13-zero-size", "S13: a zero-sized image",
-        "An empty 0x5 image reaches the cpu backend; the checkpoint processor's resize divides by its width.",
-        "S13", _s13, 1, "post-fix", _err("ZeroDivisionError", "division by zero", "S13")))
+        s.append(
+            Scenario(
+                f"s2-{backend}",
+                f"S2: stale image_grid_thw, {backend} backend",
+                "chelsea.png carries both grid keys; image_grid_thw was written for a 451x340 upload and never "
+                "updated, grid_thws and resize_config follow the 451x300 image. SGLang reads image_grid_thw.",
+                "S2",
+                _s2(backend),
+                1,
+                "post-fix",
+                _err("ValueError", msg, "S2"),
+            )
+        )
+    s.append(
+        Scenario(
+            "s3-mixed-local",
+            "S3: local preprocessed and deferred images on one rank",
+            "astronaut_tiny_20x5.png was preprocessed on the encoder (encoder_local_preprocessed) while "
+            "microaneurysms.png stayed deferred; both land on the same rank.",
+            "S3",
+            _s3,
+            1,
+            "post-fix",
+            _err("ValueError", MSG_MIX_LOCAL, "S3"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s4-cpu",
+            "S4: Kimi-K2.5 limits on a Kimi-K3 image, cpu backend",
+            "rocket_4200x3150.jpg (65712 patches under K3) was sized by a producer with Kimi-K2.5 limits "
+            "(in_patch_limit 16384); the consumer's checkpoint processor uses Kimi-K3's 65536 and resizes differently.",
+            "S4",
+            _s4("cpu"),
+            1,
+            "post-fix",
+            _err("ValueError", MSG_CPU_WRONG_GRIDS, "S4"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s4-gpu",
+            "S4: Kimi-K2.5 limits on a Kimi-K3 image, gpu backend (silent)",
+            "rocket_4200x3150.jpg sized with Kimi-K2.5 limits; SGLang's gpu path resizes with the item's own "
+            "resize_config, so its grid matches and nothing is raised: the image is encoded at K2.5 resolution.",
+            "S4",
+            _s4("gpu"),
+            1,
+            "post-fix",
+            _ok("S4", silent=True),
+        )
+    )
+    s.append(
+        Scenario(
+            "s6-stacked",
+            "S6: the processor returns stacked [B, N, ...] rows",
+            "The checkpoint processor returns pixel_values stacked per image ([2, N, 3, 14, 14]) instead of "
+            "concatenated; SGLang reads pixel_values.shape[0] = 2 as the row count.",
+            "S6",
+            _s6_output("stacked"),
+            1,
+            "post-fix",
+            _err("ValueError", MSG_LENGTH, "S6"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s6-list",
+            "S6: the processor returns a per-image list",
+            "The checkpoint processor returns pixel_values as a list of per-image tensors.",
+            "S6",
+            _s6_output("list"),
+            1,
+            "post-fix",
+            _err("AttributeError", "'list' object has no attribute 'shape'", "S6"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s6-stacked-feature",
+            "S6: an eager feature stacked as [B, N, 3, 14, 14]",
+            "An eager item's feature holds two images' rows stacked on a batch axis instead of concatenated.",
+            "S6",
+            _s6_feature,
+            1,
+            "post-fix",
+            _err(
+                "ValueError",
+                MSG_TRAILING_SHAPES.format("torch.Size([3, 14, 14])", "torch.Size([2, 64, 3, 14, 14])"),
+                "S6",
+            ),
+        )
+    )
+    s.append(
+        Scenario(
+            "s8-t2",
+            "S8: t > 1 on a deferred image",
+            "microaneurysms.png declares grid_thws [2, 8, 8]; the gpu path always produces t = 1.",
+            "S8",
+            _s8,
+            1,
+            "post-fix",
+            _err("ValueError", MSG_GPU_WRONG_GRIDS, "S8"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s9-two-grids",
+            "S9: two grid rows in one item",
+            "One item aggregates microaneurysms.png and astronaut_tiny_20x5.png: two grid rows.",
+            "S9",
+            _s9,
+            1,
+            "post-fix",
+            _err("ValueError", MSG_ONE_GRID, "S9"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s10-stale-eager",
+            "S10: a stale eager feature (silent here)",
+            "A cached eager feature of 4 rows sits under microaneurysms.png's 64-patch grid; get_image_feature "
+            "copies it unchecked and the tower fails later.",
+            "S10",
+            _s10,
+            1,
+            "post-fix",
+            _ok("S10", silent=True),
+        )
+    )
+    s.append(
+        Scenario(
+            "s11-two-channels",
+            "S11: a 2-channel tensor, gpu backend",
+            "camera_vignette_la.png (LA) sent as a [2, 512, 512] tensor; SGLang's background fill fails on it.",
+            "S11",
+            _s11("gpu"),
+            1,
+            "post-fix",
+            _err(
+                "RuntimeError",
+                "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
+                "S11",
+            ),
+        )
+    )
+    s.append(
+        Scenario(
+            "s11-cpu-two-channels",
+            "S11: a 2-channel tensor, cpu backend",
+            "The same [2, 512, 512] tensor on the cpu backend: its first axis is not 1, 3 or 4, so SGLang reads it "
+            "as HWC with 512 channels.",
+            "S11",
+            _s11("cpu"),
+            1,
+            "post-fix",
+            _err("ValueError", MSG_CHANNEL_COUNT.format(512), "S11"),
+        )
+    )
+    s.append(
+        Scenario(
+            "s12-hwc",
+            "S12: an HWC tensor read as CHW (silent)",
+            "chelsea.png sent as a [300, 451, 3] HWC tensor; producer and gpu path both read it as a "
+            "300-channel 3x451 image, so sizes agree and the encoder sees garbage.",
+            "S12",
+            _s12,
+            1,
+            "post-fix",
+            _ok("S12", silent=True),
+        )
+    )
+    s.append(
+        Scenario(
+            "s13-zero-size",
+            "S13: a zero-sized image",
+            "An empty 0x5 image reaches the cpu backend; the checkpoint processor's resize divides by its width.",
+            "S13",
+            _s13,
+            1,
+            "post-fix",
+            _err("ZeroDivisionError", "division by zero", "S13"),
+        )
+    )
     return {sc.name: sc for sc in s}
 
 
@@ -375,22 +566,45 @@ def get_scenario(name: str) -> Scenario:
     """Return the scenario called ``name``; ScenarioError lists the valid names otherwise."""
     key = str(name).strip().lower()
     if key not in SCENARIOS:
-        raise ScenarioError(f"unknown scenario {name!r}; expected one of: {', '.join(SCENARIOS)} "
-                            "(see `kimi-viz scenario list`)")
+        raise ScenarioError(
+            f"unknown scenario {name!r}; expected one of: {', '.join(SCENARIOS)} (see `kimi-viz scenario list`)"
+        )
     return SCENARIOS[key]
 
 
-def run_scenario(name: str, *, mode: str = "pixels", device: Any = "auto", sglang_version: str | None = None,
-                 variant: str | None = None) -> Trace:
+def run_scenario(
+    name: str,
+    *,
+    mode: str = "pixels",
+    device: Any = "auto",
+    sglang_version: str | None = None,
+    variant: str | None = None,
+) -> Trace:
     """Return the replay :class:`~kimi_viz.replay.split.Trace` of scenario ``name`` (every rank).
 
     By default the scenario's own code path is replayed; ``sglang_version`` (or ``variant``) replays
     another release's.
     """
     scenario = get_scenario(name)
-    return replay(scenario.build(), tp_size=scenario.tp_size, mode=mode, device=device,
-                  sglang_version=sglang_version, variant=variant)
+    return replay(
+        scenario.build(),
+        tp_size=scenario.tp_size,
+        mode=mode,
+        device=device,
+        sglang_version=sglang_version,
+        variant=variant,
+    )
 
 
-__all__ = ["Scenario", "ExpectedOutcome", "SCENARIOS", "get_scenario", "run_scenario", "deferred_item",
-           "deferred_config", "eager_item", "eager_rows", "HEALTHY_IMAGES"]
+__all__ = [
+    "Scenario",
+    "ExpectedOutcome",
+    "SCENARIOS",
+    "get_scenario",
+    "run_scenario",
+    "deferred_item",
+    "deferred_config",
+    "eager_item",
+    "eager_rows",
+    "HEALTHY_IMAGES",
+]

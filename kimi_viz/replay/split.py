@@ -88,8 +88,13 @@ def replay(
         raise ConfigError(f"replay: expected a kimi_viz.Batch, got {type(batch).__name__}")
     if variant is not None and variant not in VARIANTS:
         raise ConfigError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
-    choice = choose_release(sglang_version=sglang_version, variant=variant, recorded_version=batch.sglang_version,
-                            recorded_variant=batch.code_variant, recorded_variant_source=batch.code_variant_source)
+    choice = choose_release(
+        sglang_version=sglang_version,
+        variant=variant,
+        recorded_version=batch.sglang_version,
+        recorded_variant=batch.code_variant,
+        recorded_variant_source=batch.code_variant_source,
+    )
     tp = check_tp_size(batch.attn_tp_size if tp_size is None else tp_size)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
         raise ConfigError(f"rank: expected an int in 0..{tp - 1} for tp_size {tp}, got {rank!r}")
@@ -111,8 +116,17 @@ def replay(
         trace = Trace(batch, tp, choice.code_path, mode, traces, None, None, choice)
     else:
         grids = collected.grid_thws_host
-        ctx = ReplayContext(batch, choice.code_path, mode, device, tp, consumer,
-                            consumer.patch_size if consumer is not None else 14, processor_output, grids)
+        ctx = ReplayContext(
+            batch,
+            choice.code_path,
+            mode,
+            device,
+            tp,
+            consumer,
+            consumer.patch_size if consumer is not None else 14,
+            processor_output,
+            grids,
+        )
         patches = [prod(g) for g in grids]
         assignment = [list(range(len(grids)))] if tp == 1 else assign_ranks(patches, tp)
         traces = [_replay_rank(ctx, r, assignment, patches, collected.step) for r in ranks_wanted]
@@ -137,8 +151,9 @@ def _find_fix(trace: Trace) -> FixRelease | None:
 
 
 # --- one rank -----------------------------------------------------------------------------------
-def _replay_rank(ctx: ReplayContext, rank: int, assignment: list[list[int]], patches: list[int],
-                 grid_step: Step) -> RankTrace:
+def _replay_rank(
+    ctx: ReplayContext, rank: int, assignment: list[list[int]], patches: list[int], grid_step: Step
+) -> RankTrace:
     image_indices = assignment[rank]
     steps = [grid_step, assign_step(ctx.batch, ctx.tp_size, rank, assignment, patches)]
     trace = RankTrace(rank, list(image_indices), steps, "ok")
@@ -166,23 +181,40 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
         _materialize_no_split(ctx, state, items, steps)
         return
     local = [bool(it.local_preprocessed) for it in items]
-    selected = [{"local": k, "image": g, "label": it.label, "local_preprocessed": local[k],
-                 "deferred": it.deferred is not None, "backend": it.backend,
-                 "feature": feature_json(it.feature)}
-                for k, (g, it) in enumerate(zip(state.image_indices, items))]
+    selected = [
+        {
+            "local": k,
+            "image": g,
+            "label": it.label,
+            "local_preprocessed": local[k],
+            "deferred": it.deferred is not None,
+            "backend": it.backend,
+            "feature": feature_json(it.feature),
+        }
+        for k, (g, it) in enumerate(zip(state.image_indices, items))
+    ]
     mixed = any(local) and not all(local)
-    steps.append(Step(
-        SELECT_ITEMS, "Select this rank's items", "§6.3",
-        {"image_indices": state.image_indices, "selected": selected, "locally_preprocessed": local},
-        "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
-        Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
-        rows=state.tracks(),
-    ))
+    steps.append(
+        Step(
+            SELECT_ITEMS,
+            "Select this rank's items",
+            "§6.3",
+            {"image_indices": state.image_indices, "selected": selected, "locally_preprocessed": local},
+            "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
+            Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
+            rows=state.tracks(),
+        )
+    )
     if mixed:
         first_deferred = next(k for k, flag in enumerate(local) if not flag)
-        raise raises("ValueError", MSG_MIX_LOCAL, CauseKind.MIXED_LOCAL, state.image_indices[first_deferred],
-                     local=[g for g, f in zip(state.image_indices, local) if f],
-                     deferred=[g for g, f in zip(state.image_indices, local) if not f])
+        raise raises(
+            "ValueError",
+            MSG_MIX_LOCAL,
+            CauseKind.MIXED_LOCAL,
+            state.image_indices[first_deferred],
+            local=[g for g, f in zip(state.image_indices, local) if f],
+            deferred=[g for g, f in zip(state.image_indices, local) if not f],
+        )
     if any(local):
         for k, it in enumerate(items):
             state.features[k] = _as_is(ctx, it, check_type=False)
@@ -197,11 +229,23 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
             elif group.backend == "cpu":
                 produced = preprocess_cpu(ctx, state, group, steps)
             else:
-                steps.append(Step(preprocess_step(group.backend), f"Preprocess the {group.backend!r} group", "§6.5",
-                                  group.variables(), "SGLang knows only the gpu and cpu backends.",
-                                  rows=state.tracks()))
-                raise raises("ValueError", MSG_UNSUPPORTED_BACKEND.format(group.backend),
-                             CauseKind.UNSUPPORTED_BACKEND, group.global_indices[0], backend=group.backend)
+                steps.append(
+                    Step(
+                        preprocess_step(group.backend),
+                        f"Preprocess the {group.backend!r} group",
+                        "§6.5",
+                        group.variables(),
+                        "SGLang knows only the gpu and cpu backends.",
+                        rows=state.tracks(),
+                    )
+                )
+                raise raises(
+                    "ValueError",
+                    MSG_UNSUPPORTED_BACKEND.format(group.backend),
+                    CauseKind.UNSUPPORTED_BACKEND,
+                    group.global_indices[0],
+                    backend=group.backend,
+                )
             length_check(ctx, state, group, produced, steps)
         concatenate(ctx, state, steps, branch="deferred")
         return
@@ -213,18 +257,31 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
 
 def _materialize_no_split(ctx: ReplayContext, state: RankState, items: list[Item], steps: list[Step]) -> None:
     """Replay 0.5.17's ``materialize_item_features``: every feature must be a tensor; no grid or length check."""
-    selected = [{"local": k, "image": g, "label": it.label, "deferred": it.deferred is not None,
-                 "backend": it.backend, "feature": feature_json(it.feature), "is_tensor": is_tensor(it.feature)}
-                for k, (g, it) in enumerate(zip(state.image_indices, items))]
+    selected = [
+        {
+            "local": k,
+            "image": g,
+            "label": it.label,
+            "deferred": it.deferred is not None,
+            "backend": it.backend,
+            "feature": feature_json(it.feature),
+            "is_tensor": is_tensor(it.feature),
+        }
+        for k, (g, it) in enumerate(zip(state.image_indices, items))
+    ]
     tensors = [is_tensor(it.feature) for it in items]
-    steps.append(Step(
-        SELECT_ITEMS, "Select this rank's items (0.5.17: no deferred split)", "§9",
-        {"image_indices": state.image_indices, "selected": selected},
-        "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
-        "is; a deferred config is ignored, and nothing compares rows with grids here.",
-        Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
-        rows=state.tracks(),
-    ))
+    steps.append(
+        Step(
+            SELECT_ITEMS,
+            "Select this rank's items (0.5.17: no deferred split)",
+            "§9",
+            {"image_indices": state.image_indices, "selected": selected},
+            "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
+            "is; a deferred config is ignored, and nothing compares rows with grids here.",
+            Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
+            rows=state.tracks(),
+        )
+    )
     for k, it in enumerate(items):
         state.features[k] = _as_is(ctx, it, check_type=True, image=state.image_indices[k])
     concatenate(ctx, state, steps, branch="no-split")
@@ -244,8 +301,9 @@ def _as_is(ctx: ReplayContext, item: Item, *, check_type: bool, image: int | Non
 
 
 # --- §6.4: backend groups -----------------------------------------------------------------------
-def _group_backends(ctx: ReplayContext, state: RankState, items: list[Item], deferred: list[Any],
-                    steps: list[Step]) -> list[BackendGroup]:
+def _group_backends(
+    ctx: ReplayContext, state: RankState, items: list[Item], deferred: list[Any], steps: list[Step]
+) -> list[BackendGroup]:
     """Return the rank's backend groups in SGLang's order; eager items keep their feature (appends the step)."""
     positions: dict[str, list[int]] = {}
     eager = []
@@ -254,8 +312,9 @@ def _group_backends(ctx: ReplayContext, state: RankState, items: list[Item], def
         g = state.image_indices[k]
         if config is None:
             if not is_tensor(item.feature):
-                problem = raises("TypeError", MSG_FEATURE_TYPE.format(type_text(item.feature)),
-                                 CauseKind.FEATURE_TYPE, g)
+                problem = raises(
+                    "TypeError", MSG_FEATURE_TYPE.format(type_text(item.feature)), CauseKind.FEATURE_TYPE, g
+                )
                 break
             entry = _as_is(ctx, item, check_type=False)
             state.features[k] = entry
@@ -267,21 +326,39 @@ def _group_backends(ctx: ReplayContext, state: RankState, items: list[Item], def
                 problem = raises("KeyError", repr("backend"), CauseKind.MISSING_BACKEND, g)
                 break
             positions.setdefault(config["backend"], []).append(k)
-    groups = [BackendGroup(backend, indices, [state.image_indices[k] for k in indices], state.grid_rows_read(indices),
-                           [items[k] for k in indices])
-              for backend, indices in positions.items()]
+    groups = [
+        BackendGroup(
+            backend,
+            indices,
+            [state.image_indices[k] for k in indices],
+            state.grid_rows_read(indices),
+            [items[k] for k in indices],
+        )
+        for backend, indices in positions.items()
+    ]
     if problem is None:
         # The grid rows each group's checks will read are fixed here (the S1 bug is made at this step).
         for group in groups:
             _read_grids(ctx, state, group)
     mapping_name = "global_indices" if ctx.variant == "post-fix" else "indices (shard-local positions)"
-    described = {g.backend: {"indices": g.indices, "global_indices": g.global_indices,
-                             "grid_rows_read": g.grid_rows_read} for g in groups}
-    note = (f"Deferred items are grouped by backend; global_indices = [image_indices[i] for i in indices]. "
-            f"This code ({ctx.variant}) reads grid_thws_host at {mapping_name}.")
-    steps.append(Step(GROUP_BACKENDS, "Group deferred items by backend", "§6.4",
-                      {"eager": eager, "backend_groups": described, "variant": ctx.variant}, note,
-                      rows=state.tracks()))
+    described = {
+        g.backend: {"indices": g.indices, "global_indices": g.global_indices, "grid_rows_read": g.grid_rows_read}
+        for g in groups
+    }
+    note = (
+        f"Deferred items are grouped by backend; global_indices = [image_indices[i] for i in indices]. "
+        f"This code ({ctx.variant}) reads grid_thws_host at {mapping_name}."
+    )
+    steps.append(
+        Step(
+            GROUP_BACKENDS,
+            "Group deferred items by backend",
+            "§6.4",
+            {"eager": eager, "backend_groups": described, "variant": ctx.variant},
+            note,
+            rows=state.tracks(),
+        )
+    )
     if problem is not None:
         raise problem
     return groups

@@ -8,8 +8,9 @@ including a shape-only (redacted) one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -52,13 +53,13 @@ class ReplayContext:
     """The facts of one call that every rank's replay reads."""
 
     batch: Batch
-    variant: str                    # the code path: post-fix, pre-fix or no-split
-    mode: str                       # pixels or shapes
+    variant: str  # the code path: post-fix, pre-fix or no-split
+    mode: str  # pixels or shapes
     device: Any
     tp_size: int
-    consumer: ProcessorConfig | None   # the cpu backend's checkpoint-processor config
+    consumer: ProcessorConfig | None  # the cpu backend's checkpoint-processor config
     patch_size: int
-    processor_output: str           # how the checkpoint processor returns pixel_values
+    processor_output: str  # how the checkpoint processor returns pixel_values
     grid_thws_host: list[list[int]]
 
     @property
@@ -109,8 +110,12 @@ def type_text(feature: Feature) -> str:
 
 def feature_json(feature: Feature) -> dict[str, Any]:
     """Return ``{"kind", "layout", "shape", "dtype"}`` of a feature."""
-    return {"kind": feature.kind, "layout": feature.layout, "shape": [int(s) for s in feature.shape],
-            "dtype": feature.dtype}
+    return {
+        "kind": feature.kind,
+        "layout": feature.layout,
+        "shape": [int(s) for s in feature.shape],
+        "dtype": feature.dtype,
+    }
 
 
 def image_size(feature: Feature) -> tuple[int, int, int]:

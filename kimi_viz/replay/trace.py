@@ -36,17 +36,26 @@ if TYPE_CHECKING:  # pragma: no cover
 Outcome = Literal["ok", "error"]
 
 # --- step names -----------------------------------------------------------------------------------
-COLLECT_GRIDS = "collect_grids"          # §6.1 one grid per item, grid_thws_host
-ASSIGN_RANKS = "assign_ranks"            # §6.2 the DP runner's load balancing
-SELECT_ITEMS = "select_items"            # §6.3 this rank's items, local preprocessed all or none
-GROUP_BACKENDS = "group_backends"        # §6.4 deferred items grouped by backend
-PREPROCESS_GPU = "preprocess_gpu"        # §6.5 SGLang's torch path
-PREPROCESS_CPU = "preprocess_cpu"        # §6.5 the checkpoint processor
-LENGTH_CHECK_GPU = "length_check_gpu"    # §6.6 sum(patch_counts) == pixel_values.shape[0]
+COLLECT_GRIDS = "collect_grids"  # §6.1 one grid per item, grid_thws_host
+ASSIGN_RANKS = "assign_ranks"  # §6.2 the DP runner's load balancing
+SELECT_ITEMS = "select_items"  # §6.3 this rank's items, local preprocessed all or none
+GROUP_BACKENDS = "group_backends"  # §6.4 deferred items grouped by backend
+PREPROCESS_GPU = "preprocess_gpu"  # §6.5 SGLang's torch path
+PREPROCESS_CPU = "preprocess_cpu"  # §6.5 the checkpoint processor
+LENGTH_CHECK_GPU = "length_check_gpu"  # §6.6 sum(patch_counts) == pixel_values.shape[0]
 LENGTH_CHECK_CPU = "length_check_cpu"
-CONCATENATE = "concatenate"              # §6.7 materialize_multimodal_features
-STEP_NAMES = (COLLECT_GRIDS, ASSIGN_RANKS, SELECT_ITEMS, GROUP_BACKENDS, PREPROCESS_GPU, PREPROCESS_CPU,
-              LENGTH_CHECK_GPU, LENGTH_CHECK_CPU, CONCATENATE)
+CONCATENATE = "concatenate"  # §6.7 materialize_multimodal_features
+STEP_NAMES = (
+    COLLECT_GRIDS,
+    ASSIGN_RANKS,
+    SELECT_ITEMS,
+    GROUP_BACKENDS,
+    PREPROCESS_GPU,
+    PREPROCESS_CPU,
+    LENGTH_CHECK_GPU,
+    LENGTH_CHECK_CPU,
+    CONCATENATE,
+)
 
 
 def preprocess_step(backend: str) -> str:
@@ -93,26 +102,26 @@ class ErrorInfo:
 class CauseKind(str, Enum):
     """Every reason the replay records for an exception (the value is the name used in ``trace.json``)."""
 
-    MISSING_GRID = "missing_grid"                  # an item carries neither grid key
-    GRID_ROWS = "grid_rows"                        # an item carries several grid rows
-    GRID_CONCAT = "grid_concat"                    # the grids cannot be concatenated into grid_thws_host
-    MIXED_LOCAL = "mixed_local"                    # local preprocessed and deferred items on one rank
-    FEATURE_TYPE = "feature_type"                  # a feature that is no tensor where one is needed
-    MISSING_BACKEND = "missing_backend"            # a deferred config without "backend"
-    DEFERRED_CONFIG = "deferred_config"            # a deferred config without mean, std or resize keys
-    UNSUPPORTED_BACKEND = "unsupported_backend"    # a backend other than gpu / cpu
-    DTYPE = "dtype"                                # a raw image tensor that is not uint8
-    SHAPE = "shape"                                # a raw image tensor that is neither 2-D nor 3-D
-    EMPTY_IMAGE = "empty_image"                    # a zero width or height
-    CHANNELS = "channels"                          # a channel count SGLang cannot handle
-    BACKGROUND = "background"                      # an unknown transparent-background pattern
-    GPU_GRIDS = "gpu_grids"                        # the gpu group's grids differ from those read
-    CPU_GRIDS = "cpu_grids"                        # the checkpoint processor's grids differ from grid_thws
-    MISSING_GRID_THWS = "missing_grid_thws"        # a cpu item without grid_thws
-    PROCESSOR_OUTPUT = "processor_output"          # pixel_values came back as a list
-    LENGTH = "length"                              # sum(patch_counts) != pixel_values.shape[0]
-    FEATURE_SHAPE = "feature_shape"                # a 0-d feature
-    TRAILING_SHAPE = "trailing_shape"              # features whose trailing shapes differ
+    MISSING_GRID = "missing_grid"  # an item carries neither grid key
+    GRID_ROWS = "grid_rows"  # an item carries several grid rows
+    GRID_CONCAT = "grid_concat"  # the grids cannot be concatenated into grid_thws_host
+    MIXED_LOCAL = "mixed_local"  # local preprocessed and deferred items on one rank
+    FEATURE_TYPE = "feature_type"  # a feature that is no tensor where one is needed
+    MISSING_BACKEND = "missing_backend"  # a deferred config without "backend"
+    DEFERRED_CONFIG = "deferred_config"  # a deferred config without mean, std or resize keys
+    UNSUPPORTED_BACKEND = "unsupported_backend"  # a backend other than gpu / cpu
+    DTYPE = "dtype"  # a raw image tensor that is not uint8
+    SHAPE = "shape"  # a raw image tensor that is neither 2-D nor 3-D
+    EMPTY_IMAGE = "empty_image"  # a zero width or height
+    CHANNELS = "channels"  # a channel count SGLang cannot handle
+    BACKGROUND = "background"  # an unknown transparent-background pattern
+    GPU_GRIDS = "gpu_grids"  # the gpu group's grids differ from those read
+    CPU_GRIDS = "cpu_grids"  # the checkpoint processor's grids differ from grid_thws
+    MISSING_GRID_THWS = "missing_grid_thws"  # a cpu item without grid_thws
+    PROCESSOR_OUTPUT = "processor_output"  # pixel_values came back as a list
+    LENGTH = "length"  # sum(patch_counts) != pixel_values.shape[0]
+    FEATURE_SHAPE = "feature_shape"  # a 0-d feature
+    TRAILING_SHAPE = "trailing_shape"  # features whose trailing shapes differ
 
 
 @dataclass(frozen=True)
@@ -126,66 +135,86 @@ class CauseText:
 CAUSES: dict[CauseKind, CauseText] = {
     CauseKind.MISSING_GRID: CauseText(
         "the item carries neither image_grid_thw nor grid_thws, so SGLang's grid loop raises KeyError",
-        "Write grid_thws (one [t, h, w] row) into every item's model_specific_data on the producer."),
+        "Write grid_thws (one [t, h, w] row) into every item's model_specific_data on the producer.",
+    ),
     CauseKind.GRID_ROWS: CauseText(
         "the item carries several grid rows: several images were aggregated into one MultimodalDataItem",
-        "Split aggregated encoder inputs into one MultimodalDataItem per image before get_image_feature()."),
+        "Split aggregated encoder inputs into one MultimodalDataItem per image before get_image_feature().",
+    ),
     CauseKind.GRID_CONCAT: CauseText(
         "the items' grids cannot be concatenated into grid_thws_host (a grid that is not [t, h, w])",
-        "Give every item a grid of exactly three integers [t, h, w]."),
+        "Give every item a grid of exactly three integers [t, h, w].",
+    ),
     CauseKind.MIXED_LOCAL: CauseText(
         "some of this rank's images were preprocessed on the encoder and others are deferred",
-        "Preprocess all or none of a request's images on the encoder, with the model's own owner assignment."),
+        "Preprocess all or none of a request's images on the encoder, with the model's own owner assignment.",
+    ),
     CauseKind.FEATURE_TYPE: CauseText(
         "an item's feature is not a torch.Tensor where SGLang needs one (an eager or local item, or any item on "
         "0.5.17's code)",
-        "Send eager items as [h*w, 3, 14, 14] tensors, and deferred items only to a consumer with the deferred split."),
+        "Send eager items as [h*w, 3, 14, 14] tensors, and deferred items only to a consumer with the deferred split.",
+    ),
     CauseKind.MISSING_BACKEND: CauseText(
         "a deferred config lacks 'backend': the producer is older (or newer) than the consumer",
-        "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer."),
+        "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer.",
+    ),
     CauseKind.DEFERRED_CONFIG: CauseText(
         "a deferred config lacks a key the gpu path reads (image_mean, image_std or a resize_config key): the "
         "producer is older (or newer) than the consumer",
-        "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer."),
+        "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer.",
+    ),
     CauseKind.UNSUPPORTED_BACKEND: CauseText(
         "a deferred config names a backend SGLang does not know (only gpu and cpu)",
-        "Set kimi_k3_deferred_preprocessing.backend to 'gpu' or 'cpu' on the producer."),
+        "Set kimi_k3_deferred_preprocessing.backend to 'gpu' or 'cpu' on the producer.",
+    ),
     CauseKind.DTYPE: CauseText(
         "a raw image tensor is not uint8: deferred preprocessing expects raw 8-bit pixels",
-        "Send raw images as uint8 CHW tensors (or PIL images), not normalised floats."),
+        "Send raw images as uint8 CHW tensors (or PIL images), not normalised floats.",
+    ),
     CauseKind.SHAPE: CauseText(
         "a raw image tensor is neither 2-D nor 3-D, so SGLang's resize cannot take it",
-        "Send one image per item as a [C, H, W] (or [H, W]) uint8 tensor."),
+        "Send one image per item as a [C, H, W] (or [H, W]) uint8 tensor.",
+    ),
     CauseKind.EMPTY_IMAGE: CauseText(
         "an image has a zero width or height; the resize divides by it",
-        "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder."),
+        "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder.",
+    ),
     CauseKind.CHANNELS: CauseText(
         "an image reaches preprocessing with a channel count SGLang cannot handle (it takes 1, 3 or 4)",
-        "Send images as 1-, 3- or 4-channel data (convert LA or two-channel arrays to RGBA or L first)."),
+        "Send images as 1-, 3- or 4-channel data (convert LA or two-channel arrays to RGBA or L first).",
+    ),
     CauseKind.BACKGROUND: CauseText(
         "the transparent-background config names an unknown pattern",
-        "Use one of white, black, gray or chessboard in transparent_bg_config.pattern."),
+        "Use one of white, black, gray or chessboard in transparent_bg_config.pattern.",
+    ),
     CauseKind.GPU_GRIDS: CauseText(
         "the gpu group's images were resized to grids that differ from the grids SGLang read for them",
-        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang 0.5.19 or later)."),
+        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang 0.5.19 or later).",
+    ),
     CauseKind.CPU_GRIDS: CauseText(
         "the consumer's checkpoint processor computed grids that differ from the items' grid_thws",
-        "Use the same preprocessor_config.json on the producer and the consumer, and keep grid_thws current."),
+        "Use the same preprocessor_config.json on the producer and the consumer, and keep grid_thws current.",
+    ),
     CauseKind.MISSING_GRID_THWS: CauseText(
         "a cpu-backend item carries image_grid_thw but no grid_thws, which the checkpoint path compares against",
-        "Write grid_thws on every deferred item (the producer of this SGLang release does)."),
+        "Write grid_thws on every deferred item (the producer of this SGLang release does).",
+    ),
     CauseKind.PROCESSOR_OUTPUT: CauseText(
         "the checkpoint processor returned pixel_values as a per-image list; SGLang reads pixel_values.shape[0]",
-        "Return one concatenated [sum(t*h*w), 3, 14, 14] tensor from preprocessing (torch.cat over images)."),
+        "Return one concatenated [sum(t*h*w), 3, 14, 14] tensor from preprocessing (torch.cat over images).",
+    ),
     CauseKind.LENGTH: CauseText(
         "the rows preprocessing produced differ from the sum of the patch counts of the grids SGLang read",
-        "Find the grid that was read for the wrong image or went stale (the divergence names it) and fix its source."),
+        "Find the grid that was read for the wrong image or went stale (the divergence names it) and fix its source.",
+    ),
     CauseKind.FEATURE_SHAPE: CauseText(
         "a feature has no leading dimension (a 0-d tensor)",
-        "Send every feature as a tensor whose first axis counts rows."),
+        "Send every feature as a tensor whose first axis counts rows.",
+    ),
     CauseKind.TRAILING_SHAPE: CauseText(
         "the rank's features cannot be concatenated: their trailing shapes differ",
-        "Send every eager feature as [rows, 3, 14, 14], concatenated over images, never stacked."),
+        "Send every eager feature as [rows, 3, 14, 14], concatenated over images, never stacked.",
+    ),
 }
 
 
@@ -195,21 +224,21 @@ class Cause:
 
     kind: CauseKind
     image: int | None = None
-    rows: int | None = None                        # GRID_ROWS: how many grid rows the item carries
-    key: str | None = None                         # DEFERRED_CONFIG / MISSING_BACKEND: the missing key
-    backend: str | None = None                     # UNSUPPORTED_BACKEND
-    dtype: str | None = None                       # DTYPE
-    channels: int | None = None                    # CHANNELS
-    size: list[int] | None = None                  # EMPTY_IMAGE: [width, height]
-    expected: Any = None                           # GPU_GRIDS / CPU_GRIDS: the grid expected
-    produced: list[int] | None = None              # GPU_GRIDS / CPU_GRIDS: the grid produced
-    expected_total: int | None = None              # LENGTH: sum(patch_counts)
-    produced_total: int | None = None              # LENGTH: pixel_values.shape[0]
-    output: str | None = None                      # LENGTH / PROCESSOR_OUTPUT: how pixel_values came back
-    shape: list[int] | None = None                 # TRAILING_SHAPE: the odd feature's shape
-    expected_trailing: list[int] | None = None     # TRAILING_SHAPE
-    local: list[int] | None = None                 # MIXED_LOCAL: the locally preprocessed images
-    deferred: list[int] | None = None              # MIXED_LOCAL: the deferred images
+    rows: int | None = None  # GRID_ROWS: how many grid rows the item carries
+    key: str | None = None  # DEFERRED_CONFIG / MISSING_BACKEND: the missing key
+    backend: str | None = None  # UNSUPPORTED_BACKEND
+    dtype: str | None = None  # DTYPE
+    channels: int | None = None  # CHANNELS
+    size: list[int] | None = None  # EMPTY_IMAGE: [width, height]
+    expected: Any = None  # GPU_GRIDS / CPU_GRIDS: the grid expected
+    produced: list[int] | None = None  # GPU_GRIDS / CPU_GRIDS: the grid produced
+    expected_total: int | None = None  # LENGTH: sum(patch_counts)
+    produced_total: int | None = None  # LENGTH: pixel_values.shape[0]
+    output: str | None = None  # LENGTH / PROCESSOR_OUTPUT: how pixel_values came back
+    shape: list[int] | None = None  # TRAILING_SHAPE: the odd feature's shape
+    expected_trailing: list[int] | None = None  # TRAILING_SHAPE
+    local: list[int] | None = None  # MIXED_LOCAL: the locally preprocessed images
+    deferred: list[int] | None = None  # MIXED_LOCAL: the deferred images
 
     @property
     def text(self) -> CauseText:
@@ -274,17 +303,31 @@ class ImageRow:
         """Return True when SGLang read another image's grid row for this image."""
         return self.grid_index_read != self.image
 
-    def copy(self) -> "ImageRow":
+    def copy(self) -> ImageRow:
         """Return an independent copy (steps keep the rows as they stood)."""
-        return ImageRow(self.local, self.image, self.label, list(self.declared_grid), list(self.expected_grid),
-                        self.grid_index_read, None if self.produced_grid is None else list(self.produced_grid),
-                        self.produced_rows)
+        return ImageRow(
+            self.local,
+            self.image,
+            self.label,
+            list(self.declared_grid),
+            list(self.expected_grid),
+            self.grid_index_read,
+            None if self.produced_grid is None else list(self.produced_grid),
+            self.produced_rows,
+        )
 
     def to_json(self, *, final: bool = False) -> dict[str, Any]:
         """Return the row as JSON; ``final`` adds ``expected_rows`` and ``match`` (the rank's image table)."""
-        data = {"local": self.local, "image": self.image, "label": self.label, "declared_grid": self.declared_grid,
-                "expected_grid": self.expected_grid, "grid_index_read": self.grid_index_read,
-                "produced_grid": self.produced_grid, "produced_rows": self.produced_rows}
+        data = {
+            "local": self.local,
+            "image": self.image,
+            "label": self.label,
+            "declared_grid": self.declared_grid,
+            "expected_grid": self.expected_grid,
+            "grid_index_read": self.grid_index_read,
+            "produced_grid": self.produced_grid,
+            "produced_rows": self.produced_rows,
+        }
         if final:
             data["expected_rows"] = self.expected_rows
             data["match"] = self.match
@@ -305,8 +348,8 @@ class Step:
     variables: dict[str, Any]
     note: str = ""
     check: Check | None = None
-    error: ErrorInfo | None = None             # set on the step where SGLang raises
-    cause: Cause | None = None                 # why it raises there
+    error: ErrorInfo | None = None  # set on the step where SGLang raises
+    cause: Cause | None = None  # why it raises there
     rows: list[ImageRow] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -336,9 +379,9 @@ class RankTrace:
     steps: list[Step]
     outcome: Outcome
     error: ErrorInfo | None = None
-    images: list[ImageRow] = field(default_factory=list)    # the final image rows, in rank order
+    images: list[ImageRow] = field(default_factory=list)  # the final image rows, in rank order
     cause: Cause | None = None
-    pixel_values: "torch.Tensor | None" = field(default=None, repr=False)
+    pixel_values: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def failing_step(self) -> int | None:
@@ -362,16 +405,16 @@ class RankTrace:
 class Trace:
     """The replay of one ``get_image_feature`` call: every replayed rank, the release and the divergence."""
 
-    batch: "Batch" = field(repr=False)
+    batch: Batch = field(repr=False)
     tp_size: int
-    variant: str                                  # the code path replayed: post-fix, pre-fix or no-split
-    mode: str                                     # pixels or shapes
+    variant: str  # the code path replayed: post-fix, pre-fix or no-split
+    mode: str  # pixels or shapes
     ranks: list[RankTrace]
     grid_thws_host: list[list[int]] | None
     assignment: list[list[int]] | None
-    release: "ReleaseChoice"
-    divergence: "Divergence | None" = None
-    fixed_in: "FixRelease | None" = None          # the first later release whose code replays this clean
+    release: ReleaseChoice
+    divergence: Divergence | None = None
+    fixed_in: FixRelease | None = None  # the first later release whose code replays this clean
 
     @property
     def outcome(self) -> Outcome:
@@ -415,8 +458,30 @@ class Trace:
 
 
 __all__ = [
-    "Outcome", "ErrorInfo", "CauseKind", "CauseText", "CAUSES", "Cause", "Check", "ImageRow", "Step", "RankTrace",
-    "Trace", "STEP_NAMES", "COLLECT_GRIDS", "ASSIGN_RANKS", "SELECT_ITEMS", "GROUP_BACKENDS", "PREPROCESS_GPU",
-    "PREPROCESS_CPU", "LENGTH_CHECK_GPU", "LENGTH_CHECK_CPU", "CONCATENATE", "preprocess_step",
-    "length_check_step", "is_preprocess_step", "is_length_check", "prod",
+    "Outcome",
+    "ErrorInfo",
+    "CauseKind",
+    "CauseText",
+    "CAUSES",
+    "Cause",
+    "Check",
+    "ImageRow",
+    "Step",
+    "RankTrace",
+    "Trace",
+    "STEP_NAMES",
+    "COLLECT_GRIDS",
+    "ASSIGN_RANKS",
+    "SELECT_ITEMS",
+    "GROUP_BACKENDS",
+    "PREPROCESS_GPU",
+    "PREPROCESS_CPU",
+    "LENGTH_CHECK_GPU",
+    "LENGTH_CHECK_CPU",
+    "CONCATENATE",
+    "preprocess_step",
+    "length_check_step",
+    "is_preprocess_step",
+    "is_length_check",
+    "prod",
 ]

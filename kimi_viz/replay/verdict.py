@@ -48,26 +48,51 @@ class StatusStyle:
 
     badge: str
     symbol: str
-    color: str          # the badge's background (Okabe–Ito palette, colour-blind safe)
-    text_color: str     # the badge's text, readable on ``color``
+    color: str  # the badge's background (Okabe–Ito palette, colour-blind safe)
+    text_color: str  # the badge's text, readable on ``color``
     wording: str
     exit_code: int
 
 
 STATUS_STYLES: dict[Status, StatusStyle] = {
-    Status.CLEAN: StatusStyle("CLEAN REPLAY", "✓", "#009E73", "#ffffff",
-                              "SGLang raises nothing in get_image_feature and every image's rows match its grid.", 0),
-    Status.ERROR_REPRODUCED: StatusStyle("ERROR REPRODUCED", "✗", "#D55E00", "#ffffff",
-                                         "The replay raises SGLang's error.", 1),
-    Status.SILENT_MISMATCH: StatusStyle("SILENT MISMATCH", "≠", "#CC79A7", "#000000",
-                                        "SGLang raises nothing, but an image is encoded wrongly: its rows or its "
-                                        "resolution are not what the consumer's grid says.", 3),
-    Status.NOT_REPRODUCED: StatusStyle("NOT REPRODUCED", "?", "#E69F00", "#000000",
-                                       "The capture recorded an error, but this replay is clean: the release, "
-                                       "attention-TP size or rank replayed is not the one that failed.", 4),
-    Status.RECORDED_OK_REPLAY_FAILS: StatusStyle("REPLAY FAILS, CAPTURE DID NOT", "!", "#0072B2", "#ffffff",
-                                                 "The capture recorded success, but this replay raises: the "
-                                                 "release or settings replayed differ from the server's.", 5),
+    Status.CLEAN: StatusStyle(
+        "CLEAN REPLAY",
+        "✓",
+        "#009E73",
+        "#ffffff",
+        "SGLang raises nothing in get_image_feature and every image's rows match its grid.",
+        0,
+    ),
+    Status.ERROR_REPRODUCED: StatusStyle(
+        "ERROR REPRODUCED", "✗", "#D55E00", "#ffffff", "The replay raises SGLang's error.", 1
+    ),
+    Status.SILENT_MISMATCH: StatusStyle(
+        "SILENT MISMATCH",
+        "≠",
+        "#CC79A7",
+        "#000000",
+        "SGLang raises nothing, but an image is encoded wrongly: its rows or its "
+        "resolution are not what the consumer's grid says.",
+        3,
+    ),
+    Status.NOT_REPRODUCED: StatusStyle(
+        "NOT REPRODUCED",
+        "?",
+        "#E69F00",
+        "#000000",
+        "The capture recorded an error, but this replay is clean: the release, "
+        "attention-TP size or rank replayed is not the one that failed.",
+        4,
+    ),
+    Status.RECORDED_OK_REPLAY_FAILS: StatusStyle(
+        "REPLAY FAILS, CAPTURE DID NOT",
+        "!",
+        "#0072B2",
+        "#ffffff",
+        "The capture recorded success, but this replay raises: the "
+        "release or settings replayed differ from the server's.",
+        5,
+    ),
 }
 EXIT_CODES = {status.value: style.exit_code for status, style in STATUS_STYLES.items()}
 
@@ -89,15 +114,16 @@ class ImageIdentity:
 
     image: int
     label: str
-    size: tuple[int, int] | None        # (width, height) of the upload, when known
-    mode: str | None                    # PIL mode, or the raw tensor's layout
-    backend: str | None                 # gpu, cpu, or None for an eager item
+    size: tuple[int, int] | None  # (width, height) of the upload, when known
+    mode: str | None  # PIL mode, or the raw tensor's layout
+    backend: str | None  # gpu, cpu, or None for an eager item
 
     @property
     def name(self) -> str:
         """Return ``"image 1 (chelsea.png)"``: the one way the kit names an image."""
-        return f"image {self.image}" + (f" ({self.label})" if self.label and self.label != f"image {self.image}"
-                                        else "")
+        return f"image {self.image}" + (
+            f" ({self.label})" if self.label and self.label != f"image {self.image}" else ""
+        )
 
     @property
     def details(self) -> str:
@@ -112,8 +138,13 @@ class ImageIdentity:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"image", "label", "size", "mode", "backend"}``."""
-        return {"image": self.image, "label": self.label, "size": None if self.size is None else list(self.size),
-                "mode": self.mode, "backend": self.backend}
+        return {
+            "image": self.image,
+            "label": self.label,
+            "size": None if self.size is None else list(self.size),
+            "mode": self.mode,
+            "backend": self.backend,
+        }
 
 
 def identities(batch: Batch) -> list[ImageIdentity]:
@@ -144,8 +175,12 @@ class RankVerdict:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"rank", "image_indices", "outcome", "error"}``."""
-        return {"rank": self.rank, "image_indices": self.image_indices, "outcome": self.outcome,
-                "error": None if self.error is None else self.error.to_json()}
+        return {
+            "rank": self.rank,
+            "image_indices": self.image_indices,
+            "outcome": self.outcome,
+            "error": None if self.error is None else self.error.to_json(),
+        }
 
 
 @dataclass
@@ -161,7 +196,7 @@ class Verdict:
     fixed_in: FixRelease | None
     recorded: RecordedOutcome | None
     images: list[ImageIdentity]
-    variants: dict[str, "Verdict"] = field(default_factory=dict)   # the other code paths replayed (--variant both)
+    variants: dict[str, Verdict] = field(default_factory=dict)  # the other code paths replayed (--variant both)
 
     @property
     def style(self) -> StatusStyle:
@@ -192,8 +227,12 @@ class Verdict:
     def recorded_differs(self) -> bool:
         """Return True when the capture recorded an error other than the one this replay raises."""
         rec = self.recorded
-        return (rec is not None and rec.outcome == "error" and self.error is not None
-                and (rec.type, rec.message) != (self.error.type, self.error.message))
+        return (
+            rec is not None
+            and rec.outcome == "error"
+            and self.error is not None
+            and (rec.type, rec.message) != (self.error.type, self.error.message)
+        )
 
     def identity(self, image: int | None) -> ImageIdentity | None:
         """Return the identity of global image ``image`` (None when out of range)."""
@@ -209,8 +248,9 @@ class Verdict:
             parts.append(f"{self.error.type}: {self.error.message}")
             parts.append(self.rank_summary)
         elif self.status is Status.NOT_REPRODUCED and self.recorded is not None:
-            parts.append(f"the capture recorded {self.recorded.type}: {self.recorded.message}; this replay raises "
-                         "nothing")
+            parts.append(
+                f"the capture recorded {self.recorded.type}: {self.recorded.message}; this replay raises nothing"
+            )
         elif self.status is Status.SILENT_MISMATCH:
             parts.append(f"{div.scenario_class}: nothing raised, but the rows or resolution are wrong")
         if who is not None and self.status is not Status.CLEAN:
@@ -228,17 +268,21 @@ class Verdict:
             "outcome": self.outcome,
             "error": None if self.error is None else self.error.to_json(),
             "recorded": None if self.recorded is None else self.recorded.to_json(),
-            "release": {**self.release.to_json(),
-                        "fixed_in": None if self.fixed_in is None else self.fixed_in.to_json()},
+            "release": {
+                **self.release.to_json(),
+                "fixed_in": None if self.fixed_in is None else self.fixed_in.to_json(),
+            },
             "rank_summary": self.rank_summary,
             "failing_ranks": self.failing_ranks,
             "ranks": [r.to_json() for r in self.ranks],
             "images": [i.to_json() for i in self.images],
             "divergence": self.divergence.to_json(),
         }
-        if self.variants:   # every code path replayed, this one included (its entry without "variants")
-            data["variants"] = {self.release.code_path: {k: v for k, v in data.items()},
-                                **{name: v.to_json() for name, v in self.variants.items()}}
+        if self.variants:  # every code path replayed, this one included (its entry without "variants")
+            data["variants"] = {
+                self.release.code_path: dict(data),
+                **{name: v.to_json() for name, v in self.variants.items()},
+            }
         return data
 
 
@@ -248,8 +292,17 @@ def build_verdict(trace: Trace, *, recorded: RecordedOutcome | None = None) -> V
     divergence = trace.divergence if trace.divergence is not None else Divergence()
     status = decide_status(trace.outcome, divergence.silent, recorded)
     ranks = [RankVerdict(r.rank, r.image_indices, r.outcome, r.error) for r in trace.ranks]
-    return Verdict(status, trace.outcome, trace.error, ranks, divergence, trace.release, trace.fixed_in, recorded,
-                   identities(trace.batch))
+    return Verdict(
+        status,
+        trace.outcome,
+        trace.error,
+        ranks,
+        divergence,
+        trace.release,
+        trace.fixed_in,
+        recorded,
+        identities(trace.batch),
+    )
 
 
 def trace_document(trace: Trace, verdict: Verdict | None = None) -> dict[str, Any]:
@@ -270,8 +323,22 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "kimi-viz verdict",
     "type": "object",
-    "required": ["verdict_version", "status", "status_text", "headline", "exit_code", "outcome", "error",
-                 "recorded", "release", "rank_summary", "failing_ranks", "ranks", "images", "divergence"],
+    "required": [
+        "verdict_version",
+        "status",
+        "status_text",
+        "headline",
+        "exit_code",
+        "outcome",
+        "error",
+        "recorded",
+        "release",
+        "rank_summary",
+        "failing_ranks",
+        "ranks",
+        "images",
+        "divergence",
+    ],
     "properties": {
         "verdict_version": {"const": VERDICT_VERSION},
         "status": {"enum": [s.value for s in Status]},
@@ -297,8 +364,12 @@ VERDICT_SCHEMA: dict[str, Any] = {
                 "fixed_in": {
                     "type": ["object", "null"],
                     "required": ["release", "change", "code_path"],
-                    "properties": {"release": {"type": "string"}, "change": {"type": "string"},
-                                   "code_path": {"type": "string"}, "summary": {"type": "string"}},
+                    "properties": {
+                        "release": {"type": "string"},
+                        "change": {"type": "string"},
+                        "code_path": {"type": "string"},
+                        "summary": {"type": "string"},
+                    },
                 },
             },
         },
@@ -328,9 +399,22 @@ VERDICT_SCHEMA: dict[str, Any] = {
         },
         "divergence": {
             "type": "object",
-            "required": ["scenario_class", "silent", "cause", "first_image", "expected_rows", "produced_rows",
-                         "expected_total", "produced_total", "grid_read_from", "wrong_expectation", "explanation",
-                         "fix", "images", "findings"],
+            "required": [
+                "scenario_class",
+                "silent",
+                "cause",
+                "first_image",
+                "expected_rows",
+                "produced_rows",
+                "expected_total",
+                "produced_total",
+                "grid_read_from",
+                "wrong_expectation",
+                "explanation",
+                "fix",
+                "images",
+                "findings",
+            ],
             "properties": {
                 "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|skew|none|unclassified)$"},
                 "silent": {"type": "boolean"},
@@ -368,9 +452,15 @@ def release_lines(verdict: Verdict) -> list[str]:
         lines.append(f"{fix.text} (its {fix.code_path} path replays this batch clean)")
     elif verdict.outcome == "error":
         newest = release.code_path == "post-fix"
-        lines.append("not fixed by upgrading: " + (f"SGLang {NEWEST} runs this same code path" if newest else
-                                                   "no later release's code replays this batch clean")
-                     + "; the fix is in the batch (see fix)")
+        lines.append(
+            "not fixed by upgrading: "
+            + (
+                f"SGLang {NEWEST} runs this same code path"
+                if newest
+                else "no later release's code replays this batch clean"
+            )
+            + "; the fix is in the batch (see fix)"
+        )
     return lines
 
 
@@ -390,11 +480,17 @@ def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
     lines += release_lines(verdict)
     if verdict.recorded is not None:
         rec = verdict.recorded
-        lines.append("recorded by the capture: " + ("ok" if rec.outcome == "ok" else f"{rec.type}: {rec.message}")
-                     + (" (differs from this replay's error)" if verdict.recorded_differs else ""))
+        lines.append(
+            "recorded by the capture: "
+            + ("ok" if rec.outcome == "ok" else f"{rec.type}: {rec.message}")
+            + (" (differs from this replay's error)" if verdict.recorded_differs else "")
+        )
     error = verdict.error
-    lines.append("outcome: ok (SGLang raises nothing in get_image_feature)" if error is None
-                 else f"outcome: error — {error.type}: {error.message}")
+    lines.append(
+        "outcome: ok (SGLang raises nothing in get_image_feature)"
+        if error is None
+        else f"outcome: error — {error.type}: {error.message}"
+    )
     lines.append(f"ranks: {verdict.rank_summary}")
     ordered = sorted(verdict.ranks, key=lambda r: (r.outcome != "error", r.rank))
     shown = ordered if len(ordered) <= 16 else [r for r in ordered if r.outcome == "error"][:16]
@@ -409,13 +505,19 @@ def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
         silent = " (silent)" if div.silent else ""
         lines.append(f"scenario class: {div.scenario_class}{silent}")
         if div.first_image is not None:
-            counts = ("" if div.expected_rows is None and div.produced_rows is None
-                      else f": expected {div.expected_rows} rows, produced {div.produced_rows}")
-            lines.append(f"first diverging image: {image_sentence(verdict, div.first_image)} on rank {div.rank}"
-                         + counts)
+            counts = (
+                ""
+                if div.expected_rows is None and div.produced_rows is None
+                else f": expected {div.expected_rows} rows, produced {div.produced_rows}"
+            )
+            lines.append(
+                f"first diverging image: {image_sentence(verdict, div.first_image)} on rank {div.rank}" + counts
+            )
             if div.grid_read_from is not None:
-                lines.append(f"grid read from another image: the grid of image {div.grid_read_from}, read for image "
-                             f"{div.first_image}")
+                lines.append(
+                    f"grid read from another image: the grid of image {div.grid_read_from}, read for image "
+                    f"{div.first_image}"
+                )
         if div.expected_total is not None or div.produced_total is not None:
             lines.append(f"counts: expected {div.expected_total}, produced {div.produced_total}")
         if div.wrong_expectation:
@@ -427,6 +529,22 @@ def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["VERDICT_VERSION", "Status", "StatusStyle", "STATUS_STYLES", "EXIT_CODES", "decide_status", "ImageIdentity",
-           "identities", "RankVerdict", "Verdict", "build_verdict", "trace_document", "VERDICT_SCHEMA",
-           "validate_verdict", "release_lines", "image_sentence", "format_verdict"]
+__all__ = [
+    "VERDICT_VERSION",
+    "Status",
+    "StatusStyle",
+    "STATUS_STYLES",
+    "EXIT_CODES",
+    "decide_status",
+    "ImageIdentity",
+    "identities",
+    "RankVerdict",
+    "Verdict",
+    "build_verdict",
+    "trace_document",
+    "VERDICT_SCHEMA",
+    "validate_verdict",
+    "release_lines",
+    "image_sentence",
+    "format_verdict",
+]

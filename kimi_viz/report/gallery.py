@@ -62,8 +62,9 @@ def _resized_index(records: Sequence[Any]) -> int:
     return 0
 
 
-def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, preset: str = "kimi-k3",
-                  dpi: int = 80) -> list[Path]:
+def write_gallery(
+    out_dir: str | Path, images: Sequence[Any] | None = None, *, preset: str = "kimi-k3", dpi: int = 80
+) -> list[Path]:
     """Write the figures for ``images`` (default: the sample images) and ``index.html`` into ``out_dir``.
 
     Returns the written paths: the PNGs in page order, then ``index.html``.
@@ -89,41 +90,61 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
         _save(ax, out / file, dpi)
         figures.append(GalleryFigure(file, title, caption))
 
-    add(draw_processor_output(output), "batch.png", "The batch",
+    add(
+        draw_processor_output(output),
+        "batch.png",
+        "The batch",
         f"{len(layout)} images under {preset}: each on its patch grid, above the packed pixel_values rows "
-        f"({layout.total_rows} rows, {layout.total_tokens} merged tokens).")
-    add(draw_row_spans(layout), "row_spans.png", "Row spans",
-        "Every image's rows [start, end) of pixel_values with its grid and patch count, and its merged tokens.")
+        f"({layout.total_rows} rows, {layout.total_tokens} merged tokens).",
+    )
+    add(
+        draw_row_spans(layout),
+        "row_spans.png",
+        "Row spans",
+        "Every image's rows [start, end) of pixel_values with its grid and patch count, and its merged tokens.",
+    )
 
     other = OTHER_PRESET.get(preset)
     if other is not None:
         grids = [resize_config(*record.source_size, other)["grid_thw"] for record in output.records]
         produced = BatchLayout.from_grids(grids, labels=[s.label for s in layout.spans])
         comparison = compare_layouts(layout, produced)
-        add(draw_row_spans(layout, produced=produced), "row_spans_vs_other_preset.png",
+        add(
+            draw_row_spans(layout, produced=produced),
+            "row_spans_vs_other_preset.png",
             f"{preset} rows against a {other} consumer",
             f"The rows a consumer running the {other} limits would produce for the same uploads. "
-            + (comparison.message if not comparison.equal else "The two layouts agree for these images."))
+            + (comparison.message if not comparison.equal else "The two layouts agree for these images."),
+        )
 
-    for span, record in zip(layout.spans, output.records):
+    for span in layout.spans:
         first_token = layout.token_to_rows(span.token_span[0]) if span.num_tokens else []
-        add(draw_patch_grid(output, span.index, highlight_rows=first_token),
-            f"patch_grid_{span.index:02d}_{_slug(span.label)}.png", f"{span.label} on its patch grid",
+        add(
+            draw_patch_grid(output, span.index, highlight_rows=first_token),
+            f"patch_grid_{span.index:02d}_{_slug(span.label)}.png",
+            f"{span.label} on its patch grid",
             f"Grid {span.grid_text}, rows [{span.rows[0]}, {span.rows[1]}); the four rows of its first merged "
-            f"token (token {span.token_span[0]}) are highlighted.")
+            f"token (token {span.token_span[0]}) are highlighted.",
+        )
 
     if len(layout):
-        add(draw_grid_to_rows(output, layout, index=0), f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
+        add(
+            draw_grid_to_rows(output, layout, index=0),
+            f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
             f"{layout.spans[0].label}: patches to rows",
-            "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.")
+            "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.",
+        )
         index = _resized_index(output.records)
         source = sources[index]
         checkpoint = checkpoint_processor.preprocess([source])
         torch_path = Processor(preset, backend="torch", device="cpu").preprocess([source])
         name = layout.spans[index].label
-        add(draw_pixel_diff(checkpoint, torch_path), f"pixel_diff_{_slug(name)}.png",
+        add(
+            draw_pixel_diff(checkpoint, torch_path),
+            f"pixel_diff_{_slug(name)}.png",
             f"{name}: checkpoint vs torch pixels",
-            "Per-patch max |difference| between the checkpoint (CPU, PIL) path and SGLang's torch path.")
+            "Per-patch max |difference| between the checkpoint (CPU, PIL) path and SGLang's torch path.",
+        )
 
     page = out / "index.html"
     page.write_text(_html(figures, preset, layout), encoding="utf-8")
@@ -133,16 +154,27 @@ def write_gallery(out_dir: str | Path, images: Sequence[Any] | None = None, *, p
 def _html(figures: Sequence[GalleryFigure], preset: str, layout: BatchLayout) -> str:
     """Return the gallery page: inline CSS, relative image links, nothing fetched from a network."""
     items = "\n".join(
-        f"<figure id=\"{html.escape(Path(f.file).stem)}\">\n"
+        f'<figure id="{html.escape(Path(f.file).stem)}">\n'
         f"  <h2>{html.escape(f.title)}</h2>\n"
-        f"  <a href=\"{html.escape(f.file)}\"><img src=\"{html.escape(f.file)}\" alt=\"{html.escape(f.title)}\"></a>\n"
+        f'  <a href="{html.escape(f.file)}"><img src="{html.escape(f.file)}" alt="{html.escape(f.title)}"></a>\n'
         f"  <figcaption>{html.escape(f.caption)}</figcaption>\n"
         f"</figure>"
         for f in figures
     )
-    table = Table(["#", "image", "grid t×h×w", "rows", "patches", "tokens"],
-                  [(s.number, s.label, s.grid_text, f"[{s.rows[0]}, {s.rows[1]})", s.patches,
-                    f"[{s.token_span[0]}, {s.token_span[1]})") for s in layout.spans])._repr_html_()
+    table = Table(
+        ["#", "image", "grid t×h×w", "rows", "patches", "tokens"],
+        [
+            (
+                s.number,
+                s.label,
+                s.grid_text,
+                f"[{s.rows[0]}, {s.rows[1]})",
+                s.patches,
+                f"[{s.token_span[0]}, {s.token_span[1]})",
+            )
+            for s in layout.spans
+        ],
+    )._repr_html_()
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

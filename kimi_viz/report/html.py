@@ -12,8 +12,9 @@ references nothing outside itself, so it opens from disk in any browser, with or
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..replay.batch import Batch
 from ..replay.verdict import Status, Verdict, image_sentence, release_lines
@@ -45,41 +46,59 @@ def ranks_html(verdict: Verdict) -> str:
     """Return the ranks table: failing ranks first; more than a few healthy ranks are summarised in one row."""
     failing = [r for r in verdict.ranks if r.outcome == "error"]
     healthy = [r for r in verdict.ranks if r.outcome != "error"]
-    rows = [f'<tr class="kv-mismatch kv-rank-fail" data-rank="{r.rank}"><td class="num">{r.rank}</td>'
-            f'<td class="mono">{escape(r.image_indices)}</td><td class="kv-fail">FAIL</td>'
-            f'<td class="mono">{escape(_error_text(r.error))}</td></tr>' for r in failing[:MAX_RANK_ROWS]]
+    rows = [
+        f'<tr class="kv-mismatch kv-rank-fail" data-rank="{r.rank}"><td class="num">{r.rank}</td>'
+        f'<td class="mono">{escape(r.image_indices)}</td><td class="kv-fail">FAIL</td>'
+        f'<td class="mono">{escape(_error_text(r.error))}</td></tr>'
+        for r in failing[:MAX_RANK_ROWS]
+    ]
     if len(failing) > MAX_RANK_ROWS:
         rows.append(f'<tr><td colspan="4">… {len(failing) - MAX_RANK_ROWS} more failing ranks (trace JSON)</td></tr>')
     if len(healthy) <= 4:
-        rows += [f'<tr class="kv-rank-ok" data-rank="{r.rank}"><td class="num">{r.rank}</td>'
-                 f'<td class="mono">{escape(r.image_indices)}</td><td class="kv-pass">ok</td><td>—</td></tr>'
-                 for r in healthy]
+        rows += [
+            f'<tr class="kv-rank-ok" data-rank="{r.rank}"><td class="num">{r.rank}</td>'
+            f'<td class="mono">{escape(r.image_indices)}</td><td class="kv-pass">ok</td><td>—</td></tr>'
+            for r in healthy
+        ]
     else:
         numbers = ", ".join(str(r.rank) for r in healthy[:24]) + (" …" if len(healthy) > 24 else "")
-        rows.append(f'<tr class="kv-rank-ok kv-collapsed"><td colspan="4">{len(healthy)} healthy ranks '
-                    f"({escape(numbers)}) pass</td></tr>")
-    return ('<table class="kv-ranks"><thead><tr><th>rank</th><th>image_indices</th><th>outcome</th>'
-            f'<th>error</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        rows.append(
+            f'<tr class="kv-rank-ok kv-collapsed"><td colspan="4">{len(healthy)} healthy ranks '
+            f"({escape(numbers)}) pass</td></tr>"
+        )
+    return (
+        '<table class="kv-ranks"><thead><tr><th>rank</th><th>image_indices</th><th>outcome</th>'
+        f"<th>error</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "") -> str:
     """Return the verdict block: status badge, headline, ranks (failing first), release and the divergence facts."""
     status = verdict.status
     error = verdict.error
-    message = (f"<code>{escape(error.type)}: {escape(error.message)}</code>" if error
-               else "SGLang raises nothing in <code>get_image_feature</code> for this batch.")
+    message = (
+        f"<code>{escape(error.type)}: {escape(error.message)}</code>"
+        if error
+        else "SGLang raises nothing in <code>get_image_feature</code> for this batch."
+    )
     banner = ""
     if status is Status.NOT_REPRODUCED and verdict.recorded is not None:
-        banner = (f'<div class="kv-banner" role="alert" id="kv-not-reproduced"><b>Not reproduced.</b> The capture '
-                  f"recorded <code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>, but "
-                  f"this replay ({escape(verdict.release.label)}) raises nothing. "
-                  f"{escape(verdict.style.wording)}</div>")
+        banner = (
+            f'<div class="kv-banner" role="alert" id="kv-not-reproduced"><b>Not reproduced.</b> The capture '
+            f"recorded <code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>, but "
+            f"this replay ({escape(verdict.release.label)}) raises nothing. "
+            f"{escape(verdict.style.wording)}</div>"
+        )
     elif status is Status.RECORDED_OK_REPLAY_FAILS:
-        banner = (f'<div class="kv-banner" role="alert" id="kv-replay-fails"><b>The capture recorded success.</b> '
-                  f"{escape(verdict.style.wording)}</div>")
+        banner = (
+            f'<div class="kv-banner" role="alert" id="kv-replay-fails"><b>The capture recorded success.</b> '
+            f"{escape(verdict.style.wording)}</div>"
+        )
     elif verdict.recorded_differs and verdict.recorded is not None:
-        banner = (f'<div class="kv-banner" role="alert"><b>A different error.</b> The capture recorded '
-                  f"<code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>.</div>")
+        banner = (
+            f'<div class="kv-banner" role="alert"><b>A different error.</b> The capture recorded '
+            f"<code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>.</div>"
+        )
     div = verdict.divergence
     facts = []
 
@@ -129,21 +148,27 @@ def _thumbnail(batch: Batch, image: int) -> str:
     picture = None
     if feature.image is not None:
         picture = feature.image
-    elif feature.tensor is not None and feature.layout in ("chw", "hwc") and feature.dtype == "uint8" \
-            and feature.tensor.dim() == 3:
+    elif (
+        feature.tensor is not None
+        and feature.layout in ("chw", "hwc")
+        and feature.dtype == "uint8"
+        and feature.tensor.dim() == 3
+    ):
         array = feature.tensor
         array = array.permute(1, 2, 0) if feature.layout == "chw" else array
         if array.shape[-1] in (1, 3, 4) and min(array.shape[0], array.shape[1]) > 0:
-            picture = Image.fromarray(array[..., :3].squeeze(-1).contiguous().numpy() if array.shape[-1] == 1
-                                      else array[..., :3].contiguous().numpy())
+            picture = Image.fromarray(
+                array[..., :3].squeeze(-1).contiguous().numpy()
+                if array.shape[-1] == 1
+                else array[..., :3].contiguous().numpy()
+            )
     if picture is None or 0 in picture.size:
         return ""
     thumb = picture.convert("RGBA") if picture.mode not in ("RGB", "RGBA", "L") else picture.copy()
     thumb.thumbnail((96, 96))
     buffer = io.BytesIO()
     thumb.save(buffer, format="PNG")
-    return (f'<img class="kv-thumb" alt="thumbnail of image {image}" '
-            f'src="{png_data_uri(buffer.getvalue())}">')
+    return f'<img class="kv-thumb" alt="thumbnail of image {image}" src="{png_data_uri(buffer.getvalue())}">'
 
 
 def images_table_html(verdict: Verdict, batch: Batch | None = None) -> str:
@@ -151,21 +176,31 @@ def images_table_html(verdict: Verdict, batch: Batch | None = None) -> str:
     from ..plots.palette import color_for
 
     outcomes = {row.image: row for row in verdict.divergence.images}
-    head = ("<tr><th>image</th><th></th><th>file / label</th><th>source</th><th>backend</th><th>rank</th>"
-            "<th>grid source</th><th>grid row read</th><th>expected grid</th><th>expected rows</th>"
-            "<th>produced grid</th><th>produced rows</th><th>match</th></tr>")
+    head = (
+        "<tr><th>image</th><th></th><th>file / label</th><th>source</th><th>backend</th><th>rank</th>"
+        "<th>grid source</th><th>grid row read</th><th>expected grid</th><th>expected rows</th>"
+        "<th>produced grid</th><th>produced rows</th><th>match</th></tr>"
+    )
     body = []
     for who in verdict.images:
         row = outcomes.get(who.image)
         mismatch = row is not None and row.match is False
         match = "not replayed" if row is None else {True: "yes", False: "NO", None: "not checked"}[row.match]
         size = "" if who.size is None else f"{who.size[0]}×{who.size[1]}"
-        read = "" if row is None else (f"{row.grid_index_read}" + (f" (image {row.grid_index_read}'s grid)"
-                                                                   if row.grid_index_read != who.image else ""))
+        read = (
+            ""
+            if row is None
+            else (
+                f"{row.grid_index_read}"
+                + (f" (image {row.grid_index_read}'s grid)" if row.grid_index_read != who.image else "")
+            )
+        )
         thumb = _thumbnail(batch, who.image) if batch is not None else ""
         swatch = f'<span class="kv-swatch" style="background:{color_for(who.image)}"></span>'
         cells = [
-            f'<td class="num">{swatch}{who.image}</td>', f"<td>{thumb}</td>", f"<td>{escape(who.label)}</td>",
+            f'<td class="num">{swatch}{who.image}</td>',
+            f"<td>{thumb}</td>",
+            f"<td>{escape(who.label)}</td>",
             f'<td class="mono">{escape(size)} {escape(who.mode or "")}</td>',
             f"<td>{escape(who.backend or 'eager')}</td>",
             f'<td class="num">{escape("" if row is None else row.rank)}</td>',
@@ -188,17 +223,25 @@ def batch_table_html(batch: Batch) -> str:
         grids = "; ".join(f"{k}={v}" for k, v in item.grids.items()) or "(none)"
         feature = f"{item.feature.kind} {item.feature.layout} {list(item.feature.shape)} {item.feature.dtype}"
         resize = (item.deferred or {}).get("resize_config")
-        resize_text = (f"{resize.get('new_width')}x{resize.get('new_height')} + pad "
-                       f"{resize.get('pad_width')}x{resize.get('pad_height')}") if isinstance(resize, dict) else ""
+        resize_text = (
+            (
+                f"{resize.get('new_width')}x{resize.get('new_height')} + pad "
+                f"{resize.get('pad_width')}x{resize.get('pad_height')}"
+            )
+            if isinstance(resize, dict)
+            else ""
+        )
         size = "" if item.original_size is None else f"{item.original_size[0]}x{item.original_size[1]}"
         body.append(
             f'<tr><td class="num">{i}</td><td>{escape(item.label)}</td><td class="mono">{escape(grids)}</td>'
             f'<td class="mono">{escape(feature)}</td><td>{escape(item.backend or "eager")}</td>'
-            f"<td>{'yes' if item.local_preprocessed else 'no'}</td><td class=\"mono\">{escape(size)}</td>"
+            f'<td>{"yes" if item.local_preprocessed else "no"}</td><td class="mono">{escape(size)}</td>'
             f'<td class="mono">{escape(resize_text)}</td></tr>'
         )
-    head = ("<tr><th>image</th><th>label</th><th>grids</th><th>feature</th><th>backend</th>"
-            "<th>local preprocessed</th><th>original size</th><th>resize_config</th></tr>")
+    head = (
+        "<tr><th>image</th><th>label</th><th>grids</th><th>feature</th><th>backend</th>"
+        "<th>local preprocessed</th><th>original size</th><th>resize_config</th></tr>"
+    )
     return f'<table class="kv-batch"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -223,8 +266,8 @@ def render_report(
 
     style = verdict.style
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{escape(style.symbol)} {escape(style.badge)} — {escape(title)}</title>\n"
         f"<style>{page_css()}</style>\n</head>\n<body>\n",
         verdict_html(verdict, heading=title, subtitle=(facts or {}).get("replay", "")),
@@ -233,12 +276,14 @@ def render_report(
         parts.append(f"<h2>The same batch under the {escape(name)} code path</h2>")
         parts.append(verdict_html(other, heading=f"{name} code path"))
     if summary_png:
-        parts.append("<h2>Rows: expected against produced</h2><figure>"
-                     f'<img alt="the verdict, and expected against produced pixel_values rows of the failing ranks" '
-                     f'src="{png_data_uri(summary_png)}">'
-                     "<figcaption>The verdict, then the failing ranks first: each span is one image's rows in that "
-                     "rank's pixel_values, numbered and coloured by global image, the rows its grid expects above "
-                     "the rows produced, the first divergence marked.</figcaption></figure>")
+        parts.append(
+            "<h2>Rows: expected against produced</h2><figure>"
+            f'<img alt="the verdict, and expected against produced pixel_values rows of the failing ranks" '
+            f'src="{png_data_uri(summary_png)}">'
+            "<figcaption>The verdict, then the failing ranks first: each span is one image's rows in that "
+            "rank's pixel_values, numbered and coloured by global image, the rows its grid expects above "
+            "the rows produced, the first divergence marked.</figcaption></figure>"
+        )
     parts.append("<h2>Every image</h2>")
     parts.append(images_table_html(verdict, batch))
     if stepper_html:
@@ -251,13 +296,17 @@ def render_report(
         parts.append(_facts_html(facts))
     if reproduce:
         parts.append(f"<p>Reproduce: <code>{escape(reproduce)}</code></p>")
-    parts.append('<h2>Trace</h2><p><button type="button" id="kv-show-trace">Show the trace JSON</button></p>'
-                 '<pre id="kv-trace-text" hidden></pre>')
+    parts.append(
+        '<h2>Trace</h2><p><button type="button" id="kv-show-trace">Show the trace JSON</button></p>'
+        '<pre id="kv-trace-text" hidden></pre>'
+    )
     parts.append(f'<script type="application/json" id="kv-trace">{json_for_script(trace_json)}</script>')
     parts.append(f'<script type="application/json" id="kv-verdict-json">{json_for_script(verdict.to_json())}</script>')
     parts.append(f"<script>{SCRIPT}</script>")
-    parts.append(f"<footer>Written by kimi-viz {escape(__version__)}. This page is self-contained: it loads "
-                 "nothing from disk or network.</footer>\n</body>\n</html>\n")
+    parts.append(
+        f"<footer>Written by kimi-viz {escape(__version__)}. This page is self-contained: it loads "
+        "nothing from disk or network.</footer>\n</body>\n</html>\n"
+    )
     return defuse_urls("".join(parts))
 
 

@@ -28,8 +28,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 def escape(value: Any) -> str:
     """Return ``value`` as HTML text: escaped, with control and bidi characters shown as ``\\xNN`` / ``\\uNNNN``."""
     text = "" if value is None else str(value)
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text)
+    text = _CONTROL.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
     return html.escape(text, quote=True)
 
 
@@ -82,8 +83,10 @@ def status_css() -> str:
 def badge_html(status: Status) -> str:
     """Return the status badge: its symbol and text, coloured by the status (colour is never the only signal)."""
     style = STATUS_STYLES[status]
-    return (f'<span class="kv-badge kv-{status.value}" data-status="{status.value}">'
-            f'<span aria-hidden="true">{style.symbol}</span> {escape(style.badge)}</span>')
+    return (
+        f'<span class="kv-badge kv-{status.value}" data-status="{status.value}">'
+        f'<span aria-hidden="true">{style.symbol}</span> {escape(style.badge)}</span>'
+    )
 
 
 BASE_CSS = """
@@ -123,7 +126,8 @@ figcaption { color: var(--muted); font-size: .95rem; }
 .kv-fail { color: var(--fail); font-weight: 600; }
 .kv-pass { color: var(--pass); }
 details { margin: .6rem 0; }
-details pre { max-height: 32rem; overflow: auto; background: var(--panel); padding: .6rem; border: 1px solid var(--line); }
+details pre { max-height: 32rem; overflow: auto; background: var(--panel); padding: .6rem;
+              border: 1px solid var(--line); }
 footer { margin-top: 2.5rem; color: var(--muted); font-size: .9rem; }
 """
 
@@ -156,5 +160,17 @@ def verdict_css() -> str:
     return VERDICT_CSS + status_css() + "\n"
 
 
-__all__ = ["escape", "json_for_script", "defuse_urls", "png_data_uri", "figure_png", "PNG_METADATA", "status_css",
-           "badge_html", "page_css", "verdict_css", "BASE_CSS", "URL_PATTERN"]
+__all__ = [
+    "escape",
+    "json_for_script",
+    "defuse_urls",
+    "png_data_uri",
+    "figure_png",
+    "PNG_METADATA",
+    "status_css",
+    "badge_html",
+    "page_css",
+    "verdict_css",
+    "BASE_CSS",
+    "URL_PATTERN",
+]

@@ -32,8 +32,8 @@ from .page import escape, figure_png, json_for_script, png_data_uri
 if TYPE_CHECKING:  # pragma: no cover
     from ..replay.trace import RankTrace, Trace
 
-FRAME_DPI = 100          # the frames' text is 9 pt: 12.5 px at this dpi
-FRAME_WIDTH_PX = 950     # shown at this width at most (never scaled up), so text stays >= 10 px
+FRAME_DPI = 100  # the frames' text is 9 pt: 12.5 px at this dpi
+FRAME_WIDTH_PX = 950  # shown at this width at most (never scaled up), so text stays >= 10 px
 FAIL_COLOR = "#B34000"
 PASS_COLOR = "#006B4F"
 _ids = itertools.count(1)
@@ -143,11 +143,11 @@ def _cell(key: str, value: Any) -> str:
 class Stepper:
     """Step through one rank of a replay; a widget in Jupyter, static HTML elsewhere."""
 
-    def __init__(self, trace: "Trace", *, rank: int | None = None, dpi: int = FRAME_DPI):
+    def __init__(self, trace: Trace, *, rank: int | None = None, dpi: int = FRAME_DPI):
         from ..plots.steps import resolve_rank
 
         self.trace = trace
-        self.rank: "RankTrace" = resolve_rank(trace, rank)
+        self.rank: RankTrace = resolve_rank(trace, rank)
         self.dpi = int(dpi)
         self._frames: list[bytes | None] = [None] * len(self.rank.steps)
         self._widget: Any = None
@@ -156,8 +156,7 @@ class Stepper:
         return len(self.rank.steps)
 
     def __repr__(self) -> str:
-        return (f"Stepper(rank {self.rank.rank} of TP {self.trace.tp_size}, {len(self)} steps, "
-                f"{self.trace.outcome})")
+        return f"Stepper(rank {self.rank.rank} of TP {self.trace.tp_size}, {len(self)} steps, {self.trace.outcome})"
 
     @property
     def start(self) -> int:
@@ -173,12 +172,13 @@ class Stepper:
 
     def heading_html(self) -> str:
         """Return the heading as HTML, FAIL in the failure colour."""
-        head = (f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, "
-                f"{escape(self.trace.release.label)}: ")
+        head = f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, {escape(self.trace.release.label)}: "
         if self.rank.error is None:
             return head + f'<span class="kv-pass" style="color:{PASS_COLOR}">ok</span>'
-        return (head + f'<span class="kv-fail" style="color:{FAIL_COLOR};font-weight:700">FAIL</span> — '
-                f"{escape(self.rank.error.type)}: {escape(self.rank.error.message)}")
+        return (
+            head + f'<span class="kv-fail" style="color:{FAIL_COLOR};font-weight:700">FAIL</span> — '
+            f"{escape(self.rank.error.type)}: {escape(self.rank.error.message)}"
+        )
 
     # --- data -----------------------------------------------------------------------------------
     def _check_index(self, k: int) -> int:
@@ -243,8 +243,9 @@ class Stepper:
     def counts_html(self, k: int) -> str:
         """Return the counts of step ``k`` as the ``table.kv-counts`` markup both forms show."""
         counts = self.counts(k)
-        rows = "".join(f'<tr><th scope="row">{escape(label)}</th>{_cell(key, counts[key])}</tr>'
-                       for key, label in COUNT_ROWS)
+        rows = "".join(
+            f'<tr><th scope="row">{escape(label)}</th>{_cell(key, counts[key])}</tr>' for key, label in COUNT_ROWS
+        )
         return f'<table class="kv-counts">{rows}</table>'
 
     def vars_html(self, k: int) -> str:
@@ -256,17 +257,26 @@ class Stepper:
         if step.check is not None:
             verdict = "PASS" if step.check.passed else "FAIL"
             color = PASS_COLOR if step.check.passed else FAIL_COLOR
-            rows.append(f'<tr><th scope="row">check</th><td class="kv-var"><span style="color:{color};'
-                        f'font-weight:700">{verdict}</span> {escape(step.check.name)}</td></tr>')
-        rows += [f'<tr><th scope="row">{escape(key)}</th><td class="kv-var">{escape(value)}</td></tr>'
-                 for key, value in key_variables(step)]
+            rows.append(
+                f'<tr><th scope="row">check</th><td class="kv-var"><span style="color:{color};'
+                f'font-weight:700">{verdict}</span> {escape(step.check.name)}</td></tr>'
+            )
+        rows += [
+            f'<tr><th scope="row">{escape(key)}</th><td class="kv-var">{escape(value)}</td></tr>'
+            for key, value in key_variables(step)
+        ]
         return f'<table class="kv-vars">{"".join(rows)}</table>'
 
     def _step_data(self, k: int) -> dict[str, Any]:
         step = self.rank.steps[k]
-        return {"frame": png_data_uri(self.frame(k)), "title": self.title(k), "note": step.note,
-                "alt": f"step {k + 1}: {step.title}, the rank's expected and produced rows",
-                "counts": self.counts_html(k), "vars": self.vars_html(k)}
+        return {
+            "frame": png_data_uri(self.frame(k)),
+            "title": self.title(k),
+            "note": step.note,
+            "alt": f"step {k + 1}: {step.title}, the rank's expected and produced rows",
+            "counts": self.counts_html(k),
+            "vars": self.vars_html(k),
+        }
 
     # --- static HTML ------------------------------------------------------------------------------
     def to_html(self) -> str:
@@ -276,8 +286,13 @@ class Stepper:
         steps = [self._step_data(k) for k in range(n)]
         k = self.start
         first = steps[k - 1]
-        data = {"steps": steps, "start": k, "rank": self.rank.rank, "tp_size": self.trace.tp_size,
-                "release": self.trace.release.label}
+        data = {
+            "steps": steps,
+            "start": k,
+            "rank": self.rank.rank,
+            "tp_size": self.trace.tp_size,
+            "release": self.trace.release.label,
+        }
         return (
             f'<div class="kv-stepper kv-static" id="{root}" data-steps="{n}" data-rank="{self.rank.rank}" '
             f'data-start="{k}" tabindex="0">\n'
@@ -309,20 +324,29 @@ class Stepper:
         import ipywidgets as widgets
 
         n = len(self)
-        slider = widgets.IntSlider(value=self.start, min=1, max=n, step=1, description="step",
-                                   continuous_update=True, readout=True,
-                                   layout=widgets.Layout(width="420px"))
+        slider = widgets.IntSlider(
+            value=self.start,
+            min=1,
+            max=n,
+            step=1,
+            description="step",
+            continuous_update=True,
+            readout=True,
+            layout=widgets.Layout(width="420px"),
+        )
         slider.add_class("kv-slider")
-        prev_button = widgets.Button(description="◀ Previous", tooltip="previous step",
-                                     layout=widgets.Layout(width="auto"))
+        prev_button = widgets.Button(
+            description="◀ Previous", tooltip="previous step", layout=widgets.Layout(width="auto")
+        )
         prev_button.add_class("kv-prev")
         next_button = widgets.Button(description="Next ▶", tooltip="next step", layout=widgets.Layout(width="auto"))
         next_button.add_class("kv-next")
         play = widgets.Play(value=self.start, min=1, max=n, step=1, interval=1200, description="play")
         play.add_class("kv-play")
         widgets.jslink((play, "value"), (slider, "value"))
-        heading = widgets.HTML(f'<div class="kv-heading" style="font-weight:700;font-size:15px">'
-                               f"{self.heading_html()}</div>")
+        heading = widgets.HTML(
+            f'<div class="kv-heading" style="font-weight:700;font-size:15px">{self.heading_html()}</div>'
+        )
         position = widgets.HTML()
         position.add_class("kv-position")
         title = widgets.HTML()
@@ -333,16 +357,18 @@ class Stepper:
         variables.add_class("kv-vars")
         image = widgets.Image(format="png", layout=widgets.Layout(width=f"{FRAME_WIDTH_PX}px", max_width="100%"))
         image.add_class("kv-frame")
-        table_style = ("<style>.kv-live table{border-collapse:collapse;font-size:13px}.kv-live th,.kv-live td"
-                       "{border:1px solid #ccc;padding:1px 6px;text-align:left;vertical-align:top}"
-                       ".kv-live th{background:#f0f0f0}.kv-live td.kv-var{font-family:monospace;font-size:12px;"
-                       "max-width:560px;overflow-wrap:anywhere}</style>")
+        table_style = (
+            "<style>.kv-live table{border-collapse:collapse;font-size:13px}.kv-live th,.kv-live td"
+            "{border:1px solid #ccc;padding:1px 6px;text-align:left;vertical-align:top}"
+            ".kv-live th{background:#f0f0f0}.kv-live td.kv-var{font-family:monospace;font-size:12px;"
+            "max-width:560px;overflow-wrap:anywhere}</style>"
+        )
 
         def show(k: int) -> None:
             i = k - 1
             step = self.rank.steps[i]
             position.value = f"<b>Step {k} of {n}</b>"
-            title.value = (f"<b>{escape(self.title(i))}</b><br><i style='font-size:13px'>{escape(step.note)}</i>")
+            title.value = f"<b>{escape(self.title(i))}</b><br><i style='font-size:13px'>{escape(step.note)}</i>"
             counts.value = table_style + self.counts_html(i)
             variables.value = self.vars_html(i)
             image.value = self.frame(i)
@@ -352,8 +378,10 @@ class Stepper:
         next_button.on_click(lambda _: setattr(slider, "value", min(n, slider.value + 1)))
         show(self.start)
         controls = widgets.HBox([prev_button, slider, next_button, play, position])
-        box = widgets.VBox([heading, controls, title, widgets.HBox([counts, variables]), image],
-                           layout=widgets.Layout(max_width="990px", border="1px solid #bbb", padding="6px 10px"))
+        box = widgets.VBox(
+            [heading, controls, title, widgets.HBox([counts, variables]), image],
+            layout=widgets.Layout(max_width="990px", border="1px solid #bbb", padding="6px 10px"),
+        )
         box.add_class("kv-stepper")
         box.add_class("kv-live")
         self._widget = box

@@ -23,7 +23,7 @@ MAX_HEALTHY_PANELS = 2
 DPI = 100
 
 
-def summary_panels(trace: "Trace", verdict: "Verdict") -> list[bytes]:
+def summary_panels(trace: Trace, verdict: Verdict) -> list[bytes]:
     """Return the PNG of every panel of ``summary.png``, top to bottom."""
     from matplotlib.figure import Figure
 
@@ -45,8 +45,10 @@ def summary_panels(trace: "Trace", verdict: "Verdict") -> list[bytes]:
     if more_failing:
         lines.append(f"{len(more_failing)} more failing ranks not drawn: {_numbers(more_failing)} (see report.html)")
     if rest:
-        lines.append(f"{len(rest)} healthy rank{'s' if len(rest) != 1 else ''} not drawn: {_numbers(rest)} "
-                     "— every image there matches its grid")
+        lines.append(
+            f"{len(rest)} healthy rank{'s' if len(rest) != 1 else ''} not drawn: {_numbers(rest)} "
+            "— every image there matches its grid"
+        )
     if lines:
         figure = Figure(figsize=(11.0, 0.35 + 0.3 * len(lines)))
         ax = figure.add_axes((0, 0, 1, 1))
@@ -62,7 +64,7 @@ def _numbers(ranks: list[int]) -> str:
     return text + (" …" if len(ranks) > 20 else "")
 
 
-def summary_png(trace: "Trace", verdict: "Verdict") -> bytes:
+def summary_png(trace: Trace, verdict: Verdict) -> bytes:
     """Return ``summary.png``: the panels of :func:`summary_panels` stacked on a white sheet."""
     from PIL import Image
 

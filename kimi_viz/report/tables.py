@@ -9,8 +9,9 @@ shows a :class:`~kimi_viz.replay.verdict.Verdict` the way ``report.html`` does (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .page import escape, verdict_css
 
@@ -43,7 +44,7 @@ class Table:
     rows: Sequence[Sequence[Any]]
     caption: str = ""
     digits: int = 1
-    highlight: Sequence[bool] = field(default_factory=list)   # rows to mark (e.g. the failing ones)
+    highlight: Sequence[bool] = field(default_factory=list)  # rows to mark (e.g. the failing ones)
 
     def text_rows(self) -> list[list[str]]:
         """Return every cell as the text shown."""
@@ -57,8 +58,10 @@ class Table:
             style = ' style="background:#fbe3d6"' if marked else ""
             body.append(f"<tr{style}>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>")
         caption = f"<caption style='text-align:left'>{escape(self.caption)}</caption>" if self.caption else ""
-        return (f'<table class="kv-table" style="border-collapse:collapse">{caption}<thead><tr>{head}</tr></thead>'
-                f"<tbody>{''.join(body)}</tbody></table>")
+        return (
+            f'<table class="kv-table" style="border-collapse:collapse">{caption}<thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>"
+        )
 
     def __repr__(self) -> str:
         rows = self.text_rows()
@@ -70,67 +73,117 @@ class Table:
         return "\n".join(lines)
 
 
-def ranks_table(verdict: "Verdict") -> Table:
+def ranks_table(verdict: Verdict) -> Table:
     """Return one row per rank, failing ranks first: images, outcome and SGLang's exact error."""
     ordered = sorted(verdict.ranks, key=lambda r: (r.outcome != "error", r.rank))
-    return Table(["rank", "image_indices", "outcome", "SGLang raises"],
-                 [[r.rank, r.image_indices, "FAIL" if r.outcome == "error" else "ok",
-                   None if r.error is None else str(r.error)] for r in ordered],
-                 caption=verdict.rank_summary, highlight=[r.outcome == "error" for r in ordered])
+    return Table(
+        ["rank", "image_indices", "outcome", "SGLang raises"],
+        [
+            [
+                r.rank,
+                r.image_indices,
+                "FAIL" if r.outcome == "error" else "ok",
+                None if r.error is None else str(r.error),
+            ]
+            for r in ordered
+        ],
+        caption=verdict.rank_summary,
+        highlight=[r.outcome == "error" for r in ordered],
+    )
 
 
-def images_table(verdict: "Verdict") -> Table:
+def images_table(verdict: Verdict) -> Table:
     """Return one row per image: its identity, rank, the grid row read, expected and produced rows, match."""
     outcomes = {row.image: row for row in verdict.divergence.images}
     rows, marks = [], []
     for who in verdict.images:
         row = outcomes.get(who.image)
-        read = None if row is None else (row.grid_index_read if row.grid_index_read == who.image
-                                         else f"{row.grid_index_read} (image {row.grid_index_read}'s grid)")
-        rows.append([who.image, who.label, who.details, None if row is None else row.rank, read,
-                     None if row is None else row.expected_rows, None if row is None else row.produced_rows,
-                     None if row is None else row.match])
+        read = (
+            None
+            if row is None
+            else (
+                row.grid_index_read
+                if row.grid_index_read == who.image
+                else f"{row.grid_index_read} (image {row.grid_index_read}'s grid)"
+            )
+        )
+        rows.append(
+            [
+                who.image,
+                who.label,
+                who.details,
+                None if row is None else row.rank,
+                read,
+                None if row is None else row.expected_rows,
+                None if row is None else row.produced_rows,
+                None if row is None else row.match,
+            ]
+        )
         marks.append(row is not None and row.match is False)
-    return Table(["image", "file / label", "source", "rank", "grid row read", "expected rows", "produced rows",
-                  "match"], rows, highlight=marks)
+    return Table(
+        ["image", "file / label", "source", "rank", "grid row read", "expected rows", "produced rows", "match"],
+        rows,
+        highlight=marks,
+    )
 
 
-def divergence_table(verdict: "Verdict") -> Table:
+def divergence_table(verdict: Verdict) -> Table:
     """Return the divergence's key facts as two columns: what, and its value."""
     from ..replay.verdict import image_sentence
 
     div = verdict.divergence
-    facts = [("status", f"{verdict.style.badge} (exit {verdict.exit_code})"), ("scenario class", div.scenario_class),
-             ("first diverging image", image_sentence(verdict, div.first_image)), ("on rank", div.rank),
-             ("expected grid", div.expected_grid), ("produced grid", div.produced_grid),
-             ("expected rows", div.expected_rows), ("produced rows", div.produced_rows),
-             ("batch: expected", div.expected_total), ("batch: produced", div.produced_total),
-             ("grid read from", None if div.grid_read_from is None else f"image {div.grid_read_from}"),
-             ("wrong expectation from", div.wrong_expectation), ("fix", div.fix)]
+    facts = [
+        ("status", f"{verdict.style.badge} (exit {verdict.exit_code})"),
+        ("scenario class", div.scenario_class),
+        ("first diverging image", image_sentence(verdict, div.first_image)),
+        ("on rank", div.rank),
+        ("expected grid", div.expected_grid),
+        ("produced grid", div.produced_grid),
+        ("expected rows", div.expected_rows),
+        ("produced rows", div.produced_rows),
+        ("batch: expected", div.expected_total),
+        ("batch: produced", div.produced_total),
+        ("grid read from", None if div.grid_read_from is None else f"image {div.grid_read_from}"),
+        ("wrong expectation from", div.wrong_expectation),
+        ("fix", div.fix),
+    ]
     return Table(["", ""], [[k, v] for k, v in facts if v is not None])
 
 
-def items_table(batch: "Batch") -> Table:
+def items_table(batch: Batch) -> Table:
     """Return one row per item of a batch: label, backend, the grid keys it carries and its feature."""
-    return Table(["image", "label", "backend", "grids", "feature"],
-                 [[i, item.label, item.backend or "eager",
-                   "; ".join(f"{k}={v}" for k, v in item.grids.items()) or "(none)",
-                   f"{item.feature.kind} {list(item.feature.shape)}"] for i, item in enumerate(batch.items)])
+    return Table(
+        ["image", "label", "backend", "grids", "feature"],
+        [
+            [
+                i,
+                item.label,
+                item.backend or "eager",
+                "; ".join(f"{k}={v}" for k, v in item.grids.items()) or "(none)",
+                f"{item.feature.kind} {list(item.feature.shape)}",
+            ]
+            for i, item in enumerate(batch.items)
+        ],
+    )
 
 
-def assignment_table(trace: "Trace") -> Table:
+def assignment_table(trace: Trace) -> Table:
     """Return one row per image: its patch count and the rank the load balancing gave it."""
     grids = trace.grid_thws_host or []
     owner = {g: r for r, images in enumerate(trace.assignment or []) for g in images}
-    return Table(["image", "label", "grid", "patches", "rank"],
-                 [[g, trace.batch.items[g].label, grid, grid[0] * grid[1] * grid[2], owner.get(g)]
-                  for g, grid in enumerate(grids)])
+    return Table(
+        ["image", "label", "grid", "patches", "rank"],
+        [
+            [g, trace.batch.items[g].label, grid, grid[0] * grid[1] * grid[2], owner.get(g)]
+            for g, grid in enumerate(grids)
+        ],
+    )
 
 
 class VerdictView:
     """A verdict as a notebook shows it: the report's verdict block in HTML, the CLI's text otherwise."""
 
-    def __init__(self, verdict: "Verdict", *, heading: str = "Verdict"):
+    def __init__(self, verdict: Verdict, *, heading: str = "Verdict"):
         self.verdict = verdict
         self.heading = heading
 
@@ -145,5 +198,13 @@ class VerdictView:
         return format_verdict(self.verdict)
 
 
-__all__ = ["Table", "cell_text", "ranks_table", "images_table", "divergence_table", "items_table",
-           "assignment_table", "VerdictView"]
+__all__ = [
+    "Table",
+    "cell_text",
+    "ranks_table",
+    "images_table",
+    "divergence_table",
+    "items_table",
+    "assignment_table",
+    "VerdictView",
+]

@@ -58,10 +58,10 @@ def _install():
 
 try:
     _run_next_sitecustomize()
-except Exception as exc:  # noqa: BLE001
+except Exception as exc:
     _say("the existing sitecustomize raised %s: %s" % (type(exc).__name__, exc))
 
 try:
     _install()
-except Exception as exc:  # noqa: BLE001
+except Exception as exc:
     _say("could not install the capture hook (%s: %s); running without capture" % (type(exc).__name__, exc))
