@@ -172,6 +172,7 @@ def attention_varlen(
 ) -> torch.Tensor:
     """Return ``[N, heads·head_dim]``: one packed variable-length flash-attention call (CUDA, bf16/fp16)."""
     varlen_attn = varlen_kernel()
+    assert varlen_attn is not None, "this torch has no varlen_attn: packed_varlen runs only where varlen_available()"
     out = varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens, max_len, max_len)
     return out.flatten(1)
 
@@ -204,7 +205,7 @@ class AttentionLayout:
         cls, grids: Sequence[Grid], config: VisionConfig, device: torch.device, attn_impl: str = "per_image"
     ) -> AttentionLayout:
         """Return the row spans, RoPE rotations and cu_seqlens of images with these grids, in order."""
-        grids = tuple(tuple(g) for g in grids)
+        grids = tuple((t, h, w) for t, h, w in grids)
         spans, angles = spans_of(t * h * w for t, h, w in grids), []
         per_hw: dict[tuple[int, int], torch.Tensor] = {}
         for t, h, w in grids:
@@ -261,6 +262,8 @@ def make_norm(config: VisionConfig, dim: int) -> nn.Module:
 
 class PositionTable(nn.Module):
     """The learned ``(H0, W0, D)`` table, resized per image; plus the fixed time table for t > 1."""
+
+    time_weight: torch.Tensor  # a non-persistent buffer (registered in __init__)
 
     def __init__(self, config: VisionConfig):
         super().__init__()

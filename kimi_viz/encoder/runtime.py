@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -195,18 +195,22 @@ def _chunks(patches: Sequence[int], limit: int) -> list[tuple[int, int]]:
 # 2. Attention path and dtype
 # =============================================================================================
 _VARLEN_WORKS: dict[tuple[str, torch.dtype, int], bool] = {}
+_GraphEntry = tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]  # (graph, static input, static output)
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     """Return whether the packed varlen flash-attention kernel runs here (probed once per device/dtype)."""
-    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or varlen_kernel() is None:
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        return False
+    kernel = varlen_kernel()
+    if kernel is None:
         return False
     key = (str(device), dtype, head_dim)
     if key not in _VARLEN_WORKS:
         try:
             q = torch.zeros(8, 1, head_dim, device=device, dtype=dtype)
             cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
-            varlen_kernel()(q, q, q, cu, cu, 5, 5)
+            kernel(q, q, q, cu, cu, 5, 5)
             _VARLEN_WORKS[key] = True
         except (RuntimeError, TypeError, NotImplementedError):
             _VARLEN_WORKS[key] = False
@@ -263,9 +267,9 @@ class VisionEncoder(VisionModel):
         self.cuda_graphs: bool | str = "auto"
         self.load_report: LoadReport | None = None
         self._layouts: OrderedDict[tuple, AttentionLayout] = OrderedDict()
-        self._graphs: OrderedDict[tuple, Any] = OrderedDict()
+        self._graphs: OrderedDict[tuple, _GraphEntry | Literal[False]] = OrderedDict()  # False: capture failed
         self._graph_hits: dict[tuple, int] = {}
-        self._graph_pool = None
+        self._graph_pool: torch.cuda._POOL_HANDLE | None = None
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
@@ -346,7 +350,7 @@ class VisionEncoder(VisionModel):
 
     def layout(self, grids: Sequence[Grid], attn_impl: str | None = None) -> AttentionLayout:
         """Return the (cached) row spans, RoPE angles and cu_seqlens of a list of grids."""
-        grids = tuple(tuple(g) for g in grids)
+        grids = tuple((t, h, w) for t, h, w in grids)
         impl = self.resolve_attn_impl(attn_impl)
         key = (grids, impl, str(self.device))
         hit = self._layouts.get(key)
@@ -417,7 +421,7 @@ class VisionEncoder(VisionModel):
         graph.replay()
         return static_out.clone()
 
-    def _capture(self, pixel_rows: torch.Tensor, layout: AttentionLayout) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    def _capture(self, pixel_rows: torch.Tensor, layout: AttentionLayout) -> _GraphEntry:
         """Return ``(graph, static input, static output)`` of one forward pass captured on CUDA."""
         static_in = pixel_rows.clone()
         stream = torch.cuda.Stream(self.device)
@@ -474,7 +478,7 @@ class VisionEncoder(VisionModel):
                     r0, r1 = row_spans[first][0], row_spans[last - 1][1]
                     chunk = rows[r0:r1].to(device=self.device, dtype=self.dtype, non_blocking=True)
                     layout = self.layout(chunk_grids)
-                    if return_intermediates:
+                    if timings is not None:  # return_intermediates
                         out = self._forward_with_intermediates(chunk, layout, timings)
                     elif self._use_graph(layout, r1 - r0):
                         out = {"features": self._forward_graphed(chunk, layout)}

@@ -128,7 +128,7 @@ def _feature_source(
             f"image {index} has grid {t}×{h}×{w} ({(h // 2) * (w // 2)} tokens) but "
             f"{features.shape[0]} feature rows were given; pass that image's rows"
         )
-    return features, grid, record
+    return features, (t, h, w), record
 
 
 def draw_feature_map(

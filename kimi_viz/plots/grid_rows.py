@@ -9,8 +9,9 @@ the label band, so no line ever crosses a label.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -150,19 +151,14 @@ def draw_grid_to_rows(
     images' numbers (``ImageSpan.number``).
     """
     record = record_of(record_or_output, index)
+    t, h, w = record.grid_thw
     if layout is None:
         layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
     if layout is None:  # a lone record: the batch track shows where its own rows sit
+        row_start, row_end = record.rows
+        token_start, token_end = record.token_span
         batch = BatchLayout(
-            [
-                ImageSpan(
-                    record.index,
-                    record_label(record),
-                    tuple(record.grid_thw),
-                    tuple(record.rows),
-                    tuple(record.token_span),
-                )
-            ]
+            [ImageSpan(record.index, record_label(record), (t, h, w), (row_start, row_end), (token_start, token_end))]
         )
         own_span = batch.spans[0]
     else:
@@ -179,7 +175,6 @@ def draw_grid_to_rows(
                 f"rows {list(record.rows)}, but the layout's image {record.index} has grid {own_span.grid_text} and "
                 f"rows {list(own_span.rows)}; pass the layout of the batch this record came from"
             )
-    t, h, w = record.grid_thw
     start, end = (int(v) for v in record.rows)
     patches = end - start
     width, height = w * PATCH, h * PATCH
@@ -204,11 +199,13 @@ def draw_grid_to_rows(
         )
         if own_figure:
             ax = _new_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
+        assert ax is not None  # given, or made just above
         measured = _units_per_pt(ax, frame, height)
         settled = abs(measured - units_per_pt) <= 1e-3 * units_per_pt
         units_per_pt = measured
         if settled:
             break
+    assert ax is not None  # the loop ran at least once
     frame = _grid_to_rows_frame(width, height, positions, texts, caption, units_per_pt, ax.figure.dpi)
     _units_per_pt(ax, frame, height)
     # The frame is fixed, so the image is downsampled for the final on-screen size.
@@ -223,7 +220,7 @@ def draw_grid_to_rows(
         [(0, patches)],
         y=frame.track_y,
         height=track_h,
-        style_indices=[own_span.number],
+        style_indices=[own_span.shown_number],
         x_scale=width / max(patches, 1),
         gid_prefix="image-rows",
     )
@@ -245,7 +242,7 @@ def draw_grid_to_rows(
         [s.rows for s in batch.spans],
         y=frame.batch_y,
         height=frame.batch_h,
-        style_indices=[s.number for s in batch.spans],
+        style_indices=[s.shown_number for s in batch.spans],
         x_scale=width / total,
         gid_prefix="batch-rows",
     )
@@ -292,7 +289,13 @@ def draw_grid_to_rows(
     centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)
     targets = np.stack([positions, np.full(len(positions), frame.track_y)], 1)
     ax.add_collection(
-        LineCollection(np.stack([centres, targets], 1), colors=LINK_COLOR, linewidths=1.1, zorder=6, gid="row-links"),
+        LineCollection(
+            cast(Sequence[np.ndarray], np.stack([centres, targets], 1)),  # stubs: a Sequence; arrays work
+            colors=LINK_COLOR,
+            linewidths=1.1,
+            zorder=6,
+            gid="row-links",
+        ),
         autolim=False,
     )
     ticks = np.stack(
@@ -303,11 +306,12 @@ def draw_grid_to_rows(
         1,
     )
     ax.add_collection(
-        LineCollection(ticks, colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"), autolim=False
+        LineCollection(cast(Sequence[np.ndarray], ticks), colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
+        autolim=False,
     )
     ax.add_collection(
         PolyCollection(
-            patch_squares(ys, xs),
+            cast(Sequence[np.ndarray], patch_squares(ys, xs)),
             facecolors=color_for(4),
             alpha=0.6,
             edgecolors="#000000",

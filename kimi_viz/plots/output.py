@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
+from matplotlib.gridspec import GridSpecBase
 
 from ..errors import KimiVizError
 from ..preprocess.layout import BatchLayout
@@ -41,23 +42,25 @@ def draw_processor_output(
     width_in = 12.0
     thumb_in = width_in / columns * 0.72
     title_in, top_in, bottom_in = 0.75, 0.55, 0.6
+    canvas: Figure | SubFigure  # where the panels go
+    grid: GridSpecBase
     if ax is not None:
         spec = ax.get_subplotspec()
         if spec is None:
             raise KimiVizError(
                 "draw_processor_output needs ax to be a subplot (made with add_subplot); pass fig= instead"
             )
-        fig = ax.figure
+        canvas = ax.figure
         track_in = 2.4
         grid = spec.subgridspec(rows + 1, columns, height_ratios=[thumb_in] * rows + [track_in], hspace=0.75)
         ax.set_subplotspec(grid[-1, :])
         track_ax = ax
     else:
         own = fig is None
-        if own:
+        if fig is None:
             fig = Figure(figsize=(width_in, rows * (thumb_in + title_in) + 3.0 + top_in + bottom_in))
         height_in = fig.get_figheight()
-        grid = fig.add_gridspec(
+        figure_grid = fig.add_gridspec(
             rows + 1,
             columns,
             height_ratios=[thumb_in] * rows + [2.4],
@@ -67,27 +70,30 @@ def draw_processor_output(
             top=1 - top_in / height_in,
             bottom=bottom_in / height_in,
         )
-        track_ax = fig.add_subplot(grid[-1, :])
+        track_ax = fig.add_subplot(figure_grid[-1, :])
         if own:  # size the figure so the row track gets the height its labels need
             track_in = row_spans_height_pt(layout, ax=track_ax, produced=produced) / 72.0
             height_in = rows * (thumb_in + title_in) + track_in + top_in + bottom_in
             fig.set_size_inches(width_in, height_in)
             mean_in = (rows * thumb_in + track_in) / (rows + 1)
-            grid.set_height_ratios([thumb_in] * rows + [track_in])
-            grid.update(top=1 - top_in / height_in, bottom=bottom_in / height_in, hspace=title_in / mean_in)
-            track_ax.set_position(track_ax.get_subplotspec().get_position(fig))
+            figure_grid.set_height_ratios([thumb_in] * rows + [track_in])
+            figure_grid.update(top=1 - top_in / height_in, bottom=bottom_in / height_in, hspace=title_in / mean_in)
+            track_spec = track_ax.get_subplotspec()
+            assert track_spec is not None  # made by add_subplot
+            track_ax.set_position(track_spec.get_position(fig))
+        canvas, grid = fig, figure_grid
 
     for i, (record, span) in enumerate(zip(output.records, layout.spans)):
-        thumb = fig.add_subplot(grid[i // columns, i % columns])
+        thumb = canvas.add_subplot(grid[i // columns, i % columns])
         t, h, w = record.grid_thw
         step = max(1, math.ceil(max(h, w) / THUMB_MAX_LINES))
         draw_image_with_lattice(thumb, record, lattice_step=step, merge_lines=False, oversample=1.0)
         thumb.set_xticks([])
         thumb.set_yticks([])
         for spine in thumb.spines.values():
-            spine.set_edgecolor(color_for(span.number))  # the colour of its span on the row track
+            spine.set_edgecolor(color_for(span.shown_number))  # the colour of its span on the row track
             spine.set_linewidth(2.5)
-            spine.set_linestyle(edge_style_for(span.number))
+            spine.set_linestyle(edge_style_for(span.shown_number))
         thumb.set_title(
             f"{span.number}: {record_label(record)}\n{t}×{h}×{w} · {record.patches} patches\n"
             f"rows [{record.rows[0]}, {record.rows[1]})",

@@ -7,6 +7,10 @@ style (:func:`hatch_for`, :func:`edge_style_for`), and every span carries a text
 
 from __future__ import annotations
 
+from typing import Literal
+
+EdgeStyle = Literal["solid", "dashed"]  # the edge line styles figures use (matplotlib style names)
+
 # Okabe & Ito (2008), "Color Universal Design": orange, sky blue, bluish green, yellow, blue,
 # vermillion, reddish purple, black.
 PALETTE: tuple[str, ...] = (
@@ -24,7 +28,7 @@ PALETTE: tuple[str, ...] = (
 FILL_COLORS: tuple[str, ...] = PALETTE[:7]
 
 HATCHES: tuple[str, ...] = ("", "///")
-EDGE_STYLES: tuple[str, ...] = ("solid", "dashed")
+EDGE_STYLES: tuple[EdgeStyle, ...] = ("solid", "dashed")
 
 LATTICE_COLOR = "#FFFFFF"  # 14-px patch lattice, drawn over the image
 MERGE_COLOR = "#E69F00"  # 28-px merge groups (orange)
@@ -48,7 +52,7 @@ def hatch_for(i: int) -> str:
     return HATCHES[int(i) % len(HATCHES)]
 
 
-def edge_style_for(i: int) -> str:
+def edge_style_for(i: int) -> EdgeStyle:
     """Return the edge line style of item ``i``: solid for even items, dashed for odd ones."""
     return EDGE_STYLES[int(i) % len(EDGE_STYLES)]
 

@@ -12,6 +12,7 @@ and one PolyCollection for highlighted patches (``gid="highlight"``). Coordinate
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -206,7 +207,7 @@ def _patch_ticks(ax: Axes, h: int, w: int) -> None:
     label_px = (
         text_size_px(
             str(max(h, w)),
-            ax.xaxis.get_ticklabels()[0].get_fontsize() if ax.xaxis.get_ticklabels() else 10.0,
+            float(ax.xaxis.get_ticklabels()[0].get_fontsize()) if ax.xaxis.get_ticklabels() else 10.0,
             ax.figure.dpi,
         )[0]
         + 6.0
@@ -249,7 +250,7 @@ def draw_image_with_lattice(
     patch_px = _patch_px(ax, w) * lattice_step
     lattice_width = float(np.clip(0.08 * patch_px * 72.0 / ax.figure.dpi, 0.1, 0.7))
     lattice = LineCollection(
-        lattice_segments(h, w, lattice_step),
+        cast(Sequence[np.ndarray], lattice_segments(h, w, lattice_step)),  # stubs: a Sequence; arrays work
         colors=LATTICE_COLOR,
         linewidths=lattice_width,
         alpha=float(np.clip(patch_px / 10.0, 0.25, 0.7)),
@@ -260,7 +261,7 @@ def draw_image_with_lattice(
     merge = None
     if merge_lines:
         merge = LineCollection(
-            merge_segments(h, w),
+            cast(Sequence[np.ndarray], merge_segments(h, w)),
             colors=MERGE_COLOR,
             linewidths=min(2.0, lattice_width * 2.2),
             alpha=0.9,
@@ -368,7 +369,7 @@ def _free_label_spot(
     ``height`` px pointing at ``anchor`` (display px): first away from the nearest left/right and
     top/bottom edges, then stepping further along either way and trying the other side, until its
     box is inside ``frame`` and clear of every ``taken`` box (else the first choice)."""
-    first = None
+    first: tuple[bool, bool, float, float, tuple[float, float, float, float]] | None = None
     for step in range(steps):
         for right_half in (right_first, not right_first):
             for top_half in (top_first, not top_first):
@@ -382,6 +383,7 @@ def _free_label_spot(
                 inside = box[0] >= frame[0] and box[2] <= frame[2] and box[1] >= frame[1] and box[3] <= frame[3]
                 if inside and not any(_boxes_overlap(box, b) for b in taken):
                     return spot
+    assert first is not None, "steps must be at least 1"
     return first
 
 
@@ -429,7 +431,7 @@ def draw_patch_grid(
         rows, frames, ys_h, xs_h = (np.concatenate(parts) for parts in zip(*chosen))
         ax.add_collection(
             PolyCollection(
-                patch_squares(ys_h, xs_h),
+                cast(Sequence[np.ndarray], patch_squares(ys_h, xs_h)),
                 facecolors=HIGHLIGHT_COLOR,
                 alpha=0.55,
                 edgecolors="#000000",
@@ -510,7 +512,9 @@ def draw_patch_grid(
             label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches",
         ),
     ]
-    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")  # under the x label
+    # Under the x label. offset_copy reads only fig.dpi_scale_trans, which a SubFigure has too; its stub
+    # asks for a Figure.
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")  # type: ignore[arg-type]
     ax.legend(
         handles=handles,
         loc="upper center",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -24,7 +24,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from ..preprocess.layout import BatchLayout, ImageSpan, compare_layouts, layout_of
+from ..preprocess.layout import BatchLayout, ImageSpan, LayoutComparison, compare_layouts, layout_of
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def fit_labels(
     if levels <= max_levels:
         return labels, levels
     short = [
-        text if place is None or place.inside else text.split(":", 1)[0].split("\n", 1)[0]
+        text if text is None or place is None or place.inside else text.split(":", 1)[0].split("\n", 1)[0]
         for text, place in zip(labels, placements)
     ]
     placements, levels = plan_labels(spans, short, **geometry)
@@ -230,7 +230,7 @@ def draw_row_track(
         if not chosen:
             continue
         collection = PolyCollection(
-            verts[chosen],
+            cast(Sequence[np.ndarray], verts[chosen]),  # stubs: a Sequence; arrays work
             facecolors=[fills[i] for i in chosen],
             edgecolors="#000000",
             linewidths=0.8,
@@ -319,7 +319,7 @@ class _RowSpansPlan:
     labels: list[list[str | None]]
     rooms: list[float]  # outside-label room above each track (pt)
     token_scale: float
-    comparison: object
+    comparison: LayoutComparison | None
     needed_pt: float
 
     def inputs(self, kind: str, source: BatchLayout):
@@ -346,7 +346,7 @@ def _plan_row_spans(
     for kind, _, height_pt, source in tracks:
         spans, scale = plan.inputs(kind, source)
         labels = [token_label(s) if kind == "tokens" else span_label(s) for s in source.spans]
-        labels, levels = fit_labels(
+        fitted, levels = fit_labels(
             spans,
             labels,
             x_to_px=_x_to_px(ax, scale, 0.0),
@@ -356,7 +356,7 @@ def _plan_row_spans(
             dpi=fig.dpi,
             max_levels=max_label_levels,
         )
-        plan.labels.append(labels)
+        plan.labels.append(fitted)
         plan.rooms.append(0.0 if levels == 0 else LABEL_GAP_PT + levels * level_height_pt)
     divergence_room = 3 * LINE_HEIGHT_EM * fontsize + 8.0 if comparison is not None and not comparison.equal else 0.0
     plan.needed_pt = (
@@ -413,19 +413,19 @@ def draw_row_spans(
     """
     layout = layout_of(layout)
     produced = None if produced is None else layout_of(produced)
-    own_figure = ax is None
-    if own_figure:
-        fig = Figure(figsize=(11.0, 3.0))
-        ax = fig.add_subplot()
+    own_figure: Figure | None = None
+    if ax is None:
+        own_figure = Figure(figsize=(11.0, 3.0))
+        ax = own_figure.add_subplot()
     fig = ax.figure
     plan = _plan_row_spans(layout, produced, ax, fontsize, max_label_levels)
     comparison = plan.comparison
     needed_pt = plan.needed_pt
-    if own_figure:
+    if own_figure is not None:
         top_in, bottom_in = 0.45, 0.55
         height_in = needed_pt / 72.0 + top_in + bottom_in
-        fig.set_size_inches(11.0, height_in)
-        fig.subplots_adjust(left=0.11, right=0.98, bottom=bottom_in / height_in, top=1 - top_in / height_in)
+        own_figure.set_size_inches(11.0, height_in)
+        own_figure.subplots_adjust(left=0.11, right=0.98, bottom=bottom_in / height_in, top=1 - top_in / height_in)
     axes_height_pt = ax.bbox.height * 72.0 / fig.dpi
     ax.set_ylim(0.0, max(needed_pt, axes_height_pt))
 
@@ -442,7 +442,7 @@ def draw_row_spans(
             height=height_pt,
             labels=labels,
             x_scale=scale,
-            style_indices=[s.number for s in source.spans],
+            style_indices=[s.shown_number for s in source.spans],
             fontsize=fontsize,
             gid_prefix=prefix,
         )
@@ -455,7 +455,8 @@ def draw_row_spans(
         y += height_pt + room + TRACK_GAP_PT
 
     if comparison is not None and not comparison.equal:
-        _mark_divergence(ax, layout, produced, comparison, placed, y, fontsize)  # type: ignore[arg-type]
+        assert produced is not None  # there is a comparison only with produced
+        _mark_divergence(ax, layout, produced, comparison, placed, y, fontsize)
 
     ax.set_yticks(centres, names, fontsize=fontsize + 1)
     ax.tick_params(axis="y", length=0)
@@ -463,8 +464,8 @@ def draw_row_spans(
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     title = f"pixel_values rows: {len(layout)} images, {layout.total_rows} rows, {layout.total_tokens} merged tokens"
-    if comparison is not None:
-        title += " — produced " + ("agrees" if comparison.equal else f"{produced.total_rows} rows")  # type: ignore[union-attr]
+    if comparison is not None and produced is not None:  # produced is given whenever there is a comparison
+        title += " — produced " + ("agrees" if comparison.equal else f"{produced.total_rows} rows")
     ax.set_title(title, fontsize=fontsize + 3)
     return ax
 

@@ -51,6 +51,11 @@ class ImageSpan:
             object.__setattr__(self, "number", self.index)
 
     @property
+    def shown_number(self) -> int:
+        """Return ``number`` as an int: the number figures show (``index`` unless one was given)."""
+        return self.index if self.number is None else self.number
+
+    @property
     def patches(self) -> int:
         """Return the number of rows (patches) of this image: ``t*h*w``."""
         t, h, w = self.grid_thw
@@ -91,7 +96,7 @@ def _grid_tuple(value: Any, index: int) -> tuple[int, int, int]:
             f"grid of image {index} is {value!r}; expected three positive integers (t, h, w) — "
             "pass grids as a list of (t, h, w) or an int tensor of shape [n, 3]"
         )
-    return grid  # type: ignore[return-value]
+    return grid
 
 
 def _padding_counts(pad_mask: np.ndarray | None) -> tuple[int | None, int | None]:
@@ -191,13 +196,14 @@ class BatchLayout:
                     f"[{row}, {row + grid[0] * grid[1] * grid[2]}); rebuild the output with the processor"
                 )
             full, partial = _padding_counts(record.pad_mask)
+            token_start, token_end = (int(v) for v in record.token_span)
             spans.append(
                 ImageSpan(
                     i,
                     label,
                     grid,
                     (start, end),
-                    tuple(int(v) for v in record.token_span),
+                    (token_start, token_end),
                     full,
                     partial,
                     record.pad_mask,

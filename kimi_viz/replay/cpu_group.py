@@ -58,7 +58,7 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     except SGLangRaise:
         step.note = "The checkpoint processor cannot take this image."
         raise
-    grids = [tuple(int(v) for v in r["grid_thw"]) for r in resizes]
+    grids = [(int(t), int(h), int(w)) for t, h, w in (r["grid_thw"] for r in resizes)]
     rows = [prod(gr) for gr in grids]
     for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes):
         inputs.append(

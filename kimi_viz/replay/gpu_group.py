@@ -11,7 +11,7 @@ replayed by running the same tiny torch operation SGLang would, so the message i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -229,15 +229,19 @@ def alpha_composite(alpha: torch.Tensor, rgb: torch.Tensor, background: torch.Te
     return alpha * rgb + (1.0 - alpha) * background
 
 
+_PerChannel = tuple[float, float, float]  # one value per RGB channel
+
+
 def _pixels(
     ctx: ReplayContext, items: list[Item], resizes: list[dict[str, int]], mean: Any, std: Any, background: Any
 ) -> list[torch.Tensor]:
     """Return each image's rows through the kit's torch path, with the group's first config."""
     base = ctx.consumer if ctx.consumer is not None else PROCESSOR_PRESETS["kimi-k3"]
+    # The deferred config's per-channel values (three in what SGLang writes), taken as given: unchecked here.
     config = dataclasses.replace(
         base,
-        image_mean=tuple(float(v) for v in mean),
-        image_std=tuple(float(v) for v in std),
+        image_mean=cast(_PerChannel, tuple(float(v) for v in mean)),
+        image_std=cast(_PerChannel, tuple(float(v) for v in std)),
         transparent_bg_config=background,
     )
     out = []
@@ -246,8 +250,8 @@ def _pixels(
         if feature.image is not None:
             chw = to_chw_uint8(feature.image)
         else:
+            assert feature.tensor is not None
             chw = feature.tensor
-            assert chw is not None
             if chw.dim() == 2:
                 chw = chw.unsqueeze(0)
             if chw.shape[0] == 1:

@@ -11,12 +11,13 @@ The HTML page links the PNGs by relative path and references nothing on the netw
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from ..data import SAMPLE_PHOTOS, images_dir, sample_path
 from ..preprocess.layout import BatchLayout, compare_layouts
@@ -45,7 +46,8 @@ def default_images() -> list[Path]:
 
 
 def _save(ax: Axes, path: Path, dpi: int) -> None:
-    ax.figure.savefig(path, format="png", dpi=dpi, metadata=PNG_METADATA)
+    figure = cast(Figure, ax.figure)  # the draw_* functions, given no ax, draw on a Figure of their own
+    figure.savefig(path, format="png", dpi=dpi, metadata=PNG_METADATA)
 
 
 def _slug(text: str) -> str:
@@ -118,7 +120,7 @@ def write_gallery(
         )
 
     for span in layout.spans:
-        first_token = layout.token_to_rows(span.token_span[0]) if span.num_tokens else []
+        first_token: Iterable[int] = layout.token_to_rows(span.token_span[0]) if span.num_tokens else []
         add(
             draw_patch_grid(output, span.index, highlight_rows=first_token),
             f"patch_grid_{span.index:02d}_{_slug(span.label)}.png",
