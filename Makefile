@@ -1,4 +1,6 @@
 # Two entry points for people: `make demo` and `make test`. Both create .venv when it is missing.
+# For developers: `make lint`, `make test-fast` (no browser, no slow tests) and `make parity` (the
+# real-SGLang lane, in its own venvs under .venv-sglang/).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,8 +8,11 @@ PY := $(VENV)/bin/python
 TORCH_CONSTRAINTS ?= constraints/cpu-torch.txt
 PIP_CONSTRAINT_ARG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
 DEMO_OUT ?= demo-out
+SGLANG_ENVS ?= .venv-sglang
+PARITY_RELEASES ?= 0.5.23 0.5.18
+PARITY_REPORT ?= build/parity.jsonl
 
-.PHONY: demo test install bench clean
+.PHONY: demo test test-fast lint parity install bench clean
 
 $(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,12 +28,33 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 tests notebooks
 
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not browser and not slow" tests
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check kimi_viz tests benchmarks notebooks/*.py
+	$(VENV)/bin/ruff format --check kimi_viz tests benchmarks notebooks/*.py
+	$(VENV)/bin/mypy
+
+# The real SGLang releases, each in a venv of its own (CPU torch, sglang --no-deps); the lane fails,
+# never skips, when a release does not import. Counts per release: $(PARITY_REPORT).
+parity:
+	bash .ci/sglang-envs.sh $(SGLANG_ENVS)
+	mkdir -p $(dir $(PARITY_REPORT)) && rm -f $(PARITY_REPORT)
+	for release in $(PARITY_RELEASES); do \
+	  KIMI_VIZ_REQUIRE_SGLANG=1 KIMI_VIZ_PARITY_REPORT=$(PARITY_REPORT) \
+	    $(SGLANG_ENVS)/$$release/bin/python -m pytest -q -p no:cacheprovider -W ignore tests/parity || exit 1; \
+	done
+	$(PYTHON) tests/parity/summary.py $(PARITY_REPORT)
+
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_processor.py
 	$(PY) benchmarks/bench_plots.py
 	$(PY) benchmarks/bench_deferred.py
 	$(PY) benchmarks/bench_capture.py
+	$(PY) benchmarks/bench_cli.py
+	$(PY) benchmarks/bench_whatif.py
 	$(PY) benchmarks/bench_encoder.py --device cpu --preset tiny --quick
 
 clean:
-	rm -rf $(VENV) build $(DEMO_OUT)
+	rm -rf $(VENV) $(SGLANG_ENVS) build $(DEMO_OUT)
