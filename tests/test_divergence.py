@@ -12,7 +12,8 @@ from PIL import Image
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.preprocess.resize import resize_config
 from kimi_viz.replay.batch import Batch, Feature, Item
-from kimi_viz.replay.divergence import Finding, analyse, findings
+from kimi_viz.replay.divergence import analyse
+from kimi_viz.replay.findings import Finding, findings
 from kimi_viz.replay.releases import choose_release
 from kimi_viz.replay.split import replay
 from kimi_viz.replay.trace import CAUSES, Cause, CauseKind, ErrorInfo, ImageRow, RankTrace, Trace

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kimi_viz"
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.
 LAYERS = [
-    {"errors", "messages", "devices", "data", "files"},
+    {"errors", "messages", "devices", "data", "files", "terminal"},
     {"preprocess"},
     {"encoder", "replay"},
     {"manifest", "plots"},
