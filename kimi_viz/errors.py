@@ -85,3 +85,4 @@ class OutputError(KimiVizError, ValueError):
 
 class CaptureError(KimiVizError):
     """``kimi-viz capture`` was given nothing to run (the shim itself never raises into the process)."""
+

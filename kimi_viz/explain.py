@@ -305,14 +305,76 @@ def _value(text: str) -> Any:
 
 def explain(text: str) -> list[Recognised]:
     """Return every known Kimi-K3 vision message found in ``text`` (a log line, a traceback or a whole log)."""
+    return _drop_repeats(_scan(text, 1) if text else [])
+
+
+# A line can only hold a known message if it holds one of these (each KNOWN_MESSAGES pattern contains
+# one; tests/test_hostile_terminal.py checks it), so a long log is skimmed a block at a time.
+NEEDLES = (
+    "Kimi-K3",
+    "multimodal",
+    "'list' object has no attribute",
+    "The size of tensor",
+    "KeyError: 'backend'",
+    "Invalid background pattern",
+    "division by zero",
+    "Encoder produced",
+)
+MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
+_BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces
+
+
+def _scan(text: str, first_line: int) -> list[Recognised]:
     found: list[Recognised] = []
-    for number, line in enumerate(text.splitlines() or [text], start=1):
+    if not any(needle in text for needle in NEEDLES):
+        return found
+    for number, line in enumerate(text.splitlines() or [text], start=first_line):
+        if not any(needle in line for needle in NEEDLES):
+            continue
         for known in KNOWN_MESSAGES:
             match = known.regex.search(line)
             if match is None:
                 continue
             values = {name: _value(value) for name, value in match.groupdict().items()}
             found.append(Recognised(known, match.group(0), number, values, _reading(known.key, values)))
+    return found
+
+
+def explain_stream(stream: Any, *, limit: int = MAX_LOG_BYTES, source: str = "the log") -> list[Recognised]:
+    """Return the known messages in a binary stream (a log file, stdin), read a block at a time.
+
+    Memory stays bounded by the block size whatever the log's size; more than ``limit`` bytes raise
+    :class:`~kimi_viz.errors.KimiVizError` naming ``source``. Bytes that are not UTF-8 are replaced.
+    """
+    from .errors import KimiVizError
+
+    found: list[Recognised] = []
+    line = 1
+    carry = b""
+    total = 0
+    while True:
+        block = stream.read(_BLOCK)
+        if not block:
+            break
+        if isinstance(block, str):  # a text stream (e.g. a replaced sys.stdin)
+            block = block.encode("utf-8", "surrogateescape")
+        total += len(block)
+        if total > limit:
+            raise KimiVizError(
+                f"{source}: more than {limit} bytes; expected a log of at most {limit >> 20} MiB — "
+                "pass its tail instead, e.g. tail -c 100M LOG | kimi-viz explain"
+            )
+        data = carry + block
+        cut = data.rfind(b"\n")
+        if cut < 0 and len(data) < _BLOCK:
+            carry = data
+            continue
+        head, carry = (data[: cut + 1], data[cut + 1 :]) if cut >= 0 else (data, b"")
+        text = head.decode("utf-8", "replace")
+        found.extend(_scan(text, line))
+        line += len(text.splitlines()) - (0 if cut >= 0 else 1)
+    if carry:
+        found.extend(_scan(carry.decode("utf-8", "replace"), line))
     return _drop_repeats(found)
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 from .errors import OutputError
 
 
-def prepare_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
-    """Return ``path`` as an existing folder to write into, creating it; raise OutputError for links and files."""
+def check_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
+    """Raise OutputError when ``path`` is a link, a file or lies under a file (nothing is created); return it.
+
+    Commands call it first, so a bad output path is refused before any work is done.
+    """
     folder = Path(path)
     for parent in [folder, *folder.parents]:
         if parent.is_symlink():
@@ -35,6 +38,12 @@ def prepare_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
             )
         if parent.exists():
             break
+    return folder
+
+
+def prepare_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
+    """Return ``path`` as an existing folder to write into, creating it; raise OutputError for links and files."""
+    folder = check_folder(path, what=what)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -92,4 +101,15 @@ def write_file(path: str | os.PathLike, data: bytes) -> Path:
     return target
 
 
-__all__ = ["prepare_folder", "write_file"]
+def check_output(path: str | os.PathLike, *, what: str = "--out") -> Path:
+    """Check an output that is a folder, or a ``.zip`` file (whose folder is checked): see :func:`check_folder`."""
+    target = Path(path)
+    if target.suffix.lower() == ".zip":
+        if target.is_dir() and not target.is_symlink():
+            raise OutputError(f"{what} {str(target)!r}: is a folder; expected the name of a .zip file to write")
+        check_folder(target.parent, what=what)
+        return target
+    return check_folder(target, what=what)
+
+
+__all__ = ["check_folder", "check_output", "prepare_folder", "write_file"]

@@ -205,11 +205,14 @@ def test_decompression_bomb_is_refused_before_decoding():
         load_image(png_header_only(100_000, 100_000))
     with pytest.raises(DecompressionBombError, match=r"over max_pixels=1000"):
         load_image(np.zeros((40, 40, 3), np.uint8), max_pixels=1000)
-    # 200M pixels: over Pillow's own error limit (2 x 89M) but under ours, so the file reaches
-    # decoding (and fails there, having no pixel data); Pillow's limit is restored afterwards.
+    # 200M RGB pixels: under max_pixels but 800 MB once decoded, over max_bytes (512 MiB).
+    with pytest.raises(DecompressionBombError, match=r"800000000 bytes once decoded, over max_bytes=536870912"):
+        load_image(png_header_only(20_000, 10_000))
+    # Over Pillow's own error limit (2 x 89M) but under ours, so the file reaches decoding (and fails
+    # there, having no pixel data); Pillow's limit is restored afterwards.
     limit = Image.MAX_IMAGE_PIXELS
     with pytest.raises(TruncatedImageError):
-        load_image(png_header_only(20_000, 10_000))
+        load_image(png_header_only(20_000, 10_000), max_bytes=2**30)
     assert limit == Image.MAX_IMAGE_PIXELS
 
 

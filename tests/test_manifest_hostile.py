@@ -178,7 +178,7 @@ def test_declared_shape_of_a_trillion_elements_is_refused(tmp_path, capsys, trip
     obj = load_obj(folder)
     obj["items"][1]["feature"]["shape"] = [1_000_000, 1_000_000]
     save_obj(folder, obj)
-    refuse(folder, capsys, "items[1].feature.shape", "1000000000000 elements", "more than the limit")
+    refuse(folder, capsys, "items[1].feature.shape", "4000000000000 bytes", "payload limit")
 
 
 def test_shape_only_trillion_elements_is_refused(tmp_path, capsys, tripwires):

@@ -32,6 +32,44 @@ def capture_environment(
     return env
 
 
+def command_problem(command: list[str], env: dict[str, str] | None = None) -> tuple[int, str] | None:
+    """Return ``(exit code, message)`` when ``command`` cannot be started (127 not found, 126 not executable).
+
+    The codes are the shell's; the message names the program and says what to do. None: it can run.
+    """
+    import shutil
+
+    from ..terminal import escape_value
+
+    program = command[0]
+    shown = repr(escape_value(program))
+    hint = "give the program to run after --, e.g. -- python -m sglang.launch_server --model-path ..."
+    if "/" in program:
+        path = Path(program)
+        if not path.exists():
+            return 127, f"command not found: {shown} does not exist; check the path ({hint})"
+        if path.is_dir():
+            return 126, f"command not executable: {shown} is a folder; {hint}"
+        if not os.access(path, os.X_OK):
+            return (
+                126,
+                f"command not executable: {shown} has no execute permission; "
+                "chmod +x it or run it with its interpreter",
+            )
+        return None
+    search = (env or os.environ).get("PATH", os.defpath)
+    if shutil.which(program, path=search):
+        return None
+    for folder in search.split(os.pathsep):
+        candidate = Path(folder or ".") / program
+        if candidate.is_file():
+            return 126, (
+                f"command not executable: {shown} is found on PATH at {escape_value(candidate)!r} but is not "
+                "executable; chmod +x it or run it with its interpreter"
+            )
+    return 127, f"command not found: {shown} is not on PATH; check the name or give its full path ({hint})"
+
+
 def run_captured(
     command: list[str], out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False
 ) -> int:
@@ -41,19 +79,21 @@ def run_captured(
     import subprocess
 
     from ..errors import CaptureError
+    from ..files import prepare_folder
 
     if not command:
         raise CaptureError("no command to run; usage: kimi-viz capture --out DIR -- COMMAND [ARGS...]")
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    prepare_folder(out_dir, what="--out")
     env = capture_environment(out_dir, redact=redact, all_calls=all_calls)
     try:
         child = subprocess.Popen(command, env=env)
-    except FileNotFoundError:
-        log(f"command not found: {command[0]}")
-        return 127
-    except PermissionError:
-        log(f"command is not executable: {command[0]}")
-        return 126
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        code, message = command_problem(command, env) or (
+            126 if isinstance(exc, PermissionError) else 127,
+            f"command cannot be started: {command[0]!r} ({exc.strerror or exc})",
+        )
+        log(f"error: {message}")
+        return code
     forwarded = {}
 
     def forward(signum, _frame):

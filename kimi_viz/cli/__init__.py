@@ -1,7 +1,10 @@
 """The ``kimi-viz`` command: one sub-command per module in this package.
 
 Each sub-command module exposes ``register(subparsers)``, which adds its parser and sets
-``func(args) -> int`` as the handler. The kit's own errors become a one-line message and exit 2.
+``func(args) -> int`` as the handler. The kit's own errors become a one-line message and exit 2;
+so do argument errors (:class:`OneLineParser`). Everything printed goes through
+:mod:`kimi_viz.terminal` (:func:`emit`), so no label, file name or log line can drive the terminal,
+and stdout/stderr never fail on characters their encoding lacks. Warnings are one line each.
 """
 
 from __future__ import annotations
@@ -9,39 +12,72 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from typing import Any, NoReturn
 
 from ..errors import KimiVizError
+from ..terminal import escape_value, safe_text, setup_streams
 
 SUBCOMMANDS = ("inspect", "encode", "scenario", "triage", "capture", "explain", "demo")
+COMMAND_DEST = "kimi_viz_command"  # not "command": a sub-command may have an argument of that name
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``kimi-viz CMD: error: ...``, and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f"see `{self.prog} --help`"
+        self.exit(2, f"{escape_value(self.prog)}: error: {escape_value(message)}; {hint}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every sub-command registered."""
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kimi-viz",
         description="Investigate how SGLang turns images into Kimi-K3 vision features.",
     )
     parser.add_argument("--version", action="version", version=f"kimi-viz {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest=COMMAND_DEST, metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name}_cmd").register(subparsers)
     return parser
 
 
+def emit(text: Any = "", *, err: bool = False) -> None:
+    """Print ``text`` with control characters escaped (its own newlines kept), to stdout or stderr."""
+    print(safe_text(text), file=sys.stderr if err else sys.stdout)
+
+
+def _one_line_warnings(command: str):
+    def show(message, category, filename, lineno, file=None, line=None):
+        try:
+            print(f"kimi-viz {command}: warning: {escape_value(message)}", file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code (0 ok, 1 reproduced error, 2 bad input)."""
+    """Run the CLI and return its exit code (0 ok, 1 reproduced error, 2 bad input, 3-5 triage verdicts)."""
+    setup_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    command = getattr(args, COMMAND_DEST, None) or "?"
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
+    saved = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(command)
     try:
         return int(args.func(args) or 0)
     except KimiVizError as exc:
-        print(f"kimi-viz {args.command}: error: {exc}", file=sys.stderr)
+        print(f"kimi-viz {command}: error: {escape_value(exc)}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = saved
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
-from ..capture.run import captured_manifests, run_captured
+from ..capture.run import captured_manifests, command_problem, run_captured
 from ..errors import CaptureError
+from ..files import prepare_folder
+from ..terminal import escape_value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,26 +29,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--all", dest="all_calls", action="store_true", help="record every call, not only the failing ones"
     )
-    parser.add_argument(
-        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run, after --"
-    )
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run, after --")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command under capture and return its exit code."""
-    command = list(args.command)
+    command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise CaptureError("no command given; usage: kimi-viz capture --out DIR [--redact] [--all] -- COMMAND ...")
+        raise CaptureError(
+            "no command given; expected the command to run after --, e.g. "
+            "kimi-viz capture --out DIR [--redact] [--all] -- python -m sglang.launch_server ..."
+        )
+    prepare_folder(args.out, what="--out")
+    problem = command_problem(command)
+    if problem is not None:
+        code, message = problem
+        print(f"kimi-viz capture: error: {message}", file=sys.stderr)
+        return code
     before = set(captured_manifests(args.out))
     code = run_captured(command, args.out, redact=args.redact, all_calls=args.all_calls)
     new = [p for p in captured_manifests(args.out) if p not in before]
     if new:
+        latest = shlex.quote(str(new[-1]))
+        triage_out = shlex.quote(str(new[-1] / "triage"))
         print(
-            f"kimi-viz capture: {len(new)} manifest(s) under {args.out}; triage one with: "
-            f"kimi-viz triage {new[-1]} --out {new[-1]}/triage",
+            escape_value(
+                f"kimi-viz capture: {len(new)} manifest(s) under {args.out}; triage one with: "
+                f"kimi-viz triage {latest} --out {triage_out}"
+            ),
             file=sys.stderr,
         )
     return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..demo import DEMO_SCENARIOS, run_demo
+from . import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the demo and print where it is; return 0."""
+    from ..files import check_folder
+    from ..replay.scenarios import get_scenario
+
+    check_folder(args.out, what="--out")
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
-    print(f"kimi-viz demo: replaying {len(names)} scenarios into {args.out}/")
-    index = run_demo(args.out, scenarios=names, gallery=not args.no_gallery)
-    print(f"open {index.resolve()}")
+    for name in names:
+        get_scenario(name)  # an unknown name is refused before anything is written
+    emit(f"kimi-viz demo: replaying {len(names)} scenarios into {args.out}/")
+    index = run_demo(args.out, scenarios=names, gallery=not args.no_gallery, progress=emit)
+    emit(f"open {index.resolve()}")
     return 0

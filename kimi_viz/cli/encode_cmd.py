@@ -12,15 +12,12 @@ import json
 import time
 from typing import Any
 
-import torch
+from ..terminal import escape_value
+from . import emit
 
-from ..devices import resolve_device
-from ..encoder import (
-    ENCODER_PRESETS,
-    VisionEncoder,
-    processor_preset_for,
-    resolve_dtype,
-)
+# The encoder presets (kimi_viz.encoder.config.ENCODER_PRESETS), named here so that building the
+# parser does not import torch; tests/test_hostile_json.py checks the two agree.
+ENCODER_PRESET_NAMES = ("kimi-k25", "kimi-k3", "tiny")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--preset",
         default="kimi-k3",
-        choices=sorted(ENCODER_PRESETS),
+        choices=ENCODER_PRESET_NAMES,
         help="encoder shapes when no checkpoint is given (default kimi-k3, random weights)",
     )
     parser.add_argument(
@@ -49,13 +46,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _sync(device: torch.device) -> None:
+def _sync(device: Any) -> None:
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
+
+
+def _precheck_checkpoint(folder: str) -> None:
+    """Refuse a checkpoint whose config.json or shard index is not strict JSON, before importing torch."""
+    import os
+    from pathlib import Path
+
+    from ..errors import CheckpointError
+    from ..preprocess.config import read_checkpoint_config, read_json_file
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint folder {folder} does not exist; pass the folder holding config.json")
+    if os.path.lexists(root / "config.json"):
+        read_checkpoint_config(root)
+    index = root / "model.safetensors.index.json"
+    if os.path.lexists(index):
+        read_json_file(index, error=CheckpointError, limit=64 << 20)
 
 
 def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     """Return the JSON report of ``kimi-viz encode`` for parsed arguments."""
+    from ..preprocess.images import load_image
+
+    # Every image is opened (and a bad one refused) before torch and the encoder are loaded, and the
+    # checkpoint's JSON files are read strictly (the encoder then checks the values against its limits).
+    loaded = [load_image(path) for path in args.images]
+    if args.checkpoint:
+        _precheck_checkpoint(args.checkpoint)
+    from ..devices import resolve_device
+    from ..encoder import VisionEncoder, processor_preset_for, resolve_dtype
     from ..preprocess.processor import Processor
 
     device = resolve_device(args.device)
@@ -75,7 +101,7 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     processor_preset = processor_preset_for(encoder.config)
     load_ms = (time.perf_counter() - started) * 1e3
 
-    output = Processor(processor_preset, backend="checkpoint", keep_images=False).preprocess(list(args.images))
+    output = Processor(processor_preset, backend="checkpoint", keep_images=False).preprocess(loaded)
     images = []
     for path, record in zip(args.images, output.records):
         rows = output.image_rows(record.index)
@@ -116,7 +142,11 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
 def format_table(report: dict[str, Any]) -> str:
     """Return the report as a fixed-width table with a one-line header."""
     weights = report["weights"]
-    source = f"checkpoint {weights['folder']}" if weights["source"] == "checkpoint" else "random weights (seed 0)"
+    source = (
+        f"checkpoint {escape_value(weights['folder'])}"
+        if weights["source"] == "checkpoint"
+        else "random weights (seed 0)"
+    )
     lines = [
         f"encoder {report['encoder']} ({report['parameters'] / 1e6:.1f} M parameters, {source}) on "
         f"{report['device']} in {report['dtype']}; loaded in {report['load_ms']:.0f} ms",
@@ -127,7 +157,7 @@ def format_table(report: dict[str, Any]) -> str:
         check = "" if item["tokens_match"] else "  MISMATCH"
         lines.append(
             f"{i:>3}  {grid:<12} {item['rows_in']:>8} {item['tokens_out']:>10} {item['media_pad_tokens']:>13} "
-            f"{item['time_ms']:>9.1f}  {item['path']}{check}"
+            f"{item['time_ms']:>9.1f}  {escape_value(item['path'])}{check}"
         )
     lines.append(f"     {'total':<12} {report['total_rows_in']:>8} {report['total_tokens_out']:>10}")
     return "\n".join(lines)
@@ -136,5 +166,5 @@ def format_table(report: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print the encode report; return 0, or 1 when a token count disagrees with the processor."""
     report = encode_images(args)
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    emit(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0 if all(item["tokens_match"] for item in report["images"]) else 1

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
-from pathlib import Path
 
 from ..errors import KimiVizError
-from ..explain import KNOWN_MESSAGES, explain, format_explanations
+from ..explain import KNOWN_MESSAGES, MAX_LOG_BYTES, explain, explain_stream, format_explanations
+from ..terminal import escape_value
+from . import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,17 +31,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _read_text(args: argparse.Namespace) -> str:
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (pipe it into stdin instead: kimi-viz explain < FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _explain_file(name: str) -> list:
+    """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed."""
+    shown = repr(escape_value(name))
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):
+        raise KimiVizError(f"--file {shown}: no such file; expected a log file to read") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise KimiVizError(f"--file {shown}: is {_kind(info.st_mode)}; expected a regular log file")
+    if info.st_size > MAX_LOG_BYTES:
+        raise KimiVizError(
+            f"--file {shown}: is {info.st_size} bytes, over the {MAX_LOG_BYTES >> 20} MiB limit; "
+            f"pass its tail instead, e.g. tail -c 100M {shown} | kimi-viz explain"
+        )
+    try:
+        with open(name, "rb") as handle:
+            return explain_stream(handle, source=f"--file {shown}")
+    except OSError as exc:
+        raise KimiVizError(f"--file {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
+
+
+def _find(args: argparse.Namespace) -> list:
     if args.text:
-        return " ".join(args.text)
+        return explain(" ".join(args.text))
     if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise KimiVizError(f"--file {args.file}: no such file; expected a log file to read")
-        return path.read_text(encoding="utf-8", errors="replace")
+        return _explain_file(args.file)
     if sys.stdin is None or sys.stdin.isatty():
         raise KimiVizError("no text given; pass the log line as TEXT, use --file LOG, or pipe the log into stdin")
-    return sys.stdin.read()
+    return explain_stream(getattr(sys.stdin, "buffer", sys.stdin), source="standard input")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,15 +89,15 @@ def run(args: argparse.Namespace) -> int:
             for m in KNOWN_MESSAGES
         ]
         if args.json:
-            print(json.dumps(rows, indent=2))
+            emit(json.dumps(rows, indent=2))
         else:
             for row in rows:
                 classes = ",".join(row["classes"]) or "-"
-                print(f"{row['key']:<24} {row['exception']:<18} {classes:<12} {row['raised_in']}")
+                emit(f"{row['key']:<24} {row['exception']:<18} {classes:<12} {row['raised_in']}")
         return 0
-    found = explain(_read_text(args))
+    found = _find(args)
     if args.json:
-        print(json.dumps([item.to_json() for item in found], indent=2))
+        emit(json.dumps([item.to_json() for item in found], indent=2))
     else:
-        print(format_explanations(found))
+        emit(format_explanations(found))
     return 0 if found else 1

@@ -7,8 +7,9 @@ import hashlib
 import json
 from typing import Any
 
-from ..preprocess.config import PROCESSOR_PRESETS, get_config
-from ..preprocess.processor import BACKENDS, Processor
+from ..preprocess.config import BACKENDS, PROCESSOR_PRESETS, get_config
+from ..terminal import escape_value
+from . import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,11 +43,17 @@ def rows_sha256(rows: Any) -> str:
 
 def inspect_images(args: argparse.Namespace) -> dict[str, Any]:
     """Return the JSON report of ``kimi-viz inspect`` for parsed arguments."""
+    from ..preprocess.images import load_image
+
     config = get_config(args.config) if args.config else get_config(args.preset)
+    # Every image is opened (and a bad one refused) before the processor and torch are imported.
+    loaded = [load_image(path, exif_transpose=args.exif_transpose, alpha=args.alpha) for path in args.images]
+    from ..preprocess.processor import Processor
+
     processor = Processor(
         config, backend=args.backend, exif_transpose=args.exif_transpose, alpha=args.alpha, keep_images=False
     )
-    output = processor.preprocess(list(args.images))
+    output = processor.preprocess(loaded)
     images = []
     for path, record in zip(args.images, output.records):
         images.append(
@@ -91,7 +98,7 @@ def format_table(report: dict[str, Any]) -> str:
         r = image["resize"]
         lines.append(
             (
-                image["path"],
+                escape_value(image["path"]),  # a newline in a file name must not start a line of its own
                 "{}x{}".format(*image["source_size"]),
                 image["source_mode"],
                 f"{r['new_width']}x{r['new_height']}",
@@ -115,5 +122,5 @@ def format_table(report: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print the inspect report; return 0."""
     report = inspect_images(args)
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    emit(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..replay.scenarios import SCENARIOS, get_scenario
+from . import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,11 +71,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print the catalogue (a table, or JSON with ``--json``); return 0."""
+    from ..replay.scenarios import SCENARIOS
+
     if args.json:
-        print(json.dumps([s.to_json() for s in SCENARIOS.values()], indent=2))
+        emit(json.dumps([s.to_json() for s in SCENARIOS.values()], indent=2))
         return 0
     width = max(len(name) for name in SCENARIOS)
-    print(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
+    emit(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
     for scenario in SCENARIOS.values():
         expected = scenario.expected
         what = (
@@ -83,7 +85,7 @@ def run_list(args: argparse.Namespace) -> int:
             if expected.outcome == "ok"
             else f"{expected.type}: {expected.message}"
         )
-        print(
+        emit(
             f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
             f"{scenario.variant:<8}  {what}"
         )
@@ -92,22 +94,27 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
+    from ..replay.scenarios import get_scenario
     from ..replay.split import replay
     from ..replay.verdict import build_verdict, format_verdict
 
     scenario = get_scenario(args.name)
+    if args.manifest_out:
+        from ..files import check_output
+
+        check_output(args.manifest_out, what="--manifest-out")  # refused before the replay runs
     batch = scenario.build()
     if args.manifest_out:
         from ..manifest import write_manifest
 
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
-        print(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", file=sys.stderr)
+        emit(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", err=True)
     trace = replay(
         batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version, variant=args.variant
     )
     verdict = build_verdict(trace)
     if args.json:
-        print(json.dumps(verdict.to_json(), indent=2, default=str))
+        emit(json.dumps(verdict.to_json(), indent=2, default=str))
     else:
-        print(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} =="))
+        emit(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} =="))
     return verdict.exit_code

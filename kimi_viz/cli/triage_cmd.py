@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..triage import MODE_CHOICES, VARIANT_CHOICES, triage
+from . import emit
+
+# kimi_viz.triage's VARIANT_CHOICES and MODE_CHOICES, named here so that building the parser does not
+# import the replay (and torch); tests/test_hostile_scale.py checks they agree.
+VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
+MODE_CHOICES = ("auto", "pixels", "shapes")
 
 
 def _rank(text: str) -> int | str:
@@ -86,7 +91,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Triage the manifest; return 0 (clean), 1 (error reproduced)."""
+    """Triage the manifest; return the verdict's exit code (0 clean, 1 error reproduced, 3, 4 or 5)."""
+    from ..manifest import check_manifest
+
+    if args.out:
+        from ..files import check_folder
+
+        check_folder(args.out, what="--out")
+    check_manifest(args.manifest)  # every check, before the replay and torch are imported: a bad manifest fails fast
+    from ..triage import triage
+
     result = triage(
         args.manifest,
         out_dir=args.out,
@@ -98,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
         sglang_version=args.sglang_version,
     )
     if args.json:
-        print(json.dumps(result.verdict.to_json(), indent=2, default=str))
+        emit(json.dumps(result.verdict.to_json(), indent=2, default=str))
     else:
-        print(result.text())
+        emit(result.text())
         if not args.out:
-            print("\n(pass --out DIR to also write report.html, summary.png and trace.json)")
+            emit("\n(pass --out DIR to also write report.html, summary.png and trace.json)")
     return result.exit_code

@@ -10,6 +10,7 @@ Nothing here needs torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -21,6 +22,31 @@ Grid = tuple[int, int, int]
 # nn.RMSNorm(dim) with eps=None: the accumulation type's epsilon, torch.finfo(torch.float32).eps,
 # for fp32, bf16 and fp16 inputs alike (the tests check the two agree).
 TORCH_RMSNORM_DEFAULT_EPS = 2.0**-23
+
+# Declared limits of a vision config, checked before anything is allocated (Kimi-K3: 1024 wide, 27 layers).
+VISION_LIMITS = {
+    "patch_size": 64,
+    "hidden_size": 16384,
+    "num_heads": 256,
+    "num_layers": 256,
+    "intermediate_size": 65536,
+    "qkv_hidden_size": 16384,
+    "pos_emb_height": 1024,
+    "pos_emb_width": 1024,
+    "pos_emb_time": 64,
+    "merge_kernel_size": 8,
+    "text_hidden_size": 65536,
+    "rope_max_size": 4096,
+}
+MAX_PARAMETERS = 4 * 10**9  # the tower and projector together (Kimi-K3: about 0.45 billion)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return "a huge integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 # The activations the MLP knows (``activation_func``); kimi_viz.encoder.model.ACTIVATIONS maps each to code.
 ACTIVATION_NAMES = ("gelu_pytorch_tanh", "gelu")
@@ -78,7 +104,7 @@ class VisionConfig:
         """Return ``self`` after checking the values the code relies on (ConfigError otherwise)."""
 
         def bad(key: str, expected: str, value: Any) -> ConfigError:
-            return ConfigError(f"vision_config.{key}: expected {expected}, got {value!r}; fix {source}")
+            return ConfigError(f"vision_config.{key}: expected {expected}, got {_shown(value)}; fix {source}")
 
         for key in (
             "patch_size",
@@ -97,6 +123,19 @@ class VisionConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(key, "a positive int", value)
+            if value > VISION_LIMITS[key]:
+                raise bad(key, f"a positive int of at most {VISION_LIMITS[key]}", value)
+        for key in ("norm_eps", "projector_ln_eps", "rope_theta"):
+            value = getattr(self, key)
+            if not isinstance(value, float) or not math.isfinite(value) or value <= 0:
+                raise bad(key, "a positive finite number", value)
+        for key in ("name", "norm_type", "activation", "projector_type", "pos_emb_interpolation"):
+            if not isinstance(getattr(self, key), str):
+                raise bad(key, "a string", getattr(self, key))
+        if self.mm_hidden_size is not None and (
+            not isinstance(self.mm_hidden_size, int) or isinstance(self.mm_hidden_size, bool)
+        ):
+            raise bad("mm_hidden_size", "an int or null", self.mm_hidden_size)
         if self.qkv_hidden_size % self.num_heads:
             raise bad("qkv_hidden_size", f"a multiple of num_heads={self.num_heads}", self.qkv_hidden_size)
         if self.head_dim % 4:
@@ -111,7 +150,22 @@ class VisionConfig:
             raise bad("pos_emb_interpolation_mode", "'bilinear' or 'bicubic'", self.pos_emb_interpolation)
         if (self.mm_hidden_size or self.hidden_size) != self.hidden_size:
             raise bad("mm_hidden_size", f"the tower width {self.hidden_size}", self.mm_hidden_size)
+        estimate = self.estimated_parameters()
+        if estimate > MAX_PARAMETERS:
+            raise ConfigError(
+                f"vision_config: these sizes give about {estimate:.3g} parameters, over the limit of "
+                f"{MAX_PARAMETERS:.3g} for a vision tower; fix {source}"
+            )
         return self
+
+    def estimated_parameters(self) -> int:
+        """Return an upper estimate of the tower's and projector's parameter count (no allocation)."""
+        d, q, i = self.hidden_size, self.qkv_hidden_size, self.intermediate_size
+        layer = 3 * d * q + q * d + 2 * d * i + 3 * q + 2 * d + i + 4 * d
+        merged = d * self.merge_kernel_size**2
+        embed = 3 * self.patch_size**2 * d + d + self.pos_emb_height * self.pos_emb_width * d
+        projector = merged * merged + merged * self.text_hidden_size + 4 * merged + self.text_hidden_size
+        return self.num_layers * layer + embed + projector + 2 * d
 
     @classmethod
     def from_dict(
@@ -129,7 +183,7 @@ class VisionConfig:
                 f"vision_config: expected a JSON object, got {type(vision_config).__name__}; fix {source}"
             )
         d = dict(vision_config)
-        family = (model_type or d.get("model_type") or "").lower()
+        family = str(model_type or d.get("model_type") or "").lower()
         is_k25 = "k25" in family or "k2_5" in family or d.get("mm_projector_type") == "patchmerger"
         base = ENCODER_PRESETS["kimi-k25" if is_k25 else "kimi-k3"]
 
@@ -147,12 +201,31 @@ class VisionConfig:
         fixed("merge_type", "sd2_tpool")
         fixed("mlp_type", "mlp2")
         fixed("projector_hidden_act", "gelu")
+
+        def number(*keys: str, default: float) -> float:
+            value = pick(*keys, default=default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"vision_config.{keys[0]}: expected a number, got {_shown(value)}; fix {source}")
+            return float(value)
+
+        def flag(key: str, default: bool) -> bool:
+            value = pick(key, default=default)
+            if not isinstance(value, bool):
+                raise ConfigError(f"vision_config.{key}: expected true or false, got {_shown(value)}; fix {source}")
+            return value
+
         merge = pick("merge_kernel_size", default=base.merge_kernel_size)
         if isinstance(merge, (list, tuple)):
             if len(merge) != 2 or merge[0] != merge[1]:
-                raise ConfigError(f"vision_config.merge_kernel_size: expected k or [k, k], got {merge!r}; fix {source}")
+                raise ConfigError(
+                    f"vision_config.merge_kernel_size: expected k or [k, k], got {_shown(merge)}; fix {source}"
+                )
             merge = merge[0]
-        hidden = int(pick("vt_hidden_size", "hidden_size", default=base.hidden_size))
+        hidden = pick("vt_hidden_size", "hidden_size", default=base.hidden_size)
+        if isinstance(hidden, bool) or not isinstance(hidden, int):
+            raise ConfigError(
+                f"vision_config.vt_hidden_size: expected a positive int, got {_shown(hidden)}; fix {source}"
+            )
         config = replace(
             base,
             name=str(pick("name", default=f"{base.name} ({source})")),
@@ -167,15 +240,15 @@ class VisionConfig:
             pos_emb_time=pick("init_pos_emb_time", default=base.pos_emb_time),
             pos_emb_interpolation=pick("pos_emb_interpolation_mode", default=base.pos_emb_interpolation),
             norm_type=pick("norm_type", default=base.norm_type),
-            norm_eps=float(pick("norm_eps", default=base.norm_eps)),
-            attn_bias=bool(pick("attn_bias", default=base.attn_bias)),
-            linear_bias=bool(pick("linear_bias", default=base.linear_bias)),
-            patch_embed_bias=bool(pick("patch_embed_proj_bias", default=base.patch_embed_bias)),
+            norm_eps=number("norm_eps", default=base.norm_eps),
+            attn_bias=flag("attn_bias", base.attn_bias),
+            linear_bias=flag("linear_bias", base.linear_bias),
+            patch_embed_bias=flag("patch_embed_proj_bias", base.patch_embed_bias),
             activation=pick("activation_func", default=base.activation),
             merge_kernel_size=merge,
             projector_type=pick("mm_projector_type", default=base.projector_type),
             mm_hidden_size=pick("mm_hidden_size", default=None),
-            projector_ln_eps=float(pick("projector_ln_eps", default=base.projector_ln_eps)),
+            projector_ln_eps=number("projector_ln_eps", default=base.projector_ln_eps),
             text_hidden_size=pick("text_hidden_size", default=base.text_hidden_size),
         )
         if config.norm_type == "layernorm" and "norm_eps" not in d:

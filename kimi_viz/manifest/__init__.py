@@ -15,7 +15,7 @@ its messages), :mod:`.sources` (the safe folder and zip sources and payload head
 below from ``kimi_viz.manifest``.
 """
 
-from .read import read_manifest
+from .read import check_manifest, read_manifest
 from .schema import (
     DTYPES,
     FORMAT,
@@ -30,6 +30,7 @@ from .write import jsonable, manifest_payload, redact_batch, write_manifest
 
 __all__ = [
     "DTYPES",
+    "check_manifest",
     "FORMAT",
     "VERSION",
     "ManifestWarning",

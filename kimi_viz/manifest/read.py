@@ -4,31 +4,47 @@ The reader parses and validates ``manifest.json`` (:mod:`.schema`), checks every
 loading any (paths, image headers, safetensors headers, size limits; :mod:`.sources`), and only then
 loads the features. Errors are :class:`~kimi_viz.errors.ManifestError` naming the JSON path; unknown
 keys are :class:`~kimi_viz.manifest.schema.ManifestWarning` warnings.
+
+Declared limits, all checked before any payload is loaded: ``max_bytes`` (default
+:data:`~kimi_viz.manifest.sources.MAX_PAYLOAD_BYTES`) for the decoded images and tensors together,
+``max_pixels`` per image, and for the deferred resizes :data:`MAX_RESIZED_SIDE` pixels a side,
+:data:`MAX_RESIZED_PIXELS` per image and :data:`MAX_BATCH_PIXELS` for the whole batch (the replay
+materializes ``pixel_values`` from them).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import warnings
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only once a manifest has passed
+    from ..replay.batch import Batch, Feature, RecordedOutcome
 
 from ..errors import ManifestError
-from ..replay.batch import GRID_KEYS, Batch, Feature, Item, RecordedOutcome
-from .schema import MANIFEST_NAME, ManifestWarning, parse_json, validate_manifest_json
+from ..preprocess.config import MAX_RESIZED_SIDE
+from .schema import DTYPES, MANIFEST_NAME, ManifestWarning, parse_json, validate_manifest_json
 from .sources import (
     MAX_IMAGE_FILE_BYTES,
     MAX_JSON_BYTES,
+    MAX_PAYLOAD_BYTES,
     FolderSource,
     ZipSource,
     check_elements,
     check_tensor_entry,
     decode_image,
+    decoded_bytes,
     open_image,
     open_zip,
     read_safetensors_header,
 )
+
+MAX_RESIZED_PIXELS = 1 << 24  # one deferred image after its resize, padding included (Kimi-K3: about 12.8 M)
+MAX_BATCH_PIXELS = 1 << 25  # every deferred image of the manifest together
 
 
 def _to_chw_uint8(image):
@@ -49,12 +65,51 @@ def _infer_layout(shape: list[int], dtype: str) -> str:
     return "chw"
 
 
-def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int) -> dict[str, dict]:
+def _check_resizes(obj: dict) -> None:
+    """Refuse deferred resizes past the declared limits (the replay allocates pixel_values from them)."""
+    total = 0
+    for i, raw in enumerate(obj["items"]):
+        deferred = raw.get("deferred")
+        if not isinstance(deferred, dict):
+            continue
+        resize = deferred["resize_config"]
+        where = f"items[{i}].deferred.resize_config"
+        for key in ("new_width", "new_height"):
+            if resize[key] > MAX_RESIZED_SIDE:
+                raise ManifestError(
+                    f"a resize to {resize[key]} px is over the limit of {MAX_RESIZED_SIDE} px a side "
+                    "(Kimi-K3 resizes to at most 7168)",
+                    json_path=f"{where}.{key}",
+                )
+        for key in ("pad_width", "pad_height"):
+            if resize[key] > MAX_RESIZED_SIDE:
+                raise ManifestError(
+                    f"a padding of {resize[key]} px is over the limit of {MAX_RESIZED_SIDE} px",
+                    json_path=f"{where}.{key}",
+                )
+        area = (resize["new_width"] + resize["pad_width"]) * (resize["new_height"] + resize["pad_height"])
+        if area > MAX_RESIZED_PIXELS:
+            raise ManifestError(
+                f"the resized, padded image has {area} pixels, over the limit of {MAX_RESIZED_PIXELS} per image",
+                json_path=where,
+            )
+        total += area
+        if total > MAX_BATCH_PIXELS:
+            raise ManifestError(
+                f"the deferred images resize to {total} pixels so far, over the limit of {MAX_BATCH_PIXELS} "
+                "for one manifest; split the batch",
+                json_path=where,
+            )
+
+
+def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int, max_bytes: int) -> dict[str, dict]:
     """Check every payload before loading any: paths, image headers, safetensors headers, size limits.
 
-    Returns the safetensors headers read, by file name.
+    Returns the safetensors headers read, by file name. ``max_bytes`` bounds the decoded images and
+    the tensors of the whole manifest together.
     """
     headers: dict[str, dict] = {}
+    left = max_bytes
     for i, raw in enumerate(obj["items"]):
         entry, where = raw["feature"], f"items[{i}].feature"
         kind = entry["kind"]
@@ -62,20 +117,36 @@ def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int) -> di
             check_elements(entry["shape"], max_elements, where + ".shape")
         elif kind == "image":
             name = entry["file"]
-            if source.size(name, where + ".file") > MAX_IMAGE_FILE_BYTES:
-                raise ManifestError(f"{name!r} is larger than {MAX_IMAGE_FILE_BYTES} bytes", json_path=where + ".file")
+            size = source.size(name, where + ".file")
+            if size > MAX_IMAGE_FILE_BYTES:
+                raise ManifestError(
+                    f"{name!r} in {source.label} is {size} bytes, more than the {MAX_IMAGE_FILE_BYTES}-byte limit "
+                    "for one image file",
+                    json_path=where + ".file",
+                )
             with source.open_stream(name, where + ".file") as stream:
-                open_image(stream, name, where + ".file", max_pixels)
+                left -= decoded_bytes(open_image(stream, name, where + ".file", max_pixels, left))
         else:
             name = entry["file"]
             if name not in headers:
                 headers[name] = read_safetensors_header(source, name, where + ".file")
+            size = math.prod(int(n) for n in entry["shape"]) * DTYPES[entry["dtype"]][1]
+            if size > left:
+                raise ManifestError(
+                    f"tensor {entry['key']!r} takes {size} bytes, more than the {left} bytes left of the "
+                    f"manifest's {max_bytes}-byte payload limit (pass a larger max_bytes only for a manifest "
+                    "you trust)",
+                    json_path=where + ".shape",
+                )
             check_tensor_entry(headers[name], entry, where, max_elements)
+            left -= size
     return headers
 
 
 def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixels: int) -> Feature:
     """Return one item's feature; its payload was checked by :func:`_check_payloads`."""
+    from ..replay.batch import Feature
+
     kind = entry["kind"]
     if kind == "shape_only":
         return Feature.shape_only(entry["layout"], tuple(entry["shape"]), entry["dtype"])
@@ -105,6 +176,8 @@ def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixe
 
 def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     """Return ``source.recorded`` (validated by the schema) as a RecordedOutcome; None when absent or null."""
+    from ..replay.batch import RecordedOutcome
+
     if value is None:
         return None
     error = value.get("error")
@@ -113,8 +186,13 @@ def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     return RecordedOutcome(value["outcome"], error["type"], error["message"])
 
 
-def _build_batch(obj: dict, source, max_elements: int, max_pixels: int) -> Batch:
-    _check_payloads(obj, source, max_elements, max_pixels)
+def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_bytes: int, load: bool = True):
+    _check_resizes(obj)
+    _check_payloads(obj, source, max_elements, max_pixels, max_bytes)
+    if not load:
+        return None
+    from ..replay.batch import GRID_KEYS, Batch, Item
+
     items = []
     for i, raw in enumerate(obj["items"]):
         where = f"items[{i}]"
@@ -158,18 +236,29 @@ def _emit(found: list[str], label: str) -> None:
         warnings.warn(f"manifest {label}: {text}", ManifestWarning, stacklevel=4)
 
 
-def _read_source(source, json_label: str, max_elements: int, max_pixels: int) -> Batch:
+def _read_source(source, json_label: str, max_elements: int, max_pixels: int, max_bytes: int, load: bool = True):
     """Return the batch of an opened folder or zip: manifest.json parsed and validated, payloads checked, loaded."""
     obj = parse_json(source.read(MANIFEST_NAME, MANIFEST_NAME, MAX_JSON_BYTES), json_label)
-    _emit(validate_manifest_json(obj), source.label)
-    return _build_batch(obj, source, max_elements, max_pixels)
+    found = validate_manifest_json(obj)
+    if load:
+        _emit(found, source.label)
+    return _build_batch(obj, source, max_elements, max_pixels, max_bytes, load)
 
 
-def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pixels: int = 2**28) -> Batch:
+def read_manifest(
+    path: str | os.PathLike,
+    *,
+    max_elements: int = 10**9,
+    max_pixels: int = 2**28,
+    max_bytes: int = MAX_PAYLOAD_BYTES,
+    load: bool = True,
+) -> Batch:
     """Return the :class:`Batch` stored in a manifest folder, its ``manifest.json``, or a ``.zip``.
 
     Raises ManifestError (naming the JSON path) for anything malformed or unsafe; unknown keys
-    are reported with ``warnings.warn`` (:class:`ManifestWarning`).
+    are reported with ``warnings.warn`` (:class:`ManifestWarning`). ``load=False`` runs every check
+    (JSON, schema, limits, payload headers) without loading any payload or importing the replay
+    and torch, and returns None (:func:`check_manifest`).
     """
     path = Path(path)
     try:
@@ -180,7 +269,9 @@ def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pix
         ) from None
     if stat.S_ISDIR(info.st_mode) or path.name == MANIFEST_NAME:
         folder = path if stat.S_ISDIR(info.st_mode) else path.parent
-        return _read_source(FolderSource(folder), str(folder / MANIFEST_NAME), max_elements, max_pixels)
+        return _read_source(
+            FolderSource(folder), str(folder / MANIFEST_NAME), max_elements, max_pixels, max_bytes, load
+        )
     if not zipfile.is_zipfile(path):
         if path.suffix.lower() == ".zip":
             raise ManifestError(
@@ -190,5 +281,18 @@ def read_manifest(path: str | os.PathLike, *, max_elements: int = 10**9, max_pix
     archive, prefix = open_zip(path)
     with archive:
         return _read_source(
-            ZipSource(archive, prefix, str(path)), f"{path}:{prefix}{MANIFEST_NAME}", max_elements, max_pixels
+            ZipSource(archive, prefix, str(path)),
+            f"{path}:{prefix}{MANIFEST_NAME}",
+            max_elements,
+            max_pixels,
+            max_bytes,
+            load,
         )
+
+
+def check_manifest(path: str | os.PathLike) -> None:
+    """Run every check :func:`read_manifest` runs (JSON, schema, limits, payload headers) and load nothing.
+
+    Cheap: it imports neither the replay nor torch, so a command can refuse a bad manifest at once.
+    """
+    read_manifest(path, load=False)

@@ -6,6 +6,10 @@ booleans), rewrites the first error in the kit's own words naming the JSON path
 (``items[3].deferred.resize_config.pad_width``), reports unknown keys as warnings, and then checks
 what the schema cannot say (ranks and indices inside their ranges). :func:`parse_json` reads the
 bytes of ``manifest.json`` strictly (UTF-8, no NaN/Infinity, no absurd nesting).
+
+A manifest holds at most :data:`MAX_ITEMS` items (refused before validation). Items that plainly
+follow the schema (:func:`~kimi_viz.manifest.fastcheck.item_is_plainly_valid`) skip ``jsonschema``,
+which validates the rest of the document and every other item, so validation is linear and cheap.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ IMAGES_DIR = "images"
 # dtype names in manifests -> (safetensors header name, bytes per element)
 DTYPES = {"uint8": ("U8", 1), "float32": ("F32", 4), "bfloat16": ("BF16", 2), "float16": ("F16", 2)}
 TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
+MAX_ITEMS = 4096  # items in one manifest: a get_image_feature batch (the replay and report scale with it)
 
 
 class ManifestWarning(UserWarning):
@@ -89,10 +94,26 @@ def schema_path() -> Path:
     return Path(__file__).resolve().parent / "manifest-v1.schema.json"
 
 
+def _import_jsonschema():
+    """Import jsonschema without its optional ``rfc3987_syntax`` format checker (it builds a grammar at
+    import, about 2.5 s; the manifest schema uses no ``format``). A later import of it still works."""
+    import sys
+
+    blocked = "rfc3987_syntax" not in sys.modules
+    if blocked:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
+    try:
+        import jsonschema
+    finally:
+        if blocked and sys.modules.get("rfc3987_syntax", 0) is None:
+            del sys.modules["rfc3987_syntax"]
+    return jsonschema
+
+
 @lru_cache(maxsize=1)
 def _validator():
     """Return a draft 2020-12 validator whose ``integer`` excludes floats like 1.0 and booleans."""
-    import jsonschema
+    jsonschema = _import_jsonschema()
 
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine(
@@ -110,7 +131,7 @@ def _validator():
 
 def _schema_error_message(error) -> tuple[str, str]:
     """Return ``(json_path, message)`` in the kit's own words for one jsonschema error."""
-    path = list(error.absolute_path)
+    path = list(getattr(error, "kv_path", error.absolute_path))
     kind, expected, value = error.validator, error.validator_value, error.instance
     if kind == "required":
         missing = [key for key in expected if key not in value]
@@ -206,25 +227,43 @@ def validate_manifest_json(obj: Any) -> list[str]:
     of the first offending field.
     """
     _check_header_fields(obj)
+    items = obj.get("items")
+    if isinstance(items, list) and len(items) > MAX_ITEMS:
+        raise ManifestError(
+            f"the manifest has {len(items)} items, more than the limit of {MAX_ITEMS} for one get_image_feature "
+            "batch; split it into smaller manifests",
+            json_path="items",
+        )
+    slow = list(range(len(items))) if isinstance(items, list) else []
+    document = obj
+    if isinstance(items, list):
+        from .fastcheck import item_is_plainly_valid
+
+        slow = [i for i, item in enumerate(items) if not item_is_plainly_valid(item)]
+        document = {**obj, "items": [items[i] for i in slow]}
     try:
-        errors = list(_validator().iter_errors(obj))
+        errors = list(_validator().iter_errors(document))
     except RecursionError as exc:
         raise ManifestError("manifest.json is nested too deeply to be a kimi-viz manifest") from exc
     found: list[str] = []
     hard = []
     for error in errors:
+        path = list(error.absolute_path)
+        if document is not obj and len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):
+            path[1] = slow[path[1]]  # back to the item's index in the manifest
+        error.kv_path = path
         if error.validator == "additionalProperties":
             for key in _unknown_keys(error):
-                found.append(f"{json_path(list(error.absolute_path) + [key])}: unknown key {key!r} (ignored)")
+                found.append(f"{json_path(path + [key])}: unknown key {key!r} (ignored)")
         else:
             hard.append(error)
     if hard:
-        hard.sort(key=lambda e: (list(map(str, e.absolute_path)), e.validator != "type"))
-        import jsonschema
+        hard.sort(key=lambda e: (list(map(str, e.kv_path)), e.validator != "type"))
+        jsonschema = _import_jsonschema()
 
         best = jsonschema.exceptions.best_match(hard)
-        path, message = _schema_error_message(best)
-        raise ManifestError(message, json_path=path)
+        where, message = _schema_error_message(best)
+        raise ManifestError(message, json_path=where)
     _check_semantics(obj)
     return sorted(set(found))
 

@@ -28,9 +28,10 @@ from typing import Any
 from ..errors import ManifestError
 from .schema import DTYPES, MANIFEST_NAME
 
-MAX_JSON_BYTES = 64 * 1024 * 1024  # manifest.json itself
+MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest.json itself (4096 items take about 4 MiB)
 MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # the JSON header of a safetensors file
-MAX_IMAGE_FILE_BYTES = 1024 * 1024 * 1024  # one encoded image file
+MAX_IMAGE_FILE_BYTES = 256 * 1024 * 1024  # one encoded image file
+MAX_PAYLOAD_BYTES = 512 * 1024 * 1024  # decoded images plus tensors of one manifest, in memory
 MAX_ZIP_MEMBERS = 100_000
 
 # what zipfile raises for a truncated or damaged member
@@ -225,7 +226,17 @@ class ZipSource:
 
         if name not in self._loaded:
             info = self._info(name, where)
-            self._loaded[name] = load(_read_member(self.archive, info, self.label, where))
+            if info.file_size > MAX_PAYLOAD_BYTES + MAX_SAFETENSORS_HEADER:
+                raise ManifestError(
+                    f"file {name!r} is {info.file_size} bytes, more than the {MAX_PAYLOAD_BYTES}-byte payload limit",
+                    json_path=where,
+                )
+            try:
+                self._loaded[name] = load(_read_member(self.archive, info, self.label, where))
+            except ManifestError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for damaged files
+                raise ManifestError(f"{name!r} is not a readable safetensors file ({exc})", json_path=where) from None
         return self._loaded[name][key]
 
 
@@ -393,8 +404,16 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
 _PILLOW_LIMIT_LOCK = threading.Lock()
 
 
-def open_image(stream, name: str, where: str, max_pixels: int):
-    """Return a lazily opened PIL image (header only) after checking its format and pixel count."""
+def decoded_bytes(image) -> int:
+    """Return the bytes Pillow's buffer takes for ``image`` once decoded (width x height x bytes per pixel)."""
+    from ..preprocess.images import MODE_BYTES
+
+    width, height = image.size
+    return width * height * MODE_BYTES.get(image.mode, 4)
+
+
+def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
+    """Return a lazily opened PIL image (header only) after checking its format, pixel count and decoded size."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -410,7 +429,7 @@ def open_image(stream, name: str, where: str, max_pixels: int):
         ) from None
     except Image.DecompressionBombError:
         raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError, KeyError, TypeError) as exc:
         raise ManifestError(f"{name!r} could not be read as an image ({exc})", json_path=where) from None
     except (zipfile.BadZipFile, zlib.error) as exc:  # a damaged member of a manifest zip
         raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
@@ -421,20 +440,40 @@ def open_image(stream, name: str, where: str, max_pixels: int):
             f"{max_pixels} (pass a larger max_pixels only for a manifest you trust)",
             json_path=where,
         )
+    needed = decoded_bytes(image)
+    if needed > max_bytes:
+        raise ManifestError(
+            f"{name!r} is {width}x{height} in mode {image.mode!r}, {needed} bytes once decoded, more than the "
+            f"{max_bytes} bytes left of the manifest's payload limit (pass a larger max_bytes only for a "
+            "manifest you trust)",
+            json_path=where,
+        )
     return image
 
 
-def decode_image(data: bytes, name: str, where: str, max_pixels: int):
-    """Return a loaded PIL image from bytes after checking its format and pixel count."""
+def decode_image(data: bytes, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
+    """Return a loaded PIL image from bytes after checking its format, pixel count and decoded size."""
     from PIL import Image
 
-    image = open_image(io.BytesIO(data), name, where, max_pixels)
+    image = open_image(io.BytesIO(data), name, where, max_pixels, max_bytes)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image.load()
     except Image.DecompressionBombError:
         raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, MemoryError) as exc:
+    except (
+        OSError,
+        ValueError,
+        SyntaxError,
+        EOFError,
+        struct.error,
+        MemoryError,
+        IndexError,
+        KeyError,
+        TypeError,
+    ) as exc:
         raise ManifestError(f"{name!r} is damaged or truncated ({exc})", json_path=where) from None
+    except (zipfile.BadZipFile, zlib.error) as exc:
+        raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
     return image

@@ -14,10 +14,13 @@ import math
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ManifestError
-from ..replay.batch import Batch, Feature
+from ..files import prepare_folder, write_file
+
+if TYPE_CHECKING:  # pragma: no cover - the replay (and torch) load only when a manifest is written
+    from ..replay.batch import Batch, Feature
 from .schema import (
     DTYPES,
     FORMAT,
@@ -188,28 +191,31 @@ def write_manifest(batch: Batch, path: str | os.PathLike, *, redact: bool = Fals
 
     ``redact=True`` stores every feature as shape-only (no pixels), for captures that must not
     leave the machine with user images. ``check=False`` skips validating the JSON first (the
-    capture hook uses it to keep whatever it could record).
+    capture hook uses it to keep whatever it could record). No link is ever written through: the
+    folder (and ``images/``) must be real folders, and each file is a new file renamed into place
+    (:mod:`kimi_viz.files`); a path that is a file, lies under a file or is a link raises OutputError.
     """
     path = Path(path)
     obj, files = manifest_payload(batch, redact=redact)
     if check:
         validate_manifest_json(obj)  # the writer never produces what the reader would refuse
     text = json.dumps(obj, indent=2).encode("utf-8") + b"\n"
+    what = "--manifest-out"
     if path.suffix.lower() == ".zip":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".part")
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        prepare_folder(path.parent if str(path.parent) else ".", what=what)
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             archive.writestr(MANIFEST_NAME, text)
             for name, data in files.items():
                 archive.writestr(name, data)
-        os.replace(tmp, path)
+        write_file(path, buffer.getvalue())  # a new file renamed over the target: a link there is replaced
         return path
-    path.mkdir(parents=True, exist_ok=True)
+    prepare_folder(path, what=what)
     for name, data in files.items():
         target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    (path / MANIFEST_NAME).write_bytes(text)
+        prepare_folder(target.parent, what=what)
+        write_file(target, data)
+    write_file(path / MANIFEST_NAME, text)
     return path
 
 

@@ -2,13 +2,19 @@
 
 Two presets ship with the kit (``kimi-k3`` and ``kimi-k25``); any other configuration can be read
 from a local checkpoint folder. Every invalid value raises :class:`~kimi_viz.errors.ConfigError`
-naming the key, what was expected and which file to fix.
+naming the key, what was expected and which file to fix. Every size has a declared limit
+(:data:`LIMITS`), checked before anything is allocated from it: a ``patch_size`` of 8000 or a merge
+kernel of 10**6 is refused by name, not discovered by running out of memory. JSON files are read
+strictly (:func:`read_json_file`): a regular file of at most :data:`MAX_JSON_FILE_BYTES`, UTF-8,
+no NaN, no absurd nesting or integer length.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +23,20 @@ from typing import Any
 from ..errors import CheckpointError, ConfigError
 
 BACKGROUND_PATTERNS = ("white", "black", "gray", "chessboard")
+BACKENDS = ("checkpoint", "torch")  # the processor's pixel paths (kimi_viz.preprocess.processor)
 FILL_STAGES = ("before_resize", "after_resize")
+
+# Declared limits of a processor config (Kimi-K3 itself: patch 14, kernel 2, 65536 patches, 512 a side).
+LIMITS = {
+    "patch_size": 64,
+    "merge_kernel_size": 8,
+    "in_patch_limit": 1 << 18,
+    "patch_limit_on_one_side": 2048,
+    "fixed_output_tokens": 1 << 18,
+    "chessboard_square_size": 1 << 14,
+}
+MAX_RESIZED_SIDE = 1 << 14  # patch_limit_on_one_side x patch_size: the longest side a resize may produce
+MAX_JSON_FILE_BYTES = 16 << 20  # a preprocessor_config.json, config.json or shard index
 
 # The checkpoint's TransparentBgConfig defaults, used for keys missing from transparent_bg_config.
 BACKGROUND_DEFAULTS: dict[str, Any] = {
@@ -94,7 +113,7 @@ class ProcessorConfig:
             if key not in cfg:
                 raise ConfigError(f"media_proc_cfg.{key}: missing (a required key); fix {source}")
         fixed = cfg.get("fixed_output_tokens")
-        return cls(
+        config = cls(
             name=name,
             patch_size=_positive_int(cfg["patch_size"], "patch_size", source),
             merge_kernel_size=_merge_kernel_size(cfg["merge_kernel_size"], "media_proc_cfg.merge_kernel_size", source),
@@ -106,6 +125,13 @@ class ProcessorConfig:
             transparent_bg_config=_background(cfg.get("transparent_bg_config"), source),
             transparent_bg_fill_stage=_fill_stage(cfg.get("transparent_bg_fill_stage"), source),
         )
+        side = config.patch_limit_on_one_side * config.patch_size
+        if side > MAX_RESIZED_SIDE:
+            raise ConfigError(
+                f"media_proc_cfg.patch_limit_on_one_side: {config.patch_limit_on_one_side} patches of "
+                f"{config.patch_size} px give {side}-px sides, over the limit of {MAX_RESIZED_SIDE}; fix {source}"
+            )
+        return config
 
 
 # --- validation helpers ----------------------------------------------------------------------
@@ -113,25 +139,43 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _shown(value: Any) -> str:
+    """Return ``repr(value)`` cut to a readable length (a 5000-digit integer is not printed whole)."""
+    if _is_int(value) and abs(value) >= 10**30:
+        return "a huge integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _positive_int(value: Any, key: str, source: str) -> int:
+    limit = LIMITS.get(key.rpartition(".")[2])
     if not _is_int(value) or value <= 0:
-        raise ConfigError(f"media_proc_cfg.{key}: expected a positive int, got {value!r}; fix {source}")
+        raise ConfigError(f"media_proc_cfg.{key}: expected a positive int, got {_shown(value)}; fix {source}")
+    if limit is not None and value > limit:
+        raise ConfigError(
+            f"media_proc_cfg.{key}: expected a positive int of at most {limit}, got {_shown(value)}; fix {source}"
+        )
     return int(value)
 
 
 def _merge_kernel_size(value: Any, key: str, source: str) -> int:
     """Return the merge kernel as an int from ``2`` or ``[2, 2]``; non-square kernels are refused."""
+    limit = LIMITS["merge_kernel_size"]
     if isinstance(value, (list, tuple)):
-        if len(value) != 2 or not all(_is_int(v) and v > 0 for v in value):
-            raise ConfigError(f"{key}: expected a positive int or [k, k], got {value!r}; fix {source}")
+        if len(value) != 2 or not all(_is_int(v) and 0 < v <= limit for v in value):
+            raise ConfigError(
+                f"{key}: expected a positive int or [k, k], got {_shown(value)} (k at most {limit}); fix {source}"
+            )
         if value[0] != value[1]:
             raise ConfigError(
                 f"{key}: expected a square kernel [k, k], got {list(value)!r} "
                 f"(Kimi's NaViT merge uses one size for both sides); fix {source}"
             )
         return int(value[0])
-    if not _is_int(value) or value <= 0:
-        raise ConfigError(f"{key}: expected a positive int or [k, k], got {value!r}; fix {source}")
+    if not _is_int(value) or not 0 < value <= limit:
+        raise ConfigError(
+            f"{key}: expected a positive int or [k, k], got {_shown(value)} (k at most {limit}); fix {source}"
+        )
     return int(value)
 
 
@@ -142,7 +186,7 @@ def _three_floats(value: Any, key: str, source: str, *, nonzero: bool) -> tuple[
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     )
     if not ok:
-        raise ConfigError(f"media_proc_cfg.{key}: expected a list of 3 numbers, got {value!r}; fix {source}")
+        raise ConfigError(f"media_proc_cfg.{key}: expected a list of 3 numbers, got {_shown(value)}; fix {source}")
     if not all(math.isfinite(v) for v in value):
         raise ConfigError(f"media_proc_cfg.{key}: expected finite values, got {list(value)!r}; fix {source}")
     if nonzero and any(float(v) == 0.0 for v in value):
@@ -155,28 +199,34 @@ def _background(value: Any, source: str) -> dict[str, Any] | None:
         return None
     key = "media_proc_cfg.transparent_bg_config"
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: expected an object or null, got {value!r}; fix {source}")
-    unknown = sorted(set(value) - set(BACKGROUND_DEFAULTS))
+        raise ConfigError(f"{key}: expected an object or null, got {_shown(value)}; fix {source}")
+    unknown = sorted(str(k) for k in set(value) - set(BACKGROUND_DEFAULTS))
     if unknown:
         raise ConfigError(
             f"{key}.{unknown[0]}: unknown key; expected one of {sorted(BACKGROUND_DEFAULTS)}; fix {source}"
         )
     pattern = value.get("pattern", BACKGROUND_DEFAULTS["pattern"])
-    if pattern not in BACKGROUND_PATTERNS:
-        raise ConfigError(f"{key}.pattern: expected one of {list(BACKGROUND_PATTERNS)}, got {pattern!r}; fix {source}")
+    if not isinstance(pattern, str) or pattern not in BACKGROUND_PATTERNS:
+        raise ConfigError(
+            f"{key}.pattern: expected one of {list(BACKGROUND_PATTERNS)}, got {_shown(pattern)}; fix {source}"
+        )
     if "chessboard_square_size" in value:
         square = value["chessboard_square_size"]
-        if not _is_int(square) or square <= 0:
-            raise ConfigError(f"{key}.chessboard_square_size: expected a positive int, got {square!r}; fix {source}")
+        limit = LIMITS["chessboard_square_size"]
+        if not _is_int(square) or not 0 < square <= limit:
+            raise ConfigError(
+                f"{key}.chessboard_square_size: expected a positive int of at most {limit}, got {_shown(square)}; "
+                f"fix {source}"
+            )
     for shade in ("chessboard_white_value", "chessboard_gray_value"):
         if shade in value:
             level = value[shade]
             if not _is_int(level) or not 0 <= level <= 255:
-                raise ConfigError(f"{key}.{shade}: expected an int in 0..255, got {level!r}; fix {source}")
+                raise ConfigError(f"{key}.{shade}: expected an int in 0..255, got {_shown(level)}; fix {source}")
     if "chessboard_square_on_top_left" in value and not isinstance(value["chessboard_square_on_top_left"], bool):
         raise ConfigError(
             f"{key}.chessboard_square_on_top_left: expected true or false, "
-            f"got {value['chessboard_square_on_top_left']!r}; fix {source}"
+            f"got {_shown(value['chessboard_square_on_top_left'])}; fix {source}"
         )
     return dict(value)
 
@@ -184,9 +234,9 @@ def _background(value: Any, source: str) -> dict[str, Any] | None:
 def _fill_stage(value: Any, source: str) -> str | None:
     if value is None:
         return None
-    if value not in FILL_STAGES:
+    if not isinstance(value, str) or value not in FILL_STAGES:
         raise ConfigError(
-            f"media_proc_cfg.transparent_bg_fill_stage: expected one of {list(FILL_STAGES)}, got {value!r}; "
+            f"media_proc_cfg.transparent_bg_fill_stage: expected one of {list(FILL_STAGES)}, got {_shown(value)}; "
             f"fix {source}"
         )
     return str(value)
@@ -240,15 +290,45 @@ def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
     )
 
 
-def _read_json(path: Path) -> Any:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json_file(path: str | os.PathLike, *, error: type = ConfigError, limit: int = MAX_JSON_FILE_BYTES) -> Any:
+    """Return the parsed JSON of ``path``, strictly: a regular file of at most ``limit`` bytes, UTF-8 text,
+    no NaN/Infinity, no nesting or integers too deep or long for Python; ``error`` (a KimiVizError
+    class) names the file and the fault otherwise."""
+    path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason}); expected a JSON file") from exc
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); check the path"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{path}: is not a regular file (a folder, FIFO or device?); expected a JSON file")
+    if info.st_size > limit:
+        raise error(
+            f"{path}: is {info.st_size} bytes, over the {limit}-byte limit for a JSON file; expected a config file"
+        )
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
     except OSError as exc:
-        raise CheckpointError(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from exc
+        raise CheckpointError(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a JSON file") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to be a config file; fix the file") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer literal longer than Python converts
+        reason = str(exc).split(";")[0]
+        raise error(f"{path}: could not be read as JSON ({reason}); fix the file") from None
 
 
 def load_preprocessor_config(path: str | Path) -> ProcessorConfig:
@@ -256,12 +336,12 @@ def load_preprocessor_config(path: str | Path) -> ProcessorConfig:
     path = Path(path)
     file = path if path.suffix == ".json" else path / "preprocessor_config.json"
     folder = file.parent
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise CheckpointError(
             f"{file} does not exist; expected a checkpoint folder with preprocessor_config.json "
             "(or the path of that file)"
         )
-    data = _read_json(file)
+    data = read_json_file(file)
     if not isinstance(data, dict) or "media_proc_cfg" not in data:
         raise ConfigError(f"media_proc_cfg: missing from {file}; expected the Kimi processor's media_proc_cfg object")
     return ProcessorConfig.from_media_proc_cfg(
@@ -271,11 +351,16 @@ def load_preprocessor_config(path: str | Path) -> ProcessorConfig:
 
 def read_vision_config(folder: str | Path) -> dict[str, Any]:
     """Return the ``vision_config`` dict of ``folder/config.json`` with ``merge_kernel_size`` as an int."""
+    return read_checkpoint_config(folder)[1]
+
+
+def read_checkpoint_config(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return ``(config.json, its vision_config)`` of a checkpoint folder, read once and strictly."""
     folder = Path(folder)
     file = folder if folder.suffix == ".json" else folder / "config.json"
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise CheckpointError(f"{file} does not exist; expected a checkpoint folder with config.json")
-    data = _read_json(file)
+    data = read_json_file(file)
     vision = data.get("vision_config") if isinstance(data, dict) else None
     if not isinstance(vision, dict):
         raise ConfigError(f"vision_config: missing from {file}; expected the model's vision_config object")
@@ -284,4 +369,4 @@ def read_vision_config(folder: str | Path) -> dict[str, Any]:
         vision["merge_kernel_size"] = _merge_kernel_size(
             vision["merge_kernel_size"], "vision_config.merge_kernel_size", str(file)
         )
-    return vision
+    return data, vision

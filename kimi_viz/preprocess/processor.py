@@ -24,7 +24,7 @@ from PIL import Image
 
 from ..devices import resolve_device
 from ..errors import CheckpointError, KimiVizError
-from .config import ProcessorConfig, get_config
+from .config import BACKENDS, ProcessorConfig, get_config
 from .images import ALPHA_POLICIES, LoadedImage, load_image
 from .pixels_checkpoint import (
     checkpoint_pixels,
@@ -41,8 +41,6 @@ from .records import (
     ProcessorOutput,
 )
 from .resize import resize_config
-
-BACKENDS = ("checkpoint", "torch")
 
 __all__ = [
     "BACKENDS",

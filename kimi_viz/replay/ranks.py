@@ -48,10 +48,29 @@ def assign_ranks(patch_counts: list[int], tp_size: int) -> list[list[int]]:
     return ranks
 
 
-def assign_step(batch: Batch, tp_size: int, rank: int, assignment: list[list[int]], patches: list[int]) -> Step:
-    """Return the assignment step of ``rank``: the order, every rank's images and loads, and this rank's share."""
-    loads = [sum(patches[i] for i in ranks) for ranks in assignment]
-    order = sorted(range(len(patches)), key=patches.__getitem__, reverse=True)
+def rank_loads(assignment: list[list[int]], patches: list[int]) -> list[int]:
+    """Return each rank's load: the sum of the patch counts of the images assigned to it."""
+    return [sum(patches[i] for i in ranks) for ranks in assignment]
+
+
+def assign_step(
+    batch: Batch,
+    tp_size: int,
+    rank: int,
+    assignment: list[list[int]],
+    patches: list[int],
+    loads: list[int] | None = None,
+    order: list[int] | None = None,
+) -> Step:
+    """Return the assignment step of ``rank``: the order, every rank's images and loads, and this rank's share.
+
+    ``loads`` and ``order`` are the same for every rank; the replay computes them once and every rank's
+    step shares those lists (and ``assignment``), so replaying all ranks stays linear in the TP size.
+    """
+    if loads is None:
+        loads = rank_loads(assignment, patches)
+    if order is None:
+        order = sorted(range(len(patches)), key=patches.__getitem__, reverse=True)
     applies = batch.attn_tp_rank == rank or (batch.attn_tp_rank is None and tp_size == 1)
     recorded = list(batch.image_indices) if batch.image_indices is not None and applies else None
     variables = {
@@ -76,4 +95,4 @@ def assign_step(batch: Batch, tp_size: int, rank: int, assignment: list[list[int
     return Step(ASSIGN_RANKS, "Assign images to ranks", "§6.2", variables, note)
 
 
-__all__ = ["MAX_TP_SIZE", "check_tp_size", "assign_ranks", "assign_step"]
+__all__ = ["MAX_TP_SIZE", "check_tp_size", "assign_ranks", "rank_loads", "assign_step"]

@@ -34,7 +34,7 @@ from .gpu_group import preprocess_gpu
 from .grids import collect_grids
 from .group import BackendGroup
 from .length_check import concatenate, length_check
-from .ranks import assign_ranks, assign_step, check_tp_size
+from .ranks import assign_ranks, assign_step, check_tp_size, rank_loads
 from .releases import CODE_PATHS, FixRelease, choose_release, fix_release, later_paths
 from .state import Materialized, RankState, ReplayContext, SGLangRaise, feature_json, is_tensor, raises, type_text
 from .trace import GROUP_BACKENDS, SELECT_ITEMS, CauseKind, Check, RankTrace, Step, Trace, preprocess_step, prod
@@ -129,7 +129,8 @@ def replay(
         )
         patches = [prod(g) for g in grids]
         assignment = [list(range(len(grids)))] if tp == 1 else assign_ranks(patches, tp)
-        traces = [_replay_rank(ctx, r, assignment, patches, collected.step) for r in ranks_wanted]
+        shared = _SharedAssignment(assignment, patches)
+        traces = [_replay_rank(ctx, r, shared, collected.step) for r in ranks_wanted]
         trace = Trace(batch, tp, choice.code_path, mode, traces, grids, assignment, choice)
     trace.divergence = analyse(trace)
     if find_fix:
@@ -151,11 +152,20 @@ def _find_fix(trace: Trace) -> FixRelease | None:
 
 
 # --- one rank -----------------------------------------------------------------------------------
-def _replay_rank(
-    ctx: ReplayContext, rank: int, assignment: list[list[int]], patches: list[int], grid_step: Step
-) -> RankTrace:
-    image_indices = assignment[rank]
-    steps = [grid_step, assign_step(ctx.batch, ctx.tp_size, rank, assignment, patches)]
+class _SharedAssignment:
+    """The assignment, patch counts, loads and order: computed once, shared by every rank's step."""
+
+    def __init__(self, assignment: list[list[int]], patches: list[int]):
+        self.assignment = assignment
+        self.patches = patches
+        self.loads = rank_loads(assignment, patches)
+        self.order = sorted(range(len(patches)), key=patches.__getitem__, reverse=True)
+
+
+def _replay_rank(ctx: ReplayContext, rank: int, shared: _SharedAssignment, grid_step: Step) -> RankTrace:
+    image_indices = shared.assignment[rank]
+    step = assign_step(ctx.batch, ctx.tp_size, rank, shared.assignment, shared.patches, shared.loads, shared.order)
+    steps = [grid_step, step]
     trace = RankTrace(rank, list(image_indices), steps, "ok")
     state = RankState(ctx, rank, image_indices)
     if not image_indices:

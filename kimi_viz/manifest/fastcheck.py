@@ -1,0 +1,143 @@
+"""The fast path of manifest validation: items that certainly follow the schema, checked in plain Python.
+
+``jsonschema`` costs about half a millisecond per item; a manifest of thousands of items spent seconds
+there. :func:`item_is_plainly_valid` accepts only what the item schema of ``manifest-v1.schema.json``
+accepts *and* what carries no unknown key: it is a strict subset of the schema, so an item it accepts
+needs no further check, and every other item (anything unusual, wrong or extra) still goes through
+``jsonschema`` for the exact error message and the warnings. ``tests/test_hostile_scale.py`` fuzzes it
+against the schema.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+COUNT_MAX = 2147483647
+_FEATURE_KEYS = {
+    "image": ({"kind", "file"}, set()),
+    "tensor": ({"kind", "file", "key", "shape", "dtype"}, {"layout"}),
+    "shape_only": ({"kind", "layout", "shape", "dtype"}, set()),
+}
+_TENSOR_DTYPES = ("uint8", "float32", "bfloat16", "float16")
+_SHAPE_ONLY_DTYPES = (*_TENSOR_DTYPES, "unknown")
+_TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
+_SHAPE_ONLY_LAYOUTS = ("image", *_TENSOR_LAYOUTS)
+_ITEM_KEYS = {"grids", "feature", "deferred", "local_preprocessed", "original_size", "label"}
+_DEFERRED_KEYS = {"backend", "image_mean", "image_std", "transparent_bg_config", "resize_config"}
+_RESIZE_REQUIRED = {"new_width", "new_height", "pad_width", "pad_height"}
+_BG_KEYS = {
+    "pattern",
+    "chessboard_square_size",
+    "chessboard_square_on_top_left",
+    "chessboard_white_value",
+    "chessboard_gray_value",
+}
+
+
+def _int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= COUNT_MAX
+
+
+def _number(value: Any) -> bool:
+    return (type(value) is int) or (type(value) is float and math.isfinite(value))
+
+
+def _string(value: Any, low: int = 0, high: int | None = None) -> bool:
+    return type(value) is str and len(value) >= low and (high is None or len(value) <= high)
+
+
+def _rgb(value: Any) -> bool:
+    return type(value) is list and len(value) == 3 and all(_number(v) for v in value)
+
+
+def _grid_rows(value: Any) -> bool:
+    return type(value) is list and all(
+        type(row) is list and len(row) == 3 and all(_count(v) for v in row) for row in value
+    )
+
+
+def _shape(value: Any) -> bool:
+    return type(value) is list and len(value) <= 8 and all(_count(v) for v in value)
+
+
+def _feature(value: Any) -> bool:
+    if type(value) is not dict:
+        return False
+    kind = value.get("kind")
+    if type(kind) is not str or kind not in _FEATURE_KEYS:
+        return False
+    required, optional = _FEATURE_KEYS[kind]
+    keys = set(value)
+    if not required <= keys or not keys <= required | optional:
+        return False
+    if kind == "image":
+        return _string(value["file"], 1, 255)
+    if kind == "tensor":
+        return (
+            _string(value["file"], 1, 255)
+            and _string(value["key"], 1, 255)
+            and _shape(value["shape"])
+            and value["dtype"] in _TENSOR_DTYPES
+            and ("layout" not in value or value["layout"] in _TENSOR_LAYOUTS)
+        )
+    return value["layout"] in _SHAPE_ONLY_LAYOUTS and _shape(value["shape"]) and value["dtype"] in _SHAPE_ONLY_DTYPES
+
+
+def _background(value: Any) -> bool:
+    if value is None:
+        return True
+    if type(value) is not dict or not set(value) <= _BG_KEYS:
+        return False
+    if "pattern" in value and value["pattern"] not in ("white", "black", "gray", "chessboard"):
+        return False
+    square = value.get("chessboard_square_size", 1)
+    if not (_int(square) and 1 <= square <= COUNT_MAX):
+        return False
+    if "chessboard_square_on_top_left" in value and type(value["chessboard_square_on_top_left"]) is not bool:
+        return False
+    return all(_number(value[k]) for k in ("chessboard_white_value", "chessboard_gray_value") if k in value)
+
+
+def _deferred(value: Any) -> bool:
+    if value is None:
+        return True
+    if type(value) is not dict or "resize_config" not in value or not set(value) <= _DEFERRED_KEYS:
+        return False
+    if "backend" in value and value["backend"] not in ("gpu", "cpu"):
+        return False
+    if not all(_rgb(value[k]) for k in ("image_mean", "image_std") if k in value):
+        return False
+    if "transparent_bg_config" in value and not _background(value["transparent_bg_config"]):
+        return False
+    resize = value["resize_config"]
+    if type(resize) is not dict:
+        return False
+    keys = set(resize)
+    return _RESIZE_REQUIRED <= keys <= _RESIZE_REQUIRED | {"num_tokens"} and all(_count(v) for v in resize.values())
+
+
+def item_is_plainly_valid(item: Any) -> bool:
+    """Return True only when ``item`` follows the schema's ``item`` definition and has no unknown key."""
+    if type(item) is not dict or not {"grids", "feature"} <= set(item) or not set(item) <= _ITEM_KEYS:
+        return False
+    grids = item["grids"]
+    if type(grids) is not dict or not set(grids) <= {"image_grid_thw", "grid_thws"}:
+        return False
+    if not all(_grid_rows(rows) for rows in grids.values()):
+        return False
+    if not _feature(item["feature"]) or not _deferred(item.get("deferred")):
+        return False
+    if "local_preprocessed" in item and type(item["local_preprocessed"]) is not bool:
+        return False
+    size = item.get("original_size")
+    if size is not None and not (type(size) is list and len(size) == 2 and all(_count(v) for v in size)):
+        return False
+    return "label" not in item or type(item["label"]) is str
+
+
+__all__ = ["item_is_plainly_valid"]
