@@ -86,3 +86,11 @@ class OutputError(KimiVizError, ValueError):
 class CaptureError(KimiVizError):
     """``kimi-viz capture`` was given nothing to run (the shim itself never raises into the process)."""
 
+
+# --- what-if questions about a deployment ----------------------------------------------------------
+class WhatIfError(KimiVizError, ValueError):
+    """A ``kimi-viz whatif`` request or its server settings are empty, out of range or contradictory."""
+
+
+class SettingNotInReleaseError(WhatIfError):
+    """A server setting names a flag or value the chosen SGLang release does not accept."""

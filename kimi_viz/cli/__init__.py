@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from ..errors import KimiVizError
 from ..terminal import escape_value, safe_text, setup_streams
 
-SUBCOMMANDS = ("inspect", "encode", "scenario", "triage", "capture", "explain", "demo")
+SUBCOMMANDS = ("inspect", "encode", "scenario", "triage", "whatif", "capture", "explain", "demo")
 COMMAND_DEST = "kimi_viz_command"  # not "command": a sub-command may have an argument of that name
 
 

@@ -1,0 +1,195 @@
+"""``kimi-viz whatif``: would a request carrying these images fail on a given SGLang deployment?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..errors import WhatIfError
+from ..whatif.settings import DEFERS, EPD_BACKENDS, OPTION_OF, SERVINGS, TRANSPORTS, ServerSettings
+from . import emit
+
+MODES = ("shapes", "pixels")
+
+
+def _flag_help(field: str, extra: str = "") -> str:
+    option = OPTION_OF[field]
+    return f"{option.meaning}. SGLang: {option.sglang}{extra}"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``whatif`` sub-command."""
+    parser = subparsers.add_parser(
+        "whatif",
+        help="would a request with these images fail on SGLang V at attention-TP N? (--sweep: every release × TP)",
+        description="Build the items SGLang's request side (multimodal/processors/kimi_k3.py) of a release would "
+        "build for one request carrying these images, under the given server settings, then replay "
+        "get_image_feature on every attention-TP rank and print the verdict and why. --sweep prints every release "
+        "× attention-TP 1, 2, 4, 8; --minimize shrinks a failing request to the fewest images (in order) that "
+        "still fail with the same message and names the image to look at. Exit status: 0 nothing fails, 1 a rank "
+        "raises (in some cell for --sweep; the minimal set reproduces it for --minimize), 2 bad input, 3 a silent "
+        "mismatch.",
+        epilog="--json prints one object (the what-if, or the minimal set); with --sweep one JSON object per cell, "
+        "one per line. Image positions for the cache-hit options count from 0 in the order given.",
+    )
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
+    parser.add_argument("--sglang-version", metavar="V", help="the release, 0.5.17 ... 0.5.23 (not with --sweep)")
+    parser.add_argument(
+        "--tp",
+        metavar="N",
+        help="attention-TP size: SGLang's --tp-size (over --dp-size with --enable-dp-attention); not with --sweep",
+    )
+    parser.add_argument("--sweep", action="store_true", help="every release × attention-TP 1, 2, 4, 8")
+    parser.add_argument("--minimize", action="store_true", help="shrink a failing request to its minimal images")
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per cell with --sweep)")
+    parser.add_argument("--serving", default="normal", metavar="{normal,epd-encoder}", help=_flag_help("serving"))
+    parser.add_argument("--epd-backend", default=None, metavar="{cpu,gpu}", help=_flag_help("epd_backend"))
+    parser.add_argument(
+        "--mm-feature-transport",
+        default="auto",
+        metavar="{auto,cpu,cuda_ipc,cuda_vmm}",
+        help=_flag_help("transport"),
+    )
+    parser.add_argument("--defer", default="auto", metavar="{auto,off}", help=_flag_help("defer"))
+    parser.add_argument(
+        "--mm-preprocess-cache-size-mb", default=None, metavar="N", help=_flag_help("preprocess_cache_mb")
+    )
+    parser.add_argument(
+        "--preprocess-cache-hit",
+        action="append",
+        default=[],
+        metavar="I[,J...]",
+        help=_flag_help("preprocess_cache_hits"),
+    )
+    parser.add_argument(
+        "--embedding-cache-hit",
+        action="append",
+        default=[],
+        metavar="I[,J...]",
+        help=_flag_help("embedding_cache_hits"),
+    )
+    parser.add_argument(
+        "--producer-config", default="kimi-k3", metavar="PRESET|PATH", help=_flag_help("producer_config")
+    )
+    parser.add_argument("--consumer-config", default=None, metavar="PRESET|PATH", help=_flag_help("consumer_config"))
+    parser.add_argument(
+        "--mode",
+        default="shapes",
+        metavar="{shapes,pixels}",
+        help="shapes (default: image headers only, the same outcomes) or pixels (decode and materialize)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        metavar="{auto,cpu,cuda}",
+        help="where gpu-backend items are materialized in pixels mode",
+    )
+    parser.set_defaults(func=run)
+
+
+def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    if value not in allowed:
+        raise WhatIfError(f"{option} {value!r}: expected one of {', '.join(allowed)}")
+    return value
+
+
+def _int(text: str, option: str, *, low: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise WhatIfError(f"{option} {text!r}: expected a whole number >= {low}") from None
+    if value < low:
+        what = "an attention-TP size of at least 1" if option == "--tp" else f"a number >= {low}"
+        raise WhatIfError(f"{option} {value}: expected {what}")
+    return value
+
+
+def _positions(values: list[str], option: str) -> tuple[int, ...]:
+    out = []
+    for value in values:
+        for part in str(value).split(","):
+            if part.strip():
+                out.append(_int(part.strip(), option, low=0))
+    return tuple(out)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    """Return the :class:`ServerSettings` the command-line options ask for (raise WhatIfError on bad ones)."""
+    cache_mb = args.mm_preprocess_cache_size_mb
+    return ServerSettings(
+        serving=_choice(args.serving, SERVINGS, "--serving"),  # type: ignore[arg-type]
+        epd_backend=None if args.epd_backend is None else _choice(args.epd_backend, EPD_BACKENDS, "--epd-backend"),  # type: ignore[arg-type]
+        transport=_choice(args.mm_feature_transport, TRANSPORTS, "--mm-feature-transport"),  # type: ignore[arg-type]
+        defer=_choice(args.defer, DEFERS, "--defer"),  # type: ignore[arg-type]
+        preprocess_cache_mb=None if cache_mb is None else _int(cache_mb, "--mm-preprocess-cache-size-mb", low=0),
+        preprocess_cache_hits=_positions(args.preprocess_cache_hit, "--preprocess-cache-hit"),
+        embedding_cache_hits=_positions(args.embedding_cache_hit, "--embedding-cache-hit"),
+        producer_config=args.producer_config,
+        consumer_config=args.consumer_config,
+    )
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    if not args.images:
+        raise WhatIfError("no images: the request needs at least one IMAGE (e.g. kimi-viz whatif a.png b.jpg ...)")
+    if args.sweep and args.minimize:
+        raise WhatIfError("--sweep with --minimize: pick one (minimize one release and TP size, or sweep them all)")
+    if args.sweep and (args.sglang_version is not None or args.tp is not None):
+        raise WhatIfError(
+            "--sweep covers every release and attention-TP 1, 2, 4, 8; drop --sglang-version and --tp (or drop --sweep)"
+        )
+    if not args.sweep and (args.sglang_version is None or args.tp is None):
+        missing = " and ".join(
+            n for n, v in (("--sglang-version", args.sglang_version), ("--tp", args.tp)) if v is None
+        )
+        raise WhatIfError(
+            f"{missing} missing: name the deployment (e.g. --sglang-version 0.5.18 --tp 2), or pass --sweep"
+        )
+    _choice(args.mode, MODES, "--mode")
+    _choice(args.device, ("auto", "cpu", "cuda"), "--device")
+
+
+def _print_json(data: Any) -> None:
+    emit(json.dumps(data, indent=2, default=str))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Answer the what-if; return 0 (nothing fails), 1 (a rank raises) or 3 (silent mismatch)."""
+    _check_request(args)
+    settings = settings_from_args(args)
+    if args.sweep:
+        from ..whatif.sweep import sweep
+
+        result = sweep(args.images, settings=settings, mode=args.mode, device=args.device)
+        if args.json:
+            for cell in result.to_json():
+                emit(json.dumps(cell, default=str))
+        else:
+            emit(result.text())
+        return 1 if any(c.error is not None for c in result.cells) else 0
+    tp = _int(args.tp, "--tp", low=1)
+    if args.minimize:
+        from ..whatif.minimize import minimize
+
+        found = minimize(args.images, sglang_version=args.sglang_version, tp_size=tp, settings=settings, mode=args.mode)
+        if args.json:
+            _print_json(found.to_json())
+        else:
+            emit(found.text())
+        return 0 if found.target is None else 1
+    from ..whatif.run import whatif
+
+    answer = whatif(
+        args.images,
+        sglang_version=args.sglang_version,
+        tp_size=tp,
+        settings=settings,
+        mode=args.mode,
+        device=args.device,
+    )
+    if args.json:
+        _print_json(answer.to_json())
+    else:
+        emit(answer.text())
+    return answer.exit_code

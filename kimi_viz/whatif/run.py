@@ -1,0 +1,210 @@
+"""One what-if: build the items a release would build for a request, replay ``get_image_feature`` on every rank.
+
+:func:`whatif` answers "would this request fail on SGLang V at attention-TP N with these settings?":
+the release's request side builds the items (:mod:`.request_side`), the scheduler or the EPD encoder
+turns them into each rank's call (:mod:`.call`), the kit's replay runs that release's
+``get_image_feature`` on every rank, and :class:`WhatIf` holds the verdict plus one paragraph saying
+why it fails or why nothing fails (eager features skip the deferred split; at TP 1 local and global
+positions agree; ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..replay.divergence import analyse
+from ..replay.releases import PATH_INTRODUCED, FixRelease, Release, release_for
+from ..replay.split import replay
+from ..replay.trace import Trace
+from ..replay.verdict import Verdict, build_verdict
+from .call import ModelCall, model_call
+from .images import RequestImage, probe_images
+from .request_side import REQUEST_SIDES, BuiltRequest, RequestSide, build_request
+from .settings import ServerSettings
+from .why import why_text
+
+NO_CALL = "no-call"
+
+
+@dataclass
+class WhatIf:
+    """The answer for one request on one release at one attention-TP size."""
+
+    release: Release
+    tp_size: int
+    built: BuiltRequest
+    call: ModelCall
+    trace: Trace | None  # None when nothing reaches get_image_feature
+    verdict: Verdict | None
+    why: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """Return the verdict's status value (``clean``, ``error-reproduced``, ``silent-mismatch``) or ``no-call``."""
+        return NO_CALL if self.verdict is None else self.verdict.status.value
+
+    @property
+    def failed(self) -> bool:
+        """Return True when some rank raises."""
+        return self.verdict is not None and self.verdict.outcome == "error"
+
+    @property
+    def exit_code(self) -> int:
+        """Return the verdict's exit code (0 when nothing is called)."""
+        return 0 if self.verdict is None else self.verdict.exit_code
+
+    def error_key(self) -> tuple[str, str] | None:
+        """Return ``(type, message)`` of the first failing rank's error, or None."""
+        if self.verdict is None or self.verdict.error is None:
+            return None
+        return self.verdict.error.type, self.verdict.error.message
+
+    def errors(self) -> set[tuple[str, str]]:
+        """Return every ``(type, message)`` some rank raises."""
+        if self.verdict is None:
+            return set()
+        return {(r.error.type, r.error.message) for r in self.verdict.ranks if r.error is not None}
+
+    def culprit(self) -> int | None:
+        """Return the request position of the first diverging image (the one to look at), or None."""
+        if self.verdict is None or self.verdict.divergence.first_image is None:
+            return None
+        g = self.verdict.divergence.first_image
+        return self.call.positions[g] if 0 <= g < len(self.call.positions) else None
+
+    def text(self) -> str:
+        """Return the answer as terminal text: the request side's items, the call, then the verdict."""
+        from .report import whatif_text
+
+        return whatif_text(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the answer as JSON: release, TP size, settings, images, items built, call, status, why, verdict."""
+        return {
+            "sglang_version": self.release.version,
+            "request_side": self.built.request_side.version,
+            "tp_size": self.tp_size,
+            "settings": self.built.settings.to_json(),
+            "images": [im.to_json() for im in self.built.images],
+            "built": self.built.to_json(),
+            "call": self.call.to_json(),
+            "status": self.status,
+            "why": self.why,
+            "culprit": self.culprit(),
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
+        }
+
+
+def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: Any = "auto") -> Trace | None:
+    """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
+    if not call.called:
+        return None
+    assert call.batch is not None
+    if call.rank_batches is None:
+        return replay(
+            call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device, find_fix=False
+        )
+    traces = [
+        replay(
+            call.rank_batches[r],
+            tp_size=call.tp_size,
+            rank=r,
+            sglang_version=sglang_version,
+            mode=mode,
+            device=device,
+            find_fix=False,
+        )
+        for r in range(call.tp_size)
+    ]
+    first = next((t for t in traces if t.outcome == "error"), traces[0])
+    combined = Trace(
+        first.batch,
+        call.tp_size,
+        first.variant,
+        first.mode,
+        [t.ranks[0] for t in traces],
+        first.grid_thws_host,
+        first.assignment,
+        first.release,
+    )
+    combined.divergence = analyse(combined)
+    return combined
+
+
+def _request_side_of(release: Release) -> RequestSide:
+    return REQUEST_SIDES[release.request_side]
+
+
+def evaluate(
+    images: Sequence[RequestImage],
+    settings: ServerSettings,
+    sglang_version: str,
+    tp_size: int,
+    *,
+    mode: str = "shapes",
+    device: Any = "auto",
+    built: BuiltRequest | None = None,
+) -> WhatIf:
+    """Return the :class:`WhatIf` of probed ``images`` (no fix search; ``built`` reuses an item build)."""
+    release, _ = release_for(sglang_version)
+    images = list(images)
+    built = built if built is not None else build_request(images, settings, _request_side_of(release), mode=mode)
+    call = model_call(built, tp_size, release.version)
+    trace = replay_call(call, release.version, mode=mode, device=device)
+    verdict = None if trace is None else build_verdict(trace)
+    result = WhatIf(release, call.tp_size, built, call, trace, verdict, "")
+    result.why = why_text(result)
+    return result
+
+
+def _fix(result: WhatIf, mode: str) -> FixRelease | None:
+    """Return the first later release whose whole pipeline (request side and model) runs this request clean."""
+    sides = list(REQUEST_SIDES.values())
+    current = sides.index(result.built.request_side)
+    for side in sides[current + 1 :]:
+        version = side.releases[0]
+        try:
+            later = evaluate(result.built.images, result.built.settings, version, result.tp_size, mode="shapes")
+        except Exception:  # noqa: BLE001 - a setting this release refuses: look further
+            continue
+        if later.failed or (later.verdict is not None and later.verdict.divergence.silent):
+            continue
+        path = later.release.code_path
+        if path != result.release.code_path:
+            change = PATH_INTRODUCED[path][1]
+        else:
+            change = f"its request side builds other items ({side.changes})"
+        return FixRelease(version, change, path)
+    return None
+
+
+def whatif(
+    images: Sequence[Any],
+    *,
+    sglang_version: str,
+    tp_size: int,
+    settings: ServerSettings | None = None,
+    mode: str = "shapes",
+    device: Any = "auto",
+    find_fix: bool = True,
+) -> WhatIf:
+    """Return the :class:`WhatIf` of a request carrying ``images`` (paths, bytes or PIL images) on one deployment.
+
+    ``settings`` are the server settings (default: SGLang's defaults, normal serving on a one-node
+    CUDA server); ``mode="shapes"`` reads only the image headers, ``"pixels"`` materializes the pixels
+    too. With ``find_fix`` a failing request also names the first later release that runs it clean.
+    """
+    probed = probe_images(images)
+    settings = settings if settings is not None else ServerSettings()
+    result = evaluate(probed, settings, sglang_version, tp_size, mode=mode, device=device)
+    if find_fix and result.failed and result.verdict is not None and result.trace is not None:
+        fix = _fix(result, mode)
+        result.trace.fixed_in = fix
+        result.verdict.fixed_in = fix
+    return result
+
+
+__all__ = ["WhatIf", "NO_CALL", "whatif", "evaluate", "replay_call"]

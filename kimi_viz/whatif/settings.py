@@ -1,0 +1,268 @@
+"""The server settings that change which items SGLang's request side builds, each with the SGLang flag it stands for.
+
+:class:`ServerSettings` is what ``kimi-viz whatif`` asks about a deployment: normal serving or the
+EPD encoder (and its cpu/gpu preprocessing backend), ``--mm-feature-transport``, whether deferred GPU
+preprocessing applies at all, the preprocessing cache and which images hit it or the embedding
+cache, and which ``preprocessor_config.json`` the producer and the consumer loaded. The attention-TP
+size is not a setting here: the sweep varies it. :data:`OPTIONS` lists every setting with its
+command-line option and the SGLang flag or environment variable it stands for (the CLI and
+``docs/whatif.md`` are written from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from ..errors import WhatIfError
+
+Serving = Literal["normal", "epd-encoder"]
+EpdBackend = Literal["cpu", "gpu"]
+Transport = Literal["auto", "cpu", "cuda_ipc", "cuda_vmm"]
+Defer = Literal["auto", "off"]
+
+SERVINGS: tuple[Serving, ...] = ("normal", "epd-encoder")
+EPD_BACKENDS: tuple[EpdBackend, ...] = ("cpu", "gpu")
+TRANSPORTS: tuple[Transport, ...] = ("auto", "cpu", "cuda_ipc", "cuda_vmm")
+DEFERS: tuple[Defer, ...] = ("auto", "off")
+DEFAULT_CONFIG = "kimi-k3"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its field, its ``kimi-viz whatif`` option, the SGLang flag it stands for, and what it does."""
+
+    field: str
+    option: str
+    sglang: str
+    meaning: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "serving",
+        "--serving {normal,epd-encoder}",
+        "normal: a plain `python -m sglang.launch_server`; epd-encoder: the encode server of an EPD "
+        "deployment (`--encoder-only`, with a `--language-only` server beside it)",
+        "who builds the items: the request side (multimodal/processors/kimi_k3.py) or the EPD encoder "
+        "(prepare_kimi_k3_encoder_inputs)",
+    ),
+    Option(
+        "epd_backend",
+        "--epd-backend {cpu,gpu}",
+        "env SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU (0: cpu, the default; 1: gpu, unless "
+        "--image-processor-backend pil)",
+        "the EPD encoder's deferred backend: cpu keeps the PIL image and preprocesses each rank's own "
+        "images on the encoder; gpu stages CHW uint8 for SGLang's torch path",
+    ),
+    Option(
+        "transport",
+        "--mm-feature-transport {auto,cpu,cuda_ipc,cuda_vmm}",
+        "--mm-feature-transport (auto: the flag unset; 0.5.17 resolves it to cuda_ipc on a one-node CUDA "
+        "server, 0.5.18 and later to cpu; --encoder-only always to cpu)",
+        "only the cpu transport lets the request side defer GPU preprocessing",
+    ),
+    Option(
+        "defer",
+        "--defer {auto,off}",
+        "no flag: `sglang.srt.utils.is_cuda()` (auto: a CUDA server, where SGLang defers an image when its "
+        "raw bytes are at most its processed float32 bytes; off: a non-CUDA server, which never defers)",
+        "whether _should_defer_gpu_preprocessing can say yes",
+    ),
+    Option(
+        "preprocess_cache_mb",
+        "--mm-preprocess-cache-size-mb N",
+        "--mm-preprocess-cache-size-mb (0.5.18 and later; unset: 256 MiB for Kimi-K3; 0 disables it)",
+        "on: the cached path decides per image; 0: the uncached path decides for all images together",
+    ),
+    Option(
+        "preprocess_cache_hits",
+        "--preprocess-cache-hit I[,J...]",
+        "images an earlier request already sent while the preprocessing cache was on",
+        "a hit returns the cached artifact (the same feature, form and hash as a miss would build)",
+    ),
+    Option(
+        "embedding_cache_hits",
+        "--embedding-cache-hit I[,J...]",
+        "images whose vision embedding is cached: the scheduler's cache (env SGLANG_VLM_CACHE_SIZE_MB) in "
+        "normal serving, the encoder's `--enable-mm-global-cache` in EPD",
+        "hits skip get_image_feature; in EPD the encoder still preprocessed them for their owner rank",
+    ),
+    Option(
+        "producer_config",
+        "--producer-config PRESET|preprocessor_config.json",
+        "the preprocessor_config.json the tokenizer manager (or the EPD encoder) loads: `--tokenizer-path`, "
+        "else `--model-path`",
+        "the limits the items' grids and resize_config come from",
+    ),
+    Option(
+        "consumer_config",
+        "--consumer-config PRESET|preprocessor_config.json",
+        "the preprocessor_config.json the model process loads: `--model-path` (a mismatch: --tokenizer-path "
+        "pointing at another checkpoint's processor)",
+        "the limits the consumer's checkpoint processor (cpu backend) applies; default: the producer's",
+    ),
+)
+OPTION_OF = {o.field: o for o in OPTIONS}
+
+
+def _indices(value: Any, name: str) -> tuple[int, ...]:
+    try:
+        found = sorted({int(v) for v in value})
+    except (TypeError, ValueError):
+        raise WhatIfError(f"{name}: expected image positions (0, 1, ...), got {value!r}") from None
+    if any(v < 0 for v in found):
+        raise WhatIfError(f"{name}: expected image positions from 0, got {found}; the first image is 0")
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The server settings of one deployment that change the items (see :data:`OPTIONS` for the SGLang flags)."""
+
+    serving: Serving = "normal"
+    epd_backend: EpdBackend | None = None  # None: the encoder's default (cpu); only with serving="epd-encoder"
+    transport: Transport = "auto"
+    defer: Defer = "auto"
+    preprocess_cache_mb: int | None = None  # None: the release's default (256 MiB for Kimi-K3)
+    preprocess_cache_hits: tuple[int, ...] = ()
+    embedding_cache_hits: tuple[int, ...] = ()
+    producer_config: str = DEFAULT_CONFIG
+    consumer_config: str | None = None  # None: the producer's
+
+    def __post_init__(self) -> None:
+        choices = (
+            ("serving", self.serving, SERVINGS),
+            ("transport", self.transport, TRANSPORTS),
+            ("defer", self.defer, DEFERS),
+        )
+        for name, value, allowed in choices:
+            if value not in allowed:
+                raise WhatIfError(f"{name}: expected one of {list(allowed)}, got {value!r}")
+        if self.epd_backend is not None and self.epd_backend not in EPD_BACKENDS:
+            raise WhatIfError(f"epd_backend: expected one of {list(EPD_BACKENDS)}, got {self.epd_backend!r}")
+        mb = self.preprocess_cache_mb
+        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 0):
+            raise WhatIfError(f"preprocess_cache_mb: expected a size in MiB >= 0 (0 disables the cache), got {mb!r}")
+        object.__setattr__(self, "preprocess_cache_hits", _indices(self.preprocess_cache_hits, "preprocess_cache_hits"))
+        object.__setattr__(self, "embedding_cache_hits", _indices(self.embedding_cache_hits, "embedding_cache_hits"))
+        self._check_consistent()
+
+    def _check_consistent(self) -> None:
+        epd = self.serving == "epd-encoder"
+        if self.epd_backend is not None and not epd:
+            raise WhatIfError(
+                f"--epd-backend {self.epd_backend}: the backend is the EPD encoder's "
+                "(SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU); add --serving epd-encoder or drop --epd-backend"
+            )
+        if self.preprocess_cache_hits and self.preprocess_cache_mb == 0:
+            raise WhatIfError(
+                "--preprocess-cache-hit with --mm-preprocess-cache-size-mb 0: a disabled cache has no hits; "
+                "drop one of the two"
+            )
+        if epd and self.preprocess_cache_hits:
+            raise WhatIfError(
+                "--preprocess-cache-hit with --serving epd-encoder: the preprocessing cache is the request "
+                "side's (tokenizer manager), the EPD encoder has none; use --embedding-cache-hit for the "
+                "encoder's --enable-mm-global-cache"
+            )
+        if epd and self.preprocess_cache_mb is not None:
+            raise WhatIfError(
+                "--mm-preprocess-cache-size-mb with --serving epd-encoder: the EPD encoder builds its items "
+                "without the request side's preprocessing cache; drop the option"
+            )
+        if epd and self.consumer_config is not None and self.consumer_config != self.producer_config:
+            raise WhatIfError(
+                f"--consumer-config {self.consumer_config} with --serving epd-encoder: the EPD encoder builds "
+                "and consumes its deferred items with one image processor (preprocess_mm_for_encoder keeps it "
+                "as _encoder_image_processor), so they cannot differ; drop --consumer-config"
+            )
+
+    @property
+    def epd(self) -> bool:
+        """Return True for the EPD encoder."""
+        return self.serving == "epd-encoder"
+
+    @property
+    def backend(self) -> EpdBackend:
+        """Return the EPD encoder's backend (``cpu`` unless ``gpu`` was asked)."""
+        return self.epd_backend or "cpu"
+
+    @property
+    def consumer(self) -> str:
+        """Return the consumer's processor config (the producer's unless a mismatch was asked)."""
+        return self.consumer_config or self.producer_config
+
+    @property
+    def mismatch(self) -> bool:
+        """Return True when the producer and the consumer load different processor configs."""
+        return self.consumer != self.producer_config
+
+    def check_images(self, n_images: int) -> ServerSettings:
+        """Return ``self`` when every cache-hit position names one of ``n_images`` images, else raise WhatIfError."""
+        for name, hits in (
+            ("--preprocess-cache-hit", self.preprocess_cache_hits),
+            ("--embedding-cache-hit", self.embedding_cache_hits),
+        ):
+            bad = [h for h in hits if h >= n_images]
+            if bad:
+                raise WhatIfError(
+                    f"{name} {','.join(map(str, bad))}: the request has {n_images} image(s), positions 0 to "
+                    f"{n_images - 1}; name images by their position in the request"
+                )
+        return self
+
+    def for_subset(self, positions: list[int]) -> ServerSettings:
+        """Return these settings for a request made of ``positions`` of this one (cache hits follow their images)."""
+        where = {p: k for k, p in enumerate(positions)}
+        return replace(
+            self,
+            preprocess_cache_hits=tuple(where[p] for p in self.preprocess_cache_hits if p in where),
+            embedding_cache_hits=tuple(where[p] for p in self.embedding_cache_hits if p in where),
+        )
+
+    def sglang_flags(self) -> str:
+        """Return the SGLang command-line flags and environment these settings stand for, as one line."""
+        parts = ["--encoder-only" if self.epd else "(normal serving)"]
+        if self.epd:
+            parts.append(f"SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU={1 if self.backend == 'gpu' else 0}")
+        if self.transport != "auto":
+            parts.append(f"--mm-feature-transport {self.transport}")
+        if self.preprocess_cache_mb is not None:
+            parts.append(f"--mm-preprocess-cache-size-mb {self.preprocess_cache_mb}")
+        if self.defer == "off":
+            parts.append("(a non-CUDA server: is_cuda() is False)")
+        if self.mismatch:
+            parts.append(f"--tokenizer-path <{self.producer_config}> --model-path <{self.consumer}>")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the settings as plain JSON data, plus the SGLang flags they stand for."""
+        return {
+            "serving": self.serving,
+            "epd_backend": self.backend if self.epd else None,
+            "mm_feature_transport": self.transport,
+            "defer": self.defer,
+            "mm_preprocess_cache_size_mb": self.preprocess_cache_mb,
+            "preprocess_cache_hits": list(self.preprocess_cache_hits),
+            "embedding_cache_hits": list(self.embedding_cache_hits),
+            "producer_config": self.producer_config,
+            "consumer_config": self.consumer,
+            "sglang_flags": self.sglang_flags(),
+        }
+
+
+__all__ = [
+    "Serving",
+    "EpdBackend",
+    "Transport",
+    "Defer",
+    "SERVINGS",
+    "EPD_BACKENDS",
+    "TRANSPORTS",
+    "DEFERS",
+    "Option",
+    "OPTIONS",
+    "OPTION_OF",
+    "ServerSettings",
+]
