@@ -12,7 +12,7 @@ SGLANG_ENVS ?= .venv-sglang
 PARITY_RELEASES ?= 0.5.23 0.5.18
 PARITY_REPORT ?= build/parity.jsonl
 
-.PHONY: demo test test-fast lint parity install bench clean
+.PHONY: demo test test-fast lint parity wheel-check install bench clean
 
 $(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,10 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/kimi-viz demo --out $(DEMO_OUT)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 tests notebooks
+	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 tests notebooks --ignore=tests/parity
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not browser and not slow" tests
+	$(PY) -m pytest -q -m "not browser and not slow" tests --ignore=tests/parity
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kimi_viz tests benchmarks notebooks/*.py
@@ -46,6 +46,10 @@ parity:
 	    $(SGLANG_ENVS)/$$release/bin/python -m pytest -q -p no:cacheprovider -W ignore tests/parity || exit 1; \
 	done
 	$(PYTHON) tests/parity/summary.py $(PARITY_REPORT)
+
+# Build the sdist and wheel, twine-check them, install the wheel in a clean venv and run the demo there.
+wheel-check:
+	PYTHON=$(PYTHON) bash .ci/wheel-check.sh
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_processor.py

@@ -11,11 +11,20 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".ti
 
 
 def data_dir() -> Path:
-    """Return the folder holding ``images/`` (``$KIMI_VIZ_DATA`` wins, else the repository's ``data/``)."""
+    """Return the folder holding ``images/``.
+
+    ``$KIMI_VIZ_DATA`` wins; else an installed wheel's ``kimi_viz/_data`` (built from the repository's
+    ``data/``, see ``[tool.setuptools.package-dir]`` in ``pyproject.toml``); else, in a checkout or an
+    editable install, the repository's ``data/`` itself.
+    """
     env = os.environ.get("KIMI_VIZ_DATA")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "data"
+    here = Path(__file__).resolve().parent
+    installed = here / "_data"
+    if (installed / "images").is_dir():
+        return installed
+    return here.parent / "data"
 
 
 def images_dir() -> Path:

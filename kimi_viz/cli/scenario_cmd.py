@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replay one scenario and print its verdict",
         description="Replay a scenario on every rank and print the verdict: outcome and exact message per rank, "
         "the first diverging image with both counts, the scenario class and the fix. Exit status: 0 clean "
-        "replay, 1 the error is reproduced, 2 bad input.",
+        "replay, 1 the error is reproduced, 2 bad input, 3 a silent mismatch (rows agree, the image is encoded "
+        "wrongly).",
         epilog="--json prints the verdict schema {outcome, error, ranks, divergence} shared with "
         "`kimi-viz triage --json`.",
     )
