@@ -454,17 +454,3 @@ def test_unknown_items_are_recorded_as_shapes(fake_on_path, tmp_path):
     assert folder is not None
     [kit_item] = read_manifest(folder).items
     assert kit_item.feature.kind == "shape_only" and kit_item.deferred is None
-
-
-@pytest.mark.sglang
-def test_real_sglang_module_is_wrapped(tmp_path):
-    pytest.importorskip("sglang")
-    try:
-        module = importlib.import_module("sglang.srt.models.kimi_k3")
-    except Exception as exc:  # noqa: BLE001 - depends on the SGLang install
-        pytest.skip(f"sglang.srt.models.kimi_k3 does not import here: {exc}")
-    cls = module.KimiK3ForConditionalGeneration
-    original = cls.get_image_feature
-    with capture.patch(tmp_path):
-        assert getattr(cls.get_image_feature, capture.WRAPPED_ATTR) is original
-    assert cls.get_image_feature is original

@@ -118,3 +118,18 @@ def test_captures_from_a_stand_in_server_triage_to_what_the_ranks_recorded(relea
 def _need_the_kit_cli():
     """The lane runs the kit's CLI from this checkout (``python -m kimi_viz``)."""
     assert (ROOT / "kimi_viz" / "__main__.py").is_file()
+
+
+def test_the_real_get_image_feature_is_wrapped_and_restored(tmp_path):
+    """``capture.patch`` wraps the real ``KimiK3ForConditionalGeneration.get_image_feature`` and puts it back."""
+    import importlib
+
+    from kimi_viz import capture
+
+    cls = importlib.import_module("sglang.srt.models.kimi_k3").KimiK3ForConditionalGeneration
+    original = cls.get_image_feature
+    with capture.patch(tmp_path):
+        assert cls.get_image_feature is not original
+        assert getattr(cls.get_image_feature, capture.WRAPPED_ATTR) is original
+    assert cls.get_image_feature is original
+    record("capture-wrap", cases=1, disagreements=0)
