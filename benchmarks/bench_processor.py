@@ -1,12 +1,22 @@
-"""Time the kit's ``checkpoint`` backend against a plain transcription of the checkpoint processor.
+"""Time both of the kit's pixel backends against plain transcriptions of the code they reproduce.
 
-For every sample photo and the 4200x3150 image, both run on the same decoded image under the
-Kimi-K3 preset. The baseline is the checkpoint algorithm written plainly: PIL bicubic resize,
-transparency fill, ``np.pad``, float64 normalisation ``(x / 255.0).astype(float32)`` then
-``-= mean`` and ``*= 1 / std``, and a numpy transpose patchify. Reported per image: milliseconds
-(best of several runs), speedup, whether the outputs are bit-identical, and the peak memory seen
-by ``tracemalloc`` (numpy buffers; Pillow's own image buffers are invisible to it, for both) as a
-multiple of (output tensor bytes + decoded image bytes).
+For every sample photo and the 4200x3150 image, all run on the same decoded image under the
+Kimi-K3 preset, interleaved so a change in load hits each alike:
+
+* the ``checkpoint`` backend against the checkpoint algorithm written plainly: PIL bicubic resize,
+  transparency fill, ``np.pad``, float64 normalisation ``(x / 255.0).astype(float32)`` then
+  ``-= mean`` and ``*= 1 / std``, and a numpy transpose patchify;
+* the ``torch`` backend (on the CPU) against SGLang's torch path as 0.5.23 runs it
+  (``_process_single_image`` in ``processors/kimi_k25.py`` with K3's ``to_chw_uint8`` and
+  ``fill_transparent_bg``): ``np.asarray(image.convert(...))``, ``.float()``, antialiased bicubic
+  ``F.interpolate`` rounded and clamped when the size changes, the background fill, ``F.pad``,
+  ``torch.addcmul`` and a ``reshape`` patchify; the kit's packed ``pixel_values`` also need that
+  copy into the batch, so the baseline includes it.
+
+Reported per image: milliseconds (best of several runs), speedup, whether the outputs are
+bit-identical, and for the checkpoint backend the peak memory seen by ``tracemalloc`` (numpy
+buffers; Pillow's own image buffers are invisible to it, for both) as a multiple of (output tensor
+bytes + decoded image bytes).
 
     python benchmarks/bench_processor.py [--json PATH] [--repeats N]
 """
@@ -25,13 +35,15 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
 from kimi_viz.preprocess.config import ProcessorConfig, get_config
-from kimi_viz.preprocess.images import load_image
+from kimi_viz.preprocess.images import has_alpha, load_image
+from kimi_viz.preprocess.pixels_torch import fill_transparent_bg
 from kimi_viz.preprocess.processor import Processor, resize_config
 
 LARGE_IMAGE = "rocket_4200x3150.jpg"
@@ -75,6 +87,34 @@ def baseline(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
+# --- the baseline of the torch backend: SGLang's torch path, transcribed ------------------------
+def sglang_torch(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
+    """Return pixel_values for one image the way SGLang 0.5.23's torch path computes them, on the CPU."""
+    r = resize_config(*image.size, config)
+    mode = "RGBA" if image.mode != "RGB" and has_alpha(image) else "RGB"
+    x = torch.from_numpy(np.array(image.convert(mode))).permute(2, 0, 1).unsqueeze(0).float()
+    new_h, new_w = r["new_height"], r["new_width"]
+    if tuple(x.shape[-2:]) != (new_h, new_w):
+        x = F.interpolate(x, size=(new_h, new_w), mode="bicubic", align_corners=False, antialias=True)
+        x = x.round_().clamp_(0.0, 255.0)
+    x = fill_transparent_bg(x, config.transparent_bg_config)
+    scale = torch.tensor([1.0 / (255.0 * s) for s in config.image_std], dtype=torch.float32).view(1, 3, 1, 1)
+    bias = torch.tensor([-m / s for m, s in zip(config.image_mean, config.image_std)], dtype=torch.float32)
+    x = F.pad(x, (0, r["pad_width"], 0, r["pad_height"]), value=0.0)
+    x = torch.addcmul(bias.view(1, 3, 1, 1), x, scale)
+    p = config.patch_size
+    b, c, height, width = x.shape
+    rows = x.view(b, c, height // p, p, width // p, p).permute(0, 2, 4, 1, 3, 5).reshape(-1, c, p, p)
+    packed = torch.empty_like(rows)
+    packed.copy_(rows)  # the packed batch pixel_values the kit returns
+    return packed
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Return whether two float32 tensors have the same shape and the same bits."""
+    return a.shape == b.shape and bool(np.array_equal(a.numpy().view(np.uint32), b.numpy().view(np.uint32)))
+
+
 # --- measuring ---------------------------------------------------------------------------------------
 def best_ms(fn: Callable[[], Any], repeats: int) -> float:
     """Return the fastest of ``repeats`` runs, in milliseconds."""
@@ -104,6 +144,7 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
     loaded = load_image(sample_path(name))
     image = loaded.image
     processor = Processor(config, keep_images=False)
+    torch_processor = Processor(config, "torch", device="cpu", keep_images=False)
 
     def ours() -> torch.Tensor:
         return processor.preprocess(loaded).pixel_values
@@ -111,17 +152,24 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
     def theirs() -> torch.Tensor:
         return baseline(image, config)
 
+    def ours_torch() -> torch.Tensor:
+        return torch_processor.preprocess(loaded).pixel_values
+
+    def sglangs() -> torch.Tensor:
+        return sglang_torch(image, config)
+
     ours_out, theirs_out = ours(), theirs()
-    identical = ours_out.shape == theirs_out.shape and bool(
-        np.array_equal(ours_out.numpy().view(np.uint32), theirs_out.numpy().view(np.uint32))
-    )
+    identical = same_bits(ours_out, theirs_out)
+    torch_identical = same_bits(ours_torch(), sglangs())
     output_bytes = ours_out.numel() * 4
     decoded_bytes = image.width * image.height * len(image.getbands())
     del ours_out, theirs_out
-    ms_ours = ms_theirs = float("inf")
-    for _ in range(repeats):  # interleave so load changes hit both alike
+    ms_ours = ms_theirs = ms_torch = ms_sglang = float("inf")
+    for _ in range(repeats):  # interleave so load changes hit all alike
         ms_ours = min(ms_ours, best_ms(ours, 1))
         ms_theirs = min(ms_theirs, best_ms(theirs, 1))
+        ms_torch = min(ms_torch, best_ms(ours_torch, 1))
+        ms_sglang = min(ms_sglang, best_ms(sglangs, 1))
     reference = output_bytes + decoded_bytes
     return {
         "image": name,
@@ -132,6 +180,10 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
         "ms_baseline": round(ms_theirs, 2),
         "speedup": round(ms_theirs / ms_ours, 2),
         "bit_identical": identical,
+        "ms_torch": round(ms_torch, 2),
+        "ms_sglang_torch": round(ms_sglang, 2),
+        "torch_speedup": round(ms_sglang / ms_torch, 2),
+        "torch_bit_identical": torch_identical,
         "output_bytes": output_bytes,
         "decoded_bytes": decoded_bytes,
         "peak_ours_bytes": (po := peak_bytes(ours)),
@@ -147,6 +199,8 @@ def check_targets(rows: list[dict[str, Any]]) -> dict[str, bool]:
     return {
         "bit_identical_everywhere": all(r["bit_identical"] for r in rows),
         "never_slower": all(r["speedup"] >= 1.0 for r in rows),
+        "torch_bit_identical_to_sglang_everywhere": all(r["torch_bit_identical"] for r in rows),
+        "torch_never_slower_than_sglang": all(r["torch_speedup"] >= 1.0 for r in rows),
         f"speedup_{LARGE_IMAGE}_at_least_{TARGET_SPEEDUP_LARGE}": large["speedup"] >= TARGET_SPEEDUP_LARGE,
         f"peak_at_most_{TARGET_PEAK_RATIO}x_output_plus_decoded": all(
             r["peak_ours_ratio"] <= TARGET_PEAK_RATIO for r in rows
@@ -157,15 +211,17 @@ def check_targets(rows: list[dict[str, Any]]) -> dict[str, bool]:
 def markdown(rows: list[dict[str, Any]], targets: dict[str, bool]) -> str:
     """Return the results as a markdown table plus the target checklist."""
     lines = [
-        "| image | size | grid | ours ms | baseline ms | speedup | bit-identical | peak ours | peak baseline |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|",
+        "| image | size | grid | checkpoint ms | plain ms | speedup | bit-identical | peak ours | peak plain "
+        "| torch ms | SGLang torch ms | speedup | bit-identical |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['image']} | {r['size'][0]}x{r['size'][1]} {r['mode']} | {r['grid_thw'][1]}x{r['grid_thw'][2]} "
             f"| {r['ms_ours']:.1f} | {r['ms_baseline']:.1f} | {r['speedup']:.2f}x "
             f"| {'yes' if r['bit_identical'] else 'NO'} | {r['peak_ours_ratio']:.2f}x "
-            f"| {r['peak_baseline_ratio']:.2f}x |"
+            f"| {r['peak_baseline_ratio']:.2f}x | {r['ms_torch']:.1f} | {r['ms_sglang_torch']:.1f} "
+            f"| {r['torch_speedup']:.2f}x | {'yes' if r['torch_bit_identical'] else 'NO'} |"
         )
     lines.append("")
     lines.append("Peak memory is a multiple of (output tensor bytes + decoded image bytes), as seen by tracemalloc.")

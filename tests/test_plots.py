@@ -340,7 +340,7 @@ def both_backends():
     from kimi_viz.preprocess.processor import Processor
 
     paths = [sample_path("astronaut.png"), sample_path("coffee.png")]
-    return Processor("kimi-k3").preprocess(paths), Processor("kimi-k3", backend="torch").preprocess(paths)
+    return Processor("kimi-k3").preprocess(paths), Processor("kimi-k3", backend="torch", device="cpu").preprocess(paths)
 
 
 def test_pixel_diff_shows_per_patch_max(both_backends, pixel_goldens):

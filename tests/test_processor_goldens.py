@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from kimi_viz.errors import DeviceError, KimiVizError
 from kimi_viz.preprocess.config import ProcessorConfig, get_config
 from kimi_viz.preprocess.images import load_image
-from kimi_viz.preprocess.pixels_torch import to_chw_uint8
+from kimi_viz.preprocess.pixels_torch import normalize_and_patchify, to_chw_uint8, write_rows
 from kimi_viz.preprocess.processor import (
     Processor,
     checkpoint_pixels,
@@ -50,7 +52,7 @@ def outputs(sample):
         for backend in ("checkpoint", "torch"):
             for exif in (False, True):
                 chosen = [e for e in entries if e["exif_transpose"] == exif]
-                proc = Processor(PRESETS[key], backend, exif_transpose=exif, keep_images=False)
+                proc = Processor(PRESETS[key], backend, "cpu", exif_transpose=exif, keep_images=False)
                 out = proc.preprocess([sample(e["file"]) for e in chosen])
                 for entry, record in zip(chosen, out.records):
                     cache[(key, entry["file"], exif, backend)] = (out, record)
@@ -125,7 +127,7 @@ def test_chelsea_record(sample):
 def test_keep_images_false_and_torch_resized(sample):
     assert Processor(keep_images=False).preprocess(sample("chelsea.png")).records[0].resized is None
     cpu = Processor("kimi-k3").preprocess(sample("horse.png")).records[0]
-    gpu = Processor("kimi-k3", backend="torch").preprocess(sample("horse.png")).records[0]
+    gpu = Processor("kimi-k3", backend="torch", device="cpu").preprocess(sample("horse.png")).records[0]
     assert gpu.resized.shape == cpu.resized.shape == (336, 420, 3)
     # horse is not resized under K3: both paths composite the same chessboard on the same pixels
     assert int(np.abs(gpu.resized.astype(int) - cpu.resized.astype(int)).max()) <= 1
@@ -186,7 +188,7 @@ def test_torch_pixels_on_raw_chw_tensors(sample):
     grey = load_image(sample("camera.png")).image
     chw = torch.from_numpy(np.asarray(grey).copy()).unsqueeze(0)  # [1, 512, 512]
     resize = resize_config(512, 512, "kimi-k3")
-    out = Processor("kimi-k3", backend="torch").preprocess(sample("camera.png"))
+    out = Processor("kimi-k3", backend="torch", device="cpu").preprocess(sample("camera.png"))
     assert torch.equal(torch_pixels(chw, resize, "kimi-k3", "cpu"), out.pixel_values)
     with pytest.raises(KimiVizError, match="expected 1, 3 or 4"):
         torch_pixels(torch.zeros(2, 28, 28, dtype=torch.uint8), resize_config(28, 28), "kimi-k3", "cpu")
@@ -216,6 +218,7 @@ def test_processor_rejects_unknown_backend_and_device():
     with pytest.raises(KimiVizError, match="unknown backend 'gpu'; expected one of checkpoint, torch"):
         Processor(backend="gpu")
     assert Processor(backend="torch", device="auto").device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert Processor(backend="torch").device == Processor(backend="torch", device="auto").device  # the default
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError, match="CUDA is not available"):
             Processor(backend="torch", device="cuda")
@@ -329,3 +332,31 @@ def test_unknown_background_pattern_is_a_config_error():
         match=r"^transparent_bg_config.pattern: expected one of white, black, gray, chessboard, got 'plaid'",
     ):
         background(4, 4, {"pattern": "plaid"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    height=st.integers(1, 90),
+    width=st.integers(1, 90),
+    patch=st.sampled_from([1, 2, 7, 14, 16]),
+    pad_h=st.integers(0, 40),
+    pad_w=st.integers(0, 40),
+    mean=st.lists(st.floats(-2.0, 2.0, allow_subnormal=False), min_size=3, max_size=3),
+    std=st.lists(st.floats(0.01, 3.0), min_size=3, max_size=3),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_write_rows_is_bit_identical_to_sglangs_pad_affine_patchify(
+    height, width, patch, pad_h, pad_w, mean, std, seed
+):
+    """The Processor's two-pass rows equal SGLang's pad, addcmul, patchify sequence bit for bit (zero means
+    and negative zeros included), whatever the size, padding and normalisation."""
+    padded_h = -(-(height + pad_h) // patch) * patch
+    padded_w = -(-(width + pad_w) // patch) * patch
+    x = torch.randint(0, 256, (1, 3, height, width), generator=torch.Generator().manual_seed(seed)).float()
+    mean = [0.0 if abs(m) < 0.5 else m for m in mean]  # zero means give -0.0 biases: the sign must survive
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32).view(1, 3, 1, 1)
+    bias = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32).view(1, 3, 1, 1)
+    expected = normalize_and_patchify(x, scale, bias, patch, padded_h, padded_w)
+    out = torch.full_like(expected, float("nan"))
+    write_rows(out, x, scale, bias, patch, padded_h, padded_w)
+    assert torch.equal(out.view(torch.int32), expected.contiguous().view(torch.int32))

@@ -7,8 +7,9 @@ images no longer mapped from ``data/``.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 import kimi_viz.data as data
 

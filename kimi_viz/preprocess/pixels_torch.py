@@ -8,6 +8,11 @@ float tensor (floored), and is normalised as ``x * (1 / (255 * std)) + (-mean / 
 Zero padding is applied before that affine step (``torch.addcmul`` in SGLang's torch fallback), so
 padding comes out as ``0 * scale + bias = -1.0``. SGLang's Triton kernel on CUDA computes the same
 affine map in one fused multiply-add, which can differ from this by one float32 ulp.
+
+:func:`normalize_and_patchify` is SGLang's sequence (pad, affine, patchify: three passes over the
+output); :func:`write_rows` computes the same values bit for bit in two passes, straight into the
+caller's packed ``pixel_values`` (the padding's value is the same ``addcmul`` of a zero), which is
+what :class:`~kimi_viz.preprocess.processor.Processor` uses.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def to_chw_uint8(image: Image.Image | torch.Tensor | np.ndarray) -> torch.Tensor
     repeated to 3 channels."""
     if isinstance(image, Image.Image):
         alpha = image.mode != "RGB" and has_alpha(image)
-        array = np.array(image.convert("RGBA" if alpha else "RGB"), copy=True)
+        mode = "RGBA" if alpha else "RGB"
+        array = np.array(image if image.mode == mode else image.convert(mode))  # a fresh, writable copy
         return torch.from_numpy(array).permute(2, 0, 1)
     if isinstance(image, np.ndarray):
         image = torch.from_numpy(np.ascontiguousarray(image))
@@ -84,8 +90,12 @@ def fill_transparent_bg(x: torch.Tensor, bg: dict[str, Any] | None) -> torch.Ten
         level = torch.full((3, height, width), {"white": 255.0, "black": 0.0, "gray": 128.0}[pattern], device=x.device)
     else:
         raise ValueError(f"Invalid background pattern: {pattern}")
-    alpha = (x[:, 3:4] / 255.0).clamp(0.0, 1.0)
-    return (alpha * rgb + (1.0 - alpha) * level).clamp(0.0, 255.0).floor_()
+    alpha = (x[:, 3:4] / 255.0).clamp_(0.0, 1.0)
+    # SGLang's (alpha * rgb + (1 - alpha) * level).clamp(0, 255).floor_(), op for op, in place where it
+    # can be: the same float32 operations in the same order, so the same bits, with fewer buffers.
+    out = alpha * rgb
+    out += (1.0 - alpha) * level
+    return out.clamp_(0.0, 255.0).floor_()
 
 
 def normalization_tensors(config: ProcessorConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,7 +121,34 @@ def normalize_and_patchify(
     return x.reshape(b * gh * gw, c, patch_size, patch_size)
 
 
-def resized_rgb(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any, device: Any = "cpu") -> torch.Tensor:
+def write_rows(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+    patch_size: int,
+    padded_h: int,
+    padded_w: int,
+) -> torch.Tensor:
+    """Write into ``out`` the rows :func:`normalize_and_patchify` returns for ``x`` ``[1, 3, H, W]``; return ``out``.
+
+    The same ``addcmul`` runs on the same values (the content, and a zero for the padding), so the
+    rows are bit-identical to SGLang's; only the padded copy and the packed copy are saved.
+    """
+    _, channels, height, width = x.shape
+    p = patch_size
+    normed = torch.empty((channels, padded_h, padded_w), dtype=torch.float32, device=x.device)
+    if padded_h > height or padded_w > width:
+        pad = torch.addcmul(bias, torch.zeros((), dtype=torch.float32, device=x.device), scale)[0]  # [3, 1, 1]
+        normed[:, height:, :] = pad
+        normed[:, :height, width:] = pad
+    torch.addcmul(bias[0], x[0], scale[0], out=normed[:, :height, :width])
+    grid_h, grid_w = padded_h // p, padded_w // p
+    out.view(grid_h, grid_w, channels, p, p).copy_(normed.view(channels, grid_h, p, grid_w, p).permute(1, 3, 0, 2, 4))
+    return out
+
+
+def resized_rgb(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any, device: Any = "auto") -> torch.Tensor:
     """Return the resized, filled ``[1, 3, new_h, new_w]`` float32 image (integer levels) on ``device``."""
     config = get_config(config)
     x = to_chw_uint8(chw_uint8).to(resolve_device(device)).unsqueeze(0)
@@ -120,7 +157,7 @@ def resized_rgb(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any, de
 
 
 def torch_pixels_and_image(
-    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "cpu"
+    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(rows [h*w, 3, p, p], resized [1, 3, new_h, new_w])`` of one image through SGLang's torch path."""
     config = get_config(config)
@@ -139,7 +176,7 @@ def torch_pixels_and_image(
 
 
 def torch_pixels(
-    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "cpu"
+    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "auto"
 ) -> torch.Tensor:
     """Return float32 ``[h*w, 3, p, p]`` rows of one CHW uint8 image through SGLang's torch path.
 

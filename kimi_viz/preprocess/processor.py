@@ -32,7 +32,7 @@ from .pixels_checkpoint import (
     padded_uint8,
     patchify_normalize,
 )
-from .pixels_torch import to_chw_uint8, torch_pixels, torch_pixels_and_image
+from .pixels_torch import normalization_tensors, resized_rgb, to_chw_uint8, torch_pixels, write_rows
 from .records import (
     PATCH_CONTENT,
     PATCH_FULLY_PADDING,
@@ -82,16 +82,17 @@ class Processor:
     """Preprocess images exactly as the Kimi-K3 checkpoint (``backend="checkpoint"``) or SGLang's
     torch path (``backend="torch"``) does, and record where every image's rows and tokens land.
 
-    ``device`` ("cpu", "cuda" or "auto") applies to the torch backend; the checkpoint backend always
-    runs on the CPU. ``exif_transpose`` and ``alpha`` are the loader policy (see
-    :func:`kimi_viz.preprocess.images.load_image`); ``keep_images`` keeps each padded uint8 input in its record.
+    ``device`` ("auto" by default: CUDA when PyTorch sees a GPU, else the CPU; or "cpu", "cuda")
+    applies to the torch backend; the checkpoint backend always runs on the CPU. ``exif_transpose`` and
+    ``alpha`` are the loader policy (see :func:`kimi_viz.preprocess.images.load_image`); ``keep_images``
+    keeps each padded uint8 input in its record.
     """
 
     def __init__(
         self,
         preset_or_config: Any = "kimi-k3",
         backend: str = "checkpoint",
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         *,
         exif_transpose: bool = False,
         alpha: str = "keep",
@@ -130,6 +131,7 @@ class Processor:
             pixel_values = torch.from_numpy(buffer)
         else:
             pixel_values = torch.empty((total, 3, p, p), dtype=torch.float32, device=self.device)
+            scale_bias = normalization_tensors(cfg, self.device)
 
         records: list[ImageRecord] = []
         row = token = 0
@@ -138,8 +140,12 @@ class Processor:
                 padded, _ = checkpoint_pixels(item.image, resize, cfg, out=buffer[row : row + count])
                 resized = padded if self.keep_images else None
             else:
-                rows, image = torch_pixels_and_image(to_chw_uint8(item.image), resize, cfg, self.device)
-                pixel_values[row : row + count] = rows
+                image = resized_rgb(to_chw_uint8(item.image), resize, cfg, self.device)
+                padded_h, padded_w = (
+                    resize["new_height"] + resize["pad_height"],
+                    resize["new_width"] + resize["pad_width"],
+                )
+                write_rows(pixel_values[row : row + count], image, *scale_bias, p, padded_h, padded_w)
                 resized = _padded_from_tensor(image, resize) if self.keep_images else None
             tokens = int(resize["num_tokens"])
             records.append(
