@@ -100,6 +100,32 @@ def test_no_figure_text_under_10_px(name):
         assert min(sizes) * 100 / 72 >= 10, (name, min(sizes))  # summary.png is written at 100 dpi
 
 
+@pytest.mark.parametrize("name", ["s1-cpu", "s2-cpu", "healthy-tp2"])
+def test_panel_titles_fit_their_figure_and_overlap_no_other_text(name):
+    """A failing rank's three-line title (rank, error, counts) stays inside its figure and clear of the labels."""
+    trace = run_scenario(name, mode="shapes")
+    for rank in trace.ranks:
+        ax = draw_rank_rows(trace, rank)
+        figure = ax.figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        renderer = FigureCanvasAgg(figure).get_renderer()
+        figure.draw(renderer)
+        sheet = figure.bbox
+        titles = [t for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
+        assert len(titles) == 1, [t.get_text() for t in titles]
+        box = titles[0].get_window_extent(renderer)
+        assert sheet.x0 <= box.x0 and box.x1 <= sheet.x1 + 1 and sheet.y0 <= box.y0 and box.y1 <= sheet.y1, (
+            name,
+            rank.rank,
+            titles[0].get_text(),
+        )
+        others = [t for t in figure.findobj() if hasattr(t, "get_text") and t.get_text() and t is not titles[0]]
+        for text in others:
+            if text.get_visible() and text.axes is ax and text not in (ax.title, ax._right_title):
+                assert not box.overlaps(text.get_window_extent(renderer)), (name, rank.rank, text.get_text())
+
+
 def test_notebook_tables_and_verdicts(s1_tp4):
     verdict = build_verdict(s1_tp4)
     ranks = ranks_table(verdict)

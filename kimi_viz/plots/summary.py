@@ -39,11 +39,12 @@ def _valid_grid(grid: Any) -> bool:
 
 
 def rank_heading(trace: Trace, rank: RankTrace) -> str:
-    """Return ``"rank 1 of attention-TP 2, SGLang 0.5.18 (pre-fix path): FAIL ValueError: ..."``."""
-    outcome = "ok" if rank.error is None else f"FAIL {rank.error.type}: {rank.error.message}"
-    if len(outcome) > 100:
-        outcome = outcome[:97] + "..."
-    return f"rank {rank.rank} of attention-TP {trace.tp_size}, {trace.release.label}: {outcome}"
+    """Return ``"rank 1 of attention-TP 2, SGLang 0.5.18 (pre-fix path): FAIL"`` and, on a second line for a
+    failing rank, its ``"ValueError: ..."`` (clipped to fit the figure's width)."""
+    head = f"rank {rank.rank} of attention-TP {trace.tp_size}, {trace.release.label}"
+    if rank.error is None:
+        return f"{head}: ok"
+    return f"{head}: FAIL\n{_clip(f'{rank.error.type}: {rank.error.message}', 110)}"
 
 
 def row_label(row: ImageRow, *, produced: bool = False) -> str:
@@ -69,19 +70,30 @@ def draw_rank_rows(trace: Trace, rank: RankTrace, *, ax: Axes | None = None) -> 
     if not rows or not all(_valid_grid(g) for g in expected) or not all(_valid_grid(g) for g in produced):
         return draw_rank_bars(rows, heading=heading, failed=rank.error is not None, ax=ax)
     numbers = [r.image for r in rows]
+    own_figure = ax is None
     ax = draw_row_spans(
         BatchLayout.from_grids(expected, labels=[row_label(r) for r in rows], numbers=numbers),
         produced=BatchLayout.from_grids(produced, labels=[row_label(r, produced=True) for r in rows], numbers=numbers),
         ax=ax,
         fontsize=FONT - 1,
     )
-    ax.set_title(
-        f"{heading}\n{ax.get_title()}",
-        fontsize=TITLE_FONT,
-        loc="left",
-        color=DIVERGENCE_COLOR if rank.error is not None else "black",
-    )
+    layout_title = ax.get_title()
+    ax.set_title("")  # one title, on the left: the rank's heading above the layout's counts
+    title = f"{heading}\n{layout_title}"
+    ax.set_title(title, fontsize=TITLE_FONT, loc="left", color=DIVERGENCE_COLOR if rank.error is not None else "black")
+    if own_figure:  # make room above the axes for the extra title lines, keeping the axes' height
+        _grow_top(ax, title.count("\n") * TITLE_FONT * 1.3 / 72.0)
     return ax
+
+
+def _grow_top(ax: Axes, extra_in: float) -> None:
+    figure = ax.figure
+    width, height = figure.get_size_inches()
+    box = ax.get_position()
+    bottom_in, top_in = box.y0 * height, (1.0 - box.y1) * height
+    new_height = height + extra_in
+    figure.set_size_inches(width, new_height)
+    figure.subplots_adjust(bottom=bottom_in / new_height, top=1.0 - (top_in + extra_in) / new_height)
 
 
 def draw_rank_bars(rows: list[ImageRow], *, heading: str = "", failed: bool = False, ax: Axes | None = None) -> Axes:
