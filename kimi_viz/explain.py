@@ -18,6 +18,7 @@ from typing import Any
 
 from . import messages
 
+CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
 NEXT_STEP = (
     "record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
     "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause"
@@ -273,6 +274,17 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         ("S10",),
         ("s10-stale-eager",),
     ),
+    # Not SGLang's: the line `kimi-viz capture` prints when it has recorded a failing call
+    # (kimi_viz/capture/record.py). A log that holds it already has the manifest to triage.
+    KnownMessage(
+        CAPTURE_KEY,
+        "kimi-viz capture",
+        r"kimi-viz capture: wrote (?P<manifest>.+?)(?: \((?P<error>[A-Za-z_][\w.]*: .*)\))?$",
+        "kimi_viz/capture/record.py, record_call (under `kimi-viz capture`)",
+        "kimi-viz capture recorded this get_image_feature call as a manifest folder (relative to the "
+        "server's working folder): the batch, both grid keys, the deferred configs and the release.",
+        next_step="kimi-viz triage MANIFEST names the image, both counts, the cause and the fixing release",
+    ),
 )
 
 
@@ -292,6 +304,9 @@ def _reading(key: str, values: dict[str, Any]) -> str:
     if key == "encoder-produced":
         produced, expected = values["produced"], values["expected"]
         return f"the encoder produced {produced} feature rows, the preprocessing metadata expects {expected}"
+    if key == CAPTURE_KEY:
+        error = values.get("error")
+        return f"a manifest of the call that raised {error}" if error else "a manifest of a recorded call"
     if key == "channel-count":
         return f"a tensor was read with {values['channels']} channels"
     if key == "broadcast-alpha":
@@ -299,8 +314,8 @@ def _reading(key: str, values: dict[str, Any]) -> str:
     return ""
 
 
-def _value(text: str) -> Any:
-    return int(text) if text.isdigit() else text
+def _value(text: str | None) -> Any:
+    return int(text) if text is not None and text.isdigit() else text
 
 
 def explain(text: str) -> list[Recognised]:
@@ -319,6 +334,7 @@ NEEDLES = (
     "Invalid background pattern",
     "division by zero",
     "Encoder produced",
+    "kimi-viz capture: wrote ",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 _BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces
@@ -391,14 +407,21 @@ def _drop_repeats(found: list[Recognised]) -> list[Recognised]:
 
 
 def format_explanations(found: list[Recognised]) -> str:
-    """Return a readable report of the matches (or a note that nothing known was found)."""
+    """Return a readable report of the matches (or a note that nothing known was found).
+
+    When the log also holds ``kimi-viz capture`` lines, every error's next step points at those
+    manifests instead of asking for a capture, and the report ends with one triage command each.
+    """
     if not found:
         return (
             "no known Kimi-K3 vision error in the text; the messages it knows are listed by `kimi-viz explain --list`"
         )
+    manifests = [item.values["manifest"] for item in found if item.message.key == CAPTURE_KEY]
     blocks = []
     for item in found:
         known = item.message
+        if known.key == CAPTURE_KEY:
+            continue
         lines = [
             f"line {item.line}: {known.exception}: {item.text}",
             f"  raised in: {known.raised_in}",
@@ -410,6 +433,19 @@ def format_explanations(found: list[Recognised]) -> str:
             lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7)")
         if known.scenarios:
             lines.append("  reproduce: " + "; ".join(f"kimi-viz scenario run {name}" for name in known.scenarios))
-        lines.append(f"  next:      {known.next_step}")
+        if manifests:
+            lines.append(f"  next:      this log names {len(manifests)} captured manifest(s); triage them (below)")
+        else:
+            lines.append(f"  next:      {known.next_step}")
+        blocks.append("\n".join(lines))
+    if manifests:
+        lines = [
+            f"captured by kimi-viz capture in this log ({len(manifests)}; paths are relative to the server's folder):"
+        ]
+        for item in found:
+            if item.message.key == CAPTURE_KEY:
+                error = item.values.get("error")
+                lines.append(f"  line {item.line}: {item.values['manifest']}" + (f"  ({error})" if error else ""))
+                lines.append(f"    kimi-viz triage {item.values['manifest']}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

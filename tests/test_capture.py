@@ -454,3 +454,27 @@ def test_unknown_items_are_recorded_as_shapes(fake_on_path, tmp_path):
     assert folder is not None
     [kit_item] = read_manifest(folder).items
     assert kit_item.feature.kind == "shape_only" and kit_item.deferred is None
+
+
+def test_explain_points_at_the_manifests_a_capture_log_names(fake_on_path, tmp_path, capsys):
+    """The line the recorder prints for a failing call is recognised in a server log, and explain's
+    next step is the triage of that very manifest, which replays to the recorded error."""
+    from sglang.srt.managers.schedule_batch import MultimodalDataItem
+
+    from kimi_viz import messages
+    from kimi_viz.cli import main
+
+    item = MultimodalDataItem(object(), {"grid_thws": [[1, 2, 2]], "kimi_k3_deferred_preprocessing": None})
+    folder = capture.record_call(None, [item], tmp_path / "captures", error=ValueError(messages.MSG_LENGTH))
+    printed = capsys.readouterr().err
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO serving\nValueError: {messages.MSG_LENGTH}\n{printed}")
+    assert main(["explain", "--file", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "this log names 1 captured manifest(s)" in out
+    assert f"kimi-viz triage {folder}" in out
+    assert f"(ValueError: {messages.MSG_LENGTH})" in out
+    assert main(["explain", "--file", str(log), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [e["key"] for e in entries] == ["feature-length", "capture-manifest"]
+    assert entries[1]["values"] == {"manifest": str(folder), "error": f"ValueError: {messages.MSG_LENGTH}"}
