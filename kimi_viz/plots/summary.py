@@ -87,7 +87,8 @@ def draw_rank_rows(trace: Trace, rank: RankTrace, *, ax: Axes | None = None) -> 
 
 
 def _grow_top(ax: Axes, extra_in: float) -> None:
-    figure = ax.figure
+    figure = ax.get_figure(root=True)
+    assert isinstance(figure, Figure)  # the panel's own figure, made by draw_row_spans
     width, height = figure.get_size_inches()
     box = ax.get_position()
     bottom_in, top_in = box.y0 * height, (1.0 - box.y1) * height

@@ -10,6 +10,8 @@ Names are imported lazily.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _EXPORTS = {
@@ -49,3 +51,20 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'kimi_viz.replay' has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+class _CallablePackage(types.ModuleType):
+    """This package, callable as :func:`kimi_viz.replay.split.replay`.
+
+    ``kimi_viz.replay`` names both this package and the function ``kimi_viz`` exports: importing any
+    module of the package makes ``kimi_viz.replay`` the package, so calling the package calls the
+    function, and ``kimi_viz.replay(batch, tp_size=2)`` works whatever was imported first.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .split import replay
+
+        return replay(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
