@@ -190,3 +190,24 @@ def test_every_known_message_contains_a_needle():
     keys = {found.message.key for text in samples for found in explain(text)}
     assert keys == {m.key for m in KNOWN_MESSAGES}
     assert all(any(n in text for n in NEEDLES) for text in samples)
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):
+    """`kimi-viz explain --json LOG | head -1`: the pipe closes early; the kit stops quietly with 141."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    # 2000 distinct capture lines: far more JSON than a pipe buffers, so the writer must meet the close
+    log.write_text("".join(f"kimi-viz capture: wrote captures/c-{i} (ValueError: x)\n" for i in range(2000)))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kimi_viz", "explain", "--file", str(log), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.read(10)
+    child.stdout.close()  # the reader goes away after ten bytes
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=30) == 141, err
+    assert "Traceback" not in err and err == "", err

@@ -76,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     except KimiVizError as exc:
         print(f"kimi-viz {command}: error: {escape_value(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`kimi-viz explain --json LOG | head`): stop quietly, as a shell tool does,
+        # and point stdout at /dev/null so the interpreter's final flush does not raise again.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     finally:
         warnings.showwarning = saved
 
