@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import DeviceError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """Return the torch device for ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``."""
+    import torch
+
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

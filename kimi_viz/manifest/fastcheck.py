@@ -4,8 +4,11 @@
 there. :func:`item_is_plainly_valid` accepts only what the item schema of ``manifest-v1.schema.json``
 accepts *and* what carries no unknown key: it is a strict subset of the schema, so an item it accepts
 needs no further check, and every other item (anything unusual, wrong or extra) still goes through
-``jsonschema`` for the exact error message and the warnings. ``tests/test_hostile_scale.py`` fuzzes it
-against the schema.
+``jsonschema`` for the exact error message and the warnings. :func:`document_is_plainly_valid` does the
+same for everything around the items (format, version, source, runtime, processor, extra), so a
+manifest whose every part is plain never imports ``jsonschema`` at all (about 0.2 s at start-up).
+``tests/test_hostile_scale.py`` fuzzes the first against the schema, ``tests/test_manifest_fastcheck.py``
+the second.
 """
 
 from __future__ import annotations
@@ -140,4 +143,106 @@ def item_is_plainly_valid(item: Any) -> bool:
     return "label" not in item or type(item["label"]) is str
 
 
-__all__ = ["item_is_plainly_valid"]
+_TOP_KEYS = {"format", "version", "created_by", "source", "runtime", "processor", "items", "extra"}
+_SOURCE_KEYS = {"sglang_version", "code_variant", "code_variant_source", "recorded", "note"}
+_RUNTIME_KEYS = {"attn_tp_size", "attn_tp_rank", "image_indices"}
+_PROCESSOR_KEYS = {
+    "patch_size",
+    "merge_kernel_size",
+    "in_patch_limit",
+    "patch_limit_on_one_side",
+    "fixed_output_tokens",
+    "image_mean",
+    "image_std",
+    "transparent_bg_config",
+    "transparent_bg_fill_stage",
+}
+
+
+def _positive(value: Any) -> bool:
+    return type(value) is int and 1 <= value <= COUNT_MAX
+
+
+def _recorded(value: Any) -> bool:
+    if value is None:
+        return True
+    if type(value) is not dict or "outcome" not in value or not set(value) <= {"outcome", "error"}:
+        return False
+    outcome, error = value["outcome"], value.get("error")
+    if outcome == "ok" and type(outcome) is str:
+        return error is None
+    if outcome != "error" or type(outcome) is not str or type(error) is not dict:
+        return False
+    return set(error) == {"type", "message"} and _string(error["type"], 1) and _string(error["message"])
+
+
+def _source(value: Any) -> bool:
+    if type(value) is not dict or not set(value) <= _SOURCE_KEYS:
+        return False
+    return (
+        (value.get("sglang_version") is None or _string(value["sglang_version"]))
+        and ("code_variant" not in value or value["code_variant"] in ("post-fix", "pre-fix", "no-split"))
+        and (
+            "code_variant_source" not in value
+            or value["code_variant_source"] in ("detected", "scenario", "recorded", "assumed")
+        )
+        and _recorded(value.get("recorded"))
+        and ("note" not in value or _string(value["note"]))
+    )
+
+
+def _runtime(value: Any) -> bool:
+    if type(value) is not dict or not set(value) <= _RUNTIME_KEYS:
+        return False
+    if "attn_tp_size" in value and not (type(value["attn_tp_size"]) is int and 1 <= value["attn_tp_size"] <= 65536):
+        return False
+    rank = value.get("attn_tp_rank")
+    if rank is not None and not (type(rank) is int and rank >= 0):
+        return False
+    indices = value.get("image_indices")
+    return indices is None or (type(indices) is list and all(type(v) is int and v >= 0 for v in indices))
+
+
+def _processor(value: Any) -> bool:
+    if value is None:
+        return True
+    if type(value) is not dict or not set(value) <= _PROCESSOR_KEYS:
+        return False
+    if not all(_positive(value[k]) for k in ("patch_size", "in_patch_limit", "patch_limit_on_one_side") if k in value):
+        return False
+    if "merge_kernel_size" in value:
+        kernel = value["merge_kernel_size"]
+        if not (_positive(kernel) or (type(kernel) is list and len(kernel) == 2 and all(_positive(v) for v in kernel))):
+            return False
+    tokens = value.get("fixed_output_tokens")
+    if tokens is not None and not _positive(tokens):
+        return False
+    if not all(_rgb(value[k]) for k in ("image_mean", "image_std") if k in value):
+        return False
+    stage = value.get("transparent_bg_fill_stage")
+    return _background(value.get("transparent_bg_config")) and (stage is None or _string(stage))
+
+
+def document_is_plainly_valid(obj: Any) -> bool:
+    """Return True only when ``obj`` outside its items follows the manifest schema and has no unknown key.
+
+    The items are not looked at beyond being a list; check each with :func:`item_is_plainly_valid`.
+    """
+    if type(obj) is not dict or not {"format", "version", "items"} <= set(obj) or not set(obj) <= _TOP_KEYS:
+        return False
+    if obj["format"] != "kimi-viz-manifest" or type(obj["format"]) is not str:
+        return False
+    if type(obj["version"]) is not int or obj["version"] != 1 or type(obj["items"]) is not list:
+        return False
+    if "created_by" in obj and not _string(obj["created_by"]):
+        return False
+    if "extra" in obj and type(obj["extra"]) is not dict:
+        return False
+    return (
+        ("source" not in obj or _source(obj["source"]))
+        and ("runtime" not in obj or _runtime(obj["runtime"]))
+        and ("processor" not in obj or _processor(obj["processor"]))
+    )
+
+
+__all__ = ["document_is_plainly_valid", "item_is_plainly_valid"]

@@ -9,7 +9,9 @@ bytes of ``manifest.json`` strictly (UTF-8, no NaN/Infinity, no absurd nesting).
 
 A manifest holds at most :data:`MAX_ITEMS` items (refused before validation). Items that plainly
 follow the schema (:func:`~kimi_viz.manifest.fastcheck.item_is_plainly_valid`) skip ``jsonschema``,
-which validates the rest of the document and every other item, so validation is linear and cheap.
+which validates the rest of the document and every other item, so validation is linear and cheap; when
+the rest plainly follows it too (:func:`~kimi_viz.manifest.fastcheck.document_is_plainly_valid`),
+``jsonschema`` is not even imported.
 """
 
 from __future__ import annotations
@@ -236,13 +238,15 @@ def validate_manifest_json(obj: Any) -> list[str]:
         )
     slow = list(range(len(items))) if isinstance(items, list) else []
     document = obj
+    plain = False  # every part plainly follows the schema: nothing for jsonschema to find
     if isinstance(items, list):
-        from .fastcheck import item_is_plainly_valid
+        from .fastcheck import document_is_plainly_valid, item_is_plainly_valid
 
         slow = [i for i, item in enumerate(items) if not item_is_plainly_valid(item)]
         document = {**obj, "items": [items[i] for i in slow]}
+        plain = not slow and document_is_plainly_valid(obj)
     try:
-        errors = list(_validator().iter_errors(document))
+        errors = [] if plain else list(_validator().iter_errors(document))
     except RecursionError as exc:
         raise ManifestError("manifest.json is nested too deeply to be a kimi-viz manifest") from exc
     found: list[str] = []

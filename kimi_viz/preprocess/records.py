@@ -7,10 +7,12 @@ they hold plain data only: no PIL objects, no processing code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # pragma: no cover - records and layouts of shapes alone need no torch
+    import torch
 
 # Values of ``ImageRecord.pad_mask``: how much of each 14x14 patch lies in the zero padding.
 PATCH_CONTENT = 0

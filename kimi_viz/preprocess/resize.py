@@ -8,9 +8,8 @@ truncation), so every size gives the same answer as the real code.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
-
-import numpy as np
 
 from ..errors import EmptyImageError
 from .config import ProcessorConfig, get_config
@@ -19,7 +18,8 @@ RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height", "num_tokens
 
 
 def _side(value: Any, name: str) -> int:
-    if isinstance(value, np.integer):
+    numpy = sys.modules.get("numpy")  # a numpy integer can only come from a loaded numpy
+    if numpy is not None and isinstance(value, numpy.integer):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"resize_config: {name} must be an int, got {type(value).__name__}")

@@ -9,10 +9,11 @@ read and write exactly this model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
-from PIL import Image
+if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither torch nor Pillow
+    import torch
+    from PIL import Image
 
 GRID_KEYS = ("image_grid_thw", "grid_thws")  # image_grid_thw wins when both are present
 DEFERRED_KEY = "kimi_k3_deferred_preprocessing"

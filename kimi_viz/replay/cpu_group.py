@@ -8,18 +8,18 @@ resize from each image's size and the consumer's ``media_proc_cfg`` — not the 
 
 from __future__ import annotations
 
-from typing import Any
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..messages import MSG_CHANNEL_COUNT, MSG_CPU_INPUT_TYPE, MSG_CPU_WRONG_GRIDS
-from ..preprocess.pixels_checkpoint import checkpoint_pixels
 from ..preprocess.resize import resize_config
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
 from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, raises
 from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
+
+if TYPE_CHECKING:  # pragma: no cover - Pillow and the checkpoint processor load only for pixels
+    from PIL import Image
 
 
 def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Produced:
@@ -88,6 +88,8 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
         "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws."
     )
     if ctx.mode == "pixels" and passed:
+        from ..preprocess.pixels_checkpoint import checkpoint_pixels
+
         tensors = [
             checkpoint_pixels(_image_of(item.feature), resize, consumer)[1]
             for item, resize in zip(group.items, resizes)
@@ -158,6 +160,8 @@ def _image_of(feature: Feature) -> Image.Image:
     """Return the PIL image SGLang hands the checkpoint processor for this feature."""
     if feature.image is not None:
         return feature.image
+    from PIL import Image
+
     tensor = feature.tensor
     assert tensor is not None
     if tensor.dim() == 2:

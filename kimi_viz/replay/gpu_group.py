@@ -11,13 +11,10 @@ replayed by running the same tiny torch operation SGLang would, so the message i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, cast
-
-import torch
+from typing import TYPE_CHECKING, Any, cast
 
 from ..messages import MSG_BG_PATTERN, MSG_GPU_WRONG_GRIDS, MSG_RAW_UINT8
 from ..preprocess.config import PROCESSOR_PRESETS
-from ..preprocess.pixels_torch import to_chw_uint8, torch_pixels
 from ..preprocess.resize import grid_of
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
@@ -34,6 +31,9 @@ from .state import (
     torch_dtype_text,
 )
 from .trace import PREPROCESS_GPU, CauseKind, Check, Step, prod
+
+if TYPE_CHECKING:  # pragma: no cover - torch loads for a probe or for pixels, not for a replay of shapes
+    import torch
 
 RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height")
 
@@ -153,6 +153,8 @@ def _stage(feature: Feature, image: int) -> int:
     if len(shape) == 2:
         shape = [1] + shape
     if len(shape) != 3:
+        import torch
+
         probe = probe_torch(
             lambda: torch.nn.functional.interpolate(
                 torch.zeros([1] + [0] * len(shape)), size=(1, 1), mode="bicubic", align_corners=False, antialias=True
@@ -181,6 +183,8 @@ def _resize_probe(feature: Feature, channels: int, resize: dict[str, int], image
     target = (resize["new_height"], resize["new_width"])
     if (height, width) == target or min(height, width, *target) > 0:
         return
+    import torch
+
     probe = probe_torch(
         lambda: torch.nn.functional.interpolate(
             torch.zeros(1, max(channels, 1), height, width),
@@ -201,6 +205,8 @@ def _fill_probe(channels: int, background: dict[str, Any] | None, image: int) ->
     """Raise what ``fill_transparent_bg`` and the normalisation raise for an odd channel count."""
     if channels == 3:
         return
+    import torch
+
     rgb = min(channels, 3)
     if background is not None:
         pattern = background.get("pattern", "black")
@@ -236,6 +242,8 @@ def _pixels(
     ctx: ReplayContext, items: list[Item], resizes: list[dict[str, int]], mean: Any, std: Any, background: Any
 ) -> list[torch.Tensor]:
     """Return each image's rows through the kit's torch path, with the group's first config."""
+    from ..preprocess.pixels_torch import to_chw_uint8, torch_pixels
+
     base = ctx.consumer if ctx.consumer is not None else PROCESSOR_PRESETS["kimi-k3"]
     # The deferred config's per-channel values (three in what SGLang writes), taken as given: unchecked here.
     config = dataclasses.replace(

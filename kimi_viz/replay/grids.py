@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..messages import MSG_ONE_GRID
 from .batch import GRID_KEYS, Batch
 from .state import SGLangRaise, feature_json, probe_torch, raises
@@ -57,6 +55,8 @@ def collect_grids(batch: Batch) -> CollectedGrids:
         else:
             grids.append(rows[0])
     if raised is None and (not grids or {len(g) for g in grids} != {3}):
+        import torch
+
         raised = probe_torch(lambda: torch.concat([torch.tensor([g]) for g in grids], dim=0), CauseKind.GRID_CONCAT)
     check = Check("one grid row per item", 1, rows_per_item, raised is None)
     note = "Each item's grid: image_grid_thw when present, else grid_thws; grid_thws_host is their concatenation."

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .batch import Item
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclass

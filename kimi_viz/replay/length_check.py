@@ -9,8 +9,6 @@ every feature of the rank into one ``[Σ rows, 3, 14, 14]`` buffer, which needs 
 
 from __future__ import annotations
 
-import torch
-
 from ..messages import MSG_EXPECTED_TENSOR, MSG_LEADING_DIM, MSG_LENGTH, MSG_TRAILING_SHAPES
 from .group import BackendGroup, Produced
 from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, type_text
@@ -142,6 +140,8 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
         tensors = [entry[2] for entry in state.features if entry is not None and entry[2] is not None]
         complete = bool(tensors) and len(tensors) == len(state.features)
         if complete and all(tuple(t.shape[1:]) == tuple(tensors[0].shape[1:]) for t in tensors):
+            import torch
+
             # SGLang packs every feature into one buffer on the tower's device.
             state.pixel_values = torch.cat([t.to(ctx.device, torch.float32) for t in tensors], dim=0)
 

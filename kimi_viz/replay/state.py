@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..preprocess.config import ProcessorConfig
-from ..preprocess.images import has_alpha
 from .batch import Batch, Feature
 from .trace import Cause, CauseKind, ErrorInfo, ImageRow
+
+if TYPE_CHECKING:  # pragma: no cover - torch loads only where pixels are materialized
+    import torch
 
 PIL_CLASS = "<class 'PIL.Image.Image'>"
 
@@ -131,6 +131,8 @@ def keeps_alpha(feature: Feature) -> bool:
     """Return True when SGLang's ``to_chw_uint8`` keeps an alpha channel for this image (RGBA)."""
     image = feature.image
     if image is not None:
+        from ..preprocess.images import has_alpha
+
         return image.mode != "RGB" and has_alpha(image)
     bands = int(feature.shape[2]) if len(feature.shape) > 2 else 3
     return bands in (2, 4)
@@ -143,4 +145,4 @@ def torch_dtype_text(dtype: str) -> str:
 
 def size_text(shape: tuple[int, ...] | list[int]) -> str:
     """Return ``torch.Size([...])`` as torch prints a shape."""
-    return repr(torch.Size([int(s) for s in shape]))
+    return f"torch.Size({[int(s) for s in shape]!r})"

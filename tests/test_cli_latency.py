@@ -1,0 +1,125 @@
+"""The on-call path stays light: what ``kimi-viz --help``, ``explain`` and a shapes-mode ``triage`` import.
+
+Each command runs in a fresh interpreter (``python -c``) that then lists the heavy libraries it
+loaded. ``--help`` and ``explain`` load none of numpy, torch, matplotlib or Pillow; ``triage --json``
+of a redacted (shape-only) manifest loads neither torch, matplotlib, Pillow nor jsonschema (every part
+of the manifest takes the validation's fast path); with ``--out`` only matplotlib joins, never its
+pyplot. Structure, not wall time, is what is asserted, so the tests hold on a slow CI machine; one
+generous wall-clock bound (three times the target, scaled by the same machine's bare start-up) catches
+a gross regression. ``benchmarks/bench_cli.py`` measures the figures themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kimi_viz.manifest import write_manifest
+from kimi_viz.replay.batch import Batch, Feature, Item
+
+HEAVY = ("numpy", "torch", "matplotlib", "PIL", "jsonschema")
+EXPLAIN_LINE = "ValueError: Kimi-K3 deferred feature length does not match image grids"
+DEFERRED = {
+    "backend": "cpu",
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "transparent_bg_config": None,
+    "resize_config": {"num_tokens": 1, "new_width": 28, "new_height": 28, "pad_width": 0, "pad_height": 0},
+}
+REFERENCE_BARE_S = 0.05  # a bare interpreter's start-up on the 2-core machine the targets were set on
+
+
+def _probe(argv: list[str]) -> tuple[int, str, dict[str, bool], float]:
+    """Run ``kimi_viz.cli.main(argv)`` in a fresh interpreter; return (exit code, stdout, heavy modules loaded, s)."""
+    code = (
+        "import sys, json\n"
+        "from kimi_viz.cli import main\n"
+        "try:\n"
+        f"    rc = main({argv!r})\n"
+        "except SystemExit as exc:\n"
+        "    rc = exc.code\n"
+        f"loaded = {{name: name in sys.modules for name in {HEAVY + ('matplotlib.pyplot',)!r}}}\n"
+        "print('\\nLOADED ' + json.dumps(loaded))\n"
+        "sys.exit(rc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    elapsed = time.perf_counter() - started
+    out, _, loaded = result.stdout.rpartition("\nLOADED ")
+    assert loaded, result.stderr
+    return result.returncode, out, json.loads(loaded), elapsed
+
+
+def _bare_start_s() -> float:
+    """Return the best of three bare interpreter start-ups (``python -c pass``) in seconds."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+@pytest.fixture(scope="module")
+def shapes_manifest(tmp_path_factory) -> Path:
+    """A redacted two-item manifest (a cpu-backend image and an eager tensor, shapes only)."""
+    batch = Batch(
+        [
+            Item(
+                {"grid_thws": [[1, 2, 2]]},
+                Feature.shape_only("image", (28, 28, 3), "uint8"),
+                dict(DEFERRED),
+                original_size=(28, 28),
+                label="a",
+            ),
+            Item({"grid_thws": [[1, 2, 2]]}, Feature.shape_only("patches", (4, 3, 14, 14), "float32"), label="b"),
+        ],
+        processor=None,
+        attn_tp_size=2,
+    )
+    return write_manifest(batch, tmp_path_factory.mktemp("latency") / "shapes", redact=True)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["explain", EXPLAIN_LINE]], ids=["help", "explain"])
+def test_help_and_explain_import_nothing_heavy(argv):
+    rc, out, loaded, _ = _probe(argv)
+    assert rc == 0 and out.strip()
+    assert {name for name, on in loaded.items() if on} == set()
+
+
+def test_a_shapes_triage_loads_neither_torch_matplotlib_pillow_nor_jsonschema(shapes_manifest):
+    rc, out, loaded, elapsed = _probe(["triage", "--json", str(shapes_manifest)])
+    assert rc == 0, out
+    verdict = json.loads(out)
+    assert verdict["status"] == "clean" and verdict["outcome"] == "ok"
+    assert {name for name in ("torch", "matplotlib", "PIL", "jsonschema") if loaded[name]} == set()
+    bound = 3 * 0.5 * max(1.0, _bare_start_s() / REFERENCE_BARE_S)
+    assert elapsed < bound, f"triage --json took {elapsed:.2f} s, over {bound:.2f} s"
+
+
+@pytest.fixture(scope="module")
+def out_probe(shapes_manifest, tmp_path_factory) -> tuple[int, str, dict[str, bool], Path]:
+    """One ``triage --json --out DIR`` of the shapes manifest: (exit code, stdout, heavy modules loaded, DIR)."""
+    out_dir = tmp_path_factory.mktemp("latency-out") / "out"
+    rc, out, loaded, _ = _probe(["triage", "--json", str(shapes_manifest), "--out", str(out_dir)])
+    return rc, out, loaded, out_dir
+
+
+def test_a_shapes_triage_with_out_draws_without_pyplot(out_probe):
+    rc, out, loaded, out_dir = out_probe
+    assert rc == 0, out
+    assert {p.name for p in out_dir.iterdir()} == {"report.html", "summary.png", "trace.json"}
+    assert loaded["matplotlib"] and not loaded["matplotlib.pyplot"] and not loaded["jsonschema"]
+
+
+def test_a_shapes_triage_with_out_loads_no_torch(out_probe):
+    rc, out, loaded, _ = out_probe
+    assert rc == 0, out
+    assert not loaded["torch"]
