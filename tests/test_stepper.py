@@ -272,3 +272,24 @@ def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
             assert not errors and not requests
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("name", ["s1-cpu", "s2-gpu", "healthy-tp2", "s4-gpu", "s9-two-grids"])
+def test_steps_that_share_a_frame_draw_the_same_picture(name):
+    """The stepper renders one PNG per distinct picture; rendering every step on its own gives the
+    same bytes for steps with the same drawing key, and different bytes for different keys."""
+    from kimi_viz.plots.steps import draw_step, step_drawing_key
+    from kimi_viz.replay.scenarios import run_scenario
+    from kimi_viz.report.page import figure_png
+
+    trace = run_scenario(name, mode="shapes")
+    stepper = Stepper(trace)
+    rank = stepper.rank.rank
+    alone = [
+        figure_png(draw_step(trace, k, rank=rank, text=False).figure, dpi=stepper.dpi) for k in range(len(stepper))
+    ]
+    keys = [step_drawing_key(trace, k, rank=rank) for k in range(len(stepper))]
+    assert stepper.frames() == alone
+    for i in range(len(keys)):
+        for j in range(i + 1, len(keys)):
+            assert (keys[i] == keys[j]) == (alone[i] == alone[j]), (name, i, j)

@@ -190,6 +190,28 @@ def _tracks(trace: Trace, rank: RankTrace, step: Step) -> tuple[list[_TrackRow],
     return rows, False
 
 
+def step_drawing_key(trace: Trace, k: int, *, rank: int | None = None) -> tuple:
+    """Return a hashable key of everything ``draw_step(trace, k, rank=rank, text=False)`` draws.
+
+    Two steps with the same key give the same picture (the tracks, their labels, the divergence
+    marker), so a caller can render it once; the step's title, note and variables are not part of it.
+    """
+    shown = resolve_rank(trace, rank)
+    rows, own = _tracks(trace, shown, shown.steps[k % len(shown.steps)])
+    drawn = tuple(
+        (
+            r.image,
+            r.label,
+            tuple(tuple(int(v) for v in g) for g in r.grids),
+            r.read_from,
+            None if r.produced_grid is None else tuple(int(v) for v in r.produced_grid),
+            r.produced_rows,
+        )
+        for r in rows
+    )
+    return (own, shown.rank, tuple(shown.image_indices or ()), drawn)
+
+
 def _spans(counts: list[int]) -> list[tuple[int, int]]:
     spans, start = [], 0
     for n in counts:
@@ -365,4 +387,4 @@ def _mark_first_divergence(
         start += p
 
 
-__all__ = ["draw_step", "step_lines", "step_title", "key_variables", "resolve_rank", "short"]
+__all__ = ["draw_step", "step_drawing_key", "step_lines", "step_title", "key_variables", "resolve_rank", "short"]

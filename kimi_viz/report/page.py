@@ -66,7 +66,7 @@ def png_data_uri(png: bytes) -> str:
 def figure_png(figure: Any, *, dpi: int = 100) -> bytes:
     """Return a matplotlib Figure as PNG bytes (no software metadata, so the bytes are reproducible)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, metadata=PNG_METADATA)
+    figure.savefig(buffer, format="png", dpi=dpi, metadata=PNG_METADATA, pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
 
 

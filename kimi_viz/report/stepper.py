@@ -150,6 +150,7 @@ class Stepper:
         self.rank: RankTrace = resolve_rank(trace, rank)
         self.dpi = int(dpi)
         self._frames: list[bytes | None] = [None] * len(self.rank.steps)
+        self._drawn: dict[tuple, bytes] = {}  # one PNG per distinct picture: steps that change nothing share it
         self._widget: Any = None
 
     def __len__(self) -> int:
@@ -191,10 +192,13 @@ class Stepper:
         """Return the PNG bytes of step ``k``'s row tracks (drawn once, then cached; ``k`` from 0)."""
         k = self._check_index(k)
         if self._frames[k] is None:
-            from ..plots.steps import draw_step
+            from ..plots.steps import draw_step, step_drawing_key
 
-            ax = draw_step(self.trace, k, rank=self.rank.rank, text=False)
-            self._frames[k] = figure_png(ax.figure, dpi=self.dpi)
+            key = step_drawing_key(self.trace, k, rank=self.rank.rank)
+            if key not in self._drawn:
+                ax = draw_step(self.trace, k, rank=self.rank.rank, text=False)
+                self._drawn[key] = figure_png(ax.figure, dpi=self.dpi)
+            self._frames[k] = self._drawn[key]
         return self._frames[k]  # type: ignore[return-value]
 
     def frames(self) -> list[bytes]:

@@ -76,7 +76,7 @@ def summary_png(trace: Trace, verdict: Verdict) -> bytes:
         sheet.paste(picture.convert("RGB"), (0, y))
         y += picture.height
     buffer = io.BytesIO()
-    sheet.save(buffer, format="PNG", optimize=False, compress_level=6)
+    sheet.save(buffer, format="PNG", optimize=False, compress_level=1)
     return buffer.getvalue()
 
 
