@@ -12,7 +12,7 @@ SGLANG_ENVS ?= .venv-sglang
 PARITY_RELEASES ?= 0.5.23 0.5.18
 PARITY_REPORT ?= build/parity.jsonl
 
-.PHONY: demo test test-fast lint parity wheel-check install bench clean
+.PHONY: demo screenshots test test-fast lint parity wheel-check install bench clean
 
 $(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/kimi-viz demo --out $(DEMO_OUT)
 
+# The README's pictures, regenerated from a fresh `make demo` (figures copied, two reports as Chromium shows them).
+screenshots: demo
+	$(PY) docs/regenerate_images.py $(DEMO_OUT)
+
 test: $(VENV)/.installed
 	$(PY) -m pytest -q --nbmake --nbmake-timeout=300 tests notebooks --ignore=tests/parity
 
@@ -32,8 +36,8 @@ test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not browser and not slow" tests --ignore=tests/parity
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check kimi_viz tests benchmarks notebooks/*.py
-	$(VENV)/bin/ruff format --check kimi_viz tests benchmarks notebooks/*.py
+	$(VENV)/bin/ruff check kimi_viz tests benchmarks docs notebooks/*.py
+	$(VENV)/bin/ruff format --check kimi_viz tests benchmarks docs notebooks/*.py
 	$(VENV)/bin/mypy
 
 # The real SGLang releases, each in a venv of its own (CPU torch, sglang --no-deps); the lane fails,
