@@ -331,3 +331,14 @@ def test_cli_bad_input_gets_one_line_errors(extra, message, capsys):
     assert main(["whatif", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kimi-viz whatif: error: ") and message in err and "\n" not in err
+
+
+def test_a_future_release_replays_the_newest_known_code_and_says_so(capsys):
+    assert main(["whatif", str(sample_path("chelsea.png")), "--sglang-version", "0.9.9", "--tp", "2", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["sglang_version"] == "0.5.23"
+    assert answer["notes"] == [
+        "SGLang 0.9.9 is newer than the newest release kimi-viz knows (0.5.23); replaying 0.5.23's post-fix path"
+    ]
+    assert main(["whatif", str(sample_path("chelsea.png")), "--sglang-version", "0.5.23", "--tp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []

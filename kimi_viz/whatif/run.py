@@ -85,6 +85,7 @@ class WhatIf:
         """Return the answer as JSON: release, TP size, settings, images, items built, call, status, why, verdict."""
         return {
             "sglang_version": self.release.version,
+            "notes": list(self.notes),
             "request_side": self.built.request_side.version,
             "tp_size": self.tp_size,
             "settings": self.built.settings.to_json(),
@@ -149,13 +150,15 @@ def evaluate(
     built: BuiltRequest | None = None,
 ) -> WhatIf:
     """Return the :class:`WhatIf` of probed ``images`` (no fix search; ``built`` reuses an item build)."""
-    release, _ = release_for(sglang_version)
+    release, sentence = release_for(sglang_version)
     images = list(images)
     built = built if built is not None else build_request(images, settings, _request_side_of(release), mode=mode)
     call = model_call(built, tp_size, release.version)
     trace = replay_call(call, release.version, mode=mode, device=device)
     verdict = None if trace is None else build_verdict(trace)
-    result = WhatIf(release, call.tp_size, built, call, trace, verdict, "")
+    # A future release or a build of a known one (0.5.24, 0.5.18.post1) runs a known release's code: say which.
+    notes = [sentence] if sglang_version.strip() != release.version else []
+    result = WhatIf(release, call.tp_size, built, call, trace, verdict, "", notes)
     result.why = why_text(result)
     return result
 
