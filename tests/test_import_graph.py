@@ -189,3 +189,30 @@ def test_every_name_exported_from_kimi_viz_works_whatever_was_imported_first():
 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_every_kit_module_the_ci_scripts_name_exists():
+    """The CI and GPU scripts import kit modules by name (the parity venvs' import check); a module
+    renamed in the package must be renamed there too, or the lane fails before it starts."""
+    import importlib
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = [
+        root / ".ci" / "sglang-envs.sh",
+        root / ".ci" / "wheel-check.sh",
+        root / "benchmarks" / "run_gpu_checks.sh",
+    ]
+    named = set()
+    for script in scripts:
+        named |= set(re.findall(r"\b(kimi_viz(?:\.[a-z_0-9]+)+)\b", script.read_text()))
+    assert named, "the scripts name no kit module: the pattern is wrong"
+    missing = []
+    for name in sorted(named):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            parent, _, attr = name.rpartition(".")
+            if not (parent and hasattr(importlib.import_module(parent), attr)):
+                missing.append(name)
+    assert not missing, missing
