@@ -95,7 +95,12 @@ def run_demo(
 
 
 def _outcome_text(verdict: Verdict) -> str:
-    return "ok" if verdict.error is None else str(verdict.error)
+    """Return the status (symbol and badge, so a silent mismatch never reads as "ok") and the error, if any."""
+    from .replay.verdict import STATUS_STYLES
+
+    style = STATUS_STYLES[verdict.status]
+    badge = f"{style.symbol} {style.badge}"
+    return badge if verdict.error is None else f"{badge}: {verdict.error}"
 
 
 def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
@@ -113,7 +118,7 @@ def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
             f"<td>{badge_html(verdict.status)}</td>"
             f"<td>{html.escape(div.scenario_class)}{' (silent)' if div.silent else ''}</td>"
             f"<td>{scenario.tp_size}</td><td>{html.escape(verdict.release.label)}</td>"
-            f"<td><code>{html.escape(_outcome_text(verdict))}</code></td>"
+            f"<td><code>{html.escape('—' if verdict.error is None else str(verdict.error))}</code></td>"
             f"<td>{'yes' if matches else 'NO'}</td>"
             f'<td><a href="{html.escape(scenario.name)}/summary.png">summary.png</a> · '
             f'<a href="{html.escape(scenario.name)}/trace.json">trace.json</a> · '

@@ -61,6 +61,11 @@ def test_demo_runs_in_time_and_says_where(demo):
     assert printed.splitlines()[-1] == f"open {(out / 'index.html').resolve()}"
     for name in DEMO_SCENARIOS:
         assert re.search(rf"^  {re.escape(name)} ", printed, re.M)
+    # Each line carries its status: a silent mismatch never reads as "ok".
+    assert re.search(r"^  s4-gpu +≠ SILENT MISMATCH ", printed, re.M)
+    assert re.search(r"^  healthy-tp2 +✓ CLEAN REPLAY ", printed, re.M)
+    assert re.search(r"^  s1-cpu +✗ ERROR REPRODUCED: ValueError: Kimi-K3 deferred feature length", printed, re.M)
+    assert not re.search(r"^  \S+ +ok ", printed, re.M)
 
 
 @pytest.mark.slow
