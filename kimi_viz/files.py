@@ -12,9 +12,24 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from .errors import OutputError
+
+
+def file_kind(mode: int, *, fifo: str = "named pipe") -> str:
+    """Return what a path that is not a regular file is, from its ``st_mode``: ``"a folder"``, ``"a FIFO (…)"``
+    (with ``fifo`` as the note in brackets), ``"a socket"``, ``"a device"`` or ``"not a regular file"``."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return f"a FIFO ({fifo})"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def check_folder(path: str | os.PathLike, *, what: str = "--out") -> Path:
@@ -112,4 +127,4 @@ def check_output(path: str | os.PathLike, *, what: str = "--out") -> Path:
     return check_folder(target, what=what)
 
 
-__all__ = ["check_folder", "check_output", "prepare_folder", "write_file"]
+__all__ = ["file_kind", "check_folder", "check_output", "prepare_folder", "write_file"]

@@ -10,6 +10,7 @@ import sys
 
 from ..errors import KimiVizError
 from ..explain import KNOWN_MESSAGES, MAX_LOG_BYTES, explain, explain_stream, format_explanations
+from ..files import file_kind
 from ..terminal import escape_value
 from . import emit
 
@@ -31,18 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (pipe it into stdin instead: kimi-viz explain < FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
 def _explain_file(name: str) -> list:
     """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed."""
     shown = repr(escape_value(name))
@@ -51,7 +40,8 @@ def _explain_file(name: str) -> list:
     except (OSError, ValueError):
         raise KimiVizError(f"--file {shown}: no such file; expected a log file to read") from None
     if not stat.S_ISREG(info.st_mode):
-        raise KimiVizError(f"--file {shown}: is {_kind(info.st_mode)}; expected a regular log file")
+        kind = file_kind(info.st_mode, fifo="pipe it into stdin instead: kimi-viz explain < FIFO")
+        raise KimiVizError(f"--file {shown}: is {kind}; expected a regular log file")
     if info.st_size > MAX_LOG_BYTES:
         raise KimiVizError(
             f"--file {shown}: is {info.st_size} bytes, over the {MAX_LOG_BYTES >> 20} MiB limit; "

@@ -46,6 +46,7 @@ from ..errors import (
     TruncatedImageError,
     UnsupportedImageError,
 )
+from ..files import file_kind
 
 DEFAULT_MAX_PIXELS = 2**28
 DEFAULT_MAX_BYTES = 2**29  # the decoded buffer: a 16-bit image at the pixel limit fits, a 32-bit one does not
@@ -180,18 +181,6 @@ def _check_bytes(image: Image.Image, source: str, max_bytes: int) -> None:
         )
 
 
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
 def _open_path(path: Path, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Image.Image:
     try:
         info = os.stat(path)
@@ -202,7 +191,7 @@ def _open_path(path: Path, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) 
             f"{path}: cannot be opened ({getattr(exc, 'strerror', None) or exc}); expected the path of an image file"
         ) from None
     if not stat.S_ISREG(info.st_mode):
-        raise NotAnImageError(f"{path}: is {_file_kind(info.st_mode)}; expected the path of an image file")
+        raise NotAnImageError(f"{path}: is {file_kind(info.st_mode)}; expected the path of an image file")
     if info.st_size == 0:
         raise NotAnImageError(f"{path}: empty file; expected image data (PNG, JPEG, ...)")
     if info.st_size > MAX_IMAGE_FILE_BYTES:
