@@ -248,7 +248,7 @@ need = {
     "sglang.srt.multimodal.processors.kimi_k3": [],
     "sglang.srt.managers.schedule_batch": ["MultimodalDataItem", "Modality"],
     "pytest": [], "hypothesis": [], "pytest_timeout": [], "matplotlib.pyplot": [],
-    "kimi_viz.replay.split": ["replay"], "kimi_viz.replay.scenarios": ["SCENARIOS"],
+    "kimi_viz.split._replay": ["replay"], "kimi_viz.scenarios": ["SCENARIOS"],
 }
 if rel == "0.5.18":
     need.update({"xgrammar": [], "httpx": []})

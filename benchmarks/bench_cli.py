@@ -56,8 +56,8 @@ def build_captures(folder: Path) -> tuple[Path, Path]:
     from kimi_viz.data import SAMPLE_PHOTOS
     from kimi_viz.manifest import write_manifest
     from kimi_viz.preprocess.config import get_config
-    from kimi_viz.replay.batch import Batch
-    from kimi_viz.replay.scenarios import deferred_item
+    from kimi_viz.request import deferred_item
+    from kimi_viz.split.batch import Batch
 
     names = [SAMPLE_PHOTOS[i % len(SAMPLE_PHOTOS)] for i in range(16)]
     batch = Batch(

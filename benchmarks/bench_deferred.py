@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from kimi_viz.data import SAMPLE_PHOTOS
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.preprocess.resize import resize_config
-from kimi_viz.replay.batch import Batch, Feature, Item
-from kimi_viz.replay.scenarios import deferred_config, deferred_item
-from kimi_viz.replay.split import replay
+from kimi_viz.request import deferred_config, deferred_item
+from kimi_viz.split._replay import replay
+from kimi_viz.split.batch import Batch, Feature, Item
 
 K3 = "kimi-k3"
 

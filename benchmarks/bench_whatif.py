@@ -11,7 +11,7 @@ Workloads: the eight sample photos (``SAMPLE_PHOTOS``) swept over the four relea
 * ``sweep-8-photos-epd-cpu`` — the EPD encoder's cpu backend (each rank replays its own batch, with
   its own images preprocessed on the encoder).
 
-Kit: :func:`kimi_viz.whatif.sweep` — image headers read once, the items built once per release row,
+Kit: :func:`kimi_viz._whatif._sweep` — image headers read once, the items built once per release row,
 each cell replayed without a fix search. Baseline: what a script calling the public API once per cell
 does — for every cell decode every image (``load_image``) and run a full ``whatif(...)`` (header probe,
 item build, replay on every rank, fix search). Both must give the same status and per-rank errors in
@@ -34,12 +34,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
+from kimi_viz._whatif._sweep import SWEEP_TP_SIZES, sweep
+from kimi_viz._whatif.run import whatif
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
 from kimi_viz.preprocess.images import load_image
-from kimi_viz.whatif.request_side import REQUEST_SIDES
-from kimi_viz.whatif.run import whatif
-from kimi_viz.whatif.settings import ServerSettings
-from kimi_viz.whatif.sweep import SWEEP_TP_SIZES, sweep
+from kimi_viz.request.settings import ServerSettings
+from kimi_viz.request.sides import REQUEST_SIDES
 
 TARGET_S = 2.0
 WORKLOADS = {

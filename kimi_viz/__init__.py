@@ -1,20 +1,55 @@
 """kimi-viz: see how SGLang turns images into Kimi-K3 vision features, and why row counts diverge.
 
-The public names below are imported lazily so ``import kimi_viz`` stays fast.
+The public names below are imported lazily so ``import kimi_viz`` stays fast. The package reads as
+the pipeline: :mod:`.preprocess` (images to ``pixel_values``), :mod:`.encoder` (the vision tower),
+:mod:`.request` (what a release's request side builds), :mod:`.schedule` (which items reach the
+call), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:`.scenarios`,
+:mod:`.manifest`, :mod:`.plots`, :mod:`.capture` and :mod:`.report`; :mod:`.releases` says which
+release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sweep`,
+:func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here.
+
+One naming rule holds everywhere: no function shares its name with a module beside it. A module
+that implements a verb is private and named after it (``_explain.py``, ``split/_replay.py``), so
+``kimi_viz.explain`` is always the function, whatever has been imported.
 """
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
+# The one exception tree (kimi_viz.errors): every bad input the kit meets raises one of these.
+_ERRORS = [
+    "KimiVizError",
+    "ImageLoadError",
+    "ImageNotFoundError",
+    "NotAnImageError",
+    "TruncatedImageError",
+    "EmptyImageError",
+    "DecompressionBombError",
+    "UnsupportedImageError",
+    "ConfigError",
+    "CheckpointError",
+    "DeviceError",
+    "RowCountError",
+    "LayoutLookupError",
+    "ManifestError",
+    "ScenarioError",
+    "OutputError",
+    "CaptureError",
+    "WhatIfError",
+    "SettingNotInReleaseError",
+]
+
 _EXPORTS = {
+    **dict.fromkeys(_ERRORS, "kimi_viz.errors"),
+    # preprocess: images to pixel_values
     "load_image": "kimi_viz.preprocess.images",
     "ProcessorConfig": "kimi_viz.preprocess.config",
     "get_config": "kimi_viz.preprocess.config",
     "load_preprocessor_config": "kimi_viz.preprocess.config",
-    "resize_config": "kimi_viz.preprocess.processor",
+    "resize_config": "kimi_viz.preprocess.resize",
     "Processor": "kimi_viz.preprocess.processor",
     "compare": "kimi_viz.preprocess.processor",
     "load_hf_processor": "kimi_viz.preprocess.processor",
@@ -22,28 +57,55 @@ _EXPORTS = {
     "ImageRecord": "kimi_viz.preprocess.records",
     "BatchLayout": "kimi_viz.preprocess.layout",
     "compare_layouts": "kimi_viz.preprocess.layout",
+    # encoder
     "VisionEncoder": "kimi_viz.encoder.runtime",
-    "Batch": "kimi_viz.replay.batch",
-    "Item": "kimi_viz.replay.batch",
-    "Feature": "kimi_viz.replay.batch",
-    "assign_ranks": "kimi_viz.replay.split",
-    "replay": "kimi_viz.replay.split",
-    "Verdict": "kimi_viz.replay.verdict",
-    "Status": "kimi_viz.replay.verdict",
-    "build_verdict": "kimi_viz.replay.verdict",
+    "resolve_device": "kimi_viz.devices",
+    # releases
+    "RELEASES": "kimi_viz.releases",
+    "NEWEST": "kimi_viz.releases",
+    "Release": "kimi_viz.releases",
+    # request side
+    "ServerSettings": "kimi_viz.request.settings",
+    "RequestImage": "kimi_viz.request.images",
+    "probe_image": "kimi_viz.request.images",
+    "image_sources": "kimi_viz.request.images",
+    "build_request": "kimi_viz.request.sides",
+    # the deferred split
+    "Batch": "kimi_viz.split.batch",
+    "Item": "kimi_viz.split.batch",
+    "Feature": "kimi_viz.split.batch",
+    "assign_ranks": "kimi_viz.split.ranks",
+    "replay": "kimi_viz.split._replay",
+    "Trace": "kimi_viz.split.trace",
+    "Verdict": "kimi_viz.split.verdict",
+    "Status": "kimi_viz.split.verdict",
+    "build_verdict": "kimi_viz.split.verdict",
+    "format_verdict": "kimi_viz.split.verdict",
+    # scenarios, manifests, views
+    "SCENARIOS": "kimi_viz.scenarios.catalogue",
+    "get_scenario": "kimi_viz.scenarios.catalogue",
+    "run_scenario": "kimi_viz.scenarios.catalogue",
+    "read_manifest": "kimi_viz.manifest.read",
+    "write_manifest": "kimi_viz.manifest.write",
     "Stepper": "kimi_viz.report.stepper",
-    "read_manifest": "kimi_viz.manifest",
-    "write_manifest": "kimi_viz.manifest",
-    "explain": "kimi_viz.explain",
+    # the verbs
+    "explain": "kimi_viz._explain",
+    "triage": "kimi_viz._triage",
+    "TriageResult": "kimi_viz._triage",
+    "write_triage_outputs": "kimi_viz._triage",
+    "whatif": "kimi_viz._whatif.run",
+    "WhatIf": "kimi_viz._whatif.run",
+    "sweep": "kimi_viz._whatif._sweep",
+    "Sweep": "kimi_viz._whatif._sweep",
+    "minimize": "kimi_viz._whatif._minimize",
+    "Minimized": "kimi_viz._whatif._minimize",
+    "request_table": "kimi_viz._whatif.text",
+    "run_demo": "kimi_viz._demo",
+    # the sample images
+    "SAMPLE_PHOTOS": "kimi_viz.data",
     "sample_images": "kimi_viz.data",
     "sample_path": "kimi_viz.data",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kimi_viz' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

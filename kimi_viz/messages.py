@@ -1,6 +1,6 @@
 """SGLang's own exception messages on the Kimi-K3 vision path, copied literally, each with its source.
 
-One catalogue for the whole kit: the replay raises these texts, :mod:`kimi_viz.explain` recognises
+One catalogue for the whole kit: the replay raises these texts, :mod:`kimi_viz._explain` recognises
 them in logs, and the tests compare them with what the real SGLang raises. ``{}`` marks a part
 SGLang formats in. The comment above each names the file and function that raises it. The texts are
 the same in 0.5.18 to 0.5.23; 0.5.17 raises the grid-loop, tensor-type and ``mm_utils`` ones only.

@@ -33,12 +33,8 @@ device = "auto"
 
 # %%
 # %matplotlib inline
-from kimi_viz import plots
-from kimi_viz.data import SAMPLE_PHOTOS, sample_path
-from kimi_viz.preprocess.images import load_image
-from kimi_viz.preprocess.layout import BatchLayout
-from kimi_viz.preprocess.processor import Processor, compare, resize_config
-from kimi_viz.report.tables import Table
+from kimi_viz import SAMPLE_PHOTOS, BatchLayout, Processor, compare, load_image, plots, resize_config, sample_path
+from kimi_viz.report import Table
 
 # %% [markdown]
 # ## 1. How big does each image become?

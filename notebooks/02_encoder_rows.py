@@ -37,14 +37,9 @@ checkpoint_dir = None  # a local Kimi-K3 checkpoint folder; None: random weights
 
 # %%
 # %matplotlib inline
-from kimi_viz import plots
-from kimi_viz.data import SAMPLE_PHOTOS, sample_path
-from kimi_viz.devices import resolve_device
+from kimi_viz import SAMPLE_PHOTOS, BatchLayout, Processor, RowCountError, plots, resolve_device, sample_path
 from kimi_viz.encoder import VisionEncoder, processor_preset_for
-from kimi_viz.errors import RowCountError
-from kimi_viz.preprocess.layout import BatchLayout
-from kimi_viz.preprocess.processor import Processor
-from kimi_viz.report.tables import Table
+from kimi_viz.report import Table
 
 # %% [markdown]
 # ## 1. The encoder

@@ -38,10 +38,8 @@ device = "auto"
 
 # %%
 # %matplotlib inline
-from kimi_viz import plots
-from kimi_viz.replay import build_verdict, replay
-from kimi_viz.replay.scenarios import get_scenario, run_scenario
-from kimi_viz.report import Stepper, Table, VerdictView, assignment_table, divergence_table, items_table
+from kimi_viz import build_verdict, get_scenario, plots, replay, run_scenario
+from kimi_viz.report import Stepper, Table, VerdictView, assignment_table, batch_table, divergence_table
 
 # %% [markdown]
 # ## 1. A healthy batch
@@ -100,7 +98,7 @@ plots.draw_step(s1_fixed, -1, rank=1).figure
 # %%
 s2 = get_scenario("s2-cpu")
 s2_trace = replay(s2.build(), tp_size=s2.tp_size, sglang_version="0.5.23", device=device)
-items_table(s2_trace.batch)
+batch_table(s2_trace.batch)
 
 # %%
 Stepper(s2_trace)
@@ -125,7 +123,7 @@ plots.draw_step(s2_fixed, -1).figure
 # ## 4. The same causes on the gpu backend
 #
 # On the gpu backend SGLang compares the produced grids with the expected ones first, so the same
-# two causes surface as a different message. The catalogue (`kimi_viz.replay.scenarios.SCENARIOS`, or
+# two causes surface as a different message. The catalogue (`kimi_viz.scenarios.SCENARIOS`, or
 # `kimi-viz scenario list`) holds every known cause, S1–S13, each with the outcome SGLang gives.
 
 # %%

@@ -43,11 +43,8 @@ out_dir = "build/triage"
 
 # %%
 # %matplotlib inline
-from kimi_viz import plots
-from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.replay.scenarios import get_scenario
-from kimi_viz.report import Stepper, Table, VerdictView, images_table, items_table
-from kimi_viz.triage import triage, write_outputs
+from kimi_viz import get_scenario, plots, read_manifest, triage, write_manifest, write_triage_outputs
+from kimi_viz.report import Stepper, Table, VerdictView, batch_table, images_table
 
 # %% [markdown]
 # ## 1. The manifest
@@ -64,7 +61,7 @@ manifest_path = (
     manifest if manifest is not None else write_manifest(get_scenario("s2-cpu").build(), f"{out_dir}/manifest-s2-cpu")
 )
 batch = read_manifest(manifest_path)
-items_table(batch)
+batch_table(batch)
 
 # %% [markdown]
 # ## 2. The verdict
@@ -109,5 +106,5 @@ Stepper(result.trace)
 # holds the same trace for tools; `summary.png` the verdict and the failing ranks' rows.
 
 # %%
-outputs = write_outputs(result, out_dir)
+outputs = write_triage_outputs(result, out_dir)
 Table(["output", "written to"], [[name, str(path)] for name, path in outputs.items()])

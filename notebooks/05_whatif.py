@@ -23,7 +23,7 @@
 #
 # Whether SGLang's deferred split can fail depends first on what the *request side*
 # (`multimodal/processors/kimi_k3.py`, or the EPD encoder) builds: eager rows skip the split
-# entirely; deferred items carry a grid key and a `resize_config` the model checks. `kimi_viz.whatif`
+# entirely; deferred items carry a grid key and a `resize_config` the model checks. `kimi_viz._whatif`
 # builds the items exactly as the release would (the byte rule, the preprocessing cache, the
 # transport, the EPD encoder's own preprocessing), works out which items reach each rank (embedding
 # cache hits, duplicates), and replays that release's `get_image_feature` on every rank. The same
@@ -46,11 +46,8 @@ embedding_cache_hits = []  # positions of images whose embedding is already cach
 
 # %%
 # %matplotlib inline
-from kimi_viz import plots
+from kimi_viz import ServerSettings, image_sources, minimize, plots, request_table, sweep, whatif
 from kimi_viz.report import Table, VerdictView
-from kimi_viz.whatif import ServerSettings, image_sources, items_table, whatif
-from kimi_viz.whatif.minimize import minimize
-from kimi_viz.whatif.sweep import sweep
 
 settings = ServerSettings(
     serving=serving,
@@ -72,7 +69,7 @@ settings.sglang_flags()
 
 # %%
 answer = whatif(request, sglang_version=sglang_version, tp_size=tp, settings=settings, device=device)
-items_table(answer.built)
+request_table(answer.built)
 
 # %% [markdown]
 # ## 2. The verdict on every rank

@@ -17,7 +17,7 @@ import torch
 from kimi_viz import capture
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest
-from kimi_viz.replay.batch import RecordedOutcome
+from kimi_viz.split.batch import RecordedOutcome
 
 ERROR = "Kimi-K3 deferred feature length does not match image grids"
 REPO = Path(__file__).resolve().parent.parent
@@ -288,6 +288,7 @@ def test_shim_imports_nothing_heavy_at_start_up(tmp_path):
     assert added <= {
         "sitecustomize",
         "kimi_viz",
+        "kimi_viz._lazy",
         "kimi_viz.capture",
         "kimi_viz.capture.hook",
         "kimi_viz.capture.names",

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kimi_viz.manifest import write_manifest
-from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.split.batch import Batch, Feature, Item
 
 HEAVY = ("numpy", "torch", "matplotlib", "PIL", "jsonschema")
 EXPLAIN_LINE = "ValueError: Kimi-K3 deferred feature length does not match image grids"

@@ -12,12 +12,13 @@ import torch
 from kimi_viz.errors import ConfigError, KimiVizError
 from kimi_viz.manifest import redact_batch
 from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_GPU_WRONG_GRIDS, MSG_LENGTH, MSG_UNSUPPORTED_BACKEND
-from kimi_viz.replay.batch import Batch, Feature, Item
-from kimi_viz.replay.ranks import assign_ranks
-from kimi_viz.replay.scenarios import deferred_item, eager_item, get_scenario
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.trace import Check
-from kimi_viz.replay.verdict import VERDICT_SCHEMA, build_verdict, trace_document, validate_verdict
+from kimi_viz.request import deferred_item, eager_item
+from kimi_viz.scenarios import get_scenario
+from kimi_viz.split._replay import replay
+from kimi_viz.split.batch import Batch, Feature, Item
+from kimi_viz.split.ranks import assign_ranks
+from kimi_viz.split.trace import Check
+from kimi_viz.split.verdict import VERDICT_SCHEMA, build_verdict, trace_document, validate_verdict
 
 
 # --- assign_ranks ----------------------------------------------------------------------------------
@@ -370,7 +371,7 @@ def test_an_hwc_tensor_on_the_cpu_backend_is_read_as_hwc_there():
 
 
 def test_findings_name_each_anomaly_once_and_correctly():
-    from kimi_viz.replay.scenarios import run_scenario
+    from kimi_viz.scenarios import run_scenario
 
     s9 = run_scenario("s9-two-grids", mode="shapes").divergence.findings
     assert [f.cls for f in s9] == ["S9"]  # the aggregated feature matches both grids: no S10

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from kimi_viz._demo import DEMO_SCENARIOS
 from kimi_viz.cli import main
-from kimi_viz.demo import DEMO_SCENARIOS
-from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.scenarios import SCENARIOS
 
 KEY_SCENARIOS = {"healthy-tp2", "s1-cpu", "s2-cpu", "s3-mixed-local", "s4-cpu", "s13-zero-size"}
 TIME_LIMIT_S = 120.0

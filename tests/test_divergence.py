@@ -11,12 +11,12 @@ from PIL import Image
 
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.preprocess.resize import resize_config
-from kimi_viz.replay.batch import Batch, Feature, Item
-from kimi_viz.replay.divergence import analyse
-from kimi_viz.replay.findings import Finding, findings
-from kimi_viz.replay.releases import choose_release
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.trace import CAUSES, Cause, CauseKind, ErrorInfo, ImageRow, RankTrace, Trace
+from kimi_viz.releases import choose_release
+from kimi_viz.split._replay import replay
+from kimi_viz.split.batch import Batch, Feature, Item
+from kimi_viz.split.divergence import analyse
+from kimi_viz.split.findings import Finding, collect_findings
+from kimi_viz.split.trace import CAUSES, Cause, CauseKind, ErrorInfo, ImageRow, RankTrace, Trace
 
 K3 = get_config("kimi-k3")
 
@@ -70,7 +70,7 @@ def test_findings_name_each_class_from_the_batch_alone():
         {"backend": "gpu", "resize_config": {}},
     )
     k25 = _image_item(4200, 3150, "gpu", preset="kimi-k25")
-    found = findings(_batch(stale, t2, two_rows, hwc, k25), consumer=K3)
+    found = collect_findings(_batch(stale, t2, two_rows, hwc, k25), consumer=K3)
     assert [(f.cls, f.image) for f in found] == [("S2", 0), ("S8", 1), ("S9", 2), ("S12", 3), ("S4", 4)]
     s4 = found[-1]
     assert (s4.given_grid, s4.consumer_grid) == ([1, 112, 148], [1, 222, 296])

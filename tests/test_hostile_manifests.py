@@ -22,7 +22,7 @@ from PIL import Image
 from test_hostile_support import Case, check_case, run_cases
 
 from kimi_viz.manifest import write_manifest
-from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.split.batch import Batch, Feature, Item
 
 DEFERRED = {
     "backend": "cpu",

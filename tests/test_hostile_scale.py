@@ -95,7 +95,7 @@ def test_hostile_scale(case, runs):
 
 
 def test_rank_assignment_at_the_largest_tp_is_fast():
-    from kimi_viz.replay.ranks import MAX_TP_SIZE, assign_ranks
+    from kimi_viz.split.ranks import MAX_TP_SIZE, assign_ranks
 
     started = time.perf_counter()
     ranks = assign_ranks([196] * 5000, MAX_TP_SIZE)
@@ -112,7 +112,7 @@ def test_validation_of_4096_items_is_linear_and_fast():
 
 
 def test_the_cli_choices_match_triage():
-    from kimi_viz import triage
+    from kimi_viz import _triage as triage
     from kimi_viz.cli import triage_cmd
 
     assert triage_cmd.VARIANT_CHOICES == triage.VARIANT_CHOICES and triage_cmd.MODE_CHOICES == triage.MODE_CHOICES

@@ -162,7 +162,7 @@ def test_escape_value_and_safe_text():
 
 def test_every_known_message_contains_a_needle():
     from kimi_viz import messages
-    from kimi_viz.explain import KNOWN_MESSAGES, NEEDLES, explain
+    from kimi_viz._explain import KNOWN_MESSAGES, NEEDLES, explain
 
     samples = [
         messages.MSG_LENGTH,

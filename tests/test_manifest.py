@@ -24,7 +24,7 @@ from kimi_viz.manifest import (
     validate_manifest_json,
     write_manifest,
 )
-from kimi_viz.replay.batch import Batch, Feature, Item, RecordedOutcome
+from kimi_viz.split.batch import Batch, Feature, Item, RecordedOutcome
 
 RESIZE = {"num_tokens": 6, "new_width": 80, "new_height": 40, "pad_width": 4, "pad_height": 2}
 

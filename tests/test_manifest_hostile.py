@@ -28,7 +28,7 @@ from PIL import Image
 from kimi_viz.cli import build_parser, main
 from kimi_viz.errors import KimiVizError, ManifestError
 from kimi_viz.manifest import read_manifest, validate_manifest_json, write_manifest
-from kimi_viz.replay.batch import Batch, Feature, Item
+from kimi_viz.split.batch import Batch, Feature, Item
 
 PEAK_LIMIT = 4 * 1024 * 1024  # bytes a refused manifest may make Python allocate while being read
 
@@ -236,13 +236,13 @@ def test_image_header_over_the_pixel_limit_is_refused_before_decoding(tmp_path, 
     )
     folder = write_valid(tmp_path / "m")
     (folder / "images" / "item0.png").write_bytes(png)
-    refuse(folder, capsys, "items[0].feature.file", "100000x100000", "more than the limit")
+    refuse(folder, capsys, "items[0].feature.file", "100000x100000", "over max_pixels")
 
 
 def test_not_an_image_is_refused(tmp_path, capsys):
     folder = write_valid(tmp_path / "m")
     (folder / "images" / "item0.png").write_bytes(b"<svg xmlns='x'></svg>")
-    refuse(folder, capsys, "items[0].feature.file", "not an image in any accepted format")
+    refuse(folder, capsys, "items[0].feature.file", "not an image Pillow can decode")
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from kimi_viz import messages as deferred
+from kimi_viz._explain import KNOWN_MESSAGES, explain
 from kimi_viz.cli import main
-from kimi_viz.explain import KNOWN_MESSAGES, explain
-from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.scenarios import SCENARIOS
 
 FAILING = [name for name, scenario in SCENARIOS.items() if scenario.expected.outcome == "error"]
 

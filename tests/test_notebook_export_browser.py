@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_viz.replay.scenarios import run_scenario
 from kimi_viz.report.stepper import Stepper
+from kimi_viz.scenarios import run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

@@ -128,7 +128,7 @@ def test_outputs_equal_the_snapshot(name, tmp_path):
 if __name__ == "__main__":  # python tests/test_output_snapshots.py --write
     import tempfile
 
-    from kimi_viz.replay.scenarios import SCENARIOS
+    from kimi_viz.scenarios import SCENARIOS
 
     if "--write" not in sys.argv:
         sys.exit("usage: python tests/test_output_snapshots.py --write")

@@ -15,7 +15,7 @@ import papermill
 import pytest
 
 from kimi_viz.manifest import write_manifest
-from kimi_viz.replay.scenarios import get_scenario
+from kimi_viz.scenarios import get_scenario
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_triage.ipynb"
 LENGTH_MESSAGE = "Kimi-K3 deferred feature length does not match image grids"
@@ -109,7 +109,7 @@ def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
 
 def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path):
     """An S1 capture that raised on 0.5.18, replayed as 0.5.23: the amber status leads the verdict."""
-    from kimi_viz.replay.batch import RecordedOutcome
+    from kimi_viz.split.batch import RecordedOutcome
 
     batch = get_scenario("s1-cpu").build()
     batch.sglang_version = "0.5.18"

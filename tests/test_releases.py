@@ -11,10 +11,10 @@ import pytest
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
-from kimi_viz.replay.releases import RELEASES, choose_release, fixed_in, release_for
-from kimi_viz.replay.scenarios import SCENARIOS
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.verdict import build_verdict, format_verdict
+from kimi_viz.releases import RELEASES, choose_release, fixed_in, release_for
+from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.split._replay import replay
+from kimi_viz.split.verdict import build_verdict, format_verdict
 
 TABLE = {
     "0.5.17": ("no-split", "0.5.17"),

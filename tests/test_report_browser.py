@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from kimi_viz._triage import triage
 from kimi_viz.manifest import write_manifest
-from kimi_viz.replay.scenarios import SCENARIOS
-from kimi_viz.triage import triage
+from kimi_viz.scenarios import SCENARIOS
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
 
 # --- one status each, told the same way -----------------------------------------------------------------
 def _with_recording(name: str, outcome: str) -> object:
-    from kimi_viz.replay.batch import RecordedOutcome
+    from kimi_viz.split.batch import RecordedOutcome
 
     batch = SCENARIOS[name].build()
     if outcome == "error":
@@ -156,7 +156,7 @@ def _rgb(hex_color: str) -> str:
 
 @pytest.mark.parametrize("status", list(STATUS_CASES))
 def test_each_status_has_its_badge_text_and_colour(browser, status_reports, status):
-    from kimi_viz.replay.verdict import STATUS_STYLES, Status
+    from kimi_viz.split.verdict import STATUS_STYLES, Status
 
     style = STATUS_STYLES[Status(status)]
     page, problems, _ = _open(browser, status_reports[status])

@@ -13,11 +13,11 @@ from kimi_viz.errors import OutputError
 from kimi_viz.files import prepare_folder, write_file
 from kimi_viz.plots.palette import color_for
 from kimi_viz.plots.summary import draw_grid_mismatch, draw_rank_rows, draw_verdict_banner
-from kimi_viz.replay.scenarios import SCENARIOS, run_scenario
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.verdict import STATUS_STYLES, Status, build_verdict
 from kimi_viz.report.summary import summary_panels, summary_png
 from kimi_viz.report.tables import Table, VerdictView, images_table, ranks_table
+from kimi_viz.scenarios import SCENARIOS, run_scenario
+from kimi_viz.split._replay import replay
+from kimi_viz.split.verdict import STATUS_STYLES, Status, build_verdict
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from kimi_viz.cli import main
 from kimi_viz.errors import ScenarioError
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.replay.scenarios import SCENARIOS, get_scenario, run_scenario
-from kimi_viz.replay.split import replay
-from kimi_viz.replay.verdict import build_verdict, validate_verdict
+from kimi_viz.scenarios import SCENARIOS, get_scenario, run_scenario
+from kimi_viz.split._replay import replay
+from kimi_viz.split.verdict import build_verdict, validate_verdict
 
 CASES = [(name, mode) for name, sc in SCENARIOS.items() for mode in sc.modes]
 

@@ -13,8 +13,8 @@ from matplotlib.axes import Axes
 
 from kimi_viz.errors import ConfigError
 from kimi_viz.plots import draw_step
-from kimi_viz.replay.scenarios import run_scenario
 from kimi_viz.report.stepper import COUNT_ROWS, FRAME_DPI, Stepper
+from kimi_viz.scenarios import run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -279,8 +279,8 @@ def test_steps_that_share_a_frame_draw_the_same_picture(name):
     """The stepper renders one PNG per distinct picture; rendering every step on its own gives the
     same bytes for steps with the same drawing key, and different bytes for different keys."""
     from kimi_viz.plots.steps import draw_step, step_drawing_key
-    from kimi_viz.replay.scenarios import run_scenario
     from kimi_viz.report.page import figure_png
+    from kimi_viz.scenarios import run_scenario
 
     trace = run_scenario(name, mode="shapes")
     stepper = Stepper(trace)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from kimi_viz._triage import triage
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.replay.scenarios import SCENARIOS
-from kimi_viz.replay.verdict import validate_verdict
-from kimi_viz.triage import triage
+from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.split.verdict import validate_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 

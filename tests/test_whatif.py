@@ -12,17 +12,17 @@ import json
 import pytest
 from PIL import Image
 
+from kimi_viz._whatif._minimize import ddmin, minimize
+from kimi_viz._whatif._sweep import sweep
+from kimi_viz._whatif.run import whatif
 from kimi_viz.cli import main
 from kimi_viz.data import SAMPLE_PHOTOS, sample_images, sample_path
 from kimi_viz.errors import KimiVizError, SettingNotInReleaseError, WhatIfError
 from kimi_viz.preprocess.images import has_alpha, load_image
-from kimi_viz.whatif.call import model_call
-from kimi_viz.whatif.images import probe_image, probe_images
-from kimi_viz.whatif.minimize import ddmin, minimize
-from kimi_viz.whatif.request_side import REQUEST_SIDES, build_request, item_json, request_side_for
-from kimi_viz.whatif.run import whatif
-from kimi_viz.whatif.settings import OPTIONS, ServerSettings
-from kimi_viz.whatif.sweep import sweep
+from kimi_viz.request.images import probe_image, probe_images
+from kimi_viz.request.settings import OPTIONS, ServerSettings
+from kimi_viz.request.sides import REQUEST_SIDES, build_request, item_json, request_side_for
+from kimi_viz.schedule.call import model_call
 
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
 SEED = "Kimi-K3 deferred feature length does not match image grids"

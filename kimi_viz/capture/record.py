@@ -1,4 +1,4 @@
-"""Turning one SGLang ``get_image_feature`` call into the kit's :class:`~kimi_viz.replay.batch.Batch`, and writing it.
+"""Turning one SGLang ``get_image_feature`` call into the kit's :class:`~kimi_viz.split.batch.Batch`, and writing it.
 
 :func:`item_from_sglang` reads one ``MultimodalDataItem`` (both grid keys, the deferred config, the
 ``encoder_local_preprocessed`` flag, the feature); :func:`batch_from_call` adds what the running
@@ -67,7 +67,7 @@ def _feature_of(value: Any, backend: str | None):
     from PIL import Image
 
     from ..manifest import DTYPES
-    from ..replay.batch import Feature
+    from ..split.batch import Feature
 
     if isinstance(value, Image.Image):
         return Feature.from_image(value.copy())  # copy() loads the pixels and copies .info
@@ -91,9 +91,9 @@ def _feature_of(value: Any, backend: str | None):
 
 
 def item_from_sglang(item: Any, index: int):
-    """Return the kit :class:`~kimi_viz.replay.batch.Item` for one SGLang ``MultimodalDataItem``."""
+    """Return the kit :class:`~kimi_viz.split.batch.Item` for one SGLang ``MultimodalDataItem``."""
     from ..manifest import jsonable
-    from ..replay.batch import DEFERRED_KEY, GRID_KEYS, Item
+    from ..split.batch import DEFERRED_KEY, GRID_KEYS, Item
 
     data = _model_data(item)
     grids = {}
@@ -205,13 +205,13 @@ def _processor_config(model: Any) -> dict | None:
 
 
 def batch_from_call(model: Any, items: list, *, error: BaseException | None = None, function: Any = None):
-    """Return a :class:`~kimi_viz.replay.batch.Batch` describing one ``get_image_feature(items)`` call.
+    """Return a :class:`~kimi_viz.split.batch.Batch` describing one ``get_image_feature(items)`` call.
 
     ``batch.recorded`` is the call's outcome: ``RecordedOutcome("error", type(error).__name__, str(error))``
     when it raised ``error``, else ``RecordedOutcome("ok")`` (a passing call recorded with ``--all``).
     """
     from .. import __version__
-    from ..replay.batch import Batch, RecordedOutcome
+    from ..split.batch import Batch, RecordedOutcome
 
     size, rank, tp_source = _attention_tp(model)
     variant, variant_how, variant_source = _code_variant(function)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..demo import DEMO_SCENARIOS, run_demo
+from .._demo import DEMO_SCENARIOS, run_demo
 from . import emit
 
 
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the demo and print where it is; return 0."""
     from ..files import check_folder
-    from ..replay.scenarios import get_scenario
+    from ..scenarios.catalogue import get_scenario
 
     check_folder(args.out, what="--out")
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]

@@ -8,8 +8,8 @@ import os
 import stat
 import sys
 
+from .._explain import KNOWN_MESSAGES, MAX_LOG_BYTES, explain, explain_stream, format_explanations
 from ..errors import KimiVizError
-from ..explain import KNOWN_MESSAGES, MAX_LOG_BYTES, explain, explain_stream, format_explanations
 from ..files import file_kind
 from ..terminal import escape_value
 from . import emit

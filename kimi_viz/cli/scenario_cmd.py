@@ -72,7 +72,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print the catalogue (a table, or JSON with ``--json``); return 0."""
-    from ..replay.scenarios import SCENARIOS
+    from ..scenarios.catalogue import SCENARIOS
 
     if args.json:
         emit(json.dumps([s.to_json() for s in SCENARIOS.values()], indent=2))
@@ -95,9 +95,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
-    from ..replay.scenarios import get_scenario
-    from ..replay.split import replay
-    from ..replay.verdict import build_verdict, format_verdict
+    from ..scenarios.catalogue import get_scenario
+    from ..split._replay import replay
+    from ..split.verdict import build_verdict, format_verdict
 
     scenario = get_scenario(args.name)
     if args.manifest_out:

@@ -7,7 +7,7 @@ import json
 
 from . import emit
 
-# kimi_viz.triage's VARIANT_CHOICES and MODE_CHOICES, named here so that building the parser does not
+# kimi_viz._triage's VARIANT_CHOICES and MODE_CHOICES, named here so that building the parser does not
 # import the replay (and torch); tests/test_hostile_scale.py checks they agree.
 VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_folder(args.out, what="--out")
     check_manifest(args.manifest)  # every check, before the replay and torch are imported: a bad manifest fails fast
-    from ..triage import triage
+    from .._triage import triage
 
     result = triage(
         args.manifest,

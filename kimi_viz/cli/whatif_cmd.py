@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..errors import WhatIfError
-from ..whatif.settings import DEFERS, EPD_BACKENDS, OPTION_OF, SERVINGS, TRANSPORTS, ServerSettings
+from ..request.settings import DEFERS, EPD_BACKENDS, OPTION_OF, SERVINGS, TRANSPORTS, ServerSettings
 from . import emit
 
 MODES = ("shapes", "pixels")
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     _check_request(args)
     settings = settings_from_args(args)
     if args.sweep:
-        from ..whatif.sweep import sweep
+        from .._whatif._sweep import sweep
 
         result = sweep(args.images, settings=settings, mode=args.mode, device=args.device)
         if args.json:
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         return 1 if any(c.error is not None for c in result.cells) else 0
     tp = _int(args.tp, "--tp", low=1)
     if args.minimize:
-        from ..whatif.minimize import minimize
+        from .._whatif._minimize import minimize
 
         found = minimize(args.images, sglang_version=args.sglang_version, tp_size=tp, settings=settings, mode=args.mode)
         if args.json:
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             emit(found.text())
         return 0 if found.target is None else 1
-    from ..whatif.run import whatif
+    from .._whatif.run import whatif
 
     answer = whatif(
         args.images,

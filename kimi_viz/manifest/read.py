@@ -1,4 +1,4 @@
-"""Reading a manifest: :func:`read_manifest` and the :class:`~kimi_viz.replay.batch.Batch` it builds.
+"""Reading a manifest: :func:`read_manifest` and the :class:`~kimi_viz.split.batch.Batch` it builds.
 
 The reader parses and validates ``manifest.json`` (:mod:`.schema`), checks every payload before
 loading any (paths, image headers, safetensors headers, size limits; :mod:`.sources`), and only then
@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only once a manifest has passed
-    from ..replay.batch import Batch, Feature, RecordedOutcome
+    from ..split.batch import Batch, Feature, RecordedOutcome
 
 from ..errors import ManifestError
 from ..preprocess.config import MAX_RESIZED_SIDE
+from ..preprocess.limits import MAX_IMAGE_FILE_BYTES, decoded_bytes
 from .schema import DTYPES, MANIFEST_NAME, ManifestWarning, parse_json, validate_manifest_json
 from .sources import (
-    MAX_IMAGE_FILE_BYTES,
     MAX_JSON_BYTES,
     MAX_PAYLOAD_BYTES,
     FolderSource,
@@ -37,7 +37,6 @@ from .sources import (
     check_elements,
     check_tensor_entry,
     decode_image,
-    decoded_bytes,
     open_image,
     open_zip,
     read_safetensors_header,
@@ -125,7 +124,8 @@ def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int, max_b
                     json_path=where + ".file",
                 )
             with source.open_stream(name, where + ".file") as stream:
-                left -= decoded_bytes(open_image(stream, name, where + ".file", max_pixels, left))
+                opened = open_image(stream, name, where + ".file", max_pixels, left)
+                left -= decoded_bytes(opened.width, opened.height, opened.mode)
         else:
             name = entry["file"]
             if name not in headers:
@@ -145,7 +145,7 @@ def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int, max_b
 
 def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixels: int) -> Feature:
     """Return one item's feature; its payload was checked by :func:`_check_payloads`."""
-    from ..replay.batch import Feature
+    from ..split.batch import Feature
 
     kind = entry["kind"]
     if kind == "shape_only":
@@ -176,7 +176,7 @@ def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixe
 
 def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     """Return ``source.recorded`` (validated by the schema) as a RecordedOutcome; None when absent or null."""
-    from ..replay.batch import RecordedOutcome
+    from ..split.batch import RecordedOutcome
 
     if value is None:
         return None
@@ -191,7 +191,7 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
     _check_payloads(obj, source, max_elements, max_pixels, max_bytes)
     if not load:
         return None
-    from ..replay.batch import GRID_KEYS, Batch, Item
+    from ..split.batch import GRID_KEYS, Batch, Item
 
     items = []
     for i, raw in enumerate(obj["items"]):

@@ -17,8 +17,6 @@ import math
 import os
 import stat
 import struct
-import threading
-import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -30,7 +28,6 @@ from .schema import DTYPES, MANIFEST_NAME
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest.json itself (4096 items take about 4 MiB)
 MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # the JSON header of a safetensors file
-MAX_IMAGE_FILE_BYTES = 256 * 1024 * 1024  # one encoded image file
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024  # decoded images plus tensors of one manifest, in memory
 MAX_ZIP_MEMBERS = 100_000
 
@@ -401,79 +398,33 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
         check_elements(other_info["shape"], max_elements, where + ".file")
 
 
-_PILLOW_LIMIT_LOCK = threading.Lock()
-
-
-def decoded_bytes(image) -> int:
-    """Return the bytes Pillow's buffer takes for ``image`` once decoded (width x height x bytes per pixel)."""
-    from ..preprocess.images import MODE_BYTES
-
-    width, height = image.size
-    return width * height * MODE_BYTES.get(image.mode, 4)
+def _as_manifest_error(exc: Exception, where: str) -> ManifestError:
+    """Return the ManifestError for an image the kit's opener refused: its message (naming the file) at ``where``."""
+    return ManifestError(str(exc), json_path=where)
 
 
 def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
     """Return a lazily opened PIL image (header only) after checking its format, pixel count and decoded size."""
-    from PIL import Image, UnidentifiedImageError
+    from ..errors import ImageLoadError
+    from ..preprocess.images import open_header
 
     try:
-        with _PILLOW_LIMIT_LOCK:  # our own limit (with the size in the message) replaces Pillow's while opening
-            saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
-            try:
-                image = Image.open(stream, formats=list(IMAGE_FORMATS))
-            finally:
-                Image.MAX_IMAGE_PIXELS = saved
-    except UnidentifiedImageError:
-        raise ManifestError(
-            f"{name!r} is not an image in any accepted format ({', '.join(IMAGE_FORMATS)})", json_path=where
-        ) from None
-    except Image.DecompressionBombError:
-        raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError, KeyError, TypeError) as exc:
-        raise ManifestError(f"{name!r} could not be read as an image ({exc})", json_path=where) from None
+        return open_header(stream, repr(name), max_pixels=max_pixels, max_bytes=max_bytes, formats=IMAGE_FORMATS)
+    except ImageLoadError as exc:
+        raise _as_manifest_error(exc, where) from None
     except (zipfile.BadZipFile, zlib.error) as exc:  # a damaged member of a manifest zip
         raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
-    width, height = image.size
-    if width * height > max_pixels:
-        raise ManifestError(
-            f"{name!r} is {width}x{height} = {width * height} pixels, more than the limit of "
-            f"{max_pixels} (pass a larger max_pixels only for a manifest you trust)",
-            json_path=where,
-        )
-    needed = decoded_bytes(image)
-    if needed > max_bytes:
-        raise ManifestError(
-            f"{name!r} is {width}x{height} in mode {image.mode!r}, {needed} bytes once decoded, more than the "
-            f"{max_bytes} bytes left of the manifest's payload limit (pass a larger max_bytes only for a "
-            "manifest you trust)",
-            json_path=where,
-        )
-    return image
 
 
 def decode_image(data: bytes, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
     """Return a loaded PIL image from bytes after checking its format, pixel count and decoded size."""
-    from PIL import Image
+    from ..errors import ImageLoadError
+    from ..preprocess.images import decode
 
     image = open_image(io.BytesIO(data), name, where, max_pixels, max_bytes)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image.load()
-    except Image.DecompressionBombError:
-        raise ManifestError(f"{name!r} has too many pixels for Pillow's safety limit", json_path=where) from None
-    except (
-        OSError,
-        ValueError,
-        SyntaxError,
-        EOFError,
-        struct.error,
-        MemoryError,
-        IndexError,
-        KeyError,
-        TypeError,
-    ) as exc:
-        raise ManifestError(f"{name!r} is damaged or truncated ({exc})", json_path=where) from None
+        return decode(image, repr(name))
+    except ImageLoadError as exc:
+        raise _as_manifest_error(exc, where) from None
     except (zipfile.BadZipFile, zlib.error) as exc:
         raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
-    return image

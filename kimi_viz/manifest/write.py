@@ -20,7 +20,7 @@ from ..errors import ManifestError
 from ..files import prepare_folder, write_file
 
 if TYPE_CHECKING:  # pragma: no cover - the replay (and torch) load only when a manifest is written
-    from ..replay.batch import Batch, Feature
+    from ..split.batch import Batch, Feature
 from .schema import (
     DTYPES,
     FORMAT,

@@ -1,6 +1,6 @@
 """One step of a deferred-split replay: the rank's row tracks as they stand after that step.
 
-:func:`draw_step` shows step ``k`` of one rank of a :class:`~kimi_viz.replay.trace.Trace`: two row
+:func:`draw_step` shows step ``k`` of one rank of a :class:`~kimi_viz.split.trace.Trace`: two row
 tracks — the rows the checks *expect* for this rank's images (``prod(grid_thws_host[...])`` at the
 row the code reads, labelled with the image it was read from when that is another image) and the
 rows preprocessing *produced* so far — with the first divergence marked. Spans are numbered and
@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..errors import ConfigError
-from ..replay.trace import (
+from ..split.trace import (
     ASSIGN_RANKS,
     COLLECT_GRIDS,
     CONCATENATE,
@@ -36,7 +36,7 @@ from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..replay.trace import RankTrace, Step, Trace
+    from ..split.trace import RankTrace, Step, Trace
 
 TEXT_FONT = 9.0
 MAX_LIST = 12

@@ -23,8 +23,8 @@ from matplotlib.patches import Rectangle
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..replay.trace import ImageRow, RankTrace, Trace
-    from ..replay.verdict import Verdict
+    from ..split.trace import ImageRow, RankTrace, Trace
+    from ..split.verdict import Verdict
 
 FONT = 10.0
 TITLE_FONT = 11.5
@@ -206,7 +206,7 @@ def draw_grid_mismatch(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
 
 def draw_verdict_banner(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
     """Return an Axes holding the status badge, the headline, the release line and the rank summary."""
-    from ..replay.verdict import release_lines
+    from ..split.verdict import release_lines
 
     style = verdict.style
     if ax is None:

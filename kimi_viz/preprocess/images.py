@@ -31,9 +31,11 @@ import stat
 import struct
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -47,14 +49,10 @@ from ..errors import (
     UnsupportedImageError,
 )
 from ..files import file_kind
+from .limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_IMAGE_FILE_BYTES, decoded_bytes
 
-DEFAULT_MAX_PIXELS = 2**28
-DEFAULT_MAX_BYTES = 2**29  # the decoded buffer: a 16-bit image at the pixel limit fits, a 32-bit one does not
-MAX_IMAGE_FILE_BYTES = 2**30  # an image file on disk
-# Bytes per pixel of Pillow's decoded buffer, by mode (any other mode: 4).
-MODE_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16B": 2, "I;16L": 2, "I;16N": 2, "BGR;16": 2, "BGR;15": 2}
-# Exceptions Pillow's format plugins raise on damaged data (beyond its own OSError/SyntaxError).
-_DECODE_ERRORS = (
+# Exceptions Pillow's format plugins raise on damaged data (beyond its own OSError/SyntaxError): the one list.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     SyntaxError,
     ValueError,
@@ -73,7 +71,7 @@ SUPPORTED_MODES = ("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}  # loaded as their straight-alpha modes
 EXIF_ORIENTATION_TAG = 0x0112
-_OPEN_LOCK = threading.Lock()
+_PILLOW_LOCK = threading.Lock()
 
 
 @dataclass
@@ -134,7 +132,7 @@ def load_image(
     if exif_transpose and orientation is not None:
         try:
             image = ImageOps.exif_transpose(image)
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             raise TruncatedImageError(
                 f"{source}: its EXIF orientation could not be applied ({exc}); re-export the file"
             ) from exc
@@ -158,7 +156,7 @@ def load_image(
 
 
 # --- sources ----------------------------------------------------------------------------------
-def _check_size(width: int, height: int, source: str, max_pixels: int) -> None:
+def check_size(width: int, height: int, source: str, max_pixels: int) -> None:
     if width <= 0 or height <= 0:
         raise EmptyImageError(
             f"{source}: image is {width}x{height}; expected a positive width and height "
@@ -173,7 +171,7 @@ def _check_size(width: int, height: int, source: str, max_pixels: int) -> None:
 
 def _check_bytes(image: Image.Image, source: str, max_bytes: int) -> None:
     width, height = image.size
-    needed = width * height * MODE_BYTES.get(image.mode, 4)
+    needed = decoded_bytes(width, height, image.mode)
     if needed > max_bytes:
         raise DecompressionBombError(
             f"{source}: image is {width}x{height} in mode {image.mode!r}, {needed} bytes once decoded, over "
@@ -181,7 +179,12 @@ def _check_bytes(image: Image.Image, source: str, max_bytes: int) -> None:
         )
 
 
-def _open_path(path: Path, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Image.Image:
+def open_file(path: Path) -> BinaryIO:
+    """Return an open binary handle on an image file, after checking it is a regular, non-empty file within the limit.
+
+    A FIFO, a device or a folder is refused before it is opened (so nothing can hang on it), and so is
+    a file over :data:`~kimi_viz.preprocess.limits.MAX_IMAGE_FILE_BYTES`.
+    """
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -200,10 +203,19 @@ def _open_path(path: Path, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) 
             "image file; expected an image file (downscale or recompress it)"
         )
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below, after the pixels are decoded
+        return open(path, "rb")
     except OSError as exc:
         raise ImageNotFoundError(f"{path}: cannot be opened ({exc.strerror or exc}); check its permissions") from None
-    with handle:
+
+
+def read_file(path: Path) -> bytes:
+    """Return the bytes of an image file, checked as :func:`open_file` checks it and read no further than the limit."""
+    with open_file(path) as handle:
+        return handle.read(MAX_IMAGE_FILE_BYTES + 1)[:MAX_IMAGE_FILE_BYTES]
+
+
+def _open_path(path: Path, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Image.Image:
+    with open_file(path) as handle:
         return _open_stream(handle, str(path), max_pixels, max_bytes)
 
 
@@ -213,45 +225,78 @@ def _open_bytes(data: bytes, source: str, max_pixels: int, max_bytes: int = DEFA
     return _open_stream(io.BytesIO(data), source, max_pixels, max_bytes)
 
 
-def _open_stream(stream: Any, source: str, max_pixels: int, max_bytes: int) -> Image.Image:
-    # PIL's own bomb check (its own limit) fires while opening and loading; apply ours instead.
-    with _OPEN_LOCK:
+@contextmanager
+def _pillow_limit_lifted() -> Iterator[None]:
+    """Lift Pillow's own pixel limit while the kit's limits (checked on the header) apply instead.
+
+    Pillow reads one process-wide ``Image.MAX_IMAGE_PIXELS`` while opening and decoding; this is the
+    only place in the kit that changes it, under one lock, and it is restored on the way out.
+    """
+    with _PILLOW_LOCK:
         saved = Image.MAX_IMAGE_PIXELS
         Image.MAX_IMAGE_PIXELS = None
         try:
-            try:
-                image = Image.open(stream)
-            except UnidentifiedImageError as exc:
-                raise NotAnImageError(
-                    f"{source}: not an image Pillow can decode; expected PNG, JPEG, WebP, GIF, BMP or TIFF data"
-                ) from exc
-            except _DECODE_ERRORS as exc:
-                raise TruncatedImageError(f"{source}: the image header is damaged ({exc}); re-export the file") from exc
-            _check_size(image.width, image.height, source, max_pixels)
-            _check_bytes(image, source, max_bytes)
-            try:
-                _warn_if_animated(image, source)
-            except _DECODE_ERRORS as exc:
-                raise TruncatedImageError(
-                    f"{source}: the image frames are damaged ({exc}); re-export the file"
-                ) from exc
-            try:
-                image.load()
-            except _DECODE_ERRORS as exc:
-                raise TruncatedImageError(
-                    f"{source}: the image data ends early or is corrupt ({exc}); re-download or re-export the file"
-                ) from exc
-            if image.format == "JPEG":
-                _warn_if_zero_filled_jpeg(stream, source)
+            yield
         finally:
             Image.MAX_IMAGE_PIXELS = saved
+
+
+def open_header(
+    stream: Any,
+    source: str,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    formats: tuple[str, ...] | None = None,
+) -> Image.Image:
+    """Return an image opened from ``stream`` with only its header read, after checking its size and limits.
+
+    ``source`` names the input in every message; ``formats`` restricts the decoders Pillow may try.
+    Raises :class:`~kimi_viz.errors.NotAnImageError`, :class:`~kimi_viz.errors.TruncatedImageError`,
+    :class:`~kimi_viz.errors.EmptyImageError` or :class:`~kimi_viz.errors.DecompressionBombError`.
+    """
+    try:
+        with _pillow_limit_lifted(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(stream, formats=list(formats) if formats else None)
+    except UnidentifiedImageError as exc:
+        accepted = ", ".join(formats) if formats else "PNG, JPEG, WebP, GIF, BMP or TIFF"
+        raise NotAnImageError(f"{source}: not an image Pillow can decode; expected {accepted} data") from exc
+    except DECODE_ERRORS as exc:
+        raise TruncatedImageError(f"{source}: the image header is damaged ({exc}); re-export the file") from exc
+    check_size(image.width, image.height, source, max_pixels)
+    _check_bytes(image, source, max_bytes)
+    return image
+
+
+def decode(image: Image.Image, source: str) -> Image.Image:
+    """Return ``image`` (from :func:`open_header`) with its pixels decoded; raise TruncatedImageError if damaged."""
+    try:
+        with _pillow_limit_lifted():
+            _warn_if_animated(image, source)
+    except DECODE_ERRORS as exc:
+        raise TruncatedImageError(f"{source}: the image frames are damaged ({exc}); re-export the file") from exc
+    try:
+        with _pillow_limit_lifted():
+            image.load()
+    except DECODE_ERRORS as exc:
+        raise TruncatedImageError(
+            f"{source}: the image data ends early or is corrupt ({exc}); re-download or re-export the file"
+        ) from exc
+    return image
+
+
+def _open_stream(stream: Any, source: str, max_pixels: int, max_bytes: int) -> Image.Image:
+    image = decode(open_header(stream, source, max_pixels=max_pixels, max_bytes=max_bytes), source)
+    if image.format == "JPEG":
+        _warn_if_zero_filled_jpeg(stream, source)
     return image
 
 
 def _warn_if_animated(image: Image.Image, source: str) -> None:
     frames = getattr(image, "n_frames", 1)
     if frames > 1:
-        warnings.warn(f"{source}: animated image with {frames} frames; using the first frame only", stacklevel=5)
+        warnings.warn(f"{source}: animated image with {frames} frames; using the first frame only", stacklevel=6)
         if image.tell() != 0:
             image.seek(0)
 
@@ -334,7 +379,7 @@ def _zero_filled_scan(data: bytes) -> int | None:
 
 
 def _from_pil(image: Image.Image, max_pixels: int) -> Image.Image:
-    _check_size(image.width, image.height, "<PIL.Image>", max_pixels)
+    check_size(image.width, image.height, "<PIL.Image>", max_pixels)
     if getattr(image, "n_frames", 1) > 1:
         _warn_if_animated(image, "<PIL.Image>")
         if image.tell() != 0:
@@ -362,7 +407,7 @@ def _array_to_pil(array: np.ndarray, source: str, max_pixels: int) -> Image.Imag
     if array.ndim not in (2, 3):
         raise UnsupportedImageError(f"{source}: array of shape {tuple(array.shape)}; expected (H, W) or (H, W, C)")
     height, width = array.shape[:2]
-    _check_size(width, height, source, max_pixels)
+    check_size(width, height, source, max_pixels)
     if array.ndim == 2:
         return Image.fromarray(np.ascontiguousarray(array), mode="L")
     channels = array.shape[2]

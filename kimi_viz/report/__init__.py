@@ -15,7 +15,7 @@ _EXPORTS = {
     "ranks_table": "tables",
     "images_table": "tables",
     "divergence_table": "tables",
-    "items_table": "tables",
+    "batch_table": "tables",
     "assignment_table": "tables",
     "render_report": "html",
     "write_report": "html",

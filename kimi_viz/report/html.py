@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..replay.batch import Batch
-from ..replay.verdict import Status, Verdict, image_sentence, release_lines
+from ..split.batch import Batch
+from ..split.verdict import Status, Verdict, image_sentence, release_lines
 from .page import badge_html, defuse_urls, escape, json_for_script, page_css, png_data_uri
 
 SCRIPT = """

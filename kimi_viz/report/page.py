@@ -6,7 +6,7 @@ The report, the static stepper, the demo index and the gallery are self-containe
 (:func:`json_for_script`), figures are PNG data URIs written without software metadata
 (:func:`figure_png`), and text from a manifest is escaped with its control characters made visible
 (:func:`escape`). The status badge of every verdict comes from :func:`badge_html`, coloured and
-worded by :data:`kimi_viz.replay.verdict.STATUS_STYLES`.
+worded by :data:`kimi_viz.split.verdict.STATUS_STYLES`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from ..replay.verdict import STATUS_STYLES, Status
+from ..split.verdict import STATUS_STYLES, Status
 
 URL_PATTERN = re.compile(r"(?i)\b(https?):(?=//)")
 PNG_METADATA = {"Software": None}

@@ -1,6 +1,6 @@
 """Step through a replay: a live ipywidgets control in Jupyter, a self-contained HTML stepper everywhere else.
 
-``Stepper(trace)`` shows one rank of a :class:`~kimi_viz.replay.trace.Trace` (the first failing rank
+``Stepper(trace)`` shows one rank of a :class:`~kimi_viz.split.trace.Trace` (the first failing rank
 by default) one step at a time, opening at the step where SGLang raises (the first step of a clean
 rank). Both forms look the same: a heading with the rank and its outcome (``FAIL`` in the failure
 colour), the controls, "Step k of n" matching the slider (which counts from 1), the step's note,
@@ -26,11 +26,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..replay.trace import prod
+from ..split.trace import prod
 from .page import escape, figure_png, json_for_script, png_data_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..replay.trace import RankTrace, Trace
+    from ..split.trace import RankTrace, Trace
 
 FRAME_DPI = 100  # the frames' text is 9 pt: 12.5 px at this dpi
 FRAME_WIDTH_PX = 950  # shown at this width at most (never scaled up), so text stays >= 10 px

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from .page import figure_png
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..replay.trace import Trace
-    from ..replay.verdict import Verdict
+    from ..split.trace import Trace
+    from ..split.verdict import Verdict
 
 MAX_FAILING_PANELS = 4
 MAX_HEALTHY_PANELS = 2

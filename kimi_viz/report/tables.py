@@ -3,7 +3,7 @@
 :class:`Table` is a small value with ``_repr_html_`` and a text ``repr`` (numbers rounded, long
 lists shortened), so a notebook cell ends with a table instead of a 40-line dict. The ``*_table``
 functions build the tables the notebooks show from the kit's typed data; :class:`VerdictView`
-shows a :class:`~kimi_viz.replay.verdict.Verdict` the way ``report.html`` does (status badge,
+shows a :class:`~kimi_viz.split.verdict.Verdict` the way ``report.html`` does (status badge,
 "N of M ranks fail", the amber banner of a not-reproduced capture) and as the CLI text.
 """
 
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from .page import escape, verdict_css
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..replay.batch import Batch
-    from ..replay.trace import Trace
-    from ..replay.verdict import Verdict
+    from ..split.batch import Batch
+    from ..split.trace import Trace
+    from ..split.verdict import Verdict
 
 
 def cell_text(value: Any, *, digits: int = 1, limit: int = 12) -> str:
@@ -129,7 +129,7 @@ def images_table(verdict: Verdict) -> Table:
 
 def divergence_table(verdict: Verdict) -> Table:
     """Return the divergence's key facts as two columns: what, and its value."""
-    from ..replay.verdict import image_sentence
+    from ..split.verdict import image_sentence
 
     div = verdict.divergence
     facts = [
@@ -150,7 +150,7 @@ def divergence_table(verdict: Verdict) -> Table:
     return Table(["", ""], [[k, v] for k, v in facts if v is not None])
 
 
-def items_table(batch: Batch) -> Table:
+def batch_table(batch: Batch) -> Table:
     """Return one row per item of a batch: label, backend, the grid keys it carries and its feature."""
     return Table(
         ["image", "label", "backend", "grids", "feature"],
@@ -193,7 +193,7 @@ class VerdictView:
         return f"<style>{verdict_css()}</style>" + verdict_html(self.verdict, heading=self.heading)
 
     def __repr__(self) -> str:
-        from ..replay.verdict import format_verdict
+        from ..split.verdict import format_verdict
 
         return format_verdict(self.verdict)
 
@@ -204,7 +204,7 @@ __all__ = [
     "ranks_table",
     "images_table",
     "divergence_table",
-    "items_table",
+    "batch_table",
     "assignment_table",
     "VerdictView",
 ]

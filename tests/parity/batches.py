@@ -16,8 +16,8 @@ from PIL import Image
 from kimi_viz.data import sample_path
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.preprocess.resize import resize_config
-from kimi_viz.replay.batch import Batch
-from kimi_viz.replay.scenarios import deferred_item
+from kimi_viz.request import deferred_item
+from kimi_viz.split.batch import Batch
 
 SOURCES = (
     "chelsea.png",
@@ -73,7 +73,7 @@ def random_batch(seed: int) -> RandomBatch:
             image = image.convert("L")
         backend = rng.choice(("gpu", "cpu"))
         preset = "kimi-k25" if rng.random() < 0.15 else "kimi-k3"
-        item = deferred_item(name, backend, preset=preset, image=image)
+        item = deferred_item(image, backend, preset=preset, label=name)
         item.label = f"{name} {width}x{height}+{left}+{top} {mode}"
         note = f"{k}: {item.label} {backend}" + (" k25-producer" if preset == "kimi-k25" else "")
         if rng.random() < 0.2:  # a stale second grid key

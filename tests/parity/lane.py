@@ -1,7 +1,7 @@
 """Driving the real SGLang the way its own unit tests do, and comparing it with the kit.
 
 - :func:`real_outcomes` runs the real ``KimiK3ForConditionalGeneration.get_image_feature`` on a kit
-  :class:`~kimi_viz.replay.batch.Batch`: a model made with ``__new__`` plus ``nn.Module.__init__``, a
+  :class:`~kimi_viz.split.batch.Batch`: a model made with ``__new__`` plus ``nn.Module.__init__``, a
   stub vision tower on the CPU, SGLang's DP runner replaced by one that records its loader, the loader
   called with each rank's share from SGLang's own ``get_dp_encoder_lb_assignment``, and a
   checkpoint-processor stand-in as ``_encoder_image_processor`` (the resize from SGLang's own
@@ -210,7 +210,7 @@ def real_outcomes(batch, tp_size: int) -> list[Outcome]:
 
 def kit_outcomes(batch, tp_size: int, release: str, mode: str = "shapes") -> list[Outcome]:
     """Return ``(rank, outcome, type, message)`` per rank from the kit's replay of ``release``."""
-    from kimi_viz.replay.split import replay
+    from kimi_viz.split._replay import replay
 
     trace = replay(batch, tp_size=tp_size, sglang_version=release, mode=mode, find_fix=False)
     return [(r.rank, r.outcome, r.error and r.error.type, r.error and r.error.message) for r in trace.ranks]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.scenarios import SCENARIOS
 
 from .lane import record
 

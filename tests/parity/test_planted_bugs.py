@@ -6,8 +6,8 @@ is undone after its test (monkeypatch); the lane's own checks then run on the un
 
 from __future__ import annotations
 
-from kimi_viz.replay.scenarios import SCENARIOS
-from kimi_viz.replay.state import RankState
+from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.split.state import RankState
 
 from .batches import random_batch
 from .lane import compare, kit_outcomes, real_outcomes, record
@@ -42,7 +42,7 @@ def test_a_planted_index_mapping_bug_is_caught(release, monkeypatch):
 
 
 def test_a_planted_message_typo_is_caught(release, monkeypatch):
-    import kimi_viz.replay.length_check as length_check
+    import kimi_viz.split.length_check as length_check
 
     monkeypatch.setattr(length_check, "MSG_LENGTH", "Kimi-K3 deferred feature length does not match image grid")
     found = []

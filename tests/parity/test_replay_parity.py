@@ -7,7 +7,7 @@ release (``sglang_version=<installed>``), so on 0.5.18 it is the pre-fix path th
 
 from __future__ import annotations
 
-from kimi_viz.replay.scenarios import SCENARIOS
+from kimi_viz.scenarios import SCENARIOS
 
 from .batches import random_batch
 from .lane import compare, kit_outcomes, real_outcomes, record

@@ -1,4 +1,4 @@
-"""The kit's request-side model (kimi_viz.whatif) against SGLang's REAL request side and EPD encoder producer.
+"""The kit's request-side model (kimi_viz._whatif) against SGLang's REAL request side and EPD encoder producer.
 
 Runs in the real-SGLang lane (``tests/parity/conftest.py``: skipped where ``import sglang`` fails, a
 failure under ``KIMI_VIZ_REQUIRE_SGLANG=1``). For seeded random image sets and every option
@@ -323,8 +323,8 @@ def random_request(seed: int) -> list[bytes]:
 
 # --- the comparisons ------------------------------------------------------------------------------------
 def _kit_built(datas, settings, release):
-    from kimi_viz.whatif.images import probe_image
-    from kimi_viz.whatif.request_side import build_request
+    from kimi_viz.request.images import probe_image
+    from kimi_viz.request.sides import build_request
 
     images = [probe_image(d, label=f"img{k}") for k, d in enumerate(datas)]
     return build_request(images, settings, release)
@@ -334,7 +334,7 @@ def compare_request_side(
     release: str, datas: list[bytes], *, transport: str, cache_mb, is_cuda: bool, hits: tuple[int, ...]
 ) -> tuple[list[str], int]:
     """Return ``(disagreements, items compared)`` for one request under one option combination."""
-    from kimi_viz.whatif.settings import ServerSettings
+    from kimi_viz.request.settings import ServerSettings
 
     settings = ServerSettings(
         transport=transport,
@@ -369,8 +369,8 @@ def encoder_load(data: bytes):
 
 def compare_encoder(release: str, datas: list[bytes], *, backend: str, tp_size: int) -> tuple[list[str], int]:
     """Return ``(disagreements, items compared)`` for the EPD encoder: the items, then each rank's local ones."""
-    from kimi_viz.whatif.call import model_call
-    from kimi_viz.whatif.settings import ServerSettings
+    from kimi_viz.request.settings import ServerSettings
+    from kimi_viz.schedule.call import model_call
 
     processing = module("sglang.srt.multimodal.kimi_k3_image_processing")
     settings = ServerSettings(serving="epd-encoder", epd_backend=backend)  # type: ignore[arg-type]
@@ -440,9 +440,9 @@ def test_the_kit_builds_the_items_the_real_epd_encoder_builds(release):
 
 def test_the_byte_rule_decides_like_the_real_one(release):
     """Every random image, alone and in a set: the kit's deferral decision equals _should_defer_gpu_preprocessing."""
-    from kimi_viz.whatif.images import probe_image
-    from kimi_viz.whatif.request_side import build_request
-    from kimi_viz.whatif.settings import ServerSettings
+    from kimi_viz.request.images import probe_image
+    from kimi_viz.request.settings import ServerSettings
+    from kimi_viz.request.sides import build_request
 
     proc = real_processor("cpu", None, True)
     disagreements, cases = [], 0

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..report.tables import Table
-from .images import RequestImage, probe_images
+from ..request.images import RequestImage, probe_images
+from ..request.producer import Mode
+from ..request.settings import ServerSettings
 from .run import WhatIf, evaluate
-from .settings import ServerSettings
 
 MAX_ORDERS = 120  # every order of up to 5 kept images
 
@@ -156,7 +157,7 @@ def minimize(
     sglang_version: str,
     tp_size: int,
     settings: ServerSettings | None = None,
-    mode: str = "shapes",
+    mode: Mode = "shapes",
 ) -> Minimized:
     """Return the :class:`Minimized` request: the fewest images, in order, that still fail with the same message."""
     probed = probe_images(images)

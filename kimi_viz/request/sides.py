@@ -29,15 +29,14 @@ from typing import Any, Literal
 from ..errors import SettingNotInReleaseError
 from ..preprocess.config import ProcessorConfig, get_config
 from ..preprocess.resize import resize_config
-from ..replay.batch import Feature, Item
-from ..replay.releases import release_for
-from ..replay.scenarios import deferred_config
+from ..releases import release_for
+from ..split.batch import Feature, Item
 from .images import RequestImage
+from .producer import Mode, deferred_config, eager_feature, grid_row, raw_feature
 from .settings import ServerSettings
 
 Form = Literal["deferred", "eager"]
 BuildPath = Literal["cached", "uncached", "no-cache", "encoder"]
-RESIZE_KEYS = ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ class BuiltRequest:
     decisions: list[Decision]
     producer: ProcessorConfig = field(repr=False)
     consumer: ProcessorConfig = field(repr=False)
-    mode: str = "shapes"
+    mode: Mode = "shapes"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -208,10 +207,6 @@ def resolve_transport(side: RequestSide, settings: ServerSettings) -> tuple[str,
     return asked, f"--mm-feature-transport {asked}"
 
 
-def _grid(resize: dict[str, Any]) -> list[int]:
-    return [int(v) for v in resize["grid_thw"]]
-
-
 def _byte_counts(image: RequestImage, resize: dict[str, Any]) -> tuple[int, int]:
     raw = image.channels() * image.width * image.height
     processed = 3 * (resize["new_width"] + resize["pad_width"]) * (resize["new_height"] + resize["pad_height"]) * 4
@@ -259,46 +254,8 @@ def _decide(
     return out
 
 
-def _eager_feature(
-    image: RequestImage,
-    resize: dict[str, Any],
-    config: ProcessorConfig,
-    mode: str,
-    *,
-    gpu: bool,
-    discard_alpha: bool = False,
-) -> Feature:
-    rows = int(resize["grid_thw"][1]) * int(resize["grid_thw"][2])
-    if mode == "shapes":
-        return Feature.shape_only("patches", (rows, 3, config.patch_size, config.patch_size), "float32")
-    pil = image.pixels(discard_alpha=discard_alpha)
-    if gpu:  # SGLang's torch path (a CUDA server); the kit runs it on the CPU, the rows agree to one level
-        from ..preprocess.pixels_torch import to_chw_uint8, torch_pixels
-
-        tensor = torch_pixels(to_chw_uint8(pil), resize, config, "cpu")
-    else:  # the checkpoint processor
-        from ..preprocess.pixels_checkpoint import checkpoint_pixels
-
-        tensor = checkpoint_pixels(pil, resize, config)[1].clone()
-    return Feature.from_tensor(tensor, "patches")
-
-
-def _raw_feature(image: RequestImage, backend: str, mode: str, *, discard_alpha: bool) -> Feature:
-    channels = image.channels(discard_alpha=discard_alpha)
-    if mode == "shapes":
-        if backend == "gpu":
-            return Feature.shape_only("chw", (channels, image.height, image.width), "uint8")
-        return Feature.shape_only("image", (image.height, image.width, channels), "uint8")
-    pil = image.pixels(discard_alpha=discard_alpha)
-    if backend == "gpu":
-        from ..preprocess.pixels_torch import to_chw_uint8
-
-        return Feature.from_tensor(to_chw_uint8(pil).contiguous(), "chw")
-    return Feature.from_image(pil)
-
-
 def build_request(
-    images: list[RequestImage], settings: ServerSettings, side: RequestSide | str, *, mode: str = "shapes"
+    images: list[RequestImage], settings: ServerSettings, side: RequestSide | str, *, mode: Mode = "shapes"
 ) -> BuiltRequest:
     """Return the :class:`BuiltRequest`: the items ``side`` (a :class:`RequestSide` or release) builds for ``images``.
 
@@ -334,14 +291,14 @@ def build_request(
         gpu_eager = settings.defer == "auto"  # a CUDA server preprocesses eager images with SGLang's torch path
         for image, resize, decision in zip(images, resizes, decisions):
             if decision.form == "deferred":
-                feature = _raw_feature(image, "gpu", mode, discard_alpha=False)
+                feature = raw_feature(image, "gpu", mode=mode)
                 config = deferred_config("gpu", resize, producer)
             else:
-                feature = _eager_feature(image, resize, producer, mode, gpu=gpu_eager)
+                feature = eager_feature(image, resize, producer, mode=mode, gpu=gpu_eager)
                 config = None
             items.append(
                 Item(
-                    grids={"image_grid_thw": [_grid(resize)]},
+                    grids={"image_grid_thw": [grid_row(resize)]},
                     feature=feature,
                     deferred=config,
                     original_size=image.size,
@@ -373,21 +330,21 @@ def _encoder_items(
     settings: ServerSettings,
     side: RequestSide,
     producer: ProcessorConfig,
-    mode: str,
+    mode: Mode,
     notes: list[str],
 ) -> tuple[list[Item], list[Decision]]:
     """Return the EPD encoder's items (before any owner-side materialization) and their decisions."""
     items, decisions = [], []
     for k, (image, resize) in enumerate(zip(images, resizes)):
-        grids = {"grid_thws": [_grid(resize)]}
+        grids = {"grid_thws": [grid_row(resize)]}
         if not side.encoder_defers:
             why = f"SGLang {side.label}'s encoder runs the HF image processor: eager rows"
-            feature = _eager_feature(image, resize, producer, mode, gpu=False, discard_alpha=True)
+            feature = eager_feature(image, resize, producer, mode=mode, discard_alpha=True)
             items.append(Item(grids=grids, feature=feature, original_size=image.size, label=image.label))
             decisions.append(Decision(k, "eager", None, None, why))
             continue
         backend = settings.backend
-        feature = _raw_feature(image, backend, mode, discard_alpha=True)
+        feature = raw_feature(image, backend, mode=mode, discard_alpha=True)
         items.append(
             Item(
                 grids=grids,
@@ -404,10 +361,10 @@ def _encoder_items(
     return items, decisions
 
 
-def local_rows_feature(image: RequestImage, config: ProcessorConfig, mode: str) -> Feature:
+def local_rows_feature(image: RequestImage, config: ProcessorConfig, mode: Mode) -> Feature:
     """Return the eager rows the EPD encoder's owner-side materialization (the checkpoint processor) gives an image."""
     resize = resize_config(image.width, image.height, config)
-    return _eager_feature(image, resize, config, mode, gpu=False, discard_alpha=True)
+    return eager_feature(image, resize, config, mode=mode, discard_alpha=True)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, typ
 from .trace import CONCATENATE, CauseKind, Check, Step, length_check_step, prod
 
 
-def length_check(
+def check_length(
     ctx: ReplayContext, state: RankState, group: BackendGroup, produced: Produced, steps: list[Step]
 ) -> None:
     """Replay the group's length check and split; append its step (raise SGLang's error when the counts differ)."""
@@ -146,4 +146,4 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
             state.pixel_values = torch.cat([t.to(ctx.device, torch.float32) for t in tensors], dim=0)
 
 
-__all__ = ["length_check", "concatenate"]
+__all__ = ["check_length", "concatenate"]

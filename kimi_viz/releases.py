@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")

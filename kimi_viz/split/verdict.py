@@ -14,7 +14,7 @@ status                            exit  meaning
 
 (Exit 2 is bad input.) :data:`STATUS_STYLES` gives each status its badge text, symbol, colour and
 one-line wording; every view uses them. :func:`build_verdict` makes a :class:`Verdict` from a
-:class:`~kimi_viz.replay.trace.Trace`, :data:`VERDICT_SCHEMA` describes its JSON (version
+:class:`~kimi_viz.split.trace.Trace`, :data:`VERDICT_SCHEMA` describes its JSON (version
 :data:`VERDICT_VERSION`, see ``docs/outputs.md``), :func:`format_verdict` writes it for a terminal.
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..releases import NEWEST, FixRelease, ReleaseChoice
 from .batch import Batch, RecordedOutcome
 from .divergence import Divergence
-from .releases import NEWEST, FixRelease, ReleaseChoice
 from .trace import ErrorInfo, Trace
 
 VERDICT_VERSION = 2

@@ -4,7 +4,7 @@ Everything the replay records is typed here, and every other module (the diverge
 the verdict, the figures, the stepper, the report) reads these classes, never dict keys:
 
 - :class:`Trace` — one ``get_image_feature`` call: the ranks replayed, ``grid_thws_host``, the rank
-  assignment, the release replayed, and the :class:`~kimi_viz.replay.divergence.Divergence`;
+  assignment, the release replayed, and the :class:`~kimi_viz.split.divergence.Divergence`;
 - :class:`RankTrace` — one attention-TP rank: its ``image_indices``, its :class:`Step` s, how it
   ended (``ok`` or an :class:`ErrorInfo`), the :class:`ImageRow` of each of its images and the
   :class:`Cause` of the exception;
@@ -29,9 +29,9 @@ from ..errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from ..releases import FixRelease, ReleaseChoice
     from .batch import Batch
     from .divergence import Divergence
-    from .releases import FixRelease, ReleaseChoice
 
 Outcome = Literal["ok", "error"]
 

@@ -1,6 +1,6 @@
 """Tables and terminal text of a what-if: the items a release built, the call, the verdict and why.
 
-:func:`items_table` shows, per request image, exactly what the request side decided (grid keys and
+:func:`request_table` shows, per request image, exactly what the request side decided (grid keys and
 values, backend, ``resize_config``, raw or eager, and the byte rule); :func:`whatif_text` is what
 ``kimi-viz whatif`` prints. Tables are :class:`kimi_viz.report.Table` values (HTML in Jupyter).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..report.tables import Table
-from .request_side import BuiltRequest
+from ..request.sides import BuiltRequest
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import WhatIf
@@ -25,7 +25,7 @@ def _resize_text(resize: dict | None) -> str | None:
     )
 
 
-def items_table(built: BuiltRequest) -> Table:
+def request_table(built: BuiltRequest) -> Table:
     """Return one row per request image: size and mode, the grid keys it carries, backend, resize_config, form."""
     rows = []
     for k, (image, item, decision) in enumerate(zip(built.images, built.items, built.decisions)):
@@ -74,7 +74,7 @@ def call_lines(result: WhatIf) -> list[str]:
 
 def verdict_text(result: WhatIf) -> str:
     """Return the verdict as the CLI prints it (or a sentence when nothing is called)."""
-    from ..replay.verdict import format_verdict
+    from ..split.verdict import format_verdict
 
     if result.verdict is None:
         return "✓ NO CALL — nothing reaches get_image_feature"
@@ -91,7 +91,7 @@ def whatif_text(result: WhatIf) -> str:
         f"settings: {built.settings.sglang_flags()}",
     ]
     lines += [f"note: {t}" for t in result.notes + built.notes]
-    lines.append(repr(items_table(built)))
+    lines.append(repr(request_table(built)))
     lines += call_lines(result)
     lines.append("")
     lines.append(verdict_text(result))
@@ -103,4 +103,4 @@ def whatif_text(result: WhatIf) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["items_table", "call_lines", "verdict_text", "whatif_text"]
+__all__ = ["request_table", "call_lines", "verdict_text", "whatif_text"]

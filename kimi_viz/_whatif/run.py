@@ -14,15 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..replay.divergence import analyse
-from ..replay.releases import PATH_INTRODUCED, FixRelease, Release, release_for
-from ..replay.split import replay
-from ..replay.trace import Trace
-from ..replay.verdict import Verdict, build_verdict
-from .call import ModelCall, model_call
-from .images import RequestImage, probe_images
-from .request_side import REQUEST_SIDES, BuiltRequest, RequestSide, build_request
-from .settings import ServerSettings
+from ..releases import PATH_INTRODUCED, FixRelease, Release, release_for
+from ..request.images import RequestImage, probe_images
+from ..request.producer import Mode
+from ..request.settings import ServerSettings
+from ..request.sides import REQUEST_SIDES, BuiltRequest, RequestSide, build_request
+from ..schedule.call import ModelCall, model_call
+from ..split._replay import replay
+from ..split.divergence import analyse
+from ..split.trace import Trace
+from ..split.verdict import Verdict, build_verdict
 from .why import why_text
 
 NO_CALL = "no-call"
@@ -77,7 +78,7 @@ class WhatIf:
 
     def text(self) -> str:
         """Return the answer as terminal text: the request side's items, the call, then the verdict."""
-        from .report import whatif_text
+        from .text import whatif_text
 
         return whatif_text(self)
 
@@ -145,7 +146,7 @@ def evaluate(
     sglang_version: str,
     tp_size: int,
     *,
-    mode: str = "shapes",
+    mode: Mode = "shapes",
     device: Any = "auto",
     built: BuiltRequest | None = None,
 ) -> WhatIf:
@@ -163,7 +164,7 @@ def evaluate(
     return result
 
 
-def _fix(result: WhatIf, mode: str) -> FixRelease | None:
+def _fix(result: WhatIf, mode: Mode) -> FixRelease | None:
     """Return the first later release whose whole pipeline (request side and model) runs this request clean."""
     sides = list(REQUEST_SIDES.values())
     current = sides.index(result.built.request_side)
@@ -190,7 +191,7 @@ def whatif(
     sglang_version: str,
     tp_size: int,
     settings: ServerSettings | None = None,
-    mode: str = "shapes",
+    mode: Mode = "shapes",
     device: Any = "auto",
     find_fix: bool = True,
 ) -> WhatIf:

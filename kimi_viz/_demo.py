@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .replay.verdict import Verdict
+    from .split.verdict import Verdict
 
 DEMO_SCENARIOS = (
     "healthy-tp2",
@@ -48,10 +48,10 @@ def run_demo(
     progress: Callable[[str], None] | None = _say,
 ) -> Path:
     """Write a report per scenario, the figure gallery and ``index.html`` under ``out_dir``; return the index path."""
+    from ._triage import triage_batch
     from .files import prepare_folder, write_file
     from .manifest import write_manifest
-    from .replay.scenarios import get_scenario
-    from .triage import triage_batch
+    from .scenarios.catalogue import get_scenario
 
     say = progress or (lambda _message: None)
     out = prepare_folder(out_dir)
@@ -96,7 +96,7 @@ def run_demo(
 
 def _outcome_text(verdict: Verdict) -> str:
     """Return the status (symbol and badge, so a silent mismatch never reads as "ok") and the error, if any."""
-    from .replay.verdict import STATUS_STYLES
+    from .split.verdict import STATUS_STYLES
 
     style = STATUS_STYLES[verdict.status]
     badge = f"{style.symbol} {style.badge}"

@@ -1,10 +1,10 @@
 """Why the rows stop matching the grids: the divergence report of a replay.
 
-:func:`analyse` reads a :class:`~kimi_viz.replay.trace.Trace` and its batch and returns a
+:func:`analyse` reads a :class:`~kimi_viz.split.trace.Trace` and its batch and returns a
 :class:`Divergence`: expected against produced rows per image (global index), the first diverging
 image with both counts, which grid key or index mapping produced the wrong expectation, the
 scenario class of the pipeline spec's §7 (``S1`` … ``S13``, from the anomalies
-:func:`~kimi_viz.replay.findings.findings` lists; ``skew`` for a producer newer than the consumer;
+:func:`~kimi_viz.split.findings.findings` lists; ``skew`` for a producer newer than the consumer;
 ``none`` when nothing diverges; ``unclassified`` when no class fits, explained then by the cause
 itself), a short explanation and the fix. A batch can also diverge *silently* (SGLang raises
 nothing but the tower gets the wrong rows or the wrong resolution); those are reported with
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..preprocess.config import get_config
-from .findings import Finding, findings, no_split_findings
+from .findings import Finding, collect_findings, no_split_findings
 from .trace import Cause, CauseKind, RankTrace, Trace, prod
 
 SCENARIO_CLASSES = ("S1", "S2", "S3", "S4", "S6", "S8", "S9", "S10", "S11", "S12", "S13", "skew")
@@ -135,7 +135,7 @@ def analyse(trace: Trace) -> Divergence:
     """Return the :class:`Divergence` of ``trace``."""
     batch = trace.batch
     consumer = None if batch.processor is None else get_config(batch.processor)
-    found = findings(batch, consumer=consumer)
+    found = collect_findings(batch, consumer=consumer)
     if trace.variant == "no-split":
         found = no_split_findings(batch) + found
     table = image_table(trace)
@@ -422,6 +422,6 @@ __all__ = [
     "Finding",
     "ImageOutcome",
     "analyse",
-    "findings",
+    "collect_findings",
     "image_table",
 ]

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..replay.batch import Batch
-from ..replay.ranks import assign_ranks, check_tp_size
-from .request_side import BuiltRequest, local_rows_feature
+from ..request.sides import BuiltRequest, local_rows_feature
+from ..split.batch import Batch
+from ..split.ranks import assign_ranks, check_tp_size
 
 
 @dataclass(frozen=True)

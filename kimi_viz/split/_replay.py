@@ -9,7 +9,7 @@ the rows produced are checked against the grids (:mod:`.length_check`). When the
 raises "Kimi-K3 deferred feature length does not match image grids" with no numbers.
 
 :func:`replay` walks the code path of one SGLang release (:mod:`.releases`: 0.5.17 has no split,
-0.5.18 the pre-fix split, 0.5.19 and later the fixed one) on a :class:`~kimi_viz.replay.batch.Batch`,
+0.5.18 the pre-fix split, 0.5.19 and later the fixed one) on a :class:`~kimi_viz.split.batch.Batch`,
 records every variable at every step for every rank (:mod:`.trace`), and ends with the exact
 exception SGLang would raise (type and message) or ``ok``; :mod:`.divergence` then names the
 image, both counts and the cause.
@@ -27,15 +27,15 @@ from ..devices import resolve_device
 from ..errors import ConfigError
 from ..messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
+from ..releases import CODE_PATHS, FixRelease, choose_release, fix_release, later_paths
 from .batch import Batch, Item
 from .cpu_group import preprocess_cpu
 from .divergence import analyse
 from .gpu_group import preprocess_gpu
 from .grids import collect_grids
 from .group import BackendGroup
-from .length_check import concatenate, length_check
+from .length_check import check_length, concatenate
 from .ranks import assign_ranks, assign_step, check_tp_size, rank_loads
-from .releases import CODE_PATHS, FixRelease, choose_release, fix_release, later_paths
 from .state import Materialized, RankState, ReplayContext, SGLangRaise, feature_json, is_tensor, raises, type_text
 from .trace import GROUP_BACKENDS, SELECT_ITEMS, CauseKind, Check, RankTrace, Step, Trace, preprocess_step, prod
 
@@ -69,7 +69,7 @@ def replay(
     sglang_version: str | None = None,
     find_fix: bool = True,
 ) -> Trace:
-    """Return the :class:`~kimi_viz.replay.trace.Trace` of SGLang's ``get_image_feature`` on ``batch``.
+    """Return the :class:`~kimi_viz.split.trace.Trace` of SGLang's ``get_image_feature`` on ``batch``.
 
     ``tp_size`` is the attention-TP size (default ``batch.attn_tp_size``); ``rank`` replays one
     rank only (default: every rank). ``sglang_version`` replays that release's code path; with
@@ -256,7 +256,7 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
                     group.global_indices[0],
                     backend=group.backend,
                 )
-            length_check(ctx, state, group, produced, steps)
+            check_length(ctx, state, group, produced, steps)
         concatenate(ctx, state, steps, branch="deferred")
         return
 

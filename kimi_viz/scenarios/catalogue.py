@@ -1,6 +1,6 @@
 """Named, reproducible batches for every way the deferred split breaks (pipeline spec §7), and healthy ones.
 
-Each :class:`Scenario` builds a :class:`~kimi_viz.replay.batch.Batch` from the sample images the way
+Each :class:`Scenario` builds a :class:`~kimi_viz.split.batch.Batch` from the sample images the way
 SGLang's producer (``prepare_kimi_k3_encoder_inputs``) would, then bends one thing, and states the
 outcome SGLang 0.5.23 gives: ``ok``, or the exception type and exact message (per rank where
 the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
@@ -28,14 +28,14 @@ from ..messages import (
     MSG_TRAILING_SHAPES,
 )
 from ..preprocess.config import get_config
-from ..preprocess.pixels_checkpoint import checkpoint_pixels
-from ..preprocess.pixels_torch import to_chw_uint8
+from ..preprocess.images import load_image
 from ..preprocess.resize import resize_config
-from .batch import Batch, Feature, Item
-from .split import replay
-from .trace import Trace
-
-CONSUMER = "kimi-k3"  # the model's own checkpoint processor (the cpu backend)
+from ..request.images import as_request_image
+from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_item, grid_row
+from ..request.producer import eager_rows as producer_rows
+from ..split._replay import replay
+from ..split.batch import Batch, Feature, Item
+from ..split.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -103,80 +103,15 @@ class Scenario:
         }
 
 
-# ------------------------------------------------------------------------------------------------
-# Building items the way SGLang's producer does
-# ------------------------------------------------------------------------------------------------
 def _open(name: str) -> Image.Image:
-    with Image.open(sample_path(name)) as image:
-        image.load()
-        return image.copy()
-
-
-def _grid(resize: dict[str, Any]) -> list[int]:
-    return [int(v) for v in resize["grid_thw"]]
-
-
-def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER) -> dict[str, Any]:
-    """Return the ``kimi_k3_deferred_preprocessing`` dict SGLang's producer writes for one image.
-
-    ``resize`` is the image's :func:`~kimi_viz.preprocess.resize.resize_config` and ``preset`` the producer's
-    processor config (mean, std and background come from it).
-    """
-    cfg = get_config(preset).to_media_proc_cfg()
-    return {
-        "backend": backend,
-        "image_mean": list(cfg["image_mean"]),
-        "image_std": list(cfg["image_std"]),
-        "transparent_bg_config": cfg.get("transparent_bg_config"),
-        "resize_config": {
-            k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
-        },
-    }
-
-
-def deferred_item(name: str, backend: str, *, preset: str = CONSUMER, image: Image.Image | None = None) -> Item:
-    """Return a deferred item for a sample image as SGLang's producer makes it (grid_thws + deferred config).
-
-    ``backend="gpu"`` stores the CHW uint8 tensor, ``"cpu"`` the PIL image; ``preset`` is the
-    producer's processor config (its resize_config and grid).
-    """
-    image = image if image is not None else _open(name)
-    resize = resize_config(image.width, image.height, preset)
-    feature = (
-        Feature.from_tensor(to_chw_uint8(image).contiguous(), "chw") if backend == "gpu" else Feature.from_image(image)
-    )
-    return Item(
-        grids={"grid_thws": [_grid(resize)]},
-        feature=feature,
-        deferred=deferred_config(backend, resize, preset),
-        original_size=(image.width, image.height),
-        label=name,
-    )
+    return load_image(sample_path(name)).image
 
 
 def eager_rows(name: str, preset: str = CONSUMER) -> torch.Tensor:
     """Return the checkpoint processor's rows ``[h*w, 3, 14, 14]`` for a sample image."""
-    return _rows_of(_open(name), preset)
-
-
-def _rows_of(image: Image.Image, preset: str) -> torch.Tensor:
-    return checkpoint_pixels(image, resize_config(image.width, image.height, preset), preset)[1].clone()
-
-
-def eager_item(
-    name: str, *, local_preprocessed: bool = False, rows: torch.Tensor | None = None, grid: list[int] | None = None
-) -> Item:
-    """Return an eager item (feature already ``[h*w, 3, 14, 14]``) for a sample image."""
-    image = _open(name)
-    resize = resize_config(image.width, image.height, CONSUMER)
-    tensor = rows if rows is not None else _rows_of(image, CONSUMER)
-    return Item(
-        grids={"grid_thws": [grid or _grid(resize)]},
-        feature=Feature.from_tensor(tensor, "patches"),
-        local_preprocessed=local_preprocessed,
-        original_size=(image.width, image.height),
-        label=name,
-    )
+    image = as_request_image(name)
+    config = get_config(preset)
+    return producer_rows(image, resize_config(image.width, image.height, config), config)
 
 
 def _batch(items: list[Item], **extra: Any) -> Batch:
@@ -212,7 +147,7 @@ def _s2(backend: str) -> Callable[[], Batch]:
         stale = deferred_item("chelsea.png", backend)
         # The upload was 451x340 when image_grid_thw was written; the image was re-cropped to 451x300
         # and grid_thws / resize_config were recomputed, but image_grid_thw was not.
-        stale.grids["image_grid_thw"] = [_grid(resize_config(451, 340, CONSUMER))]
+        stale.grids["image_grid_thw"] = [grid_row(resize_config(451, 340, CONSUMER))]
         return _batch([deferred_item("text.png", backend), stale])
 
     return build
@@ -288,7 +223,7 @@ def _s11(backend: str) -> Callable[[], Batch]:
         two = torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()  # [2, H, W]
         resize = resize_config(int(two.shape[-1]), int(two.shape[-2]), CONSUMER)
         item = Item(
-            grids={"grid_thws": [_grid(resize)]},
+            grids={"grid_thws": [grid_row(resize)]},
             feature=Feature.from_tensor(two, "chw"),
             deferred=deferred_config(backend, resize),
             original_size=(image.width, image.height),
@@ -305,7 +240,7 @@ def _s12() -> Batch:
     # The producer reads width = shape[-1] = 3 and height = shape[-2] = 451.
     resize = resize_config(int(hwc.shape[-1]), int(hwc.shape[-2]), CONSUMER)
     item = Item(
-        grids={"grid_thws": [_grid(resize)]},
+        grids={"grid_thws": [grid_row(resize)]},
         feature=Feature.from_tensor(hwc, "hwc"),
         deferred=deferred_config("gpu", resize),
         original_size=(image.width, image.height),
@@ -580,7 +515,7 @@ def run_scenario(
     sglang_version: str | None = None,
     variant: str | None = None,
 ) -> Trace:
-    """Return the replay :class:`~kimi_viz.replay.split.Trace` of scenario ``name`` (every rank).
+    """Return the replay :class:`~kimi_viz.split._replay.Trace` of scenario ``name`` (every rank).
 
     By default the scenario's own code path is replayed; ``sglang_version`` (or ``variant``) replays
     another release's.
@@ -602,9 +537,6 @@ __all__ = [
     "SCENARIOS",
     "get_scenario",
     "run_scenario",
-    "deferred_item",
-    "deferred_config",
-    "eager_item",
     "eager_rows",
     "HEALTHY_IMAGES",
 ]

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import SettingNotInReleaseError
-from ..replay.ranks import check_tp_size
 from ..report.tables import Table
-from .images import RequestImage, probe_images
-from .request_side import REQUEST_SIDES, RequestSide, build_request
+from ..request.images import RequestImage, probe_images
+from ..request.producer import Mode
+from ..request.settings import ServerSettings
+from ..request.sides import REQUEST_SIDES, RequestSide, build_request
+from ..split.ranks import check_tp_size
 from .run import NO_CALL, WhatIf, evaluate
-from .settings import ServerSettings
 
 SWEEP_TP_SIZES = (1, 2, 4, 8)
 NOT_APPLICABLE = "not-applicable"
@@ -199,7 +200,7 @@ def sweep(
     settings: ServerSettings | None = None,
     tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
     sides: Sequence[RequestSide] | None = None,
-    mode: str = "shapes",
+    mode: Mode = "shapes",
     device: Any = "auto",
 ) -> Sweep:
     """Return the :class:`Sweep` of a request over every release row and ``tp_sizes`` (default 1, 2, 4, 8).

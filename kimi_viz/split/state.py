@@ -1,8 +1,8 @@
 """What every stage of the replay shares: the call's context, one rank's bookkeeping, and how SGLang raises.
 
 :class:`SGLangRaise` is the replay's internal signal that SGLang raises at this point (it is caught
-by :mod:`kimi_viz.replay.split` and recorded in the trace, never raised to the caller). The feature
-helpers answer what SGLang's ``isinstance`` and shape checks see for a :class:`~kimi_viz.replay.batch.Feature`,
+by :mod:`kimi_viz.split._replay` and recorded in the trace, never raised to the caller). The feature
+helpers answer what SGLang's ``isinstance`` and shape checks see for a :class:`~kimi_viz.split.batch.Feature`,
 including a shape-only (redacted) one.
 """
 

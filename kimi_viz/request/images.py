@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import io
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from ..errors import (
-    DecompressionBombError,
-    EmptyImageError,
-    ImageNotFoundError,
-    NotAnImageError,
-    TruncatedImageError,
-    WhatIfError,
-)
-from ..preprocess.images import DEFAULT_MAX_PIXELS, SIXTEEN_BIT_MODES, load_image
+from ..errors import NotAnImageError, WhatIfError
+from ..preprocess.images import SIXTEEN_BIT_MODES, check_size, has_alpha, load_image, open_header, read_file
+from ..preprocess.limits import DEFAULT_MAX_PIXELS
 
 
 @dataclass(frozen=True)
@@ -39,6 +32,7 @@ class RequestImage:
     has_alpha: bool  # an A band or a transparency entry (what to_chw_uint8 and the byte rule test)
     digest: str  # SHA-256 of the bytes: equal bytes are one item after SGLang's dedup by hash
     data: bytes = field(repr=False, compare=False, default=b"")
+    decoded: Image.Image | None = field(repr=False, compare=False, default=None)  # pixels already in memory
 
     @property
     def size(self) -> tuple[int, int]:
@@ -50,8 +44,10 @@ class RequestImage:
         return 4 if self.has_alpha and not discard_alpha and self.mode != "RGB" else 3
 
     def pixels(self, *, discard_alpha: bool = False) -> Image.Image:
-        """Return the decoded PIL image (alpha dropped by ``convert("RGB")`` when ``discard_alpha``, as in EPD)."""
-        return load_image(self.data, alpha="discard" if discard_alpha else "keep").image
+        """Return the decoded ``PIL.Image.Image`` (with ``discard_alpha``, converted to RGB as EPD does)."""
+        source = self.decoded if self.decoded is not None else self.data
+        image = load_image(source, alpha="discard" if discard_alpha else "keep").image
+        return image if type(image) is Image.Image else image.copy()  # detached from the file it was read from
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"label", "size", "mode", "has_alpha", "digest"}``."""
@@ -69,17 +65,9 @@ def _read(src: Any) -> tuple[bytes, str]:
         return src.data, src.label
     if isinstance(src, (str, Path)):
         path = Path(src)
-        if not path.exists():
-            raise ImageNotFoundError(f"{path}: no such file; expected the path of an image file")
-        if path.is_dir():
-            raise NotAnImageError(f"{path}: is a folder; expected the path of an image file")
-        return path.read_bytes(), path.name
+        return read_file(path), path.name
     if isinstance(src, (bytes, bytearray, memoryview)):
         return bytes(src), "<bytes>"
-    if isinstance(src, Image.Image):
-        buffer = io.BytesIO()
-        src.save(buffer, format="PNG")
-        return buffer.getvalue(), "<PIL.Image>"
     raise WhatIfError(f"image: expected a path, bytes or a PIL image, got {type(src).__name__}")
 
 
@@ -87,37 +75,35 @@ def probe_image(src: Any, *, label: str | None = None, max_pixels: int = DEFAULT
     """Return the :class:`RequestImage` of a path, bytes or PIL image, reading only its header."""
     if isinstance(src, RequestImage):
         return src
+    if isinstance(src, Image.Image):
+        check_size(src.width, src.height, label or "<PIL.Image>", max_pixels)
+        return as_request_image(src, label=label)
     data, name = _read(src)
     name = label or name
     if not data:
         raise NotAnImageError(f"{name}: empty file; expected image data (PNG, JPEG, ...)")
-    saved = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            image = Image.open(io.BytesIO(data))
-        width, height, mode = image.width, image.height, image.mode
-        alpha = "A" in image.getbands() or "transparency" in image.info
-    except UnidentifiedImageError as exc:
-        raise NotAnImageError(
-            f"{name}: not an image Pillow can decode; expected PNG, JPEG, WebP, GIF, BMP or TIFF data"
-        ) from exc
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise TruncatedImageError(f"{name}: the image header is damaged ({exc}); re-export the file") from exc
-    finally:
-        Image.MAX_IMAGE_PIXELS = saved
-    if width <= 0 or height <= 0:
-        raise EmptyImageError(f"{name}: image is {width}x{height}; expected a positive width and height")
-    if width * height > max_pixels:
-        raise DecompressionBombError(
-            f"{name}: image is {width}x{height} = {width * height} pixels, over max_pixels={max_pixels}; "
-            "downscale it first or pass a larger max_pixels if you trust the file"
-        )
+    image = open_header(io.BytesIO(data), name, max_pixels=max_pixels)
+    width, height, mode = image.width, image.height, image.mode
+    alpha = has_alpha(image)
     if mode in SIXTEEN_BIT_MODES:
         mode = "L"
     digest = hashlib.sha256(data).hexdigest()
     return RequestImage(name, width, height, mode, alpha, digest, data)
+
+
+def as_request_image(source: Any, *, label: str | None = None) -> RequestImage:
+    """Return a :class:`RequestImage` for a sample name, path, bytes, decoded PIL image or RequestImage.
+
+    A PIL image is taken as it is, with no round trip through an encoder: its digest is that of its pixels.
+    """
+    if isinstance(source, RequestImage):
+        return source if label is None else replace(source, label=label)
+    if isinstance(source, Image.Image):
+        mode = "L" if source.mode in SIXTEEN_BIT_MODES else source.mode
+        alpha = has_alpha(source)
+        digest = hashlib.sha256(f"{source.mode}{source.size}".encode() + source.tobytes()).hexdigest()
+        return RequestImage(label or "<PIL.Image>", source.width, source.height, mode, alpha, digest, decoded=source)
+    return probe_image(image_sources([source])[0], label=label)
 
 
 def image_sources(names: Any) -> list[Any]:
@@ -141,4 +127,4 @@ def probe_images(sources: Any) -> list[RequestImage]:
     return [probe_image(s) for s in items]
 
 
-__all__ = ["RequestImage", "probe_image", "probe_images", "image_sources"]
+__all__ = ["RequestImage", "probe_image", "probe_images", "image_sources", "as_request_image"]

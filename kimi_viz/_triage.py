@@ -3,9 +3,9 @@
 :func:`triage` reads a manifest (folder or ``.zip``), replays SGLang's deferred split under the
 release the capture recorded (or the one asked for) on the rank the capture recorded (or every
 rank), compares the outcome with what the capture recorded, and returns a :class:`TriageResult`
-with the :class:`~kimi_viz.replay.verdict.Verdict` and the paths written. :func:`triage_batch` does
-the same for a :class:`~kimi_viz.replay.batch.Batch` already in memory (the demo uses it). This
-module only orchestrates: the replay lives in :mod:`kimi_viz.replay`, the figures in
+with the :class:`~kimi_viz.split.verdict.Verdict` and the paths written. :func:`triage_batch` does
+the same for a :class:`~kimi_viz.split.batch.Batch` already in memory (the demo uses it). This
+module only orchestrates: the replay lives in :mod:`kimi_viz.split`, the figures in
 :mod:`kimi_viz.plots`, the pages in :mod:`kimi_viz.report`.
 
 Exit codes (``TriageResult.exit_code``) are the verdict status's: 0 clean, 1 error reproduced,
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .replay.batch import Batch
+from .split.batch import Batch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .replay.trace import Trace
-    from .replay.verdict import Verdict
+    from .split.trace import Trace
+    from .split.verdict import Verdict
 
 VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
@@ -55,7 +55,7 @@ class TriageResult:
     @property
     def verdict(self) -> Verdict:
         """Return the primary verdict; with several code paths its ``variants`` hold the others'."""
-        from .replay.verdict import build_verdict
+        from .split.verdict import build_verdict
 
         verdict = build_verdict(self.trace)
         verdict.variants = {name: build_verdict(trace) for name, trace in self.traces.items() if name != self.variant}
@@ -79,7 +79,7 @@ class TriageResult:
 
     def text(self) -> str:
         """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
-        from .replay.verdict import format_verdict
+        from .split.verdict import format_verdict
 
         verdict = self.verdict
         blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
@@ -94,7 +94,7 @@ class TriageResult:
 
 def _pick_paths(variant: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
     """Return the code paths to replay, the primary first; ``both`` adds the other side of the S1 fix."""
-    from .replay.releases import choose_release
+    from .releases import choose_release
 
     if variant is not None and variant not in VARIANT_CHOICES:
         raise ConfigError(f"variant: expected one of {list(VARIANT_CHOICES)}, got {variant!r}")
@@ -145,8 +145,8 @@ def triage_batch(
     the capture recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/
     ``shapes``. ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present).
     """
-    from .replay.ranks import check_tp_size
-    from .replay.split import replay
+    from .split._replay import replay
+    from .split.ranks import check_tp_size
 
     if mode not in MODE_CHOICES:
         raise ConfigError(f"mode: expected one of {list(MODE_CHOICES)}, got {mode!r}")
@@ -168,7 +168,7 @@ def triage_batch(
         batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode, assumptions=assumptions
     )
     if out_dir is not None:
-        result.outputs = write_outputs(result, out_dir, title=title, reproduce=reproduce)
+        result.outputs = write_triage_outputs(result, out_dir, title=title, reproduce=reproduce)
     return result
 
 
@@ -231,16 +231,16 @@ def triage(
     )
 
 
-def write_outputs(
+def write_triage_outputs(
     result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None, reproduce: str = ""
 ) -> dict[str, Path]:
     """Write ``report.html``, ``summary.png`` and ``trace.json`` (plus ``trace-<path>.json`` for other code paths)."""
     from . import __version__
     from .files import prepare_folder, write_file
-    from .replay.verdict import trace_document
     from .report.html import write_report
     from .report.stepper import Stepper
     from .report.summary import summary_png
+    from .split.verdict import trace_document
 
     out = prepare_folder(out_dir)
     verdict = result.verdict
@@ -280,4 +280,4 @@ def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=1, default=str) + "\n").encode("utf-8")
 
 
-__all__ = ["TriageResult", "triage", "triage_batch", "write_outputs", "VARIANT_CHOICES", "MODE_CHOICES"]
+__all__ = ["TriageResult", "triage", "triage_batch", "write_triage_outputs", "VARIANT_CHOICES", "MODE_CHOICES"]

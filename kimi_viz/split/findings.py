@@ -4,7 +4,7 @@
 ``image_grid_thw`` (S2), K2.5 limits on a K3 consumer (S4), a stacked feature (S6), t > 1 (S8),
 several grid rows (S9), a stale eager feature (S10), odd channel counts (S11), an HWC tensor (S12),
 an empty image (S13), a mixture of local and deferred items (S3) — and, for 0.5.17's code, every
-deferred item (``skew``). :mod:`kimi_viz.replay.divergence` uses them to explain a replay.
+deferred item (``skew``). :mod:`kimi_viz.split.divergence` uses them to explain a replay.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _channels(feature: Feature) -> int | None:
     return None
 
 
-def findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[Finding]:
+def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[Finding]:
     """Return every anomaly of ``batch`` that §7 names, in image order."""
     found: list[Finding] = []
     output = batch.extra.get("processor_output", "concatenated")
@@ -214,4 +214,4 @@ def no_split_findings(batch: Batch) -> list[Finding]:
     return found
 
 
-__all__ = ["Finding", "findings", "no_split_findings"]
+__all__ = ["Finding", "collect_findings", "no_split_findings"]

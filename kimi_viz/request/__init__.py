@@ -1,0 +1,32 @@
+"""The request side: what SGLang builds for one request's images, before the scheduler sees it.
+
+Read in pipeline order: :mod:`.settings` (the server settings that decide it, each with the SGLang
+flag it stands for), :mod:`.images` (each image read from its header), :mod:`.producer` (what goes
+into one ``MultimodalDataItem``: the deferred config, deferred and eager items) and :mod:`.sides`
+(which items each release's request side, or its EPD encoder, builds for a request). Names are
+imported lazily.
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_EXPORTS = {
+    "ServerSettings": "settings",
+    "OPTIONS": "settings",
+    "RequestImage": "images",
+    "probe_image": "images",
+    "probe_images": "images",
+    "as_request_image": "images",
+    "image_sources": "images",
+    "deferred_config": "producer",
+    "deferred_item": "producer",
+    "eager_item": "producer",
+    "RequestSide": "sides",
+    "REQUEST_SIDES": "sides",
+    "BuiltRequest": "sides",
+    "build_request": "sides",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

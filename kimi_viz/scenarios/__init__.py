@@ -1,0 +1,23 @@
+"""Named, reproducible batches for every way the deferred split breaks (pipeline spec §7), and healthy ones.
+
+:mod:`.catalogue` builds each scenario from the sample images with SGLang's producer
+(:mod:`kimi_viz.request.producer`), bends one thing and states what SGLang does with it. Names are
+imported lazily (the catalogue needs torch).
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_EXPORTS = {
+    "Scenario": "catalogue",
+    "ExpectedOutcome": "catalogue",
+    "SCENARIOS": "catalogue",
+    "HEALTHY_IMAGES": "catalogue",
+    "get_scenario": "catalogue",
+    "run_scenario": "catalogue",
+    "eager_rows": "catalogue",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
