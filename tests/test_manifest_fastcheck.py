@@ -126,3 +126,19 @@ def test_what_the_fast_path_declines_still_gets_the_schemas_warning_and_error():
     with pytest.raises(ManifestError) as caught:
         validate_manifest_json(bad)
     assert "runtime.attn_tp_size" in str(caught.value)
+
+
+def test_the_schema_file_and_the_fast_path_share_one_set_of_dtypes_and_layouts():
+    """The schema file's feature dtypes and layouts are the ones ``format.py`` holds and the fast path uses."""
+    import json
+
+    from kimi_viz.manifest import fastcheck, schema
+    from kimi_viz.manifest import format as manifest_format
+
+    defs = json.loads(schema.schema_path().read_text(encoding="utf-8"))["$defs"]
+    tensor, shape_only = defs["feature_tensor"]["properties"], defs["feature_shape_only"]["properties"]
+    assert tuple(tensor["dtype"]["enum"]) == manifest_format.TENSOR_DTYPES == fastcheck.TENSOR_DTYPES
+    assert tuple(tensor["layout"]["enum"]) == manifest_format.TENSOR_LAYOUTS == fastcheck.TENSOR_LAYOUTS
+    assert tuple(shape_only["dtype"]["enum"]) == manifest_format.SHAPE_ONLY_DTYPES == fastcheck.SHAPE_ONLY_DTYPES
+    assert tuple(shape_only["layout"]["enum"]) == manifest_format.SHAPE_ONLY_LAYOUTS == fastcheck.SHAPE_ONLY_LAYOUTS
+    assert set(manifest_format.TENSOR_DTYPES) == set(manifest_format.DTYPES)

@@ -15,16 +15,9 @@ its messages), :mod:`.sources` (the safe folder and zip sources and payload head
 below from ``kimi_viz.manifest``.
 """
 
+from .format import DTYPES, FORMAT, VERSION
 from .read import check_manifest, read_manifest
-from .schema import (
-    DTYPES,
-    FORMAT,
-    VERSION,
-    ManifestWarning,
-    json_path,
-    schema_path,
-    validate_manifest_json,
-)
+from .schema import ManifestWarning, json_path, schema_path, validate_manifest_json
 from .sources import read_safetensors_header
 from .write import jsonable, manifest_payload, redact_batch, write_manifest
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .format import SHAPE_ONLY_DTYPES, SHAPE_ONLY_LAYOUTS, TENSOR_DTYPES, TENSOR_LAYOUTS
+
 COUNT_MAX = 2147483647
 _FEATURE_KEYS = {
     "image": ({"kind", "file"}, set()),
     "tensor": ({"kind", "file", "key", "shape", "dtype"}, {"layout"}),
     "shape_only": ({"kind", "layout", "shape", "dtype"}, set()),
 }
-_TENSOR_DTYPES = ("uint8", "float32", "bfloat16", "float16")
-_SHAPE_ONLY_DTYPES = (*_TENSOR_DTYPES, "unknown")
-_TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
-_SHAPE_ONLY_LAYOUTS = ("image", *_TENSOR_LAYOUTS)
 _ITEM_KEYS = {"grids", "feature", "deferred", "local_preprocessed", "original_size", "label"}
 _DEFERRED_KEYS = {"backend", "image_mean", "image_std", "transparent_bg_config", "resize_config"}
 _RESIZE_REQUIRED = {"new_width", "new_height", "pad_width", "pad_height"}
@@ -85,10 +83,10 @@ def _feature(value: Any) -> bool:
             _string(value["file"], 1, 255)
             and _string(value["key"], 1, 255)
             and _shape(value["shape"])
-            and value["dtype"] in _TENSOR_DTYPES
-            and ("layout" not in value or value["layout"] in _TENSOR_LAYOUTS)
+            and value["dtype"] in TENSOR_DTYPES
+            and ("layout" not in value or value["layout"] in TENSOR_LAYOUTS)
         )
-    return value["layout"] in _SHAPE_ONLY_LAYOUTS and _shape(value["shape"]) and value["dtype"] in _SHAPE_ONLY_DTYPES
+    return value["layout"] in SHAPE_ONLY_LAYOUTS and _shape(value["shape"]) and value["dtype"] in SHAPE_ONLY_DTYPES
 
 
 def _background(value: Any) -> bool:

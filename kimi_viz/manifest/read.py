@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only
 from ..errors import ManifestError
 from ..preprocess.config import MAX_RESIZED_SIDE
 from ..preprocess.limits import MAX_IMAGE_FILE_BYTES, decoded_bytes
-from .schema import DTYPES, MANIFEST_NAME, ManifestWarning, parse_json, validate_manifest_json
+from .format import DTYPES, MANIFEST_NAME
+from .schema import ManifestWarning, parse_json, validate_manifest_json
 from .sources import (
     MAX_JSON_BYTES,
     MAX_PAYLOAD_BYTES,

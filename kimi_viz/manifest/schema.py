@@ -24,17 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError
-
-FORMAT = "kimi-viz-manifest"
-VERSION = 1
-MANIFEST_NAME = "manifest.json"
-TENSORS_NAME = "tensors.safetensors"
-IMAGES_DIR = "images"
-
-# dtype names in manifests -> (safetensors header name, bytes per element)
-DTYPES = {"uint8": ("U8", 1), "float32": ("F32", 4), "bfloat16": ("BF16", 2), "float16": ("F16", 2)}
-TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
-MAX_ITEMS = 4096  # items in one manifest: a get_image_feature batch (the replay and report scale with it)
+from .format import FORMAT, MAX_ITEMS, VERSION
 
 
 class ManifestWarning(UserWarning):

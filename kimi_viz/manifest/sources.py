@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ..errors import ManifestError
-from .schema import DTYPES, MANIFEST_NAME
+from .format import DTYPES, MANIFEST_NAME
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest.json itself (4096 items take about 4 MiB)
 MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # the JSON header of a safetensors file

@@ -21,15 +21,8 @@ from ..files import prepare_folder, write_file
 
 if TYPE_CHECKING:  # pragma: no cover - the replay (and torch) load only when a manifest is written
     from ..split.batch import Batch, Feature
-from .schema import (
-    DTYPES,
-    FORMAT,
-    IMAGES_DIR,
-    MANIFEST_NAME,
-    TENSORS_NAME,
-    VERSION,
-    validate_manifest_json,
-)
+from .format import DTYPES, FORMAT, IMAGES_DIR, MANIFEST_NAME, TENSORS_NAME, VERSION
+from .schema import validate_manifest_json
 
 PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})  # Pillow writes these to PNG losslessly
 
