@@ -60,7 +60,7 @@ def shape_only_batch(n: int = 256, tp: int = 8, seed: int = 0) -> Batch:
         )
         items.append(
             Item(
-                grids={"grid_thws": [list(resize["grid_thw"])]},
+                grids={"grid_thws": [list(resize.grid)]},
                 feature=feature,
                 deferred=deferred_config(backend, resize, K3),
                 original_size=(width, height),

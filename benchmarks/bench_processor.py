@@ -74,9 +74,9 @@ def baseline_fill(image: Image.Image, bg: dict[str, Any] | None) -> Image.Image:
 def baseline(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
     """Return pixel_values for one image with the checkpoint's plain numpy pipeline."""
     r = resize_config(*image.size, config)
-    resized = image.resize((r["new_width"], r["new_height"]), resample=Image.Resampling.BICUBIC)
+    resized = image.resize((r.new_width, r.new_height), resample=Image.Resampling.BICUBIC)
     x = np.asarray(baseline_fill(resized, config.background()))
-    x = np.pad(x, ((0, r["pad_height"]), (0, r["pad_width"]), (0, 0)), mode="constant", constant_values=0)
+    x = np.pad(x, ((0, r.pad_height), (0, r.pad_width), (0, 0)), mode="constant", constant_values=0)
     x = (x[None] / 255.0).astype(np.float32)
     x -= np.array(config.image_mean)
     x *= 1.0 / np.array(config.image_std)
@@ -119,14 +119,14 @@ def sglang_torch(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
     alpha = image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
     array = np.array(image.convert("RGBA" if alpha else "RGB"), copy=True)  # to_chw_uint8
     x = torch.from_numpy(array).permute(2, 0, 1).unsqueeze(0).float()
-    new_h, new_w = r["new_height"], r["new_width"]
+    new_h, new_w = r.new_height, r.new_width
     if tuple(x.shape[-2:]) != (new_h, new_w):  # _resize_bicubic_if_needed
         x = F.interpolate(x, size=(new_h, new_w), mode="bicubic", align_corners=False, antialias=True)
         x = x.round_().clamp_(0.0, 255.0)
     x = sglang_fill(x, config.transparent_bg_config)
     scale = torch.tensor([1.0 / (255.0 * s) for s in config.image_std], dtype=torch.float32).view(1, 3, 1, 1)
     bias = torch.tensor([-m / s for m, s in zip(config.image_mean, config.image_std)], dtype=torch.float32)
-    x = F.pad(x, (0, r["pad_width"], 0, r["pad_height"]), value=0.0)  # normalize_and_patchify
+    x = F.pad(x, (0, r.pad_width, 0, r.pad_height), value=0.0)  # normalize_and_patchify
     x = torch.addcmul(bias.view(1, 3, 1, 1), x, scale)
     p = config.patch_size
     b, c, height, width = x.shape
@@ -210,7 +210,7 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
         "image": name,
         "size": list(image.size),
         "mode": image.mode,
-        "grid_thw": list(resize_config(*image.size, config)["grid_thw"]),
+        "grid_thw": list(resize_config(*image.size, config).grid),
         "ms_ours": round(ms_ours, 2),
         "ms_baseline": round(ms_theirs, 2),
         "speedup": round(ms_theirs / ms_ours, 2),

@@ -53,10 +53,10 @@ Table(
         (
             name,
             "{}×{}".format(*sizes[name]),
-            f"{r['new_width']}×{r['new_height']}",
-            f"+{r['pad_width']}, +{r['pad_height']}",
-            "×".join(map(str, r["grid_thw"])),
-            r["num_tokens"],
+            f"{r.new_width}×{r.new_height}",
+            f"+{r.pad_width}, +{r.pad_height}",
+            "×".join(map(str, r.grid)),
+            r.tokens,
         )
         for name, r in resized.items()
     ],

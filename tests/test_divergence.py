@@ -30,9 +30,7 @@ def _image_item(width: int, height: int, backend: str = "cpu", *, preset: str = 
         "image_mean": list(cfg["image_mean"]),
         "image_std": list(cfg["image_std"]),
         "transparent_bg_config": cfg.get("transparent_bg_config"),
-        "resize_config": {
-            k: int(resize[k]) for k in ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
-        },
+        "resize_config": resize.to_sglang(),
     }
     feature = (
         Feature.from_image(image)
@@ -40,7 +38,7 @@ def _image_item(width: int, height: int, backend: str = "cpu", *, preset: str = 
         else Feature.from_tensor(torch.zeros((3, height, width), dtype=torch.uint8), "chw")
     )
     return Item(
-        {"grid_thws": [[int(v) for v in resize["grid_thw"]]]},
+        {"grid_thws": [[int(v) for v in resize.grid]]},
         feature,
         deferred,
         original_size=(width, height),

@@ -325,7 +325,7 @@ def test_fuzz_processor_configs(tmp_path_factory, data):
         from kimi_viz.preprocess.resize import resize_config
 
         result = resize_config(4000, 3000, config)
-        assert result["new_width"] <= 16384 and result["new_height"] <= 16384
+        assert result.new_width <= 16384 and result.new_height <= 16384
 
 
 @FUZZ

@@ -29,7 +29,7 @@ from kimi_viz.preprocess.records import (
     PATCH_FULLY_PADDING,
     PATCH_PARTLY_PADDING,
 )
-from kimi_viz.preprocess.resize import resize_config
+from kimi_viz.preprocess.resize import ResizeConfig, resize_config
 
 GOLDENS = json.loads((Path(__file__).parent / "goldens" / "pixel_goldens.json").read_text())
 PRESETS = {"kimi_k3": "kimi-k3", "kimi_k25": "kimi-k25"}
@@ -88,7 +88,7 @@ def test_batches_are_packed_in_order(outputs):
     row = token = 0
     for record in out.records:
         assert record.rows[0] == row and record.token_span[0] == token
-        assert record.num_tokens == record.resize["num_tokens"] == record.patches // 4
+        assert record.num_tokens == record.resize.tokens == record.patches // 4
         row, token = record.rows[1], record.token_span[1]
     assert row == out.pixel_values.shape[0]
 
@@ -100,14 +100,9 @@ def test_chelsea_record(sample):
     assert chelsea.index == 1 and chelsea.source.endswith("chelsea.png")
     assert chelsea.source_size == (451, 300) and chelsea.source_mode == "RGB"
     assert chelsea.loader == {"exif_transpose": False, "alpha": "keep", "exif_orientation": 1}
-    assert chelsea.resize == {
-        "new_width": 451,
-        "new_height": 300,
-        "pad_width": 25,
-        "pad_height": 8,
-        "num_tokens": 187,
-        "grid_thw": (1, 22, 34),
-    }
+    assert chelsea.resize == ResizeConfig(
+        new_width=451, new_height=300, pad_width=25, pad_height=8, tokens=187, grid=(1, 22, 34)
+    )
     assert chelsea.rows == (4, 752) and chelsea.token_span == (1, 188)
     # 451 = 32 patches + 3 px, 300 = 21 patches + 6 px: one partial column, one partial row, one padding column
     assert chelsea.pad_mask.shape == (22, 34) and chelsea.pad_mask.dtype == np.int8
@@ -140,10 +135,10 @@ def test_pad_mask_of_an_exact_fit():
     assert mask.tolist() == [[PATCH_PARTLY_PADDING, PATCH_FULLY_PADDING], [PATCH_FULLY_PADDING, PATCH_FULLY_PADDING]]
 
 
-def plain_checkpoint(image: Image.Image, resize: dict, config: ProcessorConfig) -> np.ndarray:
+def plain_checkpoint(image: Image.Image, resize: ResizeConfig, config: ProcessorConfig) -> np.ndarray:
     """A plain transcription of the checkpoint processor (RGB-first variant, float64 normalisation)."""
-    x = np.asarray(image.convert("RGB").resize((resize["new_width"], resize["new_height"]), Image.Resampling.BICUBIC))
-    x = np.pad(x, ((0, resize["pad_height"]), (0, resize["pad_width"]), (0, 0)))
+    x = np.asarray(image.convert("RGB").resize((resize.new_width, resize.new_height), Image.Resampling.BICUBIC))
+    x = np.pad(x, ((0, resize.pad_height), (0, resize.pad_width), (0, 0)))
     x = (x / 255.0).astype(np.float32)
     x -= np.array(config.image_mean)
     x *= 1.0 / np.array(config.image_std)
@@ -173,7 +168,7 @@ def test_foreign_resize_config_is_applied_as_given(sample):
     """A resize computed for another size (a stale or foreign config) decides the grid, on both paths."""
     image = load_image(sample("chelsea.png")).image
     k25_resize = resize_config(225, 150, "kimi-k25")  # chelsea is 451x300
-    assert k25_resize["grid_thw"] == (1, 12, 18)
+    assert k25_resize.grid == (1, 12, 18)
     _, rows = checkpoint_pixels(image, k25_resize, "kimi-k25")
     assert rows.shape[0] == 12 * 18
     assert np.array_equal(rows.numpy(), plain_checkpoint(image, k25_resize, get_config("kimi-k25")))
@@ -268,7 +263,7 @@ def test_checkpoint_resize_is_one_pil_resize(preset, mode):
     assert image.mode == ("L" if mode == "I;16" else mode)
     for width, height in SIZES:
         resize = resize_config(width, height, config)  # applied as given to the 480x720 image
-        assert (resize["new_width"], resize["new_height"]) == (width, height)
+        assert (resize.new_width, resize.new_height) == (width, height)
         padded, rows = checkpoint_pixels(image, resize, config)
         if config.fill_stage == "before_resize":
             expected = np.asarray(image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC))
@@ -278,7 +273,7 @@ def test_checkpoint_resize_is_one_pil_resize(preset, mode):
             expected = plain_fill(resized, config.background()) if has_alpha else np.asarray(resized.convert("RGB"))
         assert np.array_equal(padded[:height, :width], expected), (mode, width, height)
         assert not padded[height:].any() and not padded[:, width:].any()
-        assert rows.shape[0] == resize["grid_thw"][1] * resize["grid_thw"][2]
+        assert rows.shape[0] == resize.grid[1] * resize.grid[2]
 
 
 def plain_fill(image: Image.Image, bg: dict) -> np.ndarray:

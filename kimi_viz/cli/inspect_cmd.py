@@ -61,7 +61,7 @@ def inspect_images(args: argparse.Namespace) -> dict[str, Any]:
                 "path": str(path),
                 "source_size": list(record.source_size),
                 "source_mode": record.source_mode,
-                "resize": {k: (list(v) if isinstance(v, tuple) else v) for k, v in record.resize.items()},
+                "resize": record.resize.to_json(),
                 "grid_thw": list(record.grid_thw),
                 "patches": record.patches,
                 "tokens": record.num_tokens,

@@ -526,14 +526,11 @@ def draw_patch_grid(
     )
     _patch_ticks(ax, h, w)
     frames_note = f", frame 0 of {t}" if t > 1 else ""
-    resize = record.resize or {}
-    size_note = ""
-    if "new_width" in resize and "new_height" in resize:
-        size_note = (
-            f"\nresized {resize['new_width']}×{resize['new_height']} px"
-            f" + pad {resize.get('pad_width', 0)}×{resize.get('pad_height', 0)}"
-            f" (source {record.source_size[0]}×{record.source_size[1]})"
-        )
+    resize = record.resize
+    size_note = (
+        f"\nresized {resize.new_width}×{resize.new_height} px + pad {resize.pad_width}×{resize.pad_height}"
+        f" (source {record.source_size[0]}×{record.source_size[1]})"
+    )
     ax.set_title(
         f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
         f"{record.num_tokens} tokens{frames_note}{size_note}{note}",

@@ -25,6 +25,7 @@ from PIL import Image
 from ..errors import ConfigError
 from .config import BACKGROUND_PATTERNS, ProcessorConfig, get_config
 from .images import has_alpha
+from .resize import ResizeConfig
 
 # Patch rows per band: small bands keep the uint8 staging buffer in cache.
 _BAND_ROWS = 2
@@ -124,7 +125,7 @@ def fill_transparent(image: Image.Image, bg: dict[str, Any] | None, out: np.ndar
     return out
 
 
-def resize_image(image: Image.Image, resize: dict[str, Any], config: ProcessorConfig) -> Image.Image:
+def resize_image(image: Image.Image, resize: ResizeConfig, config: ProcessorConfig) -> Image.Image:
     """Return the image resized to ``(new_width, new_height)`` with PIL bicubic, as the checkpoint does.
 
     With fill stage ``before_resize`` the image is made RGB first (composited when a background is
@@ -132,7 +133,7 @@ def resize_image(image: Image.Image, resize: dict[str, Any], config: ProcessorCo
     An image that already has the new size is returned as it is (PIL's resize would copy it).
     """
     image = _before_resize(image, config)
-    size = (resize["new_width"], resize["new_height"])
+    size = (resize.new_width, resize.new_height)
     if image.size == size:
         return image
     return image.resize(size, resample=Image.Resampling.BICUBIC)
@@ -146,13 +147,13 @@ def _before_resize(image: Image.Image, config: ProcessorConfig) -> Image.Image:
     return Image.fromarray(fill_transparent(image, config.background()), mode="RGB")
 
 
-def padded_uint8(image: Image.Image, resize: dict[str, Any], config: ProcessorConfig) -> np.ndarray:
+def padded_uint8(image: Image.Image, resize: ResizeConfig, config: ProcessorConfig) -> np.ndarray:
     """Return the resized, filled image zero-padded at bottom and right: uint8 ``(H + pad_h, W + pad_w, 3)``.
 
     The resized pixels are written straight into the pre-zeroed padded buffer.
     """
-    new_w, new_h = resize["new_width"], resize["new_height"]
-    padded = np.zeros((new_h + resize["pad_height"], new_w + resize["pad_width"], 3), dtype=np.uint8)
+    new_w, new_h = resize.new_width, resize.new_height
+    padded = np.zeros((new_h + resize.pad_height, new_w + resize.pad_width, 3), dtype=np.uint8)
     fill_transparent(resize_image(image, resize, config), config.background(), out=padded[:new_h, :new_w])
     return padded
 
@@ -185,11 +186,11 @@ def patchify_normalize(
 
 
 def checkpoint_pixels(
-    image: Image.Image, resize: dict[str, Any], config: Any = "kimi-k3", out: np.ndarray | None = None
+    image: Image.Image, resize: ResizeConfig, config: Any = "kimi-k3", out: np.ndarray | None = None
 ) -> tuple[np.ndarray, torch.Tensor]:
     """Return ``(padded uint8 HWC image, rows float32 [h*w, 3, p, p])`` for one image, checkpoint-exact.
 
-    ``resize`` is a :func:`kimi_viz.preprocess.resize.resize_config` dict; it may come from another size than
+    ``resize`` is a :class:`~kimi_viz.preprocess.resize.ResizeConfig`; it may come from another size than
     the image's own (a stale or foreign config), and is applied as given. ``out`` (a float32 array of
     the right shape) receives the rows in place; the returned tensor shares its memory.
     """

@@ -28,6 +28,7 @@ from ..devices import resolve_device
 from ..errors import UnsupportedImageError
 from .config import ProcessorConfig, get_config
 from .images import has_alpha
+from .resize import ResizeConfig
 
 
 def to_chw_uint8(image: Image.Image | torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -148,16 +149,16 @@ def write_rows(
     return out
 
 
-def resized_rgb(chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any, device: Any = "auto") -> torch.Tensor:
+def resized_rgb(chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, device: Any = "auto") -> torch.Tensor:
     """Return the resized, filled ``[1, 3, new_h, new_w]`` float32 image (integer levels) on ``device``."""
     config = get_config(config)
     x = to_chw_uint8(chw_uint8).to(resolve_device(device)).unsqueeze(0)
-    x = resize_bicubic(x, resize["new_height"], resize["new_width"])
+    x = resize_bicubic(x, resize.new_height, resize.new_width)
     return fill_transparent_bg(x, config.transparent_bg_config)
 
 
 def torch_pixels_and_image(
-    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "auto"
+    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: Any = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(rows [h*w, 3, p, p], resized [1, 3, new_h, new_w])`` of one image through SGLang's torch path."""
     config = get_config(config)
@@ -169,18 +170,18 @@ def torch_pixels_and_image(
         scale,
         bias,
         config.patch_size,
-        resize["new_height"] + resize["pad_height"],
-        resize["new_width"] + resize["pad_width"],
+        resize.new_height + resize.pad_height,
+        resize.new_width + resize.pad_width,
     )
     return rows, x
 
 
 def torch_pixels(
-    chw_uint8: torch.Tensor, resize: dict[str, Any], config: Any = "kimi-k3", device: Any = "auto"
+    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: Any = "auto"
 ) -> torch.Tensor:
     """Return float32 ``[h*w, 3, p, p]`` rows of one CHW uint8 image through SGLang's torch path.
 
-    ``resize`` is a :func:`kimi_viz.preprocess.resize.resize_config` dict applied as given (it may belong to
+    ``resize`` is a :class:`~kimi_viz.preprocess.resize.ResizeConfig` applied as given (it may belong to
     another image size). ``device`` is ``"cpu"``, ``"cuda"`` or ``"auto"``; rows stay on it.
     """
     return torch_pixels_and_image(chw_uint8, resize, config, device)[0]

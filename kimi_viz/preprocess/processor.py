@@ -40,7 +40,7 @@ from .records import (
     ImageRecord,
     ProcessorOutput,
 )
-from .resize import resize_config
+from .resize import ResizeConfig, resize_config
 
 __all__ = [
     "BACKENDS",
@@ -58,9 +58,9 @@ __all__ = [
 ]
 
 
-def pad_mask(resize: dict[str, Any], patch_size: int = 14) -> np.ndarray:
+def pad_mask(resize: ResizeConfig, patch_size: int = 14) -> np.ndarray:
     """Return int8 ``[h, w]``: 0 content, 1 patch partly in the padding, 2 patch fully in the padding."""
-    _, gh, gw = resize["grid_thw"]
+    _, gh, gw = resize.grid
 
     def states(count: int, content: int) -> np.ndarray:
         start = np.arange(count) * patch_size
@@ -69,7 +69,7 @@ def pad_mask(resize: dict[str, Any], patch_size: int = 14) -> np.ndarray:
         state[start >= content] = PATCH_FULLY_PADDING
         return state
 
-    return np.maximum(states(gh, resize["new_height"])[:, None], states(gw, resize["new_width"])[None, :])
+    return np.maximum(states(gh, resize.new_height)[:, None], states(gw, resize.new_width)[None, :])
 
 
 def _as_list(images: Any) -> list[Any]:
@@ -124,7 +124,7 @@ class Processor:
         cfg = self.config
         p = cfg.patch_size
         resizes = [resize_config(*item.size, cfg) for item in loaded]
-        counts = [t * h * w for t, h, w in (r["grid_thw"] for r in resizes)]
+        counts = [r.patches for r in resizes]
         total = sum(counts)
         if self.backend == "checkpoint":
             buffer = np.empty((total, 3, p, p), dtype=np.float32)
@@ -141,13 +141,10 @@ class Processor:
                 resized = padded if self.keep_images else None
             else:
                 image = resized_rgb(to_chw_uint8(item.image), resize, cfg, self.device)
-                padded_h, padded_w = (
-                    resize["new_height"] + resize["pad_height"],
-                    resize["new_width"] + resize["pad_width"],
-                )
+                padded_w, padded_h = resize.padded_size
                 write_rows(pixel_values[row : row + count], image, *scale_bias, p, padded_h, padded_w)
                 resized = _padded_from_tensor(image, resize) if self.keep_images else None
-            tokens = int(resize["num_tokens"])
+            tokens = int(resize.tokens)
             records.append(
                 ImageRecord(
                     index=index,
@@ -155,8 +152,8 @@ class Processor:
                     source_size=(int(item.size[0]), int(item.size[1])),
                     source_mode=item.mode,
                     loader=dict(item.loader),
-                    resize=dict(resize),
-                    grid_thw=tuple(resize["grid_thw"]),
+                    resize=resize,
+                    grid_thw=resize.grid,
                     rows=(row, row + count),
                     token_span=(token, token + tokens),
                     pad_mask=pad_mask(resize, p),
@@ -165,7 +162,7 @@ class Processor:
             )
             row += count
             token += tokens
-        grid_thws = torch.tensor([list(r["grid_thw"]) for r in resizes], dtype=torch.int64).reshape(-1, 3)
+        grid_thws = torch.tensor([list(r.grid) for r in resizes], dtype=torch.int64).reshape(-1, 3)
         return ProcessorOutput(
             pixel_values=pixel_values, grid_thws=grid_thws, records=records, backend=self.backend, config=cfg
         )
@@ -173,10 +170,10 @@ class Processor:
     __call__ = preprocess
 
 
-def _padded_from_tensor(image: torch.Tensor, resize: dict[str, Any]) -> np.ndarray:
+def _padded_from_tensor(image: torch.Tensor, resize: ResizeConfig) -> np.ndarray:
     """Return the uint8 HWC image, zero-padded, from a resized ``[1, 3, h, w]`` float tensor of levels."""
-    new_h, new_w = resize["new_height"], resize["new_width"]
-    padded = np.zeros((new_h + resize["pad_height"], new_w + resize["pad_width"], 3), dtype=np.uint8)
+    new_h, new_w = resize.new_height, resize.new_width
+    padded = np.zeros((new_h + resize.pad_height, new_w + resize.pad_width, 3), dtype=np.uint8)
     padded[:new_h, :new_w] = image[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
     return padded
 

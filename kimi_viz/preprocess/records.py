@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .resize import ResizeConfig
+
 if TYPE_CHECKING:  # pragma: no cover - records and layouts of shapes alone need no torch
     import torch
 
@@ -33,7 +35,7 @@ class ImageRecord:
     source_size: tuple[int, int]  # (width, height) after the loader policy
     source_mode: str  # PIL mode after loading ("RGB", "RGBA", "P", "L", "LA", "CMYK", ...)
     loader: dict[str, Any]  # {"exif_transpose": bool, "alpha": "keep"|"discard", "exif_orientation": int|None}
-    resize: dict[str, Any]  # resize_config(): new_width, new_height, pad_width, pad_height, num_tokens, grid_thw
+    resize: ResizeConfig
     grid_thw: tuple[int, int, int]
     rows: tuple[int, int]
     token_span: tuple[int, int]
@@ -64,7 +66,7 @@ class ImageRecord:
             "source_size": list(self.source_size),
             "source_mode": self.source_mode,
             "loader": dict(self.loader),
-            "resize": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.resize.items()},
+            "resize": self.resize.to_json(),
             "grid_thw": list(self.grid_thw),
             "patches": self.patches,
             "tokens": self.num_tokens,

@@ -9,12 +9,72 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EmptyImageError
 from .config import ProcessorConfig, get_config
 
-RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height", "num_tokens", "grid_thw")
+SGLANG_KEYS = ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")  # SGLang's resize_config dict
+
+
+@dataclass(frozen=True)
+class ResizeConfig:
+    """One image's NaViT resize: its resized size, the right and bottom padding, the grid and the tokens.
+
+    ``grid`` is ``(1, h, w)`` in patches (not merged tokens); ``tokens`` the ``<|media_pad|>`` count.
+    :meth:`to_sglang` is the ``resize_config`` dict SGLang's deferred config carries; :meth:`from_sglang`
+    reads one back (the grid then follows from the padded size).
+    """
+
+    new_width: int
+    new_height: int
+    pad_width: int
+    pad_height: int
+    tokens: int
+    grid: tuple[int, int, int]
+
+    @property
+    def padded_size(self) -> tuple[int, int]:
+        """Return ``(width, height)`` after padding."""
+        return self.new_width + self.pad_width, self.new_height + self.pad_height
+
+    @property
+    def patches(self) -> int:
+        """Return ``t*h*w``: the rows of ``pixel_values`` this image takes."""
+        t, h, w = self.grid
+        return t * h * w
+
+    def to_sglang(self) -> dict[str, int]:
+        """Return SGLang's ``resize_config`` dict: ``num_tokens, new_width, new_height, pad_width, pad_height``."""
+        return {
+            "num_tokens": self.tokens,
+            "new_width": self.new_width,
+            "new_height": self.new_height,
+            "pad_width": self.pad_width,
+            "pad_height": self.pad_height,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``new_width, new_height, pad_width, pad_height, num_tokens, grid_thw`` (a list) as JSON data."""
+        return {
+            "new_width": self.new_width,
+            "new_height": self.new_height,
+            "pad_width": self.pad_width,
+            "pad_height": self.pad_height,
+            "num_tokens": self.tokens,
+            "grid_thw": list(self.grid),
+        }
+
+    @classmethod
+    def from_sglang(cls, resize: dict[str, Any], patch_size: int = 14, merge: int = 2) -> ResizeConfig:
+        """Return the config an SGLang ``resize_config`` dict describes (``KeyError`` for a missing size key)."""
+        new_w, new_h = int(resize["new_width"]), int(resize["new_height"])
+        pad_w, pad_h = int(resize["pad_width"]), int(resize["pad_height"])
+        grid = (1, (new_h + pad_h) // patch_size, (new_w + pad_w) // patch_size)
+        tokens = resize.get("num_tokens")
+        tokens = int(tokens) if tokens is not None else (grid[1] // merge) * (grid[2] // merge)
+        return cls(new_w, new_h, pad_w, pad_h, tokens, grid)
 
 
 def _side(value: Any, name: str) -> int:
@@ -31,12 +91,11 @@ def _side(value: Any, name: str) -> int:
     return value
 
 
-def resize_config(width: int, height: int, preset_or_config: Any = "kimi-k3") -> dict[str, Any]:
-    """Return ``new_width, new_height, pad_width, pad_height, num_tokens, grid_thw`` for a W x H image.
+def resize_config(width: int, height: int, preset_or_config: Any = "kimi-k3") -> ResizeConfig:
+    """Return the :class:`ResizeConfig` of a W x H image under a processor preset or config.
 
-    ``grid_thw`` is ``(1, h, w)`` in patches (not merged tokens). The patch budget is applied to
-    the floor patch counts of the original size, before padding, so the padded grid may hold a
-    few more patches than ``in_patch_limit``.
+    The patch budget is applied to the floor patch counts of the original size, before padding, so
+    the padded grid may hold a few more patches than ``in_patch_limit``.
     """
     cfg: ProcessorConfig = get_config(preset_or_config)
     width = _side(width, "width")
@@ -56,22 +115,7 @@ def resize_config(width: int, height: int, preset_or_config: Any = "kimi-k3") ->
         num_tokens = cfg.fixed_output_tokens
     else:
         num_tokens = ((new_h + pad_h) // factor) * ((new_w + pad_w) // factor)
-    return {
-        "new_width": new_w,
-        "new_height": new_h,
-        "pad_width": pad_w,
-        "pad_height": pad_h,
-        "num_tokens": num_tokens,
-        "grid_thw": (1, (new_h + pad_h) // p, (new_w + pad_w) // p),
-    }
+    return ResizeConfig(new_w, new_h, pad_w, pad_h, num_tokens, (1, (new_h + pad_h) // p, (new_w + pad_w) // p))
 
 
-def grid_of(resize: dict[str, Any], patch_size: int = 14) -> tuple[int, int, int]:
-    """Return ``(1, h, w)`` from a resize dict (its ``grid_thw`` when present, else from the sizes)."""
-    if "grid_thw" in resize:
-        return tuple(int(v) for v in resize["grid_thw"])  # type: ignore[return-value]
-    return (
-        1,
-        (resize["new_height"] + resize["pad_height"]) // patch_size,
-        (resize["new_width"] + resize["pad_width"]) // patch_size,
-    )
+__all__ = ["ResizeConfig", "SGLANG_KEYS", "resize_config"]

@@ -58,8 +58,7 @@ def _slug(text: str) -> str:
 def _resized_index(records: Sequence[Any]) -> int:
     """Return the index of the first image the processor resized (0 when none was)."""
     for record in records:
-        resize = record.resize or {}
-        if (resize.get("new_width"), resize.get("new_height")) != tuple(record.source_size):
+        if (record.resize.new_width, record.resize.new_height) != tuple(record.source_size):
             return record.index
     return 0
 
@@ -108,7 +107,7 @@ def write_gallery(
 
     other = OTHER_PRESET.get(preset)
     if other is not None:
-        grids = [resize_config(*record.source_size, other)["grid_thw"] for record in output.records]
+        grids = [resize_config(*record.source_size, other).grid for record in output.records]
         produced = BatchLayout.from_grids(grids, labels=[s.label for s in layout.spans])
         comparison = compare_layouts(layout, produced)
         add(

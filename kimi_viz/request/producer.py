@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..preprocess.config import ProcessorConfig, get_config
-from ..preprocess.resize import resize_config
+from ..preprocess.resize import ResizeConfig, resize_config
 from ..split.batch import Feature, Item
 from .images import RequestImage, as_request_image
 
@@ -29,10 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 CONSUMER = "kimi-k3"  # the model's own checkpoint processor (the cpu backend's consumer)
 GridKey = Literal["image_grid_thw", "grid_thws"]
 Mode = Literal["pixels", "shapes"]
-RESIZE_KEYS = ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")
 
 
-def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER) -> dict[str, Any]:
+def deferred_config(backend: str, resize: ResizeConfig, preset: Any = CONSUMER) -> dict[str, Any]:
     """Return the ``kimi_k3_deferred_preprocessing`` dict SGLang's request side writes for one image.
 
     ``resize`` is the image's :func:`~kimi_viz.preprocess.resize.resize_config` and ``preset`` the
@@ -44,13 +43,13 @@ def deferred_config(backend: str, resize: dict[str, Any], preset: Any = CONSUMER
         "image_mean": list(cfg["image_mean"]),
         "image_std": list(cfg["image_std"]),
         "transparent_bg_config": cfg.get("transparent_bg_config"),
-        "resize_config": {k: int(resize[k]) for k in RESIZE_KEYS},
+        "resize_config": resize.to_sglang(),
     }
 
 
-def grid_row(resize: dict[str, Any]) -> list[int]:
+def grid_row(resize: ResizeConfig) -> list[int]:
     """Return the ``[t, h, w]`` grid row an item carries for ``resize``."""
-    return [int(v) for v in resize["grid_thw"]]
+    return list(resize.grid)
 
 
 def raw_feature(image: RequestImage, backend: str, *, mode: Mode = "pixels", discard_alpha: bool = False) -> Feature:
@@ -70,7 +69,7 @@ def raw_feature(image: RequestImage, backend: str, *, mode: Mode = "pixels", dis
 
 def eager_rows(
     image: RequestImage,
-    resize: dict[str, Any],
+    resize: ResizeConfig,
     config: ProcessorConfig,
     *,
     gpu: bool = False,
@@ -89,7 +88,7 @@ def eager_rows(
 
 def eager_feature(
     image: RequestImage,
-    resize: dict[str, Any],
+    resize: ResizeConfig,
     config: ProcessorConfig,
     *,
     mode: Mode = "pixels",
@@ -97,7 +96,7 @@ def eager_feature(
     discard_alpha: bool = False,
 ) -> Feature:
     """Return an eager feature: the rows :func:`eager_rows` makes, or their shape in shapes mode."""
-    rows = int(resize["grid_thw"][1]) * int(resize["grid_thw"][2])
+    rows = resize.patches
     if mode == "shapes":
         return Feature.shape_only("patches", (rows, 3, config.patch_size, config.patch_size), "float32")
     return Feature.from_tensor(eager_rows(image, resize, config, gpu=gpu, discard_alpha=discard_alpha), "patches")
@@ -167,7 +166,6 @@ def eager_item(
 __all__ = [
     "CONSUMER",
     "GridKey",
-    "RESIZE_KEYS",
     "deferred_config",
     "grid_row",
     "raw_feature",

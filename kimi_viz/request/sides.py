@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from ..errors import SettingNotInReleaseError
 from ..preprocess.config import ProcessorConfig, get_config
-from ..preprocess.resize import resize_config
+from ..preprocess.resize import ResizeConfig, resize_config
 from ..releases import release_for
 from ..split.batch import Feature, Item
 from .images import RequestImage
@@ -207,10 +207,10 @@ def resolve_transport(side: RequestSide, settings: ServerSettings) -> tuple[str,
     return asked, f"--mm-feature-transport {asked}"
 
 
-def _byte_counts(image: RequestImage, resize: dict[str, Any]) -> tuple[int, int]:
+def _byte_counts(image: RequestImage, resize: ResizeConfig) -> tuple[int, int]:
     raw = image.channels() * image.width * image.height
-    processed = 3 * (resize["new_width"] + resize["pad_width"]) * (resize["new_height"] + resize["pad_height"]) * 4
-    return raw, processed
+    width, height = resize.padded_size
+    return raw, 3 * width * height * 4
 
 
 def _defer_gate(side: RequestSide, settings: ServerSettings, transport: str) -> str | None:
@@ -225,7 +225,7 @@ def _defer_gate(side: RequestSide, settings: ServerSettings, transport: str) -> 
 
 
 def _decide(
-    images: list[RequestImage], resizes: list[dict[str, Any]], gate: str | None, path: BuildPath
+    images: list[RequestImage], resizes: list[ResizeConfig], gate: str | None, path: BuildPath
 ) -> list[Decision]:
     if gate is not None:
         return [Decision(k, "eager", None, None, gate) for k in range(len(images))]
@@ -326,7 +326,7 @@ def build_request(
 
 def _encoder_items(
     images: list[RequestImage],
-    resizes: list[dict[str, Any]],
+    resizes: list[ResizeConfig],
     settings: ServerSettings,
     side: RequestSide,
     producer: ProcessorConfig,

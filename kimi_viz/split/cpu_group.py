@@ -58,7 +58,7 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     except SGLangRaise:
         step.note = "The checkpoint processor cannot take this image."
         raise
-    grids = [(int(t), int(h), int(w)) for t, h, w in (r["grid_thw"] for r in resizes)]
+    grids = [r.grid for r in resizes]
     rows = [prod(gr) for gr in grids]
     for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes):
         inputs.append(
@@ -67,7 +67,7 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
                 "feature": feature_json(item.feature),
                 "size": [width, height],
                 "mode": mode_name,
-                "own_resize": {k: resize[k] for k in ("new_width", "new_height", "pad_width", "pad_height")},
+                "own_resize": {k: v for k, v in resize.to_sglang().items() if k != "num_tokens"},
                 "item_resize_config": (item.deferred or {}).get("resize_config"),
             }
         )

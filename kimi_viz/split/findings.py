@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..preprocess.config import ProcessorConfig
-from ..preprocess.resize import grid_of, resize_config
+from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Batch, Feature, Item
 from .trace import prod
 
@@ -167,25 +167,28 @@ def _config_mismatch(item: Item, index: int, consumer: ProcessorConfig | None) -
     size = item.original_size or _feature_size(item.feature)
     if size is None or 0 in size or _looks_hwc(item.feature):
         return None
-    keys = ("new_width", "new_height", "pad_width", "pad_height")
     try:
-        given = {k: int(item.deferred["resize_config"][k]) for k in keys}
+        given = ResizeConfig.from_sglang(item.deferred["resize_config"], consumer.patch_size)
     except (KeyError, TypeError, ValueError):
         return None  # an incomplete resize_config: the replay reports SGLang's own KeyError for it
     own = resize_config(int(size[0]), int(size[1]), consumer)
-    if all(given[k] == own[k] for k in keys):
+    if (given.new_width, given.new_height, given.pad_width, given.pad_height) == (
+        own.new_width,
+        own.new_height,
+        own.pad_width,
+        own.pad_height,
+    ):
         return None
-    given_grid = list(grid_of(given, consumer.patch_size))
     return Finding(
         "S4",
         index,
-        f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given['new_width']}x"
-        f"{given['new_height']} (grid {given_grid}) but the consumer's processor config "
-        f"(in_patch_limit {consumer.in_patch_limit}) gives {own['new_width']}x{own['new_height']} "
-        f"(grid {list(own['grid_thw'])})",
+        f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given.new_width}x"
+        f"{given.new_height} (grid {list(given.grid)}) but the consumer's processor config "
+        f"(in_patch_limit {consumer.in_patch_limit}) gives {own.new_width}x{own.new_height} "
+        f"(grid {list(own.grid)})",
         key="resize_config",
-        given_grid=given_grid,
-        consumer_grid=list(own["grid_thw"]),
+        given_grid=list(given.grid),
+        consumer_grid=list(own.grid),
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..messages import MSG_BG_PATTERN, MSG_GPU_WRONG_GRIDS, MSG_RAW_UINT8
 from ..preprocess.config import PROCESSOR_PRESETS
-from ..preprocess.resize import grid_of
+from ..preprocess.resize import ResizeConfig
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
 from .state import (
@@ -55,17 +55,17 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
         mean, std = _deferred_value(first, "image_mean"), _deferred_value(first, "image_std")
         background = first.get("transparent_bg_config")
         resizes = [
-            _resize_keys((item.deferred or {}).get("resize_config"), g)
+            _resize_keys((item.deferred or {}).get("resize_config"), g, ctx.patch_size)
             for item, g in zip(group.items, group.global_indices)
         ]
         channels_in: list[int] = [0] * len(group.items)
         for item, g, resize in zip(group.items, group.global_indices, resizes):
-            inputs.append({"image": g, "feature": feature_json(item.feature), "resize_config": dict(resize)})
+            inputs.append({"image": g, "feature": feature_json(item.feature), "resize_config": _sizes(resize)})
         # _gpu_preprocess_images groups images by target size; a group of one is staged, resized and
         # filled on its own, a larger group is staged as a whole before it is resized and filled.
         targets: dict[tuple[int, ...], list[int]] = {}
         for position, r in enumerate(resizes):
-            key = (r["new_height"], r["new_width"], r["new_height"] + r["pad_height"], r["new_width"] + r["pad_width"])
+            key = (r.new_height, r.new_width, r.padded_size[1], r.padded_size[0])
             targets.setdefault(key, []).append(position)
         for members in targets.values():
             for position in members:
@@ -80,7 +80,7 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
                 )
             for position in members:
                 _fill_probe(channels_in[position], background, group.global_indices[position])
-        grids = [grid_of(r, ctx.patch_size) for r in resizes]
+        grids = [r.grid for r in resizes]
         rows = [prod(gr) for gr in grids]
         tensors = None
         if ctx.mode == "pixels":
@@ -128,13 +128,17 @@ def _deferred_value(config: dict[str, Any], key: str) -> Any:
     return config[key]
 
 
-def _resize_keys(resize: dict[str, Any] | None, image: int) -> dict[str, int]:
+def _sizes(resize: ResizeConfig) -> dict[str, int]:
+    return {k: getattr(resize, k) for k in RESIZE_KEYS}
+
+
+def _resize_keys(resize: dict[str, Any] | None, image: int, patch_size: int) -> ResizeConfig:
     if resize is None:
         raise raises("KeyError", repr("resize_config"), CauseKind.DEFERRED_CONFIG, image, key="resize_config")
     for key in ("new_height", "pad_height", "new_width", "pad_width"):
         if key not in resize:
             raise raises("KeyError", repr(key), CauseKind.DEFERRED_CONFIG, image, key=key)
-    return {k: int(resize[k]) for k in RESIZE_KEYS}
+    return ResizeConfig.from_sglang(resize, patch_size)
 
 
 def _stage(feature: Feature, image: int) -> int:
@@ -177,10 +181,10 @@ def _chw_size(feature: Feature) -> tuple[int, int]:
     return int(shape[-2]), int(shape[-1])
 
 
-def _resize_probe(feature: Feature, channels: int, resize: dict[str, int], image: int) -> None:
+def _resize_probe(feature: Feature, channels: int, resize: ResizeConfig, image: int) -> None:
     """Raise what ``F.interpolate`` raises for an empty image or an empty target size."""
     height, width = _chw_size(feature)
-    target = (resize["new_height"], resize["new_width"])
+    target = (resize.new_height, resize.new_width)
     if (height, width) == target or min(height, width, *target) > 0:
         return
     import torch
@@ -239,7 +243,7 @@ _PerChannel = tuple[float, float, float]  # one value per RGB channel
 
 
 def _pixels(
-    ctx: ReplayContext, items: list[Item], resizes: list[dict[str, int]], mean: Any, std: Any, background: Any
+    ctx: ReplayContext, items: list[Item], resizes: list[ResizeConfig], mean: Any, std: Any, background: Any
 ) -> list[torch.Tensor]:
     """Return each image's rows through the kit's torch path, with the group's first config."""
     from ..preprocess.pixels_torch import to_chw_uint8, torch_pixels
@@ -268,7 +272,7 @@ def _pixels(
                 # SGLang resizes every channel and then keeps RGB (+ channel 3 as alpha when a background
                 # is set); resizing is per channel, so keeping those channels first gives the same rows.
                 chw = chw[: 4 if background is not None else 3]
-        out.append(torch_pixels(chw, dict(resize), config, ctx.device))
+        out.append(torch_pixels(chw, resize, config, ctx.device))
     return out
 
 

@@ -80,7 +80,7 @@ def random_batch(seed: int) -> RandomBatch:
             stale = resize_config(
                 max(1, width + rng.randint(-200, 200)), max(1, height + rng.randint(-200, 200)), "kimi-k3"
             )
-            item.grids["image_grid_thw"] = [[int(v) for v in stale["grid_thw"]]]
+            item.grids["image_grid_thw"] = [[int(v) for v in stale.grid]]
             note += f" stale image_grid_thw {item.grids['image_grid_thw'][0]}"
         items.append(item)
         notes.append(note)
