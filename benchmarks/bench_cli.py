@@ -56,6 +56,7 @@ def build_captures(folder: Path) -> tuple[Path, Path]:
     from kimi_viz.data import SAMPLE_PHOTOS
     from kimi_viz.manifest import write_manifest
     from kimi_viz.preprocess.config import get_config
+    from kimi_viz.releases import PathSource
     from kimi_viz.request import deferred_item
     from kimi_viz.split.batch import Batch
 
@@ -65,8 +66,8 @@ def build_captures(folder: Path) -> tuple[Path, Path]:
         processor=get_config("kimi-k3").to_media_proc_cfg(),
         attn_tp_size=8,
         sglang_version="0.5.23",
-        code_variant="post-fix",
-        code_variant_source="detected",
+        code_path="post-fix",
+        code_path_source=PathSource.DETECTED,
         created_by="benchmarks/bench_cli.py",
     )
     return write_manifest(batch, folder / "pixels-16-tp8"), write_manifest(batch, folder / "shapes-16-tp8", redact=True)

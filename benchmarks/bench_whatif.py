@@ -38,8 +38,8 @@ from kimi_viz._whatif._sweep import SWEEP_TP_SIZES, sweep
 from kimi_viz._whatif.run import whatif
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
 from kimi_viz.preprocess.images import load_image
+from kimi_viz.releases import REQUEST_SIDES
 from kimi_viz.request.settings import ServerSettings
-from kimi_viz.request.sides import REQUEST_SIDES
 
 TARGET_S = 2.0
 WORKLOADS = {

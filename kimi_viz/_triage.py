@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .split.trace import Trace
     from .split.verdict import Verdict
 
-VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
+CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
 
 
@@ -39,7 +39,7 @@ class TriageResult:
 
     batch: Batch
     source: str  # the manifest path, or a label for an in-memory batch
-    variant: str  # the primary code path (its verdict decides the exit code)
+    code_path: str  # the primary code path (its verdict decides the exit code)
     traces: dict[str, Trace]  # code path -> trace
     tp_size: int
     rank: int | None
@@ -50,16 +50,15 @@ class TriageResult:
     @property
     def trace(self) -> Trace:
         """Return the primary code path's trace."""
-        return self.traces[self.variant]
+        return self.traces[self.code_path]
 
     @property
     def verdict(self) -> Verdict:
-        """Return the primary verdict; with several code paths its ``variants`` hold the others'."""
+        """Return the primary verdict; with several code paths its ``code_paths`` hold the others'."""
         from .split.verdict import build_verdict
 
-        verdict = build_verdict(self.trace)
-        verdict.variants = {name: build_verdict(trace) for name, trace in self.traces.items() if name != self.variant}
-        return verdict
+        others = {name: trace for name, trace in self.traces.items() if name != self.code_path}
+        return build_verdict(self.trace, others=others)
 
     @property
     def exit_code(self) -> int:
@@ -73,7 +72,7 @@ class TriageResult:
         ranks = "every rank" if self.rank is None else f"rank {self.rank}"
         return (
             f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
-            f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_variant} code; replayed: "
+            f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_path} code; replayed: "
             f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode"
         )
 
@@ -84,7 +83,7 @@ class TriageResult:
         verdict = self.verdict
         blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
         blocks += [f"assumed: {text}" for text in self.assumptions]
-        for name, other in verdict.variants.items():
+        for name, other in verdict.code_paths.items():
             blocks += ["", format_verdict(other, title=f"== the same batch on the {name} code path ==")]
         if self.outputs:
             blocks.append("")
@@ -92,21 +91,21 @@ class TriageResult:
         return "\n".join(blocks)
 
 
-def _pick_paths(variant: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
+def _pick_paths(code_path: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
     """Return the code paths to replay, the primary first; ``both`` adds the other side of the S1 fix."""
     from .releases import choose_release
 
-    if variant is not None and variant not in VARIANT_CHOICES:
-        raise ConfigError(f"variant: expected one of {list(VARIANT_CHOICES)}, got {variant!r}")
+    if code_path is not None and code_path not in CODE_PATH_CHOICES:
+        raise ConfigError(f"code_path: expected one of {list(CODE_PATH_CHOICES)}, got {code_path!r}")
     choice = choose_release(
         sglang_version=sglang_version,
-        variant=None if variant == "both" else variant,
+        code_path=None if code_path == "both" else code_path,
         recorded_version=batch.sglang_version,
-        recorded_variant=batch.code_variant,
-        recorded_variant_source=batch.code_variant_source,
+        recorded_code_path=batch.code_path,
+        recorded_source=batch.code_path_source,
     )
     names: list[str] = [choice.code_path]
-    if variant == "both":
+    if code_path == "both":
         names.append("pre-fix" if choice.code_path == "post-fix" else "post-fix")
     return names
 
@@ -126,7 +125,7 @@ def triage_batch(
     batch: Batch,
     *,
     out_dir: str | os.PathLike | None = None,
-    variant: str | None = None,
+    code_path: str | None = None,
     tp: int | None = None,
     mode: str = "auto",
     rank: int | str | None = "recorded",
@@ -139,7 +138,7 @@ def triage_batch(
     """Return the :class:`TriageResult` of replaying ``batch``; write the report files when ``out_dir`` is given.
 
     ``sglang_version``: replay that release's code path (default: the recorded release, else the code
-    path the capture detected, else the newest release, stated). ``variant``: the lower-level switch,
+    path the capture detected, else the newest release, stated). ``code_path``: the lower-level switch,
     ``"post-fix"``, ``"pre-fix"``, ``"no-split"``, or ``"both"`` (the chosen path plus the other side of
     the S1 fix). ``tp``: override the recorded attention-TP size. ``rank``: ``"recorded"`` (the rank
     the capture recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/
@@ -151,7 +150,7 @@ def triage_batch(
     if mode not in MODE_CHOICES:
         raise ConfigError(f"mode: expected one of {list(MODE_CHOICES)}, got {mode!r}")
     tp_size = check_tp_size(batch.attn_tp_size if tp is None else tp, "--tp")
-    names = _pick_paths(variant, batch, sglang_version)
+    names = _pick_paths(code_path, batch, sglang_version)
     replay_rank = _pick_rank(batch, tp_size, rank)
     assumptions = _fill_missing_processor(batch)
     traces = {}
@@ -159,16 +158,16 @@ def triage_batch(
         if name == names[0]:
             asked: dict[str, Any] = {
                 "sglang_version": sglang_version,
-                "variant": variant if variant not in (None, "both") else None,
+                "code_path": code_path if code_path not in (None, "both") else None,
             }
         else:
-            asked = {"variant": name}
+            asked = {"code_path": name}
         traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
     result = TriageResult(
         batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode, assumptions=assumptions
     )
     if out_dir is not None:
-        result.outputs = write_triage_outputs(result, out_dir, title=title, reproduce=reproduce)
+        result = replace(result, outputs=write_triage_outputs(result, out_dir, title=title, reproduce=reproduce))
     return result
 
 
@@ -193,7 +192,7 @@ def triage(
     manifest_path: str | os.PathLike,
     *,
     out_dir: str | os.PathLike | None = None,
-    variant: str | None = None,
+    code_path: str | None = None,
     tp: int | None = None,
     mode: str = "auto",
     rank: int | str | None = "recorded",
@@ -207,8 +206,8 @@ def triage(
     args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
     if sglang_version:
         args.append(f"--sglang-version {shlex.quote(sglang_version)}")
-    if variant:
-        args.append(f"--variant {variant}")
+    if code_path:
+        args.append(f"--code-path {code_path}")
     if tp is not None:
         args.append(f"--tp {tp}")
     if mode != "auto":
@@ -220,7 +219,7 @@ def triage(
     return triage_batch(
         batch,
         out_dir=out_dir,
-        variant=variant,
+        code_path=code_path,
         tp=tp,
         mode=mode,
         rank=rank,
@@ -249,7 +248,7 @@ def write_triage_outputs(
     document = trace_document(result.trace, verdict)
     outputs["trace"] = write_file(out / "trace.json", _json_bytes(document))
     for name, trace in result.traces.items():
-        if name != result.variant:
+        if name != result.code_path:
             outputs[f"trace-{name}"] = write_file(out / f"trace-{name}.json", _json_bytes(trace_document(trace)))
     batch = result.batch
     facts = {
@@ -258,7 +257,7 @@ def write_triage_outputs(
         "manifest": result.source,
         "created by": batch.created_by,
         "SGLang version": batch.sglang_version,
-        "recorded code variant": batch.code_variant,
+        "recorded code path": batch.code_path,
         "note": batch.note,
         "kimi-viz": __version__,
     }
@@ -280,4 +279,4 @@ def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=1, default=str) + "\n").encode("utf-8")
 
 
-__all__ = ["TriageResult", "triage", "triage_batch", "write_triage_outputs", "VARIANT_CHOICES", "MODE_CHOICES"]
+__all__ = ["TriageResult", "triage", "triage_batch", "write_triage_outputs", "CODE_PATH_CHOICES", "MODE_CHOICES"]

@@ -1,53 +1,124 @@
-"""Which SGLang release runs which Kimi-K3 code path (pipeline spec §9), and how a replay picks one.
+"""Which SGLang release runs which Kimi-K3 code, in one table, and how a replay picks a release.
 
-Users run a release, not a "variant": :data:`RELEASES` maps every release that has a Kimi-K3 model
-to the code path of its ``get_image_feature`` and the version of its request side
-(``multimodal/processors/kimi_k3.py``):
+Users run a release, not a "variant": :data:`RELEASES` holds, for every release that has a Kimi-K3
+model, the three things the kit models of it:
 
-========  ============  =============================================================
-release   code path     what ``get_image_feature`` does with deferred items
-========  ============  =============================================================
-0.5.17    ``no-split``  no deferred split: every feature must already be a tensor
-0.5.18    ``pre-fix``   the split reads ``grid_thws_host[indices]`` (the S1 bug)
-0.5.19-22 ``post-fix``  the split reads ``grid_thws_host[global_indices]``
-0.5.23    ``post-fix``  the same split as 0.5.19
-========  ============  =============================================================
+* its **code path** — what ``KimiK3ForConditionalGeneration.get_image_feature`` does with deferred items:
 
-:func:`choose_release` turns what the user asked for (``sglang_version``, ``variant``) and what a
-manifest recorded into a :class:`ReleaseChoice`: the path to replay, the release it stands for and
-a sentence saying how it was chosen, which every verdict repeats.
+  ========  ============  =============================================================
+  release   code path     what ``get_image_feature`` does with deferred items
+  ========  ============  =============================================================
+  0.5.17    ``no-split``  no deferred split: every feature must already be a tensor
+  0.5.18    ``pre-fix``   the split reads ``grid_thws_host[indices]`` (the S1 bug)
+  0.5.19-23 ``post-fix``  the split reads ``grid_thws_host[global_indices]``
+  ========  ============  =============================================================
+
+* its **request side** (:class:`RequestSide`: ``multimodal/processors/kimi_k3.py`` and its EPD
+  encoder: whether it defers, its transports, its preprocessing cache);
+* its **forward pass** (:class:`ForwardRules`: ``get_embedding_and_mask`` in ``managers/mm_schedule.py``,
+  ``managers/mm_utils.py`` in 0.5.17: how the scheduler's batch becomes one call and how the features
+  are spliced back).
+
+Adding a release is one :class:`Release` entry (plus its tests); :data:`NEWEST` and every derived
+table follow. :func:`choose_release` turns what the user asked for (``sglang_version``,
+``code_path``) and what a manifest recorded into a :class:`ReleaseChoice`: the path to replay, the
+release it stands for and a sentence saying how it was chosen, which every verdict repeats.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Literal
 
 from .errors import ConfigError
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
-ChosenBy = Literal["asked", "recorded", "detected", "variant", "assumed"]
 
 FIX_PRS = ("#35305", "#36265")
 
 
+class PathSource(str, Enum):
+    """How the code path a replay runs was chosen (said in every verdict) or how a batch's was found."""
+
+    ASKED = "asked"  # --sglang-version
+    CODE_PATH = "code-path"  # --code-path, the lower-level switch
+    RECORDED = "recorded"  # the version (or code path) a manifest recorded
+    DETECTED = "detected"  # read from SGLang's own source by the capture
+    SCENARIO = "scenario"  # a catalogue scenario's own code path
+    ASSUMED = "assumed"  # nobody knew: the newest release
+
+
+@dataclass(frozen=True)
+class RequestSide:
+    """One version of ``processors/kimi_k3.py`` (and its EPD encoder): what it can build and from where."""
+
+    version: str  # the first release that ships it
+    defers: bool  # has _should_defer_gpu_preprocessing
+    preprocess_cache: bool  # has --mm-preprocess-cache-size-mb
+    transports: tuple[str, ...]  # what --mm-feature-transport accepts
+    auto_transport: str  # what the unset flag resolves to on a one-node CUDA server
+    encoder_defers: bool  # the EPD encoder keeps raw images with a deferred config
+    identity: str
+    changes: str  # what this version changes on the request side, one sentence
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Return the releases that ship this request side, oldest first."""
+        return tuple(r.version for r in RELEASES.values() if r.request_side is self)
+
+    @property
+    def label(self) -> str:
+        """Return e.g. ``"0.5.19–0.5.22"``."""
+        releases = self.releases
+        return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+
+
+@dataclass(frozen=True)
+class ForwardRules:
+    """How one release's ``get_embedding_and_mask`` forms the ``get_image_feature`` call and splices the rows back.
+
+    Only the rules that change an outcome for Kimi-K3 image items (one ``<|media_pad|>`` run each) are
+    held; ``docs/pipeline.md`` §10 says where each one lives in SGLang's code.
+    """
+
+    version: str  # the first release with these rules
+    source: str  # the file that holds get_embedding_and_mask
+    dedupe_by_tokens: bool  # misses (and cache hits) keyed by (item.hash, token count), not item.hash alone
+    discards_stale_cache: bool  # a cache hit whose rows differ from the run is dropped with a warning
+    count_from_offsets: bool  # the expected pad count comes from the offsets (0.5.17: from the ids' mask)
+    index_copy_scatter: bool  # _scatter_mm_embedding (index_copy_) instead of masked_scatter_
+    precomputed_per_item: bool  # precomputed rows are cut per item, not across the request's items
+    rejects_oversized_cache_entry: bool  # an entry larger than the cache is refused without evicting others
+    by_item_platforms: tuple[str, ...]  # platforms that call the encoder once per request
+    async_assert: bool  # maybe_assert_sum with SGLANG_ENABLE_ASYNC_ASSERT
+    changes: str
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Return the releases that run these rules, oldest first."""
+        return tuple(r.version for r in RELEASES.values() if r.forward is self)
+
+
 @dataclass(frozen=True)
 class Release:
-    """One SGLang release: its Kimi-K3 code path and the version of its request side."""
+    """One SGLang release: its Kimi-K3 code path, its request side and its forward pass."""
 
     version: str
     code_path: CodePath
-    request_side: str  # the first release whose processors/kimi_k3.py this one ships
+    request_side: RequestSide
+    forward: ForwardRules
     summary: str
 
     def to_json(self) -> dict[str, str]:
-        """Return ``{"version", "code_path", "request_side", "summary"}``."""
+        """Return ``{"version", "code_path", "request_side", "forward", "summary"}`` (the last three as versions)."""
         return {
             "version": self.version,
             "code_path": self.code_path,
-            "request_side": self.request_side,
+            "request_side": self.request_side.version,
+            "forward": self.forward.version,
             "summary": self.summary,
         }
 
@@ -61,32 +132,139 @@ _PRE_FIX = (
     "with shard-local positions (the S1 bug)"
 )
 _POST_FIX = "the deferred split with global_indices (SGLang PRs #35305 / #36265)"
+_WITH_XPU = ("hip", "npu", "xpu")
+
+SIDE_0_5_17 = RequestSide(
+    "0.5.17",
+    defers=False,
+    preprocess_cache=False,
+    transports=("cpu", "cuda_ipc"),
+    auto_transport="cuda_ipc",
+    encoder_defers=False,
+    identity="hash of the eager feature",
+    changes="the first Kimi-K3 request side: eager rows only, no preprocessing cache; the EPD encoder "
+    "runs the HF image processor (eager, grid_thws)",
+)
+SIDE_0_5_18 = RequestSide(
+    "0.5.18",
+    defers=True,
+    preprocess_cache=True,
+    transports=("cpu", "cuda_ipc", "cuda_vmm"),
+    auto_transport="cpu",
+    encoder_defers=True,
+    identity="hash of the feature, scoped by the artifact key on the cached path",
+    changes="deferred GPU preprocessing (_should_defer_gpu_preprocessing), the preprocessing cache "
+    "(per-image decision), and the EPD encoder's deferred cpu/gpu items",
+)
+SIDE_0_5_19 = RequestSide(
+    "0.5.19",
+    defers=True,
+    preprocess_cache=True,
+    transports=("cpu", "cuda_ipc", "cuda_vmm"),
+    auto_transport="cpu",
+    encoder_defers=True,
+    identity="hash of the feature, scoped by the artifact key on the cached path",
+    changes="the same items as 0.5.18 (transport wrapping through _prepare_mm_items_for_transport, "
+    "config read from get_mm())",
+)
+SIDE_0_5_23 = RequestSide(
+    "0.5.23",
+    defers=True,
+    preprocess_cache=True,
+    transports=("cpu", "cuda_ipc", "cuda_vmm"),
+    auto_transport="cpu",
+    encoder_defers=True,
+    identity="content+config+grid SHA-256 (set_identity), equal for deferred and eager",
+    changes="the same items as 0.5.19; identities instead of feature hashes, caller hashes refused",
+)
+
+FORWARD_0_5_17 = ForwardRules(
+    "0.5.17",
+    "managers/mm_utils.py",
+    dedupe_by_tokens=False,
+    discards_stale_cache=False,
+    count_from_offsets=False,
+    index_copy_scatter=False,
+    precomputed_per_item=False,
+    rejects_oversized_cache_entry=False,
+    by_item_platforms=("hip", "npu"),
+    async_assert=False,
+    changes="the first Kimi-K3 forward pass: misses deduped by item.hash; the pad count read from the ids",
+)
+FORWARD_0_5_18 = ForwardRules(
+    "0.5.18",
+    "managers/mm_schedule.py",
+    dedupe_by_tokens=False,
+    discards_stale_cache=False,
+    count_from_offsets=True,
+    index_copy_scatter=False,
+    precomputed_per_item=False,
+    rejects_oversized_cache_entry=False,
+    by_item_platforms=_WITH_XPU,
+    async_assert=True,
+    changes="mm_schedule.py: the pad count from the offsets (_count_mm_tokens_in_extend), maybe_assert_sum, "
+    "XPU encodes per request",
+)
+FORWARD_0_5_19 = ForwardRules(
+    "0.5.19",
+    "managers/mm_schedule.py",
+    dedupe_by_tokens=True,
+    discards_stale_cache=True,
+    count_from_offsets=True,
+    index_copy_scatter=True,
+    precomputed_per_item=False,
+    rejects_oversized_cache_entry=False,
+    by_item_platforms=_WITH_XPU,
+    async_assert=True,
+    changes="misses keyed by (item.hash, token count); a cached embedding of another length is discarded "
+    "with a warning; rows written with index_copy_",
+)
+FORWARD_0_5_22 = ForwardRules(
+    "0.5.22",
+    "managers/mm_schedule.py",
+    dedupe_by_tokens=True,
+    discards_stale_cache=True,
+    count_from_offsets=True,
+    index_copy_scatter=True,
+    precomputed_per_item=True,
+    rejects_oversized_cache_entry=False,
+    by_item_platforms=_WITH_XPU,
+    async_assert=True,
+    changes="precomputed rows cut per item (_item_overlap, _slice_item_chunk)",
+)
+FORWARD_0_5_23 = ForwardRules(
+    "0.5.23",
+    "managers/mm_schedule.py",
+    dedupe_by_tokens=True,
+    discards_stale_cache=True,
+    count_from_offsets=True,
+    index_copy_scatter=True,
+    precomputed_per_item=True,
+    rejects_oversized_cache_entry=True,
+    by_item_platforms=_WITH_XPU,
+    async_assert=True,
+    changes="a cache entry larger than the cache is refused without evicting the others",
+)
 
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
-        Release("0.5.17", "no-split", "0.5.17", _NO_SPLIT),
-        Release("0.5.18", "pre-fix", "0.5.18", _PRE_FIX),
-        Release("0.5.19", "post-fix", "0.5.19", _POST_FIX),
-        Release("0.5.20", "post-fix", "0.5.19", _POST_FIX),
-        Release("0.5.21", "post-fix", "0.5.19", _POST_FIX),
+        Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, _NO_SPLIT),
+        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, _PRE_FIX),
+        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
+        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
+        Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
         Release(
-            "0.5.22", "post-fix", "0.5.19", _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome"
+            "0.5.22",
+            "post-fix",
+            SIDE_0_5_19,
+            FORWARD_0_5_22,
+            _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome",
         ),
-        Release("0.5.23", "post-fix", "0.5.23", _POST_FIX),
+        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),
     )
 }
-NEWEST = "0.5.23"
-FIRST_KIMI_K3 = "0.5.17"
 
-#: The release each code path first shipped in, and what changed there (for "fixed in ...").
-PATH_INTRODUCED: dict[CodePath, tuple[str, str]] = {
-    "no-split": ("0.5.17", "the first Kimi-K3 model"),
-    "pre-fix": ("0.5.18", "deferred preprocessing in get_image_feature"),
-    "post-fix": ("0.5.19", "SGLang PRs #35305 / #36265"),
-}
-#: The release whose code a path stands for when only the path is known.
-PATH_RELEASE: dict[CodePath, str] = {"no-split": "0.5.17", "pre-fix": "0.5.18", "post-fix": NEWEST}
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(.*)$")
 # A development or pre-release build may hold either side of a change: the source detection decides.
@@ -97,6 +275,28 @@ def _key(version: str) -> tuple[int, int, int]:
     match = _VERSION.match(version)
     assert match is not None
     return int(match[1]), int(match[2]), int(match[3])
+
+
+#: What each code path changed when it first shipped (for "fixed in ...").
+PATH_CHANGES: dict[CodePath, str] = {
+    "no-split": "the first Kimi-K3 model",
+    "pre-fix": "deferred preprocessing in get_image_feature",
+    "post-fix": "SGLang PRs #35305 / #36265",
+}
+_ORDERED = sorted(RELEASES.values(), key=lambda r: _key(r.version))
+NEWEST = _ORDERED[-1].version
+FIRST_KIMI_K3 = _ORDERED[0].version
+#: The release each code path first shipped in, and what changed there.
+PATH_INTRODUCED: dict[CodePath, tuple[str, str]] = {
+    path: (next(r.version for r in _ORDERED if r.code_path == path), PATH_CHANGES[path]) for path in CODE_PATHS
+}
+#: The release whose code a path stands for when only the path is known: the newest that runs it.
+PATH_RELEASE: dict[CodePath, str] = {
+    path: next(r.version for r in reversed(_ORDERED) if r.code_path == path) for path in CODE_PATHS
+}
+#: Every distinct request side and forward pass, oldest first (derived from the table).
+REQUEST_SIDES: dict[str, RequestSide] = {r.request_side.version: r.request_side for r in _ORDERED}
+FORWARD_RULES: dict[str, ForwardRules] = {r.forward.version: r.forward for r in _ORDERED}
 
 
 def parse_version(text: str) -> tuple[tuple[int, int, int], str]:
@@ -115,7 +315,7 @@ class ReleaseChoice:
 
     code_path: CodePath
     release: Release
-    chosen_by: ChosenBy
+    chosen_by: PathSource
     asked: str | None  # the version string asked for or recorded, as given
     note: str  # one sentence: which release and path, and why
 
@@ -129,7 +329,7 @@ class ReleaseChoice:
         return {
             "sglang_version": self.release.version,
             "code_path": self.code_path,
-            "chosen_by": self.chosen_by,
+            "chosen_by": self.chosen_by.value,
             "asked": self.asked,
             "note": self.note,
         }
@@ -203,45 +403,53 @@ def later_paths(path: CodePath) -> list[CodePath]:
     return list(CODE_PATHS[CODE_PATHS.index(path) + 1 :])
 
 
+def as_code_path(value: object, name: str = "code_path") -> CodePath:
+    """Return ``value`` as a :data:`CodePath`; raise ConfigError naming ``name`` for anything else."""
+    for path in CODE_PATHS:
+        if value == path:
+            return path
+    raise ConfigError(f"{name}: expected one of {list(CODE_PATHS)}, got {value!r}")
+
+
 def choose_release(
     *,
     sglang_version: str | None = None,
-    variant: str | None = None,
+    code_path: str | None = None,
     recorded_version: str | None = None,
-    recorded_variant: str | None = None,
-    recorded_variant_source: str | None = None,
+    recorded_code_path: str | None = None,
+    recorded_source: PathSource | None = None,
 ) -> ReleaseChoice:
     """Return the :class:`ReleaseChoice` for a replay.
 
-    In order: ``variant`` when given (the lower-level switch, said as such); else ``sglang_version``;
-    else the version a manifest recorded; else the code path the capture detected from SGLang's source
-    (``recorded_variant`` with ``recorded_variant_source`` ``"detected"``, or any recorded variant of a
-    manifest with no version); else the newest known release, stated as an assumption.
+    In order: ``code_path`` when given (the lower-level switch, said as such); else ``sglang_version``;
+    else the version a manifest recorded; else the code path a manifest recorded, unless it was only
+    assumed (``recorded_source`` says how it was found: detected from SGLang's source by the capture,
+    a scenario's own, or recorded by a person or tool); else the newest known release, stated as an
+    assumption.
     """
-    if variant is not None and variant not in CODE_PATHS:
-        raise ConfigError(f"variant: expected one of {list(CODE_PATHS)}, got {variant!r}")
+    asked_path = None if code_path is None else as_code_path(code_path)
     if sglang_version is not None:
         release, sentence = release_for(sglang_version)
-        if variant is not None and variant != release.code_path:
+        if asked_path is not None and asked_path != release.code_path:
             return ReleaseChoice(
-                variant,
+                asked_path,
                 release,
-                "variant",
+                PathSource.CODE_PATH,
                 sglang_version,
-                f"{sentence}, but the {variant} path is replayed as asked (--variant)",
+                f"{sentence}, but the {asked_path} path is replayed as asked (--code-path)",
             )
-        return ReleaseChoice(release.code_path, release, "asked", sglang_version, sentence + " (asked)")
-    if variant is not None:
-        chosen: CodePath = variant
+        return ReleaseChoice(release.code_path, release, PathSource.ASKED, sglang_version, sentence + " (asked)")
+    if asked_path is not None:
+        chosen = asked_path
         release = RELEASES[PATH_RELEASE[chosen]]
         return ReleaseChoice(
             chosen,
             release,
-            "variant",
+            PathSource.CODE_PATH,
             None,
-            f"the {variant} code path, as in SGLang {release.version} (--variant)",
+            f"the {chosen} code path, as in SGLang {release.version} (--code-path)",
         )
-    detected = recorded_variant in CODE_PATHS and recorded_variant_source == "detected"
+    detected = recorded_code_path in CODE_PATHS and recorded_source is PathSource.DETECTED
     if recorded_version:
         found: Release | None
         try:
@@ -253,21 +461,22 @@ def choose_release(
             return ReleaseChoice(
                 found.code_path,
                 found,
-                "recorded",
+                PathSource.RECORDED,
                 recorded_version,
                 sentence + " (the version the capture recorded)",
             )
-    if recorded_variant in CODE_PATHS and recorded_variant_source != "assumed":
-        path: CodePath = recorded_variant
+    if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
+        path = as_code_path(recorded_code_path)
         release = RELEASES[PATH_RELEASE[path]]
-        what = {"detected": "detected from SGLang's source by the capture", "scenario": "the scenario's code"}.get(
-            recorded_variant_source or "", "recorded in the manifest"
-        )
+        what = {
+            PathSource.DETECTED: "detected from SGLang's source by the capture",
+            PathSource.SCENARIO: "the scenario's code",
+        }.get(recorded_source or PathSource.RECORDED, "recorded in the manifest")
         unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
         return ReleaseChoice(
             path,
             release,
-            "detected",
+            PathSource.DETECTED,
             recorded_version,
             f"{unknown}the {path} code path, {what}, as in SGLang {release.version}",
         )
@@ -275,7 +484,7 @@ def choose_release(
     return ReleaseChoice(
         release.code_path,
         release,
-        "assumed",
+        PathSource.ASSUMED,
         recorded_version,
         f"no SGLang version was recorded; assuming the newest known release, {NEWEST} "
         f"({release.code_path} path); pass --sglang-version to replay another",
@@ -285,9 +494,17 @@ def choose_release(
 __all__ = [
     "CodePath",
     "CODE_PATHS",
+    "PathSource",
+    "RequestSide",
+    "ForwardRules",
     "Release",
     "RELEASES",
+    "REQUEST_SIDES",
+    "FORWARD_RULES",
     "NEWEST",
+    "FIRST_KIMI_K3",
+    "PATH_INTRODUCED",
+    "as_code_path",
     "FIX_PRS",
     "ReleaseChoice",
     "FixRelease",

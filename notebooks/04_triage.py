@@ -36,7 +36,7 @@
 # %% tags=["parameters"]
 manifest = None
 sglang_version = None
-variant = None
+code_path = None
 tp = None
 device = "auto"
 out_dir = "build/triage"
@@ -52,7 +52,7 @@ from kimi_viz.report import Stepper, Table, VerdictView, batch_table, images_tab
 # By default the notebook replays the release the capture recorded (else the code path it detected
 # from SGLang's source, else the newest release, said in the verdict). `sglang_version` replays
 # another release (e.g. `"0.5.23"` to check that an upgrade fixes it: a capture that recorded an
-# error then shows as NOT REPRODUCED); `variant` is the lower-level switch: `"post-fix"`,
+# error then shows as NOT REPRODUCED); `code_path` is the lower-level switch: `"post-fix"`,
 # `"pre-fix"`, `"no-split"` or `"both"`. `tp` overrides the recorded attention-TP size (None keeps
 # it). Without a manifest, the S2 example is written into `out_dir`.
 
@@ -71,7 +71,7 @@ batch_table(batch)
 # first diverging image with both counts, the scenario class, and the fix.
 
 # %%
-result = triage(manifest_path, sglang_version=sglang_version, variant=variant, tp=tp, device=device)
+result = triage(manifest_path, sglang_version=sglang_version, code_path=code_path, tp=tp, device=device)
 VerdictView(result.verdict, heading=f"Triage of {manifest_path}")
 
 # %% [markdown]

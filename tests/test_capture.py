@@ -196,7 +196,7 @@ def test_failing_call_writes_manifest_and_reraises_same_error(fake_sglang, tmp_p
         "outcome": "error",
         "error": {"type": "ValueError", "message": ERROR},
     }
-    assert batch.code_variant == "post-fix" and "global_indices" in batch.note
+    assert batch.code_path == "post-fix" and "global_indices" in batch.note
     assert batch.processor["in_patch_limit"] == 65536
 
 

@@ -18,7 +18,7 @@ from kimi_viz.split._replay import replay
 from kimi_viz.split.batch import Batch, Feature, Item
 from kimi_viz.split.ranks import assign_ranks
 from kimi_viz.split.trace import Check
-from kimi_viz.split.verdict import VERDICT_SCHEMA, build_verdict, trace_document, validate_verdict
+from kimi_viz.split.verdict import build_verdict, trace_document, validate_verdict, verdict_schema
 
 
 # --- assign_ranks ----------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def test_assign_ranks_refuses_bad_tp(tp):
 # --- replay: structure ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def s1_trace():
-    return replay(get_scenario("s1-cpu").build(), tp_size=2, variant="pre-fix", mode="shapes")
+    return replay(get_scenario("s1-cpu").build(), tp_size=2, code_path="pre-fix", mode="shapes")
 
 
 def test_s1_rank1_reads_shard_local_grid_rows(s1_trace):
@@ -120,7 +120,7 @@ def test_s1_the_wrong_read_is_drawn_at_the_grouping_step_that_makes_it(s1_trace)
 
 
 def test_the_fixed_code_passes_the_same_batch():
-    trace = replay(get_scenario("s1-cpu").build(), tp_size=2, variant="post-fix", mode="shapes")
+    trace = replay(get_scenario("s1-cpu").build(), tp_size=2, code_path="post-fix", mode="shapes")
     assert trace.outcome == "ok"
     group = trace.rank_trace(1).steps[3].variables["backend_groups"]["cpu"]
     assert group["grid_rows_read"] == [1, 2]
@@ -168,7 +168,12 @@ def test_recorded_image_indices_that_differ_are_noted():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"tp_size": 0}, "tp_size"), ({"rank": 4}, "rank"), ({"variant": "fixed"}, "variant"), ({"mode": "fast"}, "mode")],
+    [
+        ({"tp_size": 0}, "tp_size"),
+        ({"rank": 4}, "rank"),
+        ({"code_path": "fixed"}, "code_path"),
+        ({"mode": "fast"}, "mode"),
+    ],
 )
 def test_bad_arguments_raise_the_kits_error(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -303,7 +308,7 @@ def test_pixel_and_shape_replays_agree_on_every_count():
 def test_verdict_schema_and_json(s1_trace):
     verdict = build_verdict(s1_trace).to_json()
     validate_verdict(verdict)
-    assert verdict["verdict_version"] == 2 and verdict["status"] == "error-reproduced"
+    assert verdict["verdict_version"] == 3 and verdict["status"] == "error-reproduced"
     assert verdict["rank_summary"] == "1 of 2 ranks fail" and verdict["failing_ranks"] == [1]
     assert verdict["release"]["fixed_in"]["release"] == "0.5.19"
     assert verdict["outcome"] == "error"
@@ -319,8 +324,8 @@ def test_verdict_schema_and_json(s1_trace):
     ]
     full = json.loads(json.dumps(trace_document(s1_trace)))
     assert {k: full[k] for k in verdict} == json.loads(json.dumps(verdict))
-    assert full["trace"]["variant"] == "pre-fix" and len(full["trace"]["ranks"][1]["steps"]) == 6
-    assert set(VERDICT_SCHEMA["required"]) == set(verdict)
+    assert full["trace"]["code_path"] == "pre-fix" and len(full["trace"]["ranks"][1]["steps"]) == 6
+    assert set(verdict_schema()["required"]) == set(verdict)
 
 
 def test_verdict_schema_refuses_a_malformed_verdict(s1_trace):
@@ -381,3 +386,31 @@ def test_findings_name_each_anomaly_once_and_correctly():
     assert s11.startswith(
         "Image 1 reaches preprocessing with 512 channels (the cpu backend reads its [2, 512, 512] tensor as HWC"
     )
+
+
+def test_the_verdict_schema_file_names_every_status_exit_code_and_code_path():
+    """``verdict-v3.schema.json`` is a file like the manifest's; its enums are the kit's own values."""
+    from kimi_viz.releases import CODE_PATHS, PathSource
+    from kimi_viz.split.verdict import EXIT_CODES, VERDICT_VERSION, Status, verdict_schema_path
+
+    schema = json.loads(verdict_schema_path().read_text(encoding="utf-8"))
+    assert verdict_schema_path().name == f"verdict-v{VERDICT_VERSION}.schema.json"
+    props = schema["properties"]
+    assert props["verdict_version"] == {"const": VERDICT_VERSION}
+    assert props["status"]["enum"] == [s.value for s in Status]
+    assert props["exit_code"]["enum"] == sorted(EXIT_CODES.values())
+    release = props["release"]["properties"]
+    assert release["code_path"]["enum"] == list(CODE_PATHS)
+    chosen = {PathSource.ASKED, PathSource.RECORDED, PathSource.DETECTED, PathSource.CODE_PATH, PathSource.ASSUMED}
+    assert set(release["chosen_by"]["enum"]) == {s.value for s in chosen}
+
+
+def test_a_verdict_is_never_built_on_a_replay_nobody_analysed(s1_trace):
+    """build_verdict takes a Trace (replay plus divergence analysis); the bare replay is refused, not called clean."""
+    from dataclasses import fields
+
+    from kimi_viz.split.trace import Replayed
+
+    bare = Replayed(**{f.name: getattr(s1_trace, f.name) for f in fields(Replayed)})
+    with pytest.raises(ConfigError, match="build_verdict: expected a Trace"):
+        build_verdict(bare)

@@ -14,9 +14,9 @@ from kimi_viz.preprocess.resize import resize_config
 from kimi_viz.releases import choose_release
 from kimi_viz.split._replay import replay
 from kimi_viz.split.batch import Batch, Feature, Item
-from kimi_viz.split.divergence import analyse
+from kimi_viz.split.divergence import analyse, with_divergence
 from kimi_viz.split.findings import Finding, collect_findings
-from kimi_viz.split.trace import CAUSES, Cause, CauseKind, ErrorInfo, ImageRow, RankTrace, Trace
+from kimi_viz.split.trace import CAUSES, Cause, CauseKind, ErrorInfo, ImageRow, RankTrace, Replayed, Trace
 
 K3 = get_config("kimi-k3")
 
@@ -110,7 +110,10 @@ def _trace_with_cause(cause: Cause, error: ErrorInfo) -> Trace:
     batch = _batch(_image_item(100, 80))
     row = ImageRow(0, 0, "100x80", [1, 6, 8], [1, 6, 8], 0)
     rank = RankTrace(0, [0], [], "error", error, [row], cause)
-    return Trace(batch, 1, "post-fix", "shapes", [rank], [[1, 6, 8]], [[0]], choose_release(variant="post-fix"))
+    replayed = Replayed(
+        batch, 1, "post-fix", "shapes", [rank], [[1, 6, 8]], [[0]], choose_release(code_path="post-fix")
+    )
+    return with_divergence(replayed)
 
 
 def test_every_cause_kind_is_explained_with_a_fix_and_never_unknown():

@@ -62,14 +62,14 @@ def linked_out_folder(folder: Path) -> list[str]:
     return ["triage", str(manifest), "--out", str(manifest / "triage")]
 
 
-def linked_files(*names: str, variant_both: bool = False):
+def linked_files(*names: str, both_paths: bool = False):
     def build(folder: Path) -> list[str]:
         manifest = received_manifest(folder)
         out = manifest / "triage"
         out.mkdir()
         for name in names:
             os.symlink(victim(folder, f"{Path(name).stem}-victim{Path(name).suffix}"), out / name)
-        return ["triage", str(manifest), "--out", str(out), *(["--variant", "both"] if variant_both else [])]
+        return ["triage", str(manifest), "--out", str(out), *(["--code-path", "both"] if both_paths else [])]
 
     return build
 
@@ -145,7 +145,7 @@ CASES = [
     Case("triage-out-folder-is-a-link", linked_out_folder, words=("--out", "symbolic link"), check=untouched()),
     Case(
         "triage-every-output-is-a-link",
-        linked_files("report.html", "summary.png", "trace.json", "trace-pre-fix.json", variant_both=True),
+        linked_files("report.html", "summary.png", "trace.json", "trace-pre-fix.json", both_paths=True),
         code=(0, 1),
         check=replaced("report.html", "summary.png", "trace.json", "trace-pre-fix.json"),
     ),

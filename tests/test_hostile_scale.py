@@ -115,7 +115,7 @@ def test_the_cli_choices_match_triage():
     from kimi_viz import _triage as triage
     from kimi_viz.cli import triage_cmd
 
-    assert triage_cmd.VARIANT_CHOICES == triage.VARIANT_CHOICES and triage_cmd.MODE_CHOICES == triage.MODE_CHOICES
+    assert triage_cmd.CODE_PATH_CHOICES == triage.CODE_PATH_CHOICES and triage_cmd.MODE_CHOICES == triage.MODE_CHOICES
 
 
 # The fast path must never accept what jsonschema refuses or warns about.

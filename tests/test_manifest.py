@@ -24,6 +24,7 @@ from kimi_viz.manifest import (
     validate_manifest_json,
     write_manifest,
 )
+from kimi_viz.releases import PathSource
 from kimi_viz.split.batch import Batch, Feature, Item, RecordedOutcome
 
 RESIZE = {"num_tokens": 6, "new_width": 80, "new_height": 40, "pad_width": 4, "pad_height": 2}
@@ -125,7 +126,7 @@ def batch() -> Batch:
         attn_tp_rank=3,
         image_indices=[4, 0],
         sglang_version="0.5.23",
-        code_variant="pre-fix",
+        code_path="pre-fix",
         note="free text",
         created_by="a test",
         extra={"processor_output": "stacked"},
@@ -140,7 +141,7 @@ def _read_quietly(path):
 
 def _assert_same(got: Batch, want: Batch) -> None:
     assert (got.attn_tp_size, got.attn_tp_rank, got.image_indices) == (4, 3, [4, 0])
-    assert (got.sglang_version, got.code_variant, got.note, got.created_by) == (
+    assert (got.sglang_version, got.code_path, got.note, got.created_by) == (
         "0.5.23",
         "pre-fix",
         "free text",
@@ -297,7 +298,7 @@ def test_defaults_for_optional_sections(tmp_path):
         )
     )
     got = _read_quietly(tmp_path)
-    assert (got.attn_tp_size, got.attn_tp_rank, got.code_variant, got.processor) == (1, None, "post-fix", None)
+    assert (got.attn_tp_size, got.attn_tp_rank, got.code_path, got.processor) == (1, None, "post-fix", None)
     assert got.items[0].deferred is None and got.items[0].local_preprocessed is False
 
 
@@ -570,13 +571,13 @@ def test_writer_refuses_an_error_outcome_without_the_exception(batch, tmp_path):
 
 
 @pytest.mark.parametrize("suffix", ["", ".zip"], ids=["folder", "zip"])
-@pytest.mark.parametrize("variant", ["post-fix", "pre-fix", "no-split"])
+@pytest.mark.parametrize("code_path", ["post-fix", "pre-fix", "no-split"])
 @pytest.mark.parametrize("how", ["detected", "scenario", "recorded", "assumed"])
-def test_code_variant_and_its_source_round_trip(batch, tmp_path, suffix, variant, how):
-    batch.code_variant, batch.code_variant_source = variant, how
+def test_code_path_and_its_source_round_trip(batch, tmp_path, suffix, code_path, how):
+    batch.code_path, batch.code_path_source = code_path, PathSource(how)
     path = write_manifest(batch, tmp_path / f"m{suffix}")
     got = _read_quietly(path)
-    assert (got.code_variant, got.code_variant_source) == (variant, how)
+    assert (got.code_path, got.code_path_source.value) == (code_path, how)
 
 
 @pytest.mark.parametrize(
@@ -592,7 +593,7 @@ def test_code_variant_source_defaults(tmp_path, source, want):
     obj["source"] = source
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
     got = _read_quietly(tmp_path)
-    assert (got.code_variant, got.code_variant_source) == want
+    assert (got.code_path, got.code_path_source.value) == want
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_triage_notebook_parameters():
     assert assigned == {
         "manifest": None,
         "sglang_version": None,
-        "variant": None,
+        "code_path": None,
         "tp": None,
         "device": "auto",
         "out_dir": "build/triage",

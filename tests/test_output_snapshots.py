@@ -69,8 +69,9 @@ def _undo_verdict(verdict: dict) -> dict:
     if divergence["scenario_class"] == "S4" and divergence["silent"]:
         divergence["expected_total"] -= divergence["expected_rows"] - divergence["produced_rows"]
     verdict["divergence"] = divergence
-    if "variants" in verdict:
-        verdict["variants"] = {k: _undo_verdict(v) for k, v in verdict["variants"].items()}
+    # 12. "variants" (--variant both) is "code_paths" (--code-path both): one name for the code path.
+    if "code_paths" in verdict:
+        verdict["variants"] = {k: _undo_verdict(v) for k, v in verdict.pop("code_paths").items()}
     return verdict
 
 
@@ -83,12 +84,16 @@ def _undo_row(row: dict) -> dict:
 
 def _undo_trace(trace: dict) -> dict:
     trace = dict(trace)
+    # 13. The code path replayed is "code_path" in trace.json (it was "variant"), at the top and in the grouping step.
+    trace["variant"] = trace.pop("code_path")
     ranks = []
     for rank in trace["ranks"]:
         rank = dict(rank, images=[_undo_row(r) for r in rank["images"]])
         steps = []
         for step in rank["steps"]:
             variables = dict(step["variables"])
+            if "code_path" in variables:
+                variables["variant"] = variables.pop("code_path")
             if "row_tracks" in variables:
                 rows = [_undo_row(r) for r in variables["row_tracks"]]
                 if step["name"] == "group_backends":

@@ -1,7 +1,7 @@
 """papermill runs notebooks/04_triage.ipynb with a parameter set, the way an on-call engineer does.
 
 Each case writes a scenario's manifest to ``tmp_path``, executes the notebook there (its working
-directory is ``tmp_path``, not the repository) with ``manifest``, ``variant``, ``tp``, ``device`` and
+directory is ``tmp_path``, not the repository) with ``manifest``, ``code_path``, ``tp``, ``device`` and
 ``out_dir`` injected, and checks the report files and the verdict the executed notebook shows.
 """
 
@@ -15,6 +15,7 @@ import papermill
 import pytest
 
 from kimi_viz.manifest import write_manifest
+from kimi_viz.releases import PathSource
 from kimi_viz.scenarios import get_scenario
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_triage.ipynb"
@@ -55,7 +56,7 @@ def test_triage_notebook_reproduces_a_stale_grid_error_from_a_manifest(tmp_path)
     manifest = write_manifest(get_scenario("s2-cpu").build(), tmp_path / "captured")
     out_dir = tmp_path / "report"
     notebook, text = execute(
-        tmp_path, manifest=str(manifest), variant="post-fix", tp=None, device="cpu", out_dir=str(out_dir)
+        tmp_path, manifest=str(manifest), code_path="post-fix", tp=None, device="cpu", out_dir=str(out_dir)
     )
 
     assert f"manifest = {json.dumps(str(manifest))}" in injected_parameters(notebook)
@@ -83,7 +84,7 @@ def test_triage_notebook_parameters_change_the_replay(tmp_path):
     manifest = write_manifest(get_scenario("s1-cpu").build(), tmp_path / "captured")
     out_dir = tmp_path / "report-tp1"
     notebook, text = execute(
-        tmp_path, manifest=str(manifest), variant="pre-fix", tp=1, device="cpu", out_dir=str(out_dir)
+        tmp_path, manifest=str(manifest), code_path="pre-fix", tp=1, device="cpu", out_dir=str(out_dir)
     )
 
     assert "tp = 1" in injected_parameters(notebook)
@@ -97,11 +98,11 @@ def test_triage_notebook_parameters_change_the_replay(tmp_path):
 def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
     """A capture from SGLang 0.5.18 is replayed on 0.5.18's pre-fix path with the default parameters."""
     batch = get_scenario("s1-cpu").build()
-    batch.sglang_version, batch.code_variant, batch.code_variant_source = "0.5.18", "post-fix", "assumed"
+    batch.sglang_version, batch.code_path, batch.code_path_source = "0.5.18", "post-fix", PathSource.ASSUMED
     manifest = write_manifest(batch, tmp_path / "captured")
     notebook, text = execute(tmp_path, manifest=str(manifest), device="cpu", out_dir=str(tmp_path / "out"))
 
-    assert "variant = None" in notebook.cells[1].source and "sglang_version = None" in notebook.cells[1].source
+    assert "code_path = None" in notebook.cells[1].source and "sglang_version = None" in notebook.cells[1].source
     assert "replayed: SGLang 0.5.18 (pre-fix path)" in text
     assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in text
     assert f"rank 1: images [1, 2] -> ValueError: {LENGTH_MESSAGE}" in text
@@ -123,10 +124,15 @@ def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path)
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["status"] == "not-reproduced"
 
 
-@pytest.mark.parametrize("bad_variant", ["post_fix"])
-def test_triage_notebook_fails_loudly_on_a_bad_parameter(tmp_path, bad_variant):
+@pytest.mark.parametrize("bad_code_path", ["post_fix"])
+def test_triage_notebook_fails_loudly_on_a_bad_parameter(tmp_path, bad_code_path):
     manifest = write_manifest(get_scenario("s2-cpu").build(), tmp_path / "captured")
-    with pytest.raises(papermill.PapermillExecutionError, match="variant"):
+    with pytest.raises(papermill.PapermillExecutionError, match="code_path"):
         execute(
-            tmp_path, manifest=str(manifest), variant=bad_variant, tp=None, device="cpu", out_dir=str(tmp_path / "out")
+            tmp_path,
+            manifest=str(manifest),
+            code_path=bad_code_path,
+            tp=None,
+            device="cpu",
+            out_dir=str(tmp_path / "out"),
         )

@@ -5,13 +5,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from kimi_viz import releases as releases_module
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
-from kimi_viz.releases import RELEASES, choose_release, fixed_in, release_for
+from kimi_viz.releases import (
+    FORWARD_RULES,
+    NEWEST,
+    RELEASES,
+    REQUEST_SIDES,
+    PathSource,
+    choose_release,
+    fixed_in,
+    release_for,
+)
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split._replay import replay
 from kimi_viz.split.verdict import build_verdict, format_verdict
@@ -28,8 +39,55 @@ TABLE = {
 PIL_TYPE = MSG_FEATURE_TYPE.format("<class 'PIL.Image.Image'>")
 
 
-def test_the_table_has_every_release_with_its_path_and_request_side():
-    assert {v: (r.code_path, r.request_side) for v, r in RELEASES.items()} == TABLE
+FORWARD = {
+    "0.5.17": "0.5.17",
+    "0.5.18": "0.5.18",
+    "0.5.19": "0.5.19",
+    "0.5.20": "0.5.19",
+    "0.5.21": "0.5.19",
+    "0.5.22": "0.5.22",
+    "0.5.23": "0.5.23",
+}
+
+
+def test_the_table_has_every_release_with_its_path_request_side_and_forward_pass():
+    assert {v: (r.code_path, r.request_side.version) for v, r in RELEASES.items()} == TABLE
+    assert {v: r.forward.version for v, r in RELEASES.items()} == FORWARD
+    assert NEWEST == "0.5.23" and list(REQUEST_SIDES) == ["0.5.17", "0.5.18", "0.5.19", "0.5.23"]
+    assert list(FORWARD_RULES) == ["0.5.17", "0.5.18", "0.5.19", "0.5.22", "0.5.23"]
+    assert REQUEST_SIDES["0.5.19"].label == "0.5.19–0.5.22" and FORWARD_RULES["0.5.19"].releases == (
+        "0.5.19",
+        "0.5.20",
+        "0.5.21",
+    )
+    # what changed where, as SGLang's mm_schedule.py shows it (docs/pipeline.md §10)
+    assert [r.forward.dedupe_by_tokens for r in RELEASES.values()] == [False, False, True, True, True, True, True]
+    assert [r.forward.count_from_offsets for r in RELEASES.values()] == [False] + [True] * 6
+    assert [r.forward.precomputed_per_item for r in RELEASES.values()] == [False] * 5 + [True] * 2
+
+
+def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
+    """Adding 0.5.24 to RELEASES alone makes it the newest, maps it to itself and keeps every derived table in step."""
+    import importlib.util
+
+    source = Path(releases_module.__file__).read_text(encoding="utf-8")
+    entry = '        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),\n'
+    assert source.count(entry) == 1
+    added = source.replace(
+        entry, entry + '        Release("0.5.24", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),\n'
+    )
+    path = tmp_path / "releases_0_5_24.py"
+    path.write_text(added.replace("from .errors import", "from kimi_viz.errors import"), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("releases_0_5_24", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "releases_0_5_24", module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    assert module.NEWEST == "0.5.24" and module.PATH_RELEASE["post-fix"] == "0.5.24"
+    release, sentence = module.release_for("0.5.24")
+    assert release.version == "0.5.24" and sentence == "SGLang 0.5.24: post-fix path"
+    assert module.REQUEST_SIDES["0.5.23"].releases == ("0.5.23", "0.5.24")
+    assert module.PATH_INTRODUCED["post-fix"] == ("0.5.19", "SGLang PRs #35305 / #36265")
+    assert "newer than the newest release kimi-viz knows (0.5.24)" in module.release_for("0.5.25")[1]
 
 
 @pytest.mark.parametrize("version", list(TABLE))
@@ -77,23 +135,25 @@ def test_choice_order_asked_then_recorded_then_detected_then_assumed():
     asked = choose_release(sglang_version="0.5.18", recorded_version="0.5.23")
     assert (asked.code_path, asked.chosen_by, asked.release.version) == ("pre-fix", "asked", "0.5.18")
     recorded = choose_release(
-        recorded_version="0.5.18", recorded_variant="post-fix", recorded_variant_source="detected"
+        recorded_version="0.5.18", recorded_code_path="post-fix", recorded_source=PathSource.DETECTED
     )
     assert (recorded.code_path, recorded.chosen_by) == ("pre-fix", "recorded")
-    detected = choose_release(recorded_version=None, recorded_variant="pre-fix", recorded_variant_source="detected")
+    detected = choose_release(recorded_version=None, recorded_code_path="pre-fix", recorded_source=PathSource.DETECTED)
     assert (detected.code_path, detected.chosen_by, detected.release.version) == ("pre-fix", "detected", "0.5.18")
     # A development build may hold either side of the fix: the capture's source detection decides.
-    dev = choose_release(recorded_version="0.5.19.dev3", recorded_variant="pre-fix", recorded_variant_source="detected")
+    dev = choose_release(
+        recorded_version="0.5.19.dev3", recorded_code_path="pre-fix", recorded_source=PathSource.DETECTED
+    )
     assert (dev.code_path, dev.chosen_by) == ("pre-fix", "detected")
-    assumed = choose_release(recorded_variant="post-fix", recorded_variant_source="assumed")
+    assumed = choose_release(recorded_code_path="post-fix", recorded_source=PathSource.ASSUMED)
     assert (assumed.code_path, assumed.chosen_by, assumed.release.version) == ("post-fix", "assumed", "0.5.23")
     assert "assuming the newest known release, 0.5.23" in assumed.note
 
 
-def test_variant_is_the_lower_level_switch_and_says_it_overrides():
-    choice = choose_release(sglang_version="0.5.23", variant="pre-fix")
-    assert (choice.code_path, choice.chosen_by, choice.release.version) == ("pre-fix", "variant", "0.5.23")
-    assert "the pre-fix path is replayed as asked (--variant)" in choice.note
+def test_code_path_is_the_lower_level_switch_and_says_it_overrides():
+    choice = choose_release(sglang_version="0.5.23", code_path="pre-fix")
+    assert (choice.code_path, choice.chosen_by, choice.release.version) == ("pre-fix", PathSource.CODE_PATH, "0.5.23")
+    assert "the pre-fix path is replayed as asked (--code-path)" in choice.note
 
 
 @pytest.mark.parametrize("version", list(TABLE))
@@ -157,7 +217,7 @@ def manifest_from_0_5_18(tmp_path_factory):
     """S1's batch as a capture on SGLang 0.5.18 records it: the version, and the path detected from the source."""
     batch = SCENARIOS["s1-cpu"].build()
     batch.sglang_version = "0.5.18"
-    batch.code_variant, batch.code_variant_source = "pre-fix", "detected"
+    batch.code_path, batch.code_path_source = "pre-fix", PathSource.DETECTED
     batch.created_by = "kimi-viz capture"
     return write_manifest(batch, tmp_path_factory.mktemp("m") / "capture-0.5.18")
 
@@ -195,7 +255,7 @@ def test_the_release_is_in_the_report(manifest_from_0_5_18, tmp_path):
 
 def test_manifests_keep_how_the_code_path_was_found(manifest_from_0_5_18):
     batch = read_manifest(manifest_from_0_5_18)
-    assert (batch.sglang_version, batch.code_variant, batch.code_variant_source) == ("0.5.18", "pre-fix", "detected")
+    assert (batch.sglang_version, batch.code_path, batch.code_path_source) == ("0.5.18", "pre-fix", PathSource.DETECTED)
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def browser():
 def report(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report")
     manifest = write_manifest(SCENARIOS["s1-cpu"].build(), root / "manifest")
-    return triage(manifest, out_dir=root / "out", variant="both").outputs["report"]
+    return triage(manifest, out_dir=root / "out", code_path="both").outputs["report"]
 
 
 def _open(browser, path: Path):

@@ -62,7 +62,7 @@ def test_the_catalogue_covers_every_class_and_this_table():
         for cls in ("s1", "s2", "s4"):
             assert f"{cls}-{backend}" in SCENARIOS
     assert {SCENARIOS[f"healthy-tp{tp}"].tp_size for tp in (1, 2, 4)} == {1, 2, 4}
-    assert SCENARIOS["s1-cpu"].variant == "pre-fix" and SCENARIOS["s1-cpu"].tp_size == 2
+    assert SCENARIOS["s1-cpu"].code_path == "pre-fix" and SCENARIOS["s1-cpu"].tp_size == 2
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
@@ -143,10 +143,10 @@ def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path)
     scenario = SCENARIOS[name]
     batch = scenario.build()
     mode = "shapes" if redact else "pixels"
-    direct = build_verdict(replay(batch, tp_size=scenario.tp_size, variant=scenario.variant, mode=mode)).to_json()
+    direct = build_verdict(replay(batch, tp_size=scenario.tp_size, code_path=scenario.code_path, mode=mode)).to_json()
     path = write_manifest(batch, tmp_path / name, redact=redact)
     again = read_manifest(path)
-    assert (again.attn_tp_size, again.code_variant) == (scenario.tp_size, scenario.variant)
+    assert (again.attn_tp_size, again.code_path) == (scenario.tp_size, scenario.code_path)
     replayed = build_verdict(replay(again, mode="auto")).to_json()
     assert replayed["outcome"] == direct["outcome"] == scenario.expected.outcome
     assert replayed["error"] == direct["error"]

@@ -76,8 +76,8 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
         "images",
         "divergence",
     }
-    path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.variant]
-    assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.variant, path_release)
+    path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.code_path]
+    assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.code_path, path_release)
     assert verdict["release"]["chosen_by"] == "detected"  # the manifest records the scenario's code, no version
     assert code == verdict["exit_code"] == (1 if expected.outcome == "error" else 3 if expected.silent else 0)
     assert verdict["outcome"] == expected.outcome
@@ -127,16 +127,16 @@ def test_text_verdict_names_message_per_rank_divergence_class_and_fix(manifests)
     assert re.search(r"^fix: Upgrade SGLang .*global_indices", out, re.M)
 
 
-def test_both_variants(manifests):
-    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "both", "--json")
+def test_both_code_paths(manifests):
+    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--code-path", "both", "--json")
     verdict = json.loads(out)
     assert code == 1  # the scenario's (pre-fix) code reproduces the error
-    assert set(verdict["variants"]) == {"pre-fix", "post-fix"}
+    assert set(verdict["code_paths"]) == {"pre-fix", "post-fix"}
     assert verdict["error"]["message"] == "Kimi-K3 deferred GPU preprocessing produced wrong grids"
-    assert verdict["variants"]["pre-fix"]["outcome"] == "error"
-    assert verdict["variants"]["post-fix"]["outcome"] == "ok"
-    assert verdict["variants"]["post-fix"]["divergence"]["scenario_class"] == "none"
-    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--variant", "post-fix", "--json")
+    assert verdict["code_paths"]["pre-fix"]["outcome"] == "error"
+    assert verdict["code_paths"]["post-fix"]["outcome"] == "ok"
+    assert verdict["code_paths"]["post-fix"]["divergence"]["scenario_class"] == "none"
+    code, out, _ = run_cli("triage", str(manifests["s1-gpu", False]), "--code-path", "post-fix", "--json")
     assert code == 0 and json.loads(out)["outcome"] == "ok"
 
 
@@ -226,8 +226,8 @@ def test_missing_processor_config_assumes_the_k3_preset(manifests, tmp_path):
 
 def test_report_reproduce_line_repeats_every_option(manifests, tmp_path):
     manifest = manifests["s3-mixed-local", True]
-    result = triage(manifest, out_dir=tmp_path / "out", variant="both", rank="all", device="cpu")
+    result = triage(manifest, out_dir=tmp_path / "out", code_path="both", rank="all", device="cpu")
     page = result.outputs["report"].read_text()
-    assert f"<code>kimi-viz triage {manifest} --variant both --rank all --device cpu</code>" in page
+    assert f"<code>kimi-viz triage {manifest} --code-path both --rank all --device cpu</code>" in page
     page = triage(manifest, out_dir=tmp_path / "default").outputs["report"].read_text()
     assert f"<code>kimi-viz triage {manifest}</code>" in page

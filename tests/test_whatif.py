@@ -19,9 +19,10 @@ from kimi_viz.cli import main
 from kimi_viz.data import SAMPLE_PHOTOS, sample_images, sample_path
 from kimi_viz.errors import KimiVizError, SettingNotInReleaseError, WhatIfError
 from kimi_viz.preprocess.images import has_alpha, load_image
+from kimi_viz.releases import REQUEST_SIDES
 from kimi_viz.request.images import probe_image, probe_images
 from kimi_viz.request.settings import OPTIONS, ServerSettings
-from kimi_viz.request.sides import REQUEST_SIDES, build_request, item_json, request_side_for
+from kimi_viz.request.sides import build_request, item_json, request_side_for
 from kimi_viz.schedule.call import model_call
 
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"

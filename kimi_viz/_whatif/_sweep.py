@@ -13,20 +13,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import SettingNotInReleaseError
+from ..releases import REQUEST_SIDES, RequestSide
 from ..report.tables import Table
 from ..request.images import RequestImage, probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..request.sides import REQUEST_SIDES, RequestSide, build_request
+from ..request.sides import build_request
 from ..split.ranks import check_tp_size
-from .run import NO_CALL, WhatIf, evaluate
+from .run import WhatIf, WhatIfStatus, evaluate
 
 SWEEP_TP_SIZES = (1, 2, 4, 8)
-NOT_APPLICABLE = "not-applicable"
-CellStatus = Literal["clean", "error-reproduced", "silent-mismatch", "no-call", "not-applicable"]
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -36,7 +35,7 @@ class SweepCell:
 
     side: RequestSide
     tp_size: int
-    status: str
+    status: WhatIfStatus
     result: WhatIf | None  # None when the release refuses a setting
     reason: str = ""  # why the cell is not applicable
 
@@ -61,7 +60,7 @@ class SweepCell:
             "request_side": self.side.version,
             "code_path": None if result is None else result.release.code_path,
             "tp_size": self.tp_size,
-            "status": self.status,
+            "status": self.status.value,
             "error": None if error is None else {"type": error[0], "message": error[1]},
             "failing_ranks": self.failing_ranks,
             "ranks": None if verdict is None else [r.to_json() for r in verdict.ranks],
@@ -102,11 +101,11 @@ class Sweep:
 
     def cell_text(self, cell: SweepCell) -> str:
         """Return a cell as the table shows it: ``ok``, ``✗ A rank 1``, ``silent S4``, ``no call`` or ``n/a``."""
-        if cell.status == NOT_APPLICABLE:
+        if cell.status is WhatIfStatus.NOT_APPLICABLE:
             return "n/a"
-        if cell.status == NO_CALL:
+        if cell.status is WhatIfStatus.NO_CALL:
             return "no call"
-        if cell.status == "silent-mismatch":
+        if cell.status is WhatIfStatus.SILENT_MISMATCH:
             verdict = cell.result.verdict if cell.result is not None else None
             return "silent " + (verdict.divergence.scenario_class if verdict is not None else "")
         if cell.error is None:
@@ -139,7 +138,7 @@ class Sweep:
         for i, side in enumerate(sides):
             cells = [c for c in self.cells if c.side is side]
             failing = [c.tp_size for c in cells if c.error is not None]
-            silent = [c.tp_size for c in cells if c.status == "silent-mismatch"]
+            silent = [c.tp_size for c in cells if c.status is WhatIfStatus.SILENT_MISMATCH]
             if failing:
                 letters = sorted({self.legend[c.error] for c in cells if c.error is not None})
                 parts.append(f"fails on {side.label} at {_tp_text(failing, self.tp_sizes)} ({', '.join(letters)})")
@@ -147,7 +146,7 @@ class Sweep:
             if silent:
                 parts.append(f"silent mismatch on {side.label} at {_tp_text(silent, self.tp_sizes)}")
                 last_bad = i
-            if all(c.status == NOT_APPLICABLE for c in cells):
+            if all(c.status is WhatIfStatus.NOT_APPLICABLE for c in cells):
                 parts.append(f"{side.label} refuses these settings")
         if last_bad < 0:
             return "clean on every release and attention-TP size" + ("; " + "; ".join(parts) if parts else "")
@@ -162,7 +161,7 @@ class Sweep:
         lines = []
         for side in self.sides:
             cells = [c for c in self.cells if c.side is side]
-            pick = next((c for c in cells if c.status not in ("clean", NO_CALL)), cells[-1])
+            pick = next((c for c in cells if c.status not in (WhatIfStatus.CLEAN, WhatIfStatus.NO_CALL)), cells[-1])
             text = pick.reason if pick.result is None else pick.result.why
             lines.append(f"{side.label} (TP {pick.tp_size}): {text}")
         return lines
@@ -217,7 +216,7 @@ def sweep(
         try:
             built = build_request(probed, settings, side, mode=mode)
         except SettingNotInReleaseError as exc:
-            cells += [SweepCell(side, tp, NOT_APPLICABLE, None, str(exc)) for tp in tps]
+            cells += [SweepCell(side, tp, WhatIfStatus.NOT_APPLICABLE, None, str(exc)) for tp in tps]
             continue
         for tp in tps:
             result = evaluate(probed, settings, side.releases[0], tp, mode=mode, device=device, built=built)
@@ -225,4 +224,4 @@ def sweep(
     return Sweep(probed, settings, tps, cells, time.perf_counter() - start)
 
 
-__all__ = ["SWEEP_TP_SIZES", "NOT_APPLICABLE", "SweepCell", "Sweep", "sweep"]
+__all__ = ["SWEEP_TP_SIZES", "SweepCell", "Sweep", "sweep"]

@@ -11,22 +11,35 @@ positions agree; ...).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
-from ..releases import PATH_INTRODUCED, FixRelease, Release, release_for
+from ..errors import SettingNotInReleaseError
+from ..releases import PATH_INTRODUCED, REQUEST_SIDES, FixRelease, Release, release_for
 from ..request.images import RequestImage, probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..request.sides import REQUEST_SIDES, BuiltRequest, RequestSide, build_request
+from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import ModelCall, model_call
 from ..split._replay import replay
-from ..split.divergence import analyse
-from ..split.trace import Trace
-from ..split.verdict import Verdict, build_verdict
+from ..split.divergence import with_divergence
+from ..split.trace import Replayed, Trace
+from ..split.verdict import Status, Verdict, build_verdict
 from .why import why_text
 
-NO_CALL = "no-call"
+
+class WhatIfStatus(str, Enum):
+    """How one what-if ends: its verdict's status, or that nothing reached the call, or that the release refuses."""
+
+    CLEAN = Status.CLEAN.value
+    ERROR_REPRODUCED = Status.ERROR_REPRODUCED.value
+    SILENT_MISMATCH = Status.SILENT_MISMATCH.value
+    NO_CALL = "no-call"  # every image was a cache hit or a duplicate: get_image_feature is never called
+    NOT_APPLICABLE = "not-applicable"  # (a sweep cell) the release refuses one of the settings
+
+
+NO_CALL = WhatIfStatus.NO_CALL
 
 
 @dataclass
@@ -39,13 +52,17 @@ class WhatIf:
     call: ModelCall
     trace: Trace | None  # None when nothing reaches get_image_feature
     verdict: Verdict | None
-    why: str
     notes: list[str] = field(default_factory=list)
 
     @property
-    def status(self) -> str:
-        """Return the verdict's status value (``clean``, ``error-reproduced``, ``silent-mismatch``) or ``no-call``."""
-        return NO_CALL if self.verdict is None else self.verdict.status.value
+    def status(self) -> WhatIfStatus:
+        """Return the verdict's status (clean, error-reproduced, silent-mismatch) or ``no-call``."""
+        return WhatIfStatus.NO_CALL if self.verdict is None else WhatIfStatus(self.verdict.status.value)
+
+    @property
+    def why(self) -> str:
+        """Return one paragraph: why the request fails on this deployment, or why nothing fails."""
+        return why_text(self)
 
     @property
     def failed(self) -> bool:
@@ -93,7 +110,7 @@ class WhatIf:
             "images": [im.to_json() for im in self.built.images],
             "built": self.built.to_json(),
             "call": self.call.to_json(),
-            "status": self.status,
+            "status": self.status.value,
             "why": self.why,
             "culprit": self.culprit(),
             "verdict": None if self.verdict is None else self.verdict.to_json(),
@@ -122,22 +139,17 @@ def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", d
         for r in range(call.tp_size)
     ]
     first = next((t for t in traces if t.outcome == "error"), traces[0])
-    combined = Trace(
+    combined = Replayed(
         first.batch,
         call.tp_size,
-        first.variant,
+        first.code_path,
         first.mode,
         [t.ranks[0] for t in traces],
         first.grid_thws_host,
         first.assignment,
         first.release,
     )
-    combined.divergence = analyse(combined)
-    return combined
-
-
-def _request_side_of(release: Release) -> RequestSide:
-    return REQUEST_SIDES[release.request_side]
+    return with_divergence(combined)
 
 
 def evaluate(
@@ -153,15 +165,13 @@ def evaluate(
     """Return the :class:`WhatIf` of probed ``images`` (no fix search; ``built`` reuses an item build)."""
     release, sentence = release_for(sglang_version)
     images = list(images)
-    built = built if built is not None else build_request(images, settings, _request_side_of(release), mode=mode)
+    built = built if built is not None else build_request(images, settings, release.request_side, mode=mode)
     call = model_call(built, tp_size, release.version)
     trace = replay_call(call, release.version, mode=mode, device=device)
     verdict = None if trace is None else build_verdict(trace)
     # A future release or a build of a known one (0.5.24, 0.5.18.post1) runs a known release's code: say which.
     notes = [sentence] if sglang_version.strip() != release.version else []
-    result = WhatIf(release, call.tp_size, built, call, trace, verdict, "", notes)
-    result.why = why_text(result)
-    return result
+    return WhatIf(release, call.tp_size, built, call, trace, verdict, notes)
 
 
 def _fix(result: WhatIf, mode: Mode) -> FixRelease | None:
@@ -172,7 +182,7 @@ def _fix(result: WhatIf, mode: Mode) -> FixRelease | None:
         version = side.releases[0]
         try:
             later = evaluate(result.built.images, result.built.settings, version, result.tp_size, mode="shapes")
-        except Exception:  # noqa: BLE001 - a setting this release refuses: look further
+        except SettingNotInReleaseError:  # a setting this release refuses: look further
             continue
         if later.failed or (later.verdict is not None and later.verdict.divergence.silent):
             continue
@@ -206,9 +216,10 @@ def whatif(
     result = evaluate(probed, settings, sglang_version, tp_size, mode=mode, device=device)
     if find_fix and result.failed and result.verdict is not None and result.trace is not None:
         fix = _fix(result, mode)
-        result.trace.fixed_in = fix
-        result.verdict.fixed_in = fix
+        result = replace(
+            result, trace=replace(result.trace, fixed_in=fix), verdict=replace(result.verdict, fixed_in=fix)
+        )
     return result
 
 
-__all__ = ["WhatIf", "NO_CALL", "whatif", "evaluate", "replay_call"]
+__all__ = ["WhatIf", "WhatIfStatus", "NO_CALL", "whatif", "evaluate", "replay_call"]

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..releases import CodePath, PathSource
 from .names import ENV_TP_RANK, ENV_TP_SIZE, TARGET_MODULE, log
 
 _counter = itertools.count()
@@ -165,7 +166,7 @@ def _sglang_version() -> str | None:
         return str(value) if value else None
 
 
-def _code_variant(function: Any) -> tuple[str, str, str]:
+def _code_path(function: Any) -> tuple[CodePath, PathSource, str]:
     """Return ``(code path, "detected" | "assumed", how it was found)`` from SGLang's ``get_image_feature`` source.
 
     0.5.19 and later map backend-group positions through ``global_indices`` (post-fix); 0.5.18 has the
@@ -184,12 +185,12 @@ def _code_variant(function: Any) -> tuple[str, str, str]:
         with contextlib.suppress(Exception):
             text = inspect.getsource(module) if module is not None else ""
     if "global_indices" in text:
-        return "post-fix", "detected", "detected: SGLang maps shard-local indices through global_indices"
+        return "post-fix", PathSource.DETECTED, "detected: SGLang maps shard-local indices through global_indices"
     if "DEFERRED_PREPROCESSING_KEY" in text or "kimi_k3_deferred_preprocessing" in text:
-        return "pre-fix", "detected", "detected: deferred split without global_indices"
+        return "pre-fix", PathSource.DETECTED, "detected: deferred split without global_indices"
     if "must be a torch.Tensor" in text:
-        return "no-split", "detected", "detected: no deferred split (every feature must be a tensor)"
-    return "post-fix", "assumed", "not detected from the source; the recorded SGLang version decides"
+        return "no-split", PathSource.DETECTED, "detected: no deferred split (every feature must be a tensor)"
+    return "post-fix", PathSource.ASSUMED, "not detected from the source; the recorded SGLang version decides"
 
 
 def _processor_config(model: Any) -> dict | None:
@@ -214,12 +215,12 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
     from ..split.batch import Batch, RecordedOutcome
 
     size, rank, tp_source = _attention_tp(model)
-    variant, variant_how, variant_source = _code_variant(function)
+    code_path, path_source, how = _code_path(function)
     processor = _processor_config(model)
     outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
     note = (
         f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
-        f"attention TP from {tp_source}; code variant {variant_source}"
+        f"attention TP from {tp_source}; code path {how}"
         + ("" if processor is not None else "; the model's checkpoint-processor config was not found")
     )
     return Batch(
@@ -228,8 +229,8 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
         attn_tp_size=size,
         attn_tp_rank=rank,
         sglang_version=_sglang_version(),
-        code_variant=variant,
-        code_variant_source=variant_how,
+        code_path=code_path,
+        code_path_source=path_source,
         recorded=(
             RecordedOutcome("ok") if error is None else RecordedOutcome("error", type(error).__name__, str(error))
         ),

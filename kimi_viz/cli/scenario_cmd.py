@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser(
         "list",
         help="list the scenarios and their expected outcomes",
-        description="List every scenario: name, class, TP size, code variant and the outcome SGLang gives.",
+        description="List every scenario: name, class, TP size, code path and the outcome SGLang gives.",
     )
     listing.add_argument("--json", action="store_true", help="print the catalogue as JSON")
     listing.set_defaults(func=run_list)
@@ -56,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replay the code path of this SGLang release (0.5.17 ... 0.5.23; default: the scenario's own path)",
     )
     running.add_argument(
-        "--variant",
+        "--code-path",
+        "--variant",  # the option's earlier name, still accepted
+        dest="code_path",
         choices=("post-fix", "pre-fix", "no-split"),
         default=None,
         help="lower-level switch: replay this code path whatever the release",
@@ -88,7 +90,7 @@ def run_list(args: argparse.Namespace) -> int:
         )
         emit(
             f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
-            f"{scenario.variant:<8}  {what}"
+            f"{scenario.code_path:<8}  {what}"
         )
     return 0
 
@@ -111,7 +113,7 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         emit(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", err=True)
     trace = replay(
-        batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version, variant=args.variant
+        batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version, code_path=args.code_path
     )
     verdict = build_verdict(trace)
     if args.json:

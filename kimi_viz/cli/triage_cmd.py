@@ -7,9 +7,9 @@ import json
 
 from . import emit
 
-# kimi_viz._triage's VARIANT_CHOICES and MODE_CHOICES, named here so that building the parser does not
+# kimi_viz._triage's CODE_PATH_CHOICES and MODE_CHOICES, named here so that building the parser does not
 # import the replay (and torch); tests/test_hostile_scale.py checks they agree.
-VARIANT_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
+CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
 
 
@@ -47,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "4 not reproduced (the capture recorded an error this replay does not raise), 5 the capture recorded "
         "success but this replay raises.",
         epilog="--json prints one object in the verdict schema {outcome, error, ranks, divergence}; with "
-        '--variant both it adds "variants": {"post-fix": verdict, "pre-fix": verdict} and the top-level '
-        "fields are the primary (recorded) variant's.",
+        '--code-path both it adds "code_paths": {"post-fix": verdict, "pre-fix": verdict} and the top-level '
+        "fields are the primary (recorded) code path's.",
     )
     parser.add_argument("manifest", metavar="MANIFEST", help="manifest folder, its manifest.json, or a .zip of it")
     parser.add_argument("--out", metavar="DIR", help="write report.html, summary.png and trace.json here")
@@ -60,8 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "release the capture recorded, else the path it detected, else the newest, stated)",
     )
     parser.add_argument(
-        "--variant",
-        choices=VARIANT_CHOICES,
+        "--code-path",
+        "--variant",  # the option's earlier name, still accepted
+        dest="code_path",
+        choices=CODE_PATH_CHOICES,
         default=None,
         help="lower-level switch: replay this code path (post-fix, pre-fix, no-split) whatever "
         "the release, or 'both' (the chosen path and the other side of the S1 fix)",
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     result = triage(
         args.manifest,
         out_dir=args.out,
-        variant=args.variant,
+        code_path=args.code_path,
         tp=args.tp,
         mode=args.mode,
         rank=args.rank,

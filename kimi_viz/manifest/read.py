@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only
 from ..errors import ManifestError
 from ..preprocess.config import MAX_RESIZED_SIDE
 from ..preprocess.limits import MAX_IMAGE_FILE_BYTES, decoded_bytes
+from ..releases import PathSource, as_code_path
 from .format import DTYPES, MANIFEST_NAME
 from .schema import ManifestWarning, parse_json, validate_manifest_json
 from .sources import (
@@ -221,9 +222,9 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
         attn_tp_rank=runtime.get("attn_tp_rank"),
         image_indices=list(indices) if indices is not None else None,
         sglang_version=source_info.get("sglang_version"),
-        code_variant=source_info.get("code_variant", "post-fix"),
-        code_variant_source=source_info.get(
-            "code_variant_source", "recorded" if "code_variant" in source_info else "assumed"
+        code_path=as_code_path(source_info.get("code_variant", "post-fix"), "source.code_variant"),
+        code_path_source=PathSource(
+            source_info.get("code_variant_source", "recorded" if "code_variant" in source_info else "assumed")
         ),
         recorded=_recorded_outcome(source_info.get("recorded")),
         note=source_info.get("note", ""),

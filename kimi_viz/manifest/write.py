@@ -130,8 +130,8 @@ def _source_entry(batch: Batch) -> dict:
     """Return ``source``: the release, the code path and how it was found, the note, and the recorded outcome."""
     entry: dict[str, Any] = {
         "sglang_version": batch.sglang_version,
-        "code_variant": batch.code_variant,
-        "code_variant_source": batch.code_variant_source,
+        "code_variant": batch.code_path,  # the manifest format's name (v1) for the code path
+        "code_variant_source": batch.code_path_source.value,
         "note": batch.note,
     }
     recorded = batch.recorded

@@ -54,7 +54,7 @@ KEY_VARIABLES = {
         "recorded_image_indices",
     ),
     SELECT_ITEMS: ("image_indices", "locally_preprocessed"),
-    GROUP_BACKENDS: ("backend_groups", "eager", "variant"),
+    GROUP_BACKENDS: ("backend_groups", "eager", "code_path"),
     PREPROCESS_GPU: (
         "indices",
         "global_indices",

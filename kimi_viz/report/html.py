@@ -272,7 +272,7 @@ def render_report(
         f"<style>{page_css()}</style>\n</head>\n<body>\n",
         verdict_html(verdict, heading=title, subtitle=(facts or {}).get("replay", "")),
     ]
-    for name, other in verdict.variants.items():
+    for name, other in verdict.code_paths.items():
         parts.append(f"<h2>The same batch under the {escape(name)} code path</h2>")
         parts.append(verdict_html(other, heading=f"{name} code path"))
     if summary_png:

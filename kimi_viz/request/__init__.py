@@ -22,8 +22,6 @@ _EXPORTS = {
     "deferred_config": "producer",
     "deferred_item": "producer",
     "eager_item": "producer",
-    "RequestSide": "sides",
-    "REQUEST_SIDES": "sides",
     "BuiltRequest": "sides",
     "build_request": "sides",
 }

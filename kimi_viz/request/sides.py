@@ -1,6 +1,6 @@
 """The items one release's request side (or EPD encoder) builds for one request, per SGLang's own rules.
 
-Four versions of ``sglang/srt/multimodal/processors/kimi_k3.py`` ship (:data:`REQUEST_SIDES`; the
+Four versions of ``sglang/srt/multimodal/processors/kimi_k3.py`` ship (:data:`~kimi_viz.releases.REQUEST_SIDES`; the
 release table's ``Release.request_side`` says which one a release carries). What decides an item:
 
 * **0.5.17** never defers: every item is eager (``[h*w, 3, 14, 14]`` float32 rows) with
@@ -29,7 +29,7 @@ from typing import Any, Literal
 from ..errors import SettingNotInReleaseError
 from ..preprocess.config import ProcessorConfig, get_config
 from ..preprocess.resize import ResizeConfig, resize_config
-from ..releases import release_for
+from ..releases import RequestSide, release_for
 from ..split.batch import Feature, Item
 from .images import RequestImage
 from .producer import Mode, deferred_config, eager_feature, grid_row, raw_feature
@@ -39,84 +39,10 @@ Form = Literal["deferred", "eager"]
 BuildPath = Literal["cached", "uncached", "no-cache", "encoder"]
 
 
-@dataclass(frozen=True)
-class RequestSide:
-    """One version of ``processors/kimi_k3.py`` (and its EPD encoder): what it can build and from where."""
-
-    version: str
-    releases: tuple[str, ...]
-    defers: bool  # has _should_defer_gpu_preprocessing
-    preprocess_cache: bool  # has --mm-preprocess-cache-size-mb
-    transports: tuple[str, ...]  # what --mm-feature-transport accepts
-    auto_transport: str  # what the unset flag resolves to on a one-node CUDA server
-    encoder_defers: bool  # the EPD encoder keeps raw images with a deferred config
-    identity: str
-    changes: str  # what this version changes on the request side, one sentence
-
-    @property
-    def label(self) -> str:
-        """Return e.g. ``"0.5.19–0.5.22"``."""
-        return self.releases[0] if len(self.releases) == 1 else f"{self.releases[0]}–{self.releases[-1]}"
-
-
-REQUEST_SIDES: dict[str, RequestSide] = {
-    r.version: r
-    for r in (
-        RequestSide(
-            "0.5.17",
-            ("0.5.17",),
-            defers=False,
-            preprocess_cache=False,
-            transports=("cpu", "cuda_ipc"),
-            auto_transport="cuda_ipc",
-            encoder_defers=False,
-            identity="hash of the eager feature",
-            changes="the first Kimi-K3 request side: eager rows only, no preprocessing cache; the EPD encoder "
-            "runs the HF image processor (eager, grid_thws)",
-        ),
-        RequestSide(
-            "0.5.18",
-            ("0.5.18",),
-            defers=True,
-            preprocess_cache=True,
-            transports=("cpu", "cuda_ipc", "cuda_vmm"),
-            auto_transport="cpu",
-            encoder_defers=True,
-            identity="hash of the feature, scoped by the artifact key on the cached path",
-            changes="deferred GPU preprocessing (_should_defer_gpu_preprocessing), the preprocessing cache "
-            "(per-image decision), and the EPD encoder's deferred cpu/gpu items",
-        ),
-        RequestSide(
-            "0.5.19",
-            ("0.5.19", "0.5.20", "0.5.21", "0.5.22"),
-            defers=True,
-            preprocess_cache=True,
-            transports=("cpu", "cuda_ipc", "cuda_vmm"),
-            auto_transport="cpu",
-            encoder_defers=True,
-            identity="hash of the feature, scoped by the artifact key on the cached path",
-            changes="the same items as 0.5.18 (transport wrapping through _prepare_mm_items_for_transport, "
-            "config read from get_mm())",
-        ),
-        RequestSide(
-            "0.5.23",
-            ("0.5.23",),
-            defers=True,
-            preprocess_cache=True,
-            transports=("cpu", "cuda_ipc", "cuda_vmm"),
-            auto_transport="cpu",
-            encoder_defers=True,
-            identity="content+config+grid SHA-256 (set_identity), equal for deferred and eager",
-            changes="the same items as 0.5.19; identities instead of feature hashes, caller hashes refused",
-        ),
-    )
-}
-
-
 def request_side_for(sglang_version: str) -> RequestSide:
     """Return the :class:`RequestSide` the release ships (``Release.request_side``)."""
     release, _ = release_for(sglang_version)
-    return REQUEST_SIDES[release.request_side]
+    return release.request_side
 
 
 @dataclass(frozen=True)
@@ -370,8 +296,6 @@ def local_rows_feature(image: RequestImage, config: ProcessorConfig, mode: Mode)
 __all__ = [
     "Form",
     "BuildPath",
-    "RequestSide",
-    "REQUEST_SIDES",
     "request_side_for",
     "Decision",
     "BuiltRequest",

@@ -30,6 +30,7 @@ from ..messages import (
 from ..preprocess.config import get_config
 from ..preprocess.images import load_image
 from ..preprocess.resize import resize_config
+from ..releases import CodePath, PathSource
 from ..request.images import as_request_image
 from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_item, grid_row
 from ..request.producer import eager_rows as producer_rows
@@ -75,16 +76,16 @@ class Scenario:
     scenario_class: str
     builder: Callable[[], Batch] = field(repr=False)
     tp_size: int
-    variant: str
+    code_path: CodePath
     expected: ExpectedOutcome
     modes: tuple[str, ...] = ("pixels", "shapes")
 
     def build(self) -> Batch:
-        """Return a fresh batch for this scenario (its runtime facts set: TP size, variant, note)."""
+        """Return a fresh batch for this scenario (its runtime facts set: TP size, code path, note)."""
         batch = self.builder()
         batch.attn_tp_size = self.tp_size
-        batch.code_variant = self.variant
-        batch.code_variant_source = "scenario"
+        batch.code_path = self.code_path
+        batch.code_path_source = PathSource.SCENARIO
         batch.note = self.description
         batch.created_by = f"kimi-viz scenario {self.name}"
         return batch
@@ -97,7 +98,7 @@ class Scenario:
             "description": self.description,
             "scenario_class": self.scenario_class,
             "tp_size": self.tp_size,
-            "variant": self.variant,
+            "code_path": self.code_path,
             "modes": list(self.modes),
             "expected": self.expected.to_json(),
         }
@@ -513,11 +514,11 @@ def run_scenario(
     mode: str = "pixels",
     device: Any = "auto",
     sglang_version: str | None = None,
-    variant: str | None = None,
+    code_path: str | None = None,
 ) -> Trace:
     """Return the replay :class:`~kimi_viz.split._replay.Trace` of scenario ``name`` (every rank).
 
-    By default the scenario's own code path is replayed; ``sglang_version`` (or ``variant``) replays
+    By default the scenario's own code path is replayed; ``sglang_version`` (or ``code_path``) replays
     another release's.
     """
     scenario = get_scenario(name)
@@ -527,7 +528,7 @@ def run_scenario(
         mode=mode,
         device=device,
         sglang_version=sglang_version,
-        variant=variant,
+        code_path=code_path,
     )
 
 

@@ -80,7 +80,6 @@ def _batch(built: BuiltRequest, items: list[Any], tp_size: int, version: str) ->
         processor=built.consumer.to_media_proc_cfg(),
         attn_tp_size=tp_size,
         sglang_version=version,
-        code_variant_source="assumed",
         created_by="kimi-viz whatif",
         note=f"built by SGLang {built.request_side.label}'s request side ({built.settings.sglang_flags()})",
     )

@@ -27,20 +27,30 @@ from ..devices import resolve_device
 from ..errors import ConfigError
 from ..messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
-from ..releases import CODE_PATHS, FixRelease, choose_release, fix_release, later_paths
+from ..releases import FixRelease, choose_release, fix_release, later_paths
 from .batch import Batch, Item
 from .cpu_group import preprocess_cpu
-from .divergence import analyse
+from .divergence import with_divergence
 from .gpu_group import preprocess_gpu
 from .grids import collect_grids
 from .group import BackendGroup
 from .length_check import check_length, concatenate
 from .ranks import assign_ranks, assign_step, check_tp_size, rank_loads
 from .state import Materialized, RankState, ReplayContext, SGLangRaise, feature_json, is_tensor, raises, type_text
-from .trace import GROUP_BACKENDS, SELECT_ITEMS, CauseKind, Check, RankTrace, Step, Trace, preprocess_step, prod
+from .trace import (
+    GROUP_BACKENDS,
+    SELECT_ITEMS,
+    CauseKind,
+    Check,
+    RankTrace,
+    Replayed,
+    Step,
+    Trace,
+    preprocess_step,
+    prod,
+)
 
 PROCESSOR_OUTPUTS = ("concatenated", "stacked", "list")
-VARIANTS = CODE_PATHS
 MODES = ("pixels", "shapes", "auto")
 
 
@@ -63,7 +73,7 @@ def replay(
     *,
     tp_size: int | None = None,
     rank: int | None = None,
-    variant: str | None = None,
+    code_path: str | None = None,
     mode: str = "pixels",
     device: Any = "auto",
     sglang_version: str | None = None,
@@ -73,8 +83,8 @@ def replay(
 
     ``tp_size`` is the attention-TP size (default ``batch.attn_tp_size``); ``rank`` replays one
     rank only (default: every rank). ``sglang_version`` replays that release's code path; with
-    neither it nor ``variant`` the batch's recorded version, then its recorded code path, then the
-    newest release decide, and ``Trace.release`` says which and how. ``variant`` is the lower-level
+    neither it nor ``code_path`` the batch's recorded version, then its recorded code path, then the
+    newest release decide, and ``Trace.release`` says which and how. ``code_path`` is the lower-level
     switch: ``"post-fix"`` (0.5.19 and later), ``"pre-fix"`` (0.5.18, which read ``grid_thws_host``
     with shard-local positions) or ``"no-split"`` (0.5.17). ``mode`` is ``"pixels"`` (materialize
     with the kit's processors), ``"shapes"`` (row counts from sizes and resize configs only) or
@@ -86,14 +96,12 @@ def replay(
     """
     if not isinstance(batch, Batch):
         raise ConfigError(f"replay: expected a kimi_viz.Batch, got {type(batch).__name__}")
-    if variant is not None and variant not in VARIANTS:
-        raise ConfigError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
     choice = choose_release(
         sglang_version=sglang_version,
-        variant=variant,
+        code_path=code_path,
         recorded_version=batch.sglang_version,
-        recorded_variant=batch.code_variant,
-        recorded_variant_source=batch.code_variant_source,
+        recorded_code_path=batch.code_path,
+        recorded_source=batch.code_path_source,
     )
     tp = check_tp_size(batch.attn_tp_size if tp_size is None else tp_size)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
@@ -113,7 +121,7 @@ def replay(
     if collected.raised is not None:
         raised = collected.raised
         traces = [RankTrace(r, None, [collected.step], "error", raised.info, cause=raised.cause) for r in ranks_wanted]
-        trace = Trace(batch, tp, choice.code_path, mode, traces, None, None, choice)
+        replayed = Replayed(batch, tp, choice.code_path, mode, traces, None, None, choice)
     else:
         grids = collected.grid_thws_host
         ctx = ReplayContext(
@@ -131,21 +139,18 @@ def replay(
         assignment = [list(range(len(grids)))] if tp == 1 else assign_ranks(patches, tp)
         shared = _SharedAssignment(assignment, patches)
         traces = [_replay_rank(ctx, r, shared, collected.step) for r in ranks_wanted]
-        trace = Trace(batch, tp, choice.code_path, mode, traces, grids, assignment, choice)
-    trace.divergence = analyse(trace)
-    if find_fix:
-        trace.fixed_in = _find_fix(trace)
-    return trace
+        replayed = Replayed(batch, tp, choice.code_path, mode, traces, grids, assignment, choice)
+    return with_divergence(replayed, fixed_in=_find_fix(replayed) if find_fix else None)
 
 
-def _find_fix(trace: Trace) -> FixRelease | None:
+def _find_fix(trace: Replayed) -> FixRelease | None:
     """Return the first later release whose code path replays ``trace``'s batch clean on the same ranks."""
     if trace.outcome != "error":
         return None
     ranks = [r.rank for r in trace.ranks]
     rank = ranks[0] if len(ranks) == 1 and trace.tp_size > 1 else None
     for path in later_paths(trace.release.code_path):
-        later = replay(trace.batch, tp_size=trace.tp_size, rank=rank, variant=path, mode="shapes", find_fix=False)
+        later = replay(trace.batch, tp_size=trace.tp_size, rank=rank, code_path=path, mode="shapes", find_fix=False)
         if later.outcome == "ok" and not (later.divergence is not None and later.divergence.silent):
             return fix_release(path)
     return None
@@ -187,7 +192,7 @@ def _replay_rank(ctx: ReplayContext, rank: int, shared: _SharedAssignment, grid_
 def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> None:
     """Replay ``materialize_item_features(image_indices)`` on one rank, appending steps; raise on error."""
     items = [ctx.batch.items[g] for g in state.image_indices]
-    if ctx.variant == "no-split":
+    if ctx.code_path == "no-split":
         _materialize_no_split(ctx, state, items, steps)
         return
     local = [bool(it.local_preprocessed) for it in items]
@@ -350,21 +355,21 @@ def _group_backends(
         # The grid rows each group's checks will read are fixed here (the S1 bug is made at this step).
         for group in groups:
             _read_grids(ctx, state, group)
-    mapping_name = "global_indices" if ctx.variant == "post-fix" else "indices (shard-local positions)"
+    mapping_name = "global_indices" if ctx.code_path == "post-fix" else "indices (shard-local positions)"
     described = {
         g.backend: {"indices": g.indices, "global_indices": g.global_indices, "grid_rows_read": g.grid_rows_read}
         for g in groups
     }
     note = (
         f"Deferred items are grouped by backend; global_indices = [image_indices[i] for i in indices]. "
-        f"This code ({ctx.variant}) reads grid_thws_host at {mapping_name}."
+        f"This code ({ctx.code_path}) reads grid_thws_host at {mapping_name}."
     )
     steps.append(
         Step(
             GROUP_BACKENDS,
             "Group deferred items by backend",
             "§6.4",
-            {"eager": eager, "backend_groups": described, "variant": ctx.variant},
+            {"eager": eager, "backend_groups": described, "code_path": ctx.code_path},
             note,
             rows=state.tracks(),
         )
@@ -381,4 +386,4 @@ def _read_grids(ctx: ReplayContext, state: RankState, group: BackendGroup) -> No
         state.rows[k].expected_grid = list(ctx.grid_thws_host[row_index])
 
 
-__all__ = ["replay", "assign_ranks", "VARIANTS", "MODES", "PROCESSOR_OUTPUTS"]
+__all__ = ["replay", "MODES", "PROCESSOR_OUTPUTS"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..releases import CodePath, PathSource
+
 if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither torch nor Pillow
     import torch
     from PIL import Image
@@ -106,8 +108,8 @@ class Batch:
     attn_tp_rank: int | None = None
     image_indices: list[int] | None = None  # what the failing rank was asked to materialize, if known
     sglang_version: str | None = None
-    code_variant: str = "post-fix"  # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
-    code_variant_source: str = "assumed"  # "detected" (capture), "scenario", "recorded" or "assumed"
+    code_path: CodePath = "post-fix"  # the code path: "post-fix", "pre-fix" or "no-split" (0.5.17)
+    code_path_source: PathSource = PathSource.ASSUMED  # detected, scenario, recorded or assumed
     recorded: RecordedOutcome | None = None  # what the captured call did (None: not recorded)
     note: str = ""
     created_by: str = ""

@@ -13,12 +13,15 @@ nothing but the tower gets the wrong rows or the wrong resolution); those are re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..releases import FixRelease
 
 from ..preprocess.config import get_config
 from .findings import Finding, collect_findings, no_split_findings
-from .trace import Cause, CauseKind, RankTrace, Trace, prod
+from .trace import Cause, CauseKind, RankTrace, Replayed, Trace, prod
 
 SCENARIO_CLASSES = ("S1", "S2", "S3", "S4", "S6", "S8", "S9", "S10", "S11", "S12", "S13", "skew")
 NONE = "none"
@@ -107,7 +110,7 @@ class Divergence:
         return data
 
 
-def image_table(trace: Trace) -> list[ImageOutcome]:
+def image_table(trace: Replayed) -> list[ImageOutcome]:
     """Return one row per replayed image (global index order): rank, grids, expected and produced rows."""
     batch = trace.batch
     table: dict[int, ImageOutcome] = {}
@@ -131,17 +134,23 @@ def image_table(trace: Trace) -> list[ImageOutcome]:
     return [table[g] for g in sorted(table)]
 
 
-def analyse(trace: Trace) -> Divergence:
+def with_divergence(replayed: Replayed, *, fixed_in: FixRelease | None = None) -> Trace:
+    """Return the :class:`~kimi_viz.split.trace.Trace` of ``replayed``: the replay plus its divergence analysis."""
+    facts = {f.name: getattr(replayed, f.name) for f in fields(Replayed)}
+    return Trace(**facts, divergence=analyse(replayed), fixed_in=fixed_in)
+
+
+def analyse(trace: Replayed) -> Divergence:
     """Return the :class:`Divergence` of ``trace``."""
     batch = trace.batch
     consumer = None if batch.processor is None else get_config(batch.processor)
     found = collect_findings(batch, consumer=consumer)
-    if trace.variant == "no-split":
+    if trace.code_path == "no-split":
         found = no_split_findings(batch) + found
     table = image_table(trace)
     by_image = {row.image: row for row in table}
     report = Divergence(
-        index_mapping="global_indices" if trace.variant == "post-fix" else "indices (shard-local)",
+        index_mapping="global_indices" if trace.code_path == "post-fix" else "indices (shard-local)",
         images=table,
         findings=found,
     )
@@ -176,7 +185,7 @@ def _first(found: list[Finding], cls: str, image: int | None = None) -> Finding 
 
 
 def _explain_error(
-    trace: Trace, rank: RankTrace, found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence
+    trace: Replayed, rank: RankTrace, found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence
 ) -> None:
     cause = rank.cause or Cause(CauseKind.LENGTH)
     kind = cause.kind
@@ -277,7 +286,7 @@ def _explain_error(
 
 
 def _explain_count(
-    trace: Trace,
+    trace: Replayed,
     rank: RankTrace,
     cause: Cause,
     found: list[Finding],
@@ -309,7 +318,7 @@ def _explain_count(
     }[kind]
     hosts = trace.grid_thws_host or []
     if (
-        trace.variant == "pre-fix"
+        trace.code_path == "pre-fix"
         and read is not None
         and image is not None
         and read != image
@@ -422,6 +431,7 @@ __all__ = [
     "Finding",
     "ImageOutcome",
     "analyse",
+    "with_divergence",
     "collect_findings",
     "image_table",
 ]

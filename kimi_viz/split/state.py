@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..preprocess.config import ProcessorConfig
+from ..releases import CodePath
 from .batch import Batch, Feature
 from .trace import Cause, CauseKind, ErrorInfo, ImageRow
 
@@ -53,7 +54,7 @@ class ReplayContext:
     """The facts of one call that every rank's replay reads."""
 
     batch: Batch
-    variant: str  # the code path: post-fix, pre-fix or no-split
+    code_path: CodePath  # post-fix, pre-fix or no-split
     mode: str  # pixels or shapes
     device: Any
     tp_size: int
@@ -65,7 +66,7 @@ class ReplayContext:
     @property
     def index_mapping(self) -> str:
         """Return how this code reads grid_thws_host for a group: ``global_indices`` or ``indices``."""
-        return "global_indices" if self.variant == "post-fix" else "indices"
+        return "global_indices" if self.code_path == "post-fix" else "indices"
 
 
 class RankState:
@@ -88,7 +89,7 @@ class RankState:
 
     def grid_rows_read(self, indices: list[int]) -> list[int]:
         """Return the rows of grid_thws_host the checks read for these local positions (the S1 bug pre-fix)."""
-        if self.ctx.variant == "post-fix":
+        if self.ctx.code_path == "post-fix":
             return [self.image_indices[k] for k in indices]
         return list(indices)
 

@@ -29,7 +29,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ..releases import FixRelease, ReleaseChoice
+    from ..releases import CodePath, FixRelease, ReleaseChoice
     from .batch import Batch
     from .divergence import Divergence
 
@@ -402,19 +402,21 @@ class RankTrace:
 
 
 @dataclass
-class Trace:
-    """The replay of one ``get_image_feature`` call: every replayed rank, the release and the divergence."""
+class Replayed:
+    """What the replay of one ``get_image_feature`` call found on every replayed rank, before any analysis.
+
+    The divergence analysis reads this; a :class:`Trace` is this plus the analysis (and the fixing
+    release), so a trace is complete when it is built.
+    """
 
     batch: Batch = field(repr=False)
     tp_size: int
-    variant: str  # the code path replayed: post-fix, pre-fix or no-split
+    code_path: CodePath  # the code path replayed: post-fix, pre-fix or no-split
     mode: str  # pixels or shapes
     ranks: list[RankTrace]
     grid_thws_host: list[list[int]] | None
     assignment: list[list[int]] | None
     release: ReleaseChoice
-    divergence: Divergence | None = None
-    fixed_in: FixRelease | None = None  # the first later release whose code replays this clean
 
     @property
     def outcome(self) -> Outcome:
@@ -449,12 +451,20 @@ class Trace:
         """Return the step-by-step trace (``trace.json``'s ``"trace"``; the verdict module adds the verdict)."""
         return {
             "tp_size": self.tp_size,
-            "variant": self.variant,
+            "code_path": self.code_path,
             "mode": self.mode,
             "grid_thws_host": self.grid_thws_host,
             "assignment": self.assignment,
             "ranks": [r.to_json() for r in self.ranks],
         }
+
+
+@dataclass
+class Trace(Replayed):
+    """The replay of one ``get_image_feature`` call: every replayed rank, the release, the divergence and the fix."""
+
+    divergence: Divergence = field(repr=False)
+    fixed_in: FixRelease | None = None  # the first later release whose code replays this clean
 
 
 __all__ = [
@@ -468,6 +478,7 @@ __all__ = [
     "ImageRow",
     "Step",
     "RankTrace",
+    "Replayed",
     "Trace",
     "STEP_NAMES",
     "COLLECT_GRIDS",

@@ -14,22 +14,26 @@ status                            exit  meaning
 
 (Exit 2 is bad input.) :data:`STATUS_STYLES` gives each status its badge text, symbol, colour and
 one-line wording; every view uses them. :func:`build_verdict` makes a :class:`Verdict` from a
-:class:`~kimi_viz.split.trace.Trace`, :data:`VERDICT_SCHEMA` describes its JSON (version
+:class:`~kimi_viz.split.trace.Trace`, :func:`verdict_schema` is its JSON Schema (``verdict-v3.schema.json``, version
 :data:`VERDICT_VERSION`, see ``docs/outputs.md``), :func:`format_verdict` writes it for a terminal.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..releases import NEWEST, FixRelease, ReleaseChoice
 from .batch import Batch, RecordedOutcome
 from .divergence import Divergence
-from .trace import ErrorInfo, Trace
+from .trace import ErrorInfo, Outcome, Trace
 
-VERDICT_VERSION = 2
+VERDICT_VERSION = 3
 
 
 class Status(str, Enum):
@@ -97,7 +101,7 @@ STATUS_STYLES: dict[Status, StatusStyle] = {
 EXIT_CODES = {status.value: style.exit_code for status, style in STATUS_STYLES.items()}
 
 
-def decide_status(outcome: str, silent: bool, recorded: RecordedOutcome | None) -> Status:
+def decide_status(outcome: Outcome, silent: bool, recorded: RecordedOutcome | None) -> Status:
     """Return the status of a replay that ended in ``outcome`` (``silent`` divergence), against the recording."""
     if outcome == "error":
         if recorded is not None and recorded.outcome == "ok":
@@ -170,7 +174,7 @@ class RankVerdict:
 
     rank: int
     image_indices: list[int] | None
-    outcome: str
+    outcome: Outcome
     error: ErrorInfo | None
 
     def to_json(self) -> dict[str, Any]:
@@ -188,7 +192,7 @@ class Verdict:
     """The verdict of one replay: status, the exact error per rank, the release, the images and the divergence."""
 
     status: Status
-    outcome: str
+    outcome: Outcome
     error: ErrorInfo | None
     ranks: list[RankVerdict]
     divergence: Divergence
@@ -196,7 +200,7 @@ class Verdict:
     fixed_in: FixRelease | None
     recorded: RecordedOutcome | None
     images: list[ImageIdentity]
-    variants: dict[str, Verdict] = field(default_factory=dict)  # the other code paths replayed (--variant both)
+    code_paths: dict[str, Verdict] = field(default_factory=dict)  # the other code paths replayed (--code-path both)
 
     @property
     def style(self) -> StatusStyle:
@@ -258,7 +262,7 @@ class Verdict:
         return " — ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the verdict in the schema :data:`VERDICT_SCHEMA` (version :data:`VERDICT_VERSION`)."""
+        """Return the verdict in the schema :func:`verdict_schema` (version :data:`VERDICT_VERSION`)."""
         data: dict[str, Any] = {
             "verdict_version": VERDICT_VERSION,
             "status": self.status.value,
@@ -278,18 +282,30 @@ class Verdict:
             "images": [i.to_json() for i in self.images],
             "divergence": self.divergence.to_json(),
         }
-        if self.variants:  # every code path replayed, this one included (its entry without "variants")
-            data["variants"] = {
+        if self.code_paths:  # every code path replayed, this one included (its entry without "code_paths")
+            data["code_paths"] = {
                 self.release.code_path: dict(data),
-                **{name: v.to_json() for name, v in self.variants.items()},
+                **{name: v.to_json() for name, v in self.code_paths.items()},
             }
         return data
 
 
-def build_verdict(trace: Trace, *, recorded: RecordedOutcome | None = None) -> Verdict:
-    """Return the :class:`Verdict` of ``trace``; ``recorded`` defaults to what the batch's capture recorded."""
+def build_verdict(
+    trace: Trace, *, recorded: RecordedOutcome | None = None, others: dict[str, Trace] | None = None
+) -> Verdict:
+    """Return the :class:`Verdict` of ``trace``; ``recorded`` defaults to what the batch's capture recorded.
+
+    ``others`` are traces of the same batch on other code paths (``--code-path both``): their verdicts
+    go in :attr:`Verdict.code_paths`. A :class:`~kimi_viz.split.trace.Replayed` without its divergence
+    analysis is refused: a verdict is never built on a replay nobody analysed.
+    """
+    if not isinstance(trace, Trace):
+        raise ConfigError(
+            f"build_verdict: expected a Trace (a replay with its divergence analysis), got {type(trace).__name__}; "
+            "replay the batch with kimi_viz.replay() or analyse it with Trace.analysed()"
+        )
     recorded = trace.batch.recorded if recorded is None else recorded
-    divergence = trace.divergence if trace.divergence is not None else Divergence()
+    divergence = trace.divergence
     status = decide_status(trace.outcome, divergence.silent, recorded)
     ranks = [RankVerdict(r.rank, r.image_indices, r.outcome, r.error) for r in trace.ranks]
     return Verdict(
@@ -302,6 +318,7 @@ def build_verdict(trace: Trace, *, recorded: RecordedOutcome | None = None) -> V
         trace.fixed_in,
         recorded,
         identities(trace.batch),
+        {name: build_verdict(other, recorded=recorded) for name, other in (others or {}).items()},
     )
 
 
@@ -312,135 +329,22 @@ def trace_document(trace: Trace, verdict: Verdict | None = None) -> dict[str, An
     return data
 
 
-_ERROR = {
-    "type": ["object", "null"],
-    "required": ["type", "message"],
-    "additionalProperties": False,
-    "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-}
+def verdict_schema_path() -> Path:
+    """Return the path of the shipped JSON Schema (draft 2020-12) of the verdict, version :data:`VERDICT_VERSION`."""
+    return Path(__file__).resolve().parent / f"verdict-v{VERDICT_VERSION}.schema.json"
 
-VERDICT_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "kimi-viz verdict",
-    "type": "object",
-    "required": [
-        "verdict_version",
-        "status",
-        "status_text",
-        "headline",
-        "exit_code",
-        "outcome",
-        "error",
-        "recorded",
-        "release",
-        "rank_summary",
-        "failing_ranks",
-        "ranks",
-        "images",
-        "divergence",
-    ],
-    "properties": {
-        "verdict_version": {"const": VERDICT_VERSION},
-        "status": {"enum": [s.value for s in Status]},
-        "status_text": {"type": "string"},
-        "headline": {"type": "string"},
-        "exit_code": {"enum": sorted(EXIT_CODES.values())},
-        "outcome": {"enum": ["ok", "error"]},
-        "error": _ERROR,
-        "recorded": {
-            "type": ["object", "null"],
-            "required": ["outcome", "error"],
-            "properties": {"outcome": {"enum": ["ok", "error"]}, "error": _ERROR},
-        },
-        "release": {
-            "type": "object",
-            "required": ["sglang_version", "code_path", "chosen_by", "note", "fixed_in"],
-            "properties": {
-                "sglang_version": {"type": "string"},
-                "code_path": {"enum": ["no-split", "pre-fix", "post-fix"]},
-                "chosen_by": {"enum": ["asked", "recorded", "detected", "variant", "assumed"]},
-                "asked": {"type": ["string", "null"]},
-                "note": {"type": "string"},
-                "fixed_in": {
-                    "type": ["object", "null"],
-                    "required": ["release", "change", "code_path"],
-                    "properties": {
-                        "release": {"type": "string"},
-                        "change": {"type": "string"},
-                        "code_path": {"type": "string"},
-                        "summary": {"type": "string"},
-                    },
-                },
-            },
-        },
-        "rank_summary": {"type": "string"},
-        "failing_ranks": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "ranks": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["rank", "image_indices", "outcome", "error"],
-                "additionalProperties": False,
-                "properties": {
-                    "rank": {"type": "integer", "minimum": 0},
-                    "image_indices": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
-                    "outcome": {"enum": ["ok", "error"]},
-                    "error": _ERROR,
-                },
-            },
-        },
-        "images": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["image", "label", "size", "mode", "backend"],
-                "properties": {"image": {"type": "integer", "minimum": 0}, "label": {"type": "string"}},
-            },
-        },
-        "divergence": {
-            "type": "object",
-            "required": [
-                "scenario_class",
-                "silent",
-                "cause",
-                "first_image",
-                "expected_rows",
-                "produced_rows",
-                "expected_total",
-                "produced_total",
-                "grid_read_from",
-                "wrong_expectation",
-                "explanation",
-                "fix",
-                "images",
-                "findings",
-            ],
-            "properties": {
-                "scenario_class": {"type": "string", "pattern": "^(S[0-9]+|skew|none|unclassified)$"},
-                "silent": {"type": "boolean"},
-                "cause": {"type": ["string", "null"]},
-                "first_image": {"type": ["integer", "null"]},
-                "expected_rows": {"type": ["integer", "null"]},
-                "produced_rows": {"type": ["integer", "null"]},
-                "expected_total": {"type": ["integer", "null"]},
-                "produced_total": {"type": ["integer", "null"]},
-                "grid_read_from": {"type": ["integer", "null"]},
-                "wrong_expectation": {"type": ["string", "null"]},
-                "explanation": {"type": "string"},
-                "fix": {"type": ["string", "null"]},
-                "images": {"type": "array"},
-                "findings": {"type": "array"},
-            },
-        },
-    },
-}
+
+@lru_cache(maxsize=1)
+def verdict_schema() -> dict[str, Any]:
+    """Return the verdict's JSON Schema (read once from :func:`verdict_schema_path`)."""
+    return json.loads(verdict_schema_path().read_text(encoding="utf-8"))
 
 
 def validate_verdict(verdict: Any) -> None:
-    """Raise ``jsonschema.ValidationError`` unless the verdict JSON follows :data:`VERDICT_SCHEMA`."""
+    """Raise ``jsonschema.ValidationError`` unless the verdict JSON follows :func:`verdict_schema`."""
     import jsonschema
 
-    jsonschema.validate(verdict, VERDICT_SCHEMA)
+    jsonschema.validate(verdict, verdict_schema())
 
 
 def release_lines(verdict: Verdict) -> list[str]:
@@ -542,7 +446,8 @@ __all__ = [
     "Verdict",
     "build_verdict",
     "trace_document",
-    "VERDICT_SCHEMA",
+    "verdict_schema",
+    "verdict_schema_path",
     "validate_verdict",
     "release_lines",
     "image_sentence",
