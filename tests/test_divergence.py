@@ -6,6 +6,7 @@ Every cause kind the replay can record must come out with an explanation and a f
 
 from __future__ import annotations
 
+import pytest
 import torch
 from PIL import Image
 
@@ -173,3 +174,15 @@ def test_no_split_findings_only_on_0_5_17():
 
 def test_finding_json_leaves_out_unset_facts():
     assert Finding("S9", 2, "two rows").to_json() == {"class": "S9", "image": 2, "text": "two rows"}
+
+
+def test_scenario_classes_are_one_set():
+    """Every class a finding, a divergence or a scenario names is a ScenarioClass member; any other is refused."""
+    from kimi_viz.scenarios import SCENARIOS
+    from kimi_viz.split.classes import ScenarioClass
+
+    assert {s.scenario_class for s in SCENARIOS.values()} <= set(ScenarioClass)
+    assert all(isinstance(s.expected.scenario_class, ScenarioClass) for s in SCENARIOS.values())
+    assert f"{ScenarioClass.SKEW}" == "skew" and f"{ScenarioClass.S4:<5}|" == "S4   |"
+    with pytest.raises(ValueError, match="'S5' is not a valid ScenarioClass"):
+        Finding("S5", 0, "no such class in §7")

@@ -36,6 +36,7 @@ from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_i
 from ..request.producer import eager_rows as producer_rows
 from ..split._replay import replay
 from ..split.batch import Batch, Feature, Item
+from ..split.classes import ScenarioClass
 from ..split.trace import Trace
 
 
@@ -47,8 +48,11 @@ class ExpectedOutcome:
     type: str | None = None
     message: str | None = None
     ranks: dict[int, tuple[str, str | None, str | None]] | None = None  # rank -> (outcome, type, message)
-    scenario_class: str = "none"
+    scenario_class: ScenarioClass = ScenarioClass.NONE
     silent: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scenario_class", ScenarioClass(self.scenario_class))
 
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
@@ -61,7 +65,7 @@ class ExpectedOutcome:
                 {"rank": r, "outcome": o, "error": None if t is None else {"type": t, "message": m}}
                 for r, (o, t, m) in sorted(self.ranks.items())
             ],
-            "scenario_class": self.scenario_class,
+            "scenario_class": self.scenario_class.value,
             "silent": self.silent,
         }
 
@@ -73,12 +77,15 @@ class Scenario:
     name: str
     title: str
     description: str
-    scenario_class: str
+    scenario_class: ScenarioClass
     builder: Callable[[], Batch] = field(repr=False)
     tp_size: int
     code_path: CodePath
     expected: ExpectedOutcome
     modes: tuple[str, ...] = ("pixels", "shapes")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scenario_class", ScenarioClass(self.scenario_class))
 
     def build(self) -> Batch:
         """Return a fresh batch for this scenario (its runtime facts set: TP size, code path, note)."""
@@ -96,7 +103,7 @@ class Scenario:
             "name": self.name,
             "title": self.title,
             "description": self.description,
-            "scenario_class": self.scenario_class,
+            "scenario_class": self.scenario_class.value,
             "tp_size": self.tp_size,
             "code_path": self.code_path,
             "modes": list(self.modes),
@@ -262,11 +269,11 @@ def _s13() -> Batch:
     return _batch([deferred_item("microaneurysms.png", "cpu"), item])
 
 
-def _err(type_: str, message: str, cls: str) -> ExpectedOutcome:
+def _err(type_: str, message: str, cls: ScenarioClass) -> ExpectedOutcome:
     return ExpectedOutcome("error", type_, message, scenario_class=cls)
 
 
-def _ok(cls: str = "none", silent: bool = False, tp: int = 1) -> ExpectedOutcome:
+def _ok(cls: ScenarioClass = ScenarioClass.NONE, silent: bool = False, tp: int = 1) -> ExpectedOutcome:
     return ExpectedOutcome("ok", ranks=dict.fromkeys(range(tp), ("ok", None, None)), scenario_class=cls, silent=silent)
 
 
@@ -280,7 +287,7 @@ def _catalogue() -> dict[str, Scenario]:
                 f"Healthy mixed batch at attention-TP {tp}",
                 f"Five sample images, gpu and cpu backends mixed ({healthy}), replayed with the fixed code at "
                 f"attention-TP size {tp}: every rank's rows match its grids.",
-                "none",
+                ScenarioClass.NONE,
                 _healthy,
                 tp,
                 "post-fix",
@@ -294,7 +301,7 @@ def _catalogue() -> dict[str, Scenario]:
                 f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
                 "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
                 "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
-                "S1",
+                ScenarioClass.S1,
                 _s1(backend),
                 2,
                 "pre-fix",
@@ -303,7 +310,7 @@ def _catalogue() -> dict[str, Scenario]:
                     "ValueError",
                     msg,
                     ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)},
-                    scenario_class="S1",
+                    scenario_class=ScenarioClass.S1,
                 ),
             )
         )
@@ -314,11 +321,11 @@ def _catalogue() -> dict[str, Scenario]:
                 f"S2: stale image_grid_thw, {backend} backend",
                 "chelsea.png carries both grid keys; image_grid_thw was written for a 451x340 upload and never "
                 "updated, grid_thws and resize_config follow the 451x300 image. SGLang reads image_grid_thw.",
-                "S2",
+                ScenarioClass.S2,
                 _s2(backend),
                 1,
                 "post-fix",
-                _err("ValueError", msg, "S2"),
+                _err("ValueError", msg, ScenarioClass.S2),
             )
         )
     s.append(
@@ -327,11 +334,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S3: local preprocessed and deferred images on one rank",
             "astronaut_tiny_20x5.png was preprocessed on the encoder (encoder_local_preprocessed) while "
             "microaneurysms.png stayed deferred; both land on the same rank.",
-            "S3",
+            ScenarioClass.S3,
             _s3,
             1,
             "post-fix",
-            _err("ValueError", MSG_MIX_LOCAL, "S3"),
+            _err("ValueError", MSG_MIX_LOCAL, ScenarioClass.S3),
         )
     )
     s.append(
@@ -340,11 +347,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S4: Kimi-K2.5 limits on a Kimi-K3 image, cpu backend",
             "rocket_4200x3150.jpg (65712 patches under K3) was sized by a producer with Kimi-K2.5 limits "
             "(in_patch_limit 16384); the consumer's checkpoint processor uses Kimi-K3's 65536 and resizes differently.",
-            "S4",
+            ScenarioClass.S4,
             _s4("cpu"),
             1,
             "post-fix",
-            _err("ValueError", MSG_CPU_WRONG_GRIDS, "S4"),
+            _err("ValueError", MSG_CPU_WRONG_GRIDS, ScenarioClass.S4),
         )
     )
     s.append(
@@ -353,11 +360,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S4: Kimi-K2.5 limits on a Kimi-K3 image, gpu backend (silent)",
             "rocket_4200x3150.jpg sized with Kimi-K2.5 limits; SGLang's gpu path resizes with the item's own "
             "resize_config, so its grid matches and nothing is raised: the image is encoded at K2.5 resolution.",
-            "S4",
+            ScenarioClass.S4,
             _s4("gpu"),
             1,
             "post-fix",
-            _ok("S4", silent=True),
+            _ok(ScenarioClass.S4, silent=True),
         )
     )
     s.append(
@@ -366,11 +373,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S6: the processor returns stacked [B, N, ...] rows",
             "The checkpoint processor returns pixel_values stacked per image ([2, N, 3, 14, 14]) instead of "
             "concatenated; SGLang reads pixel_values.shape[0] = 2 as the row count.",
-            "S6",
+            ScenarioClass.S6,
             _s6_output("stacked"),
             1,
             "post-fix",
-            _err("ValueError", MSG_LENGTH, "S6"),
+            _err("ValueError", MSG_LENGTH, ScenarioClass.S6),
         )
     )
     s.append(
@@ -378,11 +385,11 @@ def _catalogue() -> dict[str, Scenario]:
             "s6-list",
             "S6: the processor returns a per-image list",
             "The checkpoint processor returns pixel_values as a list of per-image tensors.",
-            "S6",
+            ScenarioClass.S6,
             _s6_output("list"),
             1,
             "post-fix",
-            _err("AttributeError", "'list' object has no attribute 'shape'", "S6"),
+            _err("AttributeError", "'list' object has no attribute 'shape'", ScenarioClass.S6),
         )
     )
     s.append(
@@ -390,14 +397,14 @@ def _catalogue() -> dict[str, Scenario]:
             "s6-stacked-feature",
             "S6: an eager feature stacked as [B, N, 3, 14, 14]",
             "An eager item's feature holds two images' rows stacked on a batch axis instead of concatenated.",
-            "S6",
+            ScenarioClass.S6,
             _s6_feature,
             1,
             "post-fix",
             _err(
                 "ValueError",
                 MSG_TRAILING_SHAPES.format("torch.Size([3, 14, 14])", "torch.Size([2, 64, 3, 14, 14])"),
-                "S6",
+                ScenarioClass.S6,
             ),
         )
     )
@@ -406,11 +413,11 @@ def _catalogue() -> dict[str, Scenario]:
             "s8-t2",
             "S8: t > 1 on a deferred image",
             "microaneurysms.png declares grid_thws [2, 8, 8]; the gpu path always produces t = 1.",
-            "S8",
+            ScenarioClass.S8,
             _s8,
             1,
             "post-fix",
-            _err("ValueError", MSG_GPU_WRONG_GRIDS, "S8"),
+            _err("ValueError", MSG_GPU_WRONG_GRIDS, ScenarioClass.S8),
         )
     )
     s.append(
@@ -418,11 +425,11 @@ def _catalogue() -> dict[str, Scenario]:
             "s9-two-grids",
             "S9: two grid rows in one item",
             "One item aggregates microaneurysms.png and astronaut_tiny_20x5.png: two grid rows.",
-            "S9",
+            ScenarioClass.S9,
             _s9,
             1,
             "post-fix",
-            _err("ValueError", MSG_ONE_GRID, "S9"),
+            _err("ValueError", MSG_ONE_GRID, ScenarioClass.S9),
         )
     )
     s.append(
@@ -431,11 +438,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S10: a stale eager feature (silent here)",
             "A cached eager feature of 4 rows sits under microaneurysms.png's 64-patch grid; get_image_feature "
             "copies it unchecked and the tower fails later.",
-            "S10",
+            ScenarioClass.S10,
             _s10,
             1,
             "post-fix",
-            _ok("S10", silent=True),
+            _ok(ScenarioClass.S10, silent=True),
         )
     )
     s.append(
@@ -443,14 +450,14 @@ def _catalogue() -> dict[str, Scenario]:
             "s11-two-channels",
             "S11: a 2-channel tensor, gpu backend",
             "camera_vignette_la.png (LA) sent as a [2, 512, 512] tensor; SGLang's background fill fails on it.",
-            "S11",
+            ScenarioClass.S11,
             _s11("gpu"),
             1,
             "post-fix",
             _err(
                 "RuntimeError",
                 "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
-                "S11",
+                ScenarioClass.S11,
             ),
         )
     )
@@ -460,11 +467,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S11: a 2-channel tensor, cpu backend",
             "The same [2, 512, 512] tensor on the cpu backend: its first axis is not 1, 3 or 4, so SGLang reads it "
             "as HWC with 512 channels.",
-            "S11",
+            ScenarioClass.S11,
             _s11("cpu"),
             1,
             "post-fix",
-            _err("ValueError", MSG_CHANNEL_COUNT.format(512), "S11"),
+            _err("ValueError", MSG_CHANNEL_COUNT.format(512), ScenarioClass.S11),
         )
     )
     s.append(
@@ -473,11 +480,11 @@ def _catalogue() -> dict[str, Scenario]:
             "S12: an HWC tensor read as CHW (silent)",
             "chelsea.png sent as a [300, 451, 3] HWC tensor; producer and gpu path both read it as a "
             "300-channel 3x451 image, so sizes agree and the encoder sees garbage.",
-            "S12",
+            ScenarioClass.S12,
             _s12,
             1,
             "post-fix",
-            _ok("S12", silent=True),
+            _ok(ScenarioClass.S12, silent=True),
         )
     )
     s.append(
@@ -485,11 +492,11 @@ def _catalogue() -> dict[str, Scenario]:
             "s13-zero-size",
             "S13: a zero-sized image",
             "An empty 0x5 image reaches the cpu backend; the checkpoint processor's resize divides by its width.",
-            "S13",
+            ScenarioClass.S13,
             _s13,
             1,
             "post-fix",
-            _err("ZeroDivisionError", "division by zero", "S13"),
+            _err("ZeroDivisionError", "division by zero", ScenarioClass.S13),
         )
     )
     return {sc.name: sc for sc in s}

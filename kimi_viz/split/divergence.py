@@ -20,36 +20,60 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..releases import FixRelease
 
 from ..preprocess.config import get_config
+from .classes import ScenarioClass
 from .findings import Finding, collect_findings, no_split_findings
 from .trace import Cause, CauseKind, RankTrace, Replayed, Trace, prod
 
-SCENARIO_CLASSES = ("S1", "S2", "S3", "S4", "S6", "S8", "S9", "S10", "S11", "S12", "S13", "skew")
-NONE = "none"
-UNCLASSIFIED = "unclassified"
+NONE = ScenarioClass.NONE
+UNCLASSIFIED = ScenarioClass.UNCLASSIFIED
 
 FIXES = {
-    "S1": "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later): the backend groups must read "
-    "grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local positions.",
-    "S2": "Give each item one source of truth: drop the stale image_grid_thw (or rewrite it whenever the image is "
-    "re-resized) so that the grid SGLang reads first matches the resize_config and grid_thws.",
-    "S3": "Make the EPD encoder decide which images it preprocesses locally with the same owner assignment the "
-    "model uses (over the same item list, cache hits included), or preprocess all or none of a request's "
-    "images locally.",
-    "S4": "Use the same preprocessor_config.json (media_proc_cfg) on the producer that writes resize_config and "
-    "grids and on the consumer that runs the checkpoint processor; for Kimi-K3 that is in_patch_limit 65536.",
-    "S6": "Return one concatenated [sum(t*h*w), 3, 14, 14] tensor from preprocessing (torch.cat over images), not "
-    "a per-image list or a stacked [B, N, 3, 14, 14] tensor.",
-    "S8": "Send still images with t = 1 (video frames go through the video path); rebuild the item's grid from its "
-    "resize_config.",
-    "S9": "Split aggregated encoder inputs into one MultimodalDataItem per image before get_image_feature().",
-    "S10": "Recompute (or invalidate) the cached eager feature whenever the grid changes: its row count must equal "
-    "prod(grid).",
-    "S11": "Send images as 1-, 3- or 4-channel data (convert LA or two-channel arrays to RGBA or L first).",
-    "S12": "Permute HWC tensors to CHW (tensor.permute(2, 0, 1)) before handing them to SGLang, and compute the "
-    "grid from the CHW width and height.",
-    "S13": "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder.",
-    "skew": "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer; deferred items "
-    "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1).",
+    ScenarioClass.S1: (
+        "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later): the backend groups must read"
+        " grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local "
+        "positions."
+    ),
+    ScenarioClass.S2: (
+        "Give each item one source of truth: drop the stale image_grid_thw (or rewrite it whenever the image "
+        "is re-resized) so that the grid SGLang reads first matches the resize_config and grid_thws."
+    ),
+    ScenarioClass.S3: (
+        "Make the EPD encoder decide which images it preprocesses locally with the same owner assignment the "
+        "model uses (over the same item list, cache hits included), or preprocess all or none of a request's "
+        "images locally."
+    ),
+    ScenarioClass.S4: (
+        "Use the same preprocessor_config.json (media_proc_cfg) on the producer that writes resize_config and"
+        " grids and on the consumer that runs the checkpoint processor; for Kimi-K3 that is in_patch_limit "
+        "65536."
+    ),
+    ScenarioClass.S6: (
+        "Return one concatenated [sum(t*h*w), 3, 14, 14] tensor from preprocessing (torch.cat over images), "
+        "not a per-image list or a stacked [B, N, 3, 14, 14] tensor."
+    ),
+    ScenarioClass.S8: (
+        "Send still images with t = 1 (video frames go through the video path); rebuild the item's grid from "
+        "its resize_config."
+    ),
+    ScenarioClass.S9: (
+        "Split aggregated encoder inputs into one MultimodalDataItem per image before get_image_feature()."
+    ),
+    ScenarioClass.S10: (
+        "Recompute (or invalidate) the cached eager feature whenever the grid changes: its row count must "
+        "equal prod(grid)."
+    ),
+    ScenarioClass.S11: "Send images as 1-, 3- or 4-channel data (convert LA or two-channel arrays to RGBA or L first).",
+    ScenarioClass.S12: (
+        "Permute HWC tensors to CHW (tensor.permute(2, 0, 1)) before handing them to SGLang, and compute the "
+        "grid from the CHW width and height."
+    ),
+    ScenarioClass.S13: (
+        "Reject empty (zero-width or zero-height) images at the API boundary before they reach the encoder."
+    ),
+    ScenarioClass.SKEW: (
+        "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer; deferred items "
+        "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1)."
+    ),
 }
 SKEW_EXPECTATION = "a deferred item sent to a consumer without the deferred split"
 
@@ -80,7 +104,7 @@ class ImageOutcome:
 class Divergence:
     """Where and why a replay's counts part (or that nothing diverges)."""
 
-    scenario_class: str = NONE  # S1 ... S13, skew, none or unclassified
+    scenario_class: ScenarioClass = NONE
     silent: bool = False  # SGLang raises nothing, yet rows or resolution are wrong
     cause: CauseKind | None = None  # the replay's cause of the exception, when one is raised
     first_image: int | None = None  # global index of the first diverging image
@@ -103,7 +127,8 @@ class Divergence:
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as plain JSON data (the verdict's ``divergence``)."""
-        data = {k: v for k, v in self.__dict__.items() if k not in ("images", "findings", "cause")}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("images", "findings", "cause", "scenario_class")}
+        data["scenario_class"] = self.scenario_class.value
         data["cause"] = None if self.cause is None else self.cause.value
         data["images"] = [row.to_json() for row in self.images]
         data["findings"] = [f.to_json() for f in self.findings]
@@ -196,7 +221,7 @@ def _explain_error(
     error = rank.error
     where = f"rank {rank.rank}"
     if kind is CauseKind.GRID_ROWS:
-        report.scenario_class = "S9"
+        report.scenario_class = ScenarioClass.S9
         report.wrong_expectation = None if image is None else trace.batch.items[image].grid_source()
         report.explanation = (
             f"Item {image} carries {cause.rows} grid rows; get_image_feature needs exactly "
@@ -204,7 +229,7 @@ def _explain_error(
         )
         return
     if kind is CauseKind.MIXED_LOCAL:
-        report.scenario_class = "S3"
+        report.scenario_class = ScenarioClass.S3
         report.explanation = (
             f"On {where}, images {cause.local} are encoder-local preprocessed while "
             f"{cause.deferred} are deferred: the encoder's owner assignment differs from "
@@ -212,7 +237,7 @@ def _explain_error(
         )
         return
     if kind is CauseKind.EMPTY_IMAGE or (error is not None and error.type == "ZeroDivisionError"):
-        report.scenario_class = "S13"
+        report.scenario_class = ScenarioClass.S13
         size = cause.size
         report.explanation = (
             f"Image {image} is {size[0]}x{size[1]}: the resize divides by its zero side."
@@ -224,12 +249,12 @@ def _explain_error(
         channels = cause.channels
         feature = trace.batch.items[image].feature if image is not None else None
         shape = [int(s) for s in feature.shape] if feature is not None and feature.layout in ("chw", "hwc") else []
-        hwc = _first(found, "S12", image)
+        hwc = _first(found, ScenarioClass.S12, image)
         if hwc is not None and shape and channels == shape[0]:  # the HWC tensor's height taken as channels
-            report.scenario_class = "S12"
+            report.scenario_class = ScenarioClass.S12
             report.explanation = hwc.text + "; SGLang then fails on its channels."
         else:
-            report.scenario_class = "S11"
+            report.scenario_class = ScenarioClass.S11
             read_as = (
                 f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
                 if len(shape) == 3 and channels != shape[0]
@@ -241,31 +266,31 @@ def _explain_error(
             )
         return
     if kind is CauseKind.PROCESSOR_OUTPUT:
-        report.scenario_class = "S6"
+        report.scenario_class = ScenarioClass.S6
         report.explanation = (
             "The checkpoint processor returned pixel_values as a per-image list; SGLang reads "
             "pixel_values.shape[0] and fails."
         )
         return
-    if kind is CauseKind.FEATURE_TYPE and _first(found, "skew", image) is not None:
-        skew = _first(found, "skew", image)
+    if kind is CauseKind.FEATURE_TYPE and _first(found, ScenarioClass.SKEW, image) is not None:
+        skew = _first(found, ScenarioClass.SKEW, image)
         assert skew is not None
-        report.scenario_class = "skew"
+        report.scenario_class = ScenarioClass.SKEW
         report.wrong_expectation = SKEW_EXPECTATION
         report.explanation = skew.text + f"; it raises {error} on {where}."
         return
     if kind is CauseKind.TRAILING_SHAPE:
-        skew = _first(found, "skew", image) or _first(found, "skew")
+        skew = _first(found, ScenarioClass.SKEW, image) or _first(found, ScenarioClass.SKEW)
         if skew is not None:
-            report.scenario_class = "skew"
+            report.scenario_class = ScenarioClass.SKEW
             report.wrong_expectation = SKEW_EXPECTATION
             report.explanation = (
                 skew.text + f"; on {where} image {image}'s feature {cause.shape} "
                 f"cannot be concatenated with trailing shape {cause.expected_trailing}."
             )
             return
-        stacked = _first(found, "S6") is not None
-        report.scenario_class = "S6" if stacked else UNCLASSIFIED
+        stacked = _first(found, ScenarioClass.S6) is not None
+        report.scenario_class = ScenarioClass.S6 if stacked else UNCLASSIFIED
         report.explanation = (
             f"On {where}, image {image}'s feature has shape {cause.shape} while the "
             f"others have trailing shape {cause.expected_trailing}: the features "
@@ -277,7 +302,9 @@ def _explain_error(
         return
     # Every other kind: a producer/consumer mismatch or bad input that §7 gives no class; its own text explains it.
     text = cause.text
-    report.scenario_class = "skew" if kind in (CauseKind.MISSING_BACKEND, CauseKind.DEFERRED_CONFIG) else UNCLASSIFIED
+    report.scenario_class = (
+        ScenarioClass.SKEW if kind in (CauseKind.MISSING_BACKEND, CauseKind.DEFERRED_CONFIG) else UNCLASSIFIED
+    )
     if kind in (CauseKind.MISSING_BACKEND, CauseKind.DEFERRED_CONFIG):
         report.wrong_expectation = f"a deferred config without {cause.key or 'backend'!r}"
     subject = f"image {image}" if image is not None else "the batch"
@@ -324,7 +351,7 @@ def _explain_count(
         and read != image
         and hosts[read] != hosts[image]
     ):
-        report.scenario_class = "S1"
+        report.scenario_class = ScenarioClass.S1
         report.wrong_expectation = f"grid_thws_host[indices]: row {read} (image {read}'s grid) for image {image}"
         report.explanation = (
             f"Rank {rank.rank} materializes images {rank.image_indices}; the pre-fix code reads "
@@ -333,17 +360,17 @@ def _explain_count(
             "and raises."
         )
         return
-    for cls in ("S2", "S8", "S6", "S4", "S12"):
-        hit = _first(found, cls, image) or (_first(found, cls) if cls == "S6" else None)
+    for cls in (ScenarioClass.S2, ScenarioClass.S8, ScenarioClass.S6, ScenarioClass.S4, ScenarioClass.S12):
+        hit = _first(found, cls, image) or (_first(found, cls) if cls == ScenarioClass.S6 else None)
         if hit is None:
             continue
         report.scenario_class = cls
         report.wrong_expectation = {
-            "S2": "image_grid_thw (stale; SGLang reads it before grid_thws)",
-            "S8": f"{hit.key} (t > 1)",
-            "S6": "pixel_values.shape[0] (the batch axis of a stacked tensor)",
-            "S4": "grid_thws / resize_config written with another processor config",
-            "S12": "the producer's grid, computed from an HWC tensor read as CHW",
+            ScenarioClass.S2: "image_grid_thw (stale; SGLang reads it before grid_thws)",
+            ScenarioClass.S8: f"{hit.key} (t > 1)",
+            ScenarioClass.S6: "pixel_values.shape[0] (the batch axis of a stacked tensor)",
+            ScenarioClass.S4: "grid_thws / resize_config written with another processor config",
+            ScenarioClass.S12: "the producer's grid, computed from an HWC tensor read as CHW",
         }[cls]
         report.explanation = hit.text + "; " + _count_sentence(kind, report)
         return
@@ -369,19 +396,36 @@ def _count_sentence(kind: CauseKind, report: Divergence) -> str:
 
 
 SILENT_TAILS = {
-    "S4": "SGLang's gpu path resizes with the item's own resize_config, so the grid check passes: the image is "
-    "silently encoded at the producer's resolution, not the consumer's.",
-    "S10": "get_image_feature copies eager features without checking them; the tower fails later on the row count.",
-    "S12": "the grid is computed from the same wrong reading, so every check passes and the encoder sees "
-    "garbage pixels.",
-    "skew": "get_image_feature raises nothing, but the tower receives raw pixels as rows and fails later.",
+    ScenarioClass.S4: (
+        "SGLang's gpu path resizes with the item's own resize_config, so the grid check passes: the image is "
+        "silently encoded at the producer's resolution, not the consumer's."
+    ),
+    ScenarioClass.S10: (
+        "get_image_feature copies eager features without checking them; the tower fails later on the row count."
+    ),
+    ScenarioClass.S12: (
+        "the grid is computed from the same wrong reading, so every check passes and the encoder sees garbage pixels."
+    ),
+    ScenarioClass.SKEW: "get_image_feature raises nothing, but the tower receives raw pixels as rows and fails later.",
 }
 SILENT_EXPECTATIONS = {
-    "S4": "resize_config (another processor config)",
-    "S10": "the eager feature's row count",
-    "S12": "the CHW reading of an HWC tensor",
-    "skew": SKEW_EXPECTATION,
+    ScenarioClass.S4: "resize_config (another processor config)",
+    ScenarioClass.S10: "the eager feature's row count",
+    ScenarioClass.S12: "the CHW reading of an HWC tensor",
+    ScenarioClass.SKEW: SKEW_EXPECTATION,
 }
+
+
+SILENT_CLASSES = (
+    ScenarioClass.SKEW,
+    ScenarioClass.S4,
+    ScenarioClass.S10,
+    ScenarioClass.S12,
+    ScenarioClass.S6,
+    ScenarioClass.S2,
+    ScenarioClass.S8,
+    ScenarioClass.S11,
+)
 
 
 def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence) -> None:
@@ -389,7 +433,18 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
     silent = [
         f
         for f in found
-        if f.cls in ("skew", "S4", "S10", "S12", "S6", "S2", "S8", "S11") and (f.image in replayed or not replayed)
+        if f.cls
+        in (
+            ScenarioClass.SKEW,
+            ScenarioClass.S4,
+            ScenarioClass.S10,
+            ScenarioClass.S12,
+            ScenarioClass.S6,
+            ScenarioClass.S2,
+            ScenarioClass.S8,
+            ScenarioClass.S11,
+        )
+        and (f.image in replayed or not replayed)
     ]
     mismatched = [row for row in by_image.values() if row.match is False]
     report.expected_total = sum(r.expected_rows for r in by_image.values())
@@ -412,7 +467,7 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
     report.scenario_class = hit.cls
     report.wrong_expectation = SILENT_EXPECTATIONS.get(hit.cls)
     report.explanation = hit.text + "; " + SILENT_TAILS.get(hit.cls, "SGLang raises nothing in get_image_feature.")
-    if hit.cls == "S4" and hit.consumer_grid is not None and hit.given_grid is not None:
+    if hit.cls == ScenarioClass.S4 and hit.consumer_grid is not None and hit.given_grid is not None:
         report.expected_grid = hit.consumer_grid
         report.produced_grid = hit.given_grid
         report.expected_rows = prod(hit.consumer_grid)
@@ -423,7 +478,6 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
 
 
 __all__ = [
-    "SCENARIO_CLASSES",
     "FIXES",
     "NONE",
     "UNCLASSIFIED",

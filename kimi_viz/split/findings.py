@@ -15,6 +15,7 @@ from typing import Any
 from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Batch, Feature, Item
+from .classes import ScenarioClass
 from .trace import prod
 
 
@@ -22,16 +23,19 @@ from .trace import prod
 class Finding:
     """One §7 anomaly of a batch: its class, the global image, a sentence, and the facts it carries."""
 
-    cls: str
+    cls: ScenarioClass
     image: int | None
     text: str
     key: str | None = None  # the grid key or config field at fault
     given_grid: list[int] | None = None  # S4: the grid the item's resize_config gives
     consumer_grid: list[int] | None = None  # S4: the grid the consumer's processor config gives
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cls", ScenarioClass(self.cls))  # a class name outside §7's set is refused
+
     def to_json(self) -> dict[str, Any]:
         """Return ``{"class", "image", "text", ...}`` (unset facts left out)."""
-        data: dict[str, Any] = {"class": self.cls, "image": self.image, "text": self.text}
+        data: dict[str, Any] = {"class": self.cls.value, "image": self.image, "text": self.text}
         for name in ("key", "given_grid", "consumer_grid"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
@@ -80,7 +84,9 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
         rows = _rows_of(item)
         feature = item.feature
         if len(rows) != 1 and item.grid_source() is not None:
-            found.append(Finding("S9", i, f"item {i} carries {len(rows)} grid rows in {item.grid_source()}"))
+            found.append(
+                Finding(ScenarioClass.S9, i, f"item {i} carries {len(rows)} grid rows in {item.grid_source()}")
+            )
         if (
             "image_grid_thw" in item.grids
             and "grid_thws" in item.grids
@@ -88,7 +94,7 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
         ):
             found.append(
                 Finding(
-                    "S2",
+                    ScenarioClass.S2,
                     i,
                     f"item {i}: image_grid_thw {item.grids['image_grid_thw']} differs from "
                     f"grid_thws {item.grids['grid_thws']}; SGLang reads image_grid_thw",
@@ -98,7 +104,7 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
         if item.deferred is not None and rows and len(rows[0]) == 3 and rows[0][0] > 1:
             found.append(
                 Finding(
-                    "S8",
+                    ScenarioClass.S8,
                     i,
                     f"deferred item {i} declares t = {rows[0][0]} in {item.grid_source()} "
                     f"{rows[0]}; an image always yields t = 1",
@@ -107,14 +113,14 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
             )
         size = _feature_size(feature)
         if size is not None and 0 in size:
-            found.append(Finding("S13", i, f"item {i} is {size[0]}x{size[1]}: a zero-sized image"))
+            found.append(Finding(ScenarioClass.S13, i, f"item {i} is {size[0]}x{size[1]}: a zero-sized image"))
         channels = _channels(feature)
         if item.deferred is not None and channels is not None and not _looks_hwc(feature) and channels not in (1, 3, 4):
-            found.append(Finding("S11", i, f"item {i} is a {channels}-channel tensor"))
+            found.append(Finding(ScenarioClass.S11, i, f"item {i} is a {channels}-channel tensor"))
         if item.deferred is not None and _looks_hwc(feature):
-            found.append(Finding("S12", i, _hwc_text(item, i)))
+            found.append(Finding(ScenarioClass.S12, i, _hwc_text(item, i)))
         if feature.layout == "stacked" or len(feature.shape) == 5:
-            found.append(Finding("S6", i, f"item {i}'s feature is a stacked {list(feature.shape)} tensor"))
+            found.append(Finding(ScenarioClass.S6, i, f"item {i}'s feature is a stacked {list(feature.shape)} tensor"))
         if (
             item.deferred is None
             and feature.layout == "patches"
@@ -124,7 +130,7 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
         ):
             found.append(
                 Finding(
-                    "S10",
+                    ScenarioClass.S10,
                     i,
                     f"eager item {i} has {int(feature.shape[0])} rows but its grid {rows[0]} holds {prod(rows[0])}",
                     key=item.grid_source(),
@@ -137,11 +143,13 @@ def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -
         cpu = [i for i, it in enumerate(batch.items) if it.backend == "cpu"]
         if cpu:
             shape = "stacked [B, N, 3, 14, 14] tensor" if output == "stacked" else "per-image list"
-            found.append(Finding("S6", cpu[0], f"the checkpoint processor returns pixel_values as a {shape}"))
+            found.append(
+                Finding(ScenarioClass.S6, cpu[0], f"the checkpoint processor returns pixel_values as a {shape}")
+            )
     local = [bool(it.local_preprocessed) for it in batch.items]
     if any(local) and not all(local):
         first = local.index(False) if local[0] else local.index(True)
-        found.append(Finding("S3", first, "the batch mixes encoder-local preprocessed and deferred items"))
+        found.append(Finding(ScenarioClass.S3, first, "the batch mixes encoder-local preprocessed and deferred items"))
     found.sort(key=lambda f: f.image if f.image is not None else -1)
     return found
 
@@ -180,7 +188,7 @@ def _config_mismatch(item: Item, index: int, consumer: ProcessorConfig | None) -
     ):
         return None
     return Finding(
-        "S4",
+        ScenarioClass.S4,
         index,
         f"item {index} ({size[0]}x{size[1]}): its resize_config gives {given.new_width}x"
         f"{given.new_height} (grid {list(given.grid)}) but the consumer's processor config "
@@ -205,7 +213,7 @@ def no_split_findings(batch: Batch) -> list[Finding]:
         )
         found.append(
             Finding(
-                "skew",
+                ScenarioClass.SKEW,
                 i,
                 f"item {i} is deferred (its feature is {what}), but SGLang 0.5.17 has no "
                 "deferred split: it takes every feature as already preprocessed rows and "
