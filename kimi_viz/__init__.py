@@ -40,6 +40,7 @@ _ERRORS = [
     "CaptureError",
     "WhatIfError",
     "SettingNotInReleaseError",
+    "ArgumentError",
 ]
 
 _EXPORTS = {

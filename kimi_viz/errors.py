@@ -12,6 +12,10 @@ class KimiVizError(Exception):
     """Base class: a bad input or an unusable environment, reported with a clear message."""
 
 
+class ArgumentError(KimiVizError, ValueError, TypeError):
+    """An argument a kit function was given has the wrong type or value; the message names it and what it takes."""
+
+
 # --- images -------------------------------------------------------------------------------
 class ImageLoadError(KimiVizError, ValueError):
     """An image could not be turned into pixels."""

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile_support import Case, check_case, run_cases
 
+from kimi_viz.errors import ManifestError
 from kimi_viz.manifest.fastcheck import item_is_plainly_valid
 from kimi_viz.manifest.schema import MAX_ITEMS, _validator, validate_manifest_json
 
@@ -95,20 +96,29 @@ def test_hostile_scale(case, runs):
 
 
 def test_rank_assignment_at_the_largest_tp_is_fast():
+    """CPU time, not wall time: a loaded machine slows the clock on the wall, not the work done."""
     from kimi_viz.split.ranks import MAX_TP_SIZE, assign_ranks
 
-    started = time.perf_counter()
+    started = time.process_time()
     ranks = assign_ranks([196] * 5000, MAX_TP_SIZE)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 2.0
     assert sum(len(r) for r in ranks) == 5000
 
 
-def test_validation_of_4096_items_is_linear_and_fast():
+def test_validation_of_4096_plain_items_never_reaches_jsonschema(monkeypatch):
+    """Linear: every plain item takes the fast path, so jsonschema validates nothing (a count, not a clock)."""
+    from kimi_viz.manifest import schema
+
     obj = {"format": "kimi-viz-manifest", "version": 1, "items": [copy.deepcopy(ITEM) for _ in range(MAX_ITEMS)]}
-    validate_manifest_json(obj)  # warm the validator
-    started = time.perf_counter()
+    calls = []
+    monkeypatch.setattr(schema, "_validator", lambda: calls.append(1) or _validator())
+    started = time.process_time()
     assert validate_manifest_json(obj) == []
-    assert time.perf_counter() - started < 0.5
+    assert calls == [] and time.process_time() - started < 2.0
+    obj["items"][7]["label"] = 7  # one unusual item: only it (and the document around it) goes to jsonschema
+    with pytest.raises(ManifestError, match=r"items\[7\]\.label"):
+        validate_manifest_json(obj)
+    assert len(calls) == 1
 
 
 def test_the_cli_choices_match_triage():

@@ -6,8 +6,10 @@ an address-space cap, and is held to the promise the kit makes for bad input:
 * the exit code is 2 (or the documented verdict code: 0 clean, 1 error reproduced, 3 silent
   mismatch, 4 not reproduced, 5 recorded ok but the replay fails);
 * standard error holds one line, ``kimi-viz COMMAND: error: ...``, naming the input (no traceback);
-* the child finishes within :data:`TIME_LIMIT` seconds and its peak RSS (``VmHWM`` of exactly that
-  child, written at its exit) stays under :data:`RSS_LIMIT`;
+* the child spends at most :data:`CPU_LIMIT` seconds of CPU and its peak RSS (``VmHWM`` of exactly
+  that child, written at its exit) stays under :data:`RSS_LIMIT`; wall-clock time is only a hang
+  guard (:data:`HANG_GUARD_S`, a minute: a child still running then is killed and fails), so the
+  suite passes on a busy machine;
 * nothing is written into the working folder it runs in.
 
 The cases of one file are built first, then run together, as many at a time as there are CPUs
@@ -31,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-TIME_LIMIT = 10.0  # seconds a hostile case may take, start-up included
+CPU_LIMIT = 10.0  # seconds of CPU (user + system) a hostile case may use, start-up included
+HANG_GUARD_S = 60.0  # wall-clock seconds after which a child is taken to hang and is killed
 RSS_LIMIT = 1 << 30  # peak resident memory of the child
 AS_LIMIT = 3 << 30  # its address space: a runaway allocation fails fast instead of swapping the machine
 EXIT_CODES = {0, 1, 2, 3, 4, 5}
@@ -104,7 +107,7 @@ def run_cli(
     cwd: Path,
     stdin: bytes | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = TIME_LIMIT,
+    timeout: float = HANG_GUARD_S,
     as_limit: int = AS_LIMIT,
 ) -> Run:
     """Run ``python -m kimi_viz ARGS`` (under an address-space cap) and return what it did.
@@ -185,7 +188,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     check: Callable[[Run, Path], None] | None = None
     one_line: bool = True
-    timeout: float = TIME_LIMIT
+    timeout: float = HANG_GUARD_S
     marks: tuple = ()
     error_line: bool = False  # the one error line is wanted with another exit code too (capture's 126/127)
 
@@ -224,9 +227,9 @@ def assert_no_control_characters(run: Run) -> None:
 
 
 def assert_bounded(run: Run, codes: set[int] = EXIT_CODES) -> None:
-    """Assert the run finished in time and under the memory bound, without a traceback."""
-    assert not run.timed_out, f"ran past {TIME_LIMIT} s: " + run.describe()
-    assert run.wall < TIME_LIMIT, run.describe()
+    """Assert the run did not hang, stayed under the CPU and memory bounds, and printed no traceback."""
+    assert not run.timed_out, f"still running after {HANG_GUARD_S} s (a hang): " + run.describe()
+    assert run.cpu < CPU_LIMIT, f"used more than {CPU_LIMIT} s of CPU: " + run.describe()
     assert run.max_rss < RSS_LIMIT, run.describe()
     assert "Traceback" not in run.err and "Traceback" not in run.out, run.describe()
     assert run.code in codes, run.describe()
@@ -266,7 +269,7 @@ def test_the_harness_measures_exit_code_memory_and_time(tmp_path):
     run = run_cli(["explain", "--list"], cwd=tmp_path / "cwd")
     assert run.code == 0 and not run.timed_out, run.describe()
     assert 10 * 2**20 < run.max_rss < RSS_LIMIT
-    assert run.wall < TIME_LIMIT
+    assert 0 < run.cpu < CPU_LIMIT
     assert "feature-length" in run.out
 
 
@@ -278,5 +281,6 @@ def test_the_harness_reports_one_error_line(tmp_path):
 
 def test_the_harness_kills_a_hang(tmp_path):
     started = time.monotonic()
-    run = run_cli(["capture", "--out", str(tmp_path / "out"), "--", "sleep", "60"], cwd=tmp_path / "cwd", timeout=2)
-    assert run.timed_out and time.monotonic() - started < 10, run.describe()
+    run = run_cli(["capture", "--out", str(tmp_path / "out"), "--", "sleep", "600"], cwd=tmp_path / "cwd", timeout=2)
+    # killed at its guard, long before the sleep ends (the minute is itself only a hang guard)
+    assert run.timed_out and time.monotonic() - started < HANG_GUARD_S, run.describe()

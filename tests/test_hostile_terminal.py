@@ -209,5 +209,5 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):
     child.stdout.read(10)
     child.stdout.close()  # the reader goes away after ten bytes
     err = child.stderr.read().decode()
-    assert child.wait(timeout=30) == 141, err
+    assert child.wait(timeout=60) == 141, err
     assert "Traceback" not in err and err == "", err

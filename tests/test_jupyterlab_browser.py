@@ -239,6 +239,7 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
+                page.set_default_timeout(90_000)  # a hang guard: a busy machine renders slowly, never wrongly
                 page_errors: list[str] = []
                 page.on("pageerror", lambda error: page_errors.append(str(error)))
                 page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=120_000)
@@ -252,11 +253,11 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 # the live ipywidgets stepper (kernel-backed), not the static copy beside it
                 live = page.locator(".kv-stepper.kv-live").first
                 live.scroll_into_view_if_needed()
-                live.wait_for(state="visible", timeout=30_000)
+                live.wait_for(state="visible", timeout=90_000)
                 stepper_slider = live.locator(".widget-slider.kv-slider").first
                 counts = live.locator(".kv-counts").first
                 position = live.locator(".kv-position").first
-                counts.wait_for(state="visible", timeout=30_000)
+                counts.wait_for(state="visible", timeout=90_000)
                 # it opens at the failing step, and its slider agrees with "Step k of n"
                 assert position.inner_text().strip() == "Step 6 of 6"
                 assert stepper_slider.locator(".widget-readout").inner_text().strip() == "6"
@@ -269,7 +270,7 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 page.wait_for_function(
                     "el => [...el.querySelectorAll('.kv-stepper.kv-static')].every(s => s.hidden)",
                     arg=cell.element_handle(),
-                    timeout=20_000,
+                    timeout=90_000,
                 )
                 # readable, and the whole stepper fits a 1440x900 window with its axis visible
                 assert live.evaluate(SMALLEST_FONT_JS) >= 10
@@ -284,7 +285,7 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
                     arg=[counts.element_handle(), first_counts],
-                    timeout=30_000,
+                    timeout=90_000,
                 )
                 after_prev = counts.inner_text()
                 assert after_prev != first_counts
@@ -296,7 +297,7 @@ def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
                 page.wait_for_function(
                     "([el, before]) => el.innerText !== before",
                     arg=[counts.element_handle(), after_prev],
-                    timeout=30_000,
+                    timeout=90_000,
                 )
                 assert counts.inner_text() != after_prev
                 assert position.inner_text().strip() == "Step 1 of 6"

@@ -56,6 +56,7 @@ def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(90_000)  # a hang guard only
             page.route(
                 "**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_()
             )  # offline, as a triager opening an attachment
@@ -89,6 +90,7 @@ def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_context(java_script_enabled=False).new_page()
+            page.set_default_timeout(90_000)  # a hang guard only
             page.goto(page_file.as_uri())
             note = page.locator(".kv-script-note")
             assert note.is_visible()

@@ -54,6 +54,7 @@ def report(tmp_path_factory) -> Path:
 
 def _open(browser, path: Path):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(90_000)  # a hang guard only: a busy machine renders slowly, never wrongly
     problems: list[str] = []
     requests: list[str] = []
     page.on(

@@ -242,6 +242,7 @@ def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
         )
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(90_000)  # a hang guard only
             errors: list[str] = []
             requests: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

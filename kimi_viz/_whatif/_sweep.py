@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SettingNotInReleaseError
+from ..errors import SettingNotInReleaseError, WhatIfError
 from ..releases import REQUEST_SIDES, RequestSide
 from ..report.tables import Table
 from ..request.images import RequestImage, probe_images
@@ -97,7 +97,9 @@ class Sweep:
         for c in self.cells:
             if release in c.side.releases and c.tp_size == tp_size:
                 return c
-        raise KeyError(f"no sweep cell for release {release} at TP {tp_size}")
+        rows = ", ".join(side.label for side in self.sides)
+        sizes = ", ".join(map(str, self.tp_sizes))
+        raise WhatIfError(f"release {release} at TP {tp_size}: no such cell; the sweep holds {rows} at TP {sizes}")
 
     def cell_text(self, cell: SweepCell) -> str:
         """Return a cell as the table shows it: ``ok``, ``✗ A rank 1``, ``silent S4``, ``no call`` or ``n/a``."""

@@ -106,7 +106,10 @@ def _feature_entry(
         files[name] = data
         return {"kind": "image", "file": name}
     if feature.tensor is None:
-        raise ValueError(f"items[{index}].feature: a tensor feature without its tensor")
+        raise ManifestError(
+            "a tensor feature without its tensor; give the Feature its tensor, or redact the batch (redact_batch)",
+            json_path=f"items[{index}].feature",
+        )
     tensor = feature.tensor.detach().cpu().contiguous()
     dtype = str(tensor.dtype).replace("torch.", "")
     if dtype not in DTYPES:

@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 
-from ..errors import LayoutLookupError, RowCountError
+from ..errors import ArgumentError, LayoutLookupError, RowCountError
 from .palette import TEXT_COLOR, color_for, edge_style_for, hatch_for
 
 EXACT_PCA_MAX = 512  # up to this many rows or columns the SVD is exact; above, a seeded randomised one
@@ -186,10 +186,12 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
     norms are flat, as they are after the K3 post-norm with unit weights.
     """
     if source not in ("features", "merged"):
-        raise ValueError(f"source must be 'features' or 'merged', got {source!r}")
+        raise ArgumentError(f"source: expected 'features' or 'merged', got {source!r}")
     values = encoder_output.features if source == "features" else encoder_output.merged
     if values is None:
-        raise ValueError("source='merged' needs an EncoderOutput made with return_intermediates=True")
+        raise ArgumentError(
+            "source='merged' needs an EncoderOutput made with return_intermediates=True; encode again with it"
+        )
     features = _to_numpy(values).reshape(values.shape[0], -1)
     norms = np.linalg.norm(features, axis=1)
     spans = [tuple(s) for s in encoder_output.token_spans]

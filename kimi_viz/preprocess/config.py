@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError
+from ..files import file_kind
 
 BACKGROUND_PATTERNS = ("white", "black", "gray", "chessboard")
 BACKENDS = ("checkpoint", "torch")  # the processor's pixel paths (kimi_viz.preprocess.processor)
@@ -291,7 +292,7 @@ def get_config(preset_or_config: Any = "kimi-k3") -> ProcessorConfig:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ConfigError(f"{name} is not valid JSON")
 
 
 def read_json_file(path: str | os.PathLike, *, error: type = ConfigError, limit: int = MAX_JSON_FILE_BYTES) -> Any:
@@ -302,11 +303,9 @@ def read_json_file(path: str | os.PathLike, *, error: type = ConfigError, limit:
     try:
         info = os.stat(path)
     except (OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); check the path"
-        ) from None
+        raise error(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); check the path") from None
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"{path}: is not a regular file (a folder, FIFO or device?); expected a JSON file")
+        raise error(f"{path}: is {file_kind(info.st_mode)}; expected a JSON file")
     if info.st_size > limit:
         raise error(
             f"{path}: is {info.st_size} bytes, over the {limit}-byte limit for a JSON file; expected a config file"
@@ -315,7 +314,7 @@ def read_json_file(path: str | os.PathLike, *, error: type = ConfigError, limit:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
-        raise CheckpointError(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from None
+        raise error(f"{path}: cannot be read ({exc.strerror}); check the path and permissions") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

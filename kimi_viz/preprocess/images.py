@@ -41,6 +41,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import (
+    ArgumentError,
     DecompressionBombError,
     EmptyImageError,
     ImageNotFoundError,
@@ -109,7 +110,7 @@ def load_image(
     decoded bytes are refused before any pixel is decoded.
     """
     if alpha not in ALPHA_POLICIES:
-        raise ValueError(f"load_image: alpha must be one of {ALPHA_POLICIES}, got {alpha!r}")
+        raise ArgumentError(f"load_image: alpha must be one of {ALPHA_POLICIES}, got {alpha!r}")
     if isinstance(src, LoadedImage):
         src = src.image
     if isinstance(src, (str, Path)):

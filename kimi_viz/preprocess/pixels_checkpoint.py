@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..errors import ConfigError
+from ..errors import ArgumentError, ConfigError
 from .config import BACKGROUND_PATTERNS, ProcessorConfig, get_config
 from .images import has_alpha
 from .resize import ResizeConfig
@@ -168,7 +168,7 @@ def patchify_normalize(
     if out is None:
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, got {out.dtype} {out.shape}")
+        raise ArgumentError(f"out: expected a C-contiguous float32 array of shape {shape}, got {out.dtype} {out.shape}")
     grid = padded.reshape(gh, patch_size, gw, patch_size, channels)
     rows = out.reshape(gh, gw, channels, patch_size, patch_size)
     same_table = bool((lut == lut[0]).all())

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EmptyImageError
+from ..errors import ArgumentError, EmptyImageError
 from .config import ProcessorConfig, get_config
 
 SGLANG_KEYS = ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")  # SGLang's resize_config dict
@@ -82,7 +82,7 @@ def _side(value: Any, name: str) -> int:
     if numpy is not None and isinstance(value, numpy.integer):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"resize_config: {name} must be an int, got {type(value).__name__}")
+        raise ArgumentError(f"resize_config: {name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise EmptyImageError(
             f"resize_config: {name} is {value}; an image needs a positive width and height "
