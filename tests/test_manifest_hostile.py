@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
 import shutil
 import struct
@@ -205,6 +206,23 @@ def test_safetensors_header_claiming_a_trillion_elements_is_refused(tmp_path, ca
     blob = struct.pack("<Q", len(header)) + header.encode() + b"\0" * 9408
     (folder / "tensors.safetensors").write_bytes(blob)
     refuse(folder, capsys, "items[1].feature", "1000000000000 elements")
+
+
+def test_safetensors_header_naming_one_tensor_twice_is_refused(tmp_path, capsys, tripwires):
+    """Two entries for one key: JSON readers keep one (which depends on the reader); the kit refuses the file."""
+    folder = write_valid(tmp_path / "m")
+    entry = '{"dtype": "F32", "shape": [4, 3, 14, 14], "data_offsets": [0, 9408]}'
+    other = '{"dtype": "F32", "shape": [1, 3, 14, 14], "data_offsets": [0, 2352]}'
+    header = '{"items.1.feature": ' + entry + ', "items.1.feature": ' + other + "}"
+    (folder / "tensors.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\0" * 9408)
+    refuse(folder, capsys, "items[1].feature.file", "ambiguous safetensors header", "'items.1.feature' twice")
+
+
+def test_a_fifo_as_the_manifest_itself_is_refused_without_blocking(tmp_path, capsys, tripwires):
+    """kimi-viz triage PATH where PATH is a FIFO: refused before anything opens it (opening one blocks)."""
+    fifo = tmp_path / "manifest.zip"
+    os.mkfifo(fifo)
+    refuse(fifo, capsys, str(fifo), "a FIFO", "expected a manifest folder")
 
 
 def test_safetensors_offsets_past_the_end_are_refused(tmp_path, capsys, tripwires):

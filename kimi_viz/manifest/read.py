@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only
     from ..split.batch import Batch, Feature, RecordedOutcome
 
 from ..errors import ManifestError
+from ..files import file_kind
 from ..preprocess.config import MAX_RESIZED_SIDE
 from ..preprocess.limits import MAX_IMAGE_FILE_BYTES, decoded_bytes
 from ..releases import PathSource, as_code_path
@@ -273,6 +274,10 @@ def read_manifest(
         folder = path if stat.S_ISDIR(info.st_mode) else path.parent
         return _read_source(
             FolderSource(folder), str(folder / MANIFEST_NAME), max_elements, max_pixels, max_bytes, load
+        )
+    if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end: refused before opening
+        raise ManifestError(
+            f"manifest {path} is {file_kind(info.st_mode)}; expected a manifest folder, its manifest.json or a .zip"
         )
     if not zipfile.is_zipfile(path):
         if path.suffix.lower() == ".zip":

@@ -314,6 +314,19 @@ def check_elements(shape: list[int], max_elements: int, where: str) -> int:
     return count
 
 
+class _RepeatedKey(Exception):
+    """A JSON object names one key twice (``json`` would silently keep the last)."""
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def read_safetensors_header(source, name: str, where: str) -> dict:
     """Return the JSON header of a safetensors file after checking it is one; never loads tensor data.
 
@@ -337,7 +350,13 @@ def read_safetensors_header(source, name: str, where: str) -> dict:
             json_path=where,
         )
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_refuse_repeated_keys)
+    except _RepeatedKey as exc:
+        raise ManifestError(
+            f"{name!r} has an ambiguous safetensors header: it names {exc.args[0]!r} twice; refusing it (which "
+            "entry would win depends on the reader) — re-export the tensors",
+            json_path=where,
+        ) from None
     except (ValueError, RecursionError):  # bad UTF-8, bad JSON, an integer too long to convert
         raise ManifestError(f"{name!r} has a damaged safetensors header (not JSON)", json_path=where) from None
     if not isinstance(header, dict):
