@@ -35,13 +35,14 @@ from matplotlib.patches import Rectangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kimi_viz.plots.axes import PATCH
 from kimi_viz.plots.patches import (
-    PATCH,
     ROW_FONT_MIN,
     draw_patch_grid,
     row_label_positions,
 )
-from kimi_viz.preprocess.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord
+from kimi_viz.preprocess.records import PATCH_CONTENT, PATCH_FULLY_PADDING, ImageRecord, image_span
+from kimi_viz.preprocess.resize import ResizeConfig
 
 TARGET_MS = 1500.0
 TARGET_SPEEDUP = 20.0
@@ -80,11 +81,8 @@ def synthetic_record(side: int = 256) -> ImageRecord:
         (width_px, height_px),
         "RGB",
         {},
-        resize,
-        (1, side, side),
-        (0, side * side),
-        (0, side * side // 4),
-        mask,
+        ResizeConfig.from_sglang(resize),
+        image_span(0, "<synthetic>", (1, side, side), (0, side * side), (0, side * side // 4), mask),
         picture,
     )
 

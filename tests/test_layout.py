@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,7 +23,6 @@ from kimi_viz.preprocess.layout import (
 from kimi_viz.preprocess.records import (
     PATCH_FULLY_PADDING,
     PATCH_PARTLY_PADDING,
-    ImageRecord,
     ProcessorOutput,
 )
 
@@ -92,7 +92,7 @@ def test_from_grids_rejects_malformed_grids(bad):
 
 def test_from_output_rejects_rows_that_do_not_fit_the_grid(real_output):
     records = list(real_output.records)
-    broken = ImageRecord(**{**records[1].__dict__, "rows": (1444, 2888)})
+    broken = replace(records[1], span=replace(records[1].span, rows=(1444, 2888)))
     output = ProcessorOutput(
         real_output.pixel_values, real_output.grid_thws, [records[0], broken, records[2]], "checkpoint"
     )

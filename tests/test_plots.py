@@ -31,7 +31,7 @@ from kimi_viz.plots.palette import color_for, edge_style_for, hatch_for, text_co
 from kimi_viz.plots.patches import OVERLAY_SUBPIXELS
 from kimi_viz.plots.rows import draw_row_track
 from kimi_viz.preprocess.layout import BatchLayout, LayoutLookupError
-from kimi_viz.preprocess.records import ImageRecord, ProcessorOutput
+from kimi_viz.preprocess.records import ImageRecord, ProcessorOutput, image_span
 from kimi_viz.preprocess.resize import ResizeConfig
 
 REAL_BATCH = ("astronaut.png", "coffee.png", "text.png")
@@ -67,10 +67,14 @@ def synthetic_record(grid=(1, 256, 256), *, rows_start=0, index=0, resized=None)
         "RGB",
         {},
         ResizeConfig(w * PATCH, h * PATCH, 0, 0, (h // 2) * (w // 2), grid),
-        grid,
-        (rows_start, rows_start + n),
-        (0, (h // 2) * (w // 2)),
-        np.zeros((h, w), np.int8),
+        image_span(
+            index,
+            f"/synthetic/grid_{h}x{w}.png",
+            grid,
+            (rows_start, rows_start + n),
+            (0, (h // 2) * (w // 2)),
+            np.zeros((h, w), np.int8),
+        ),
         resized,
     )
 
@@ -405,8 +409,9 @@ def test_figures_never_touch_pyplot():
         "from kimi_viz.plots import draw_row_spans, draw_patch_grid\n"
         "from kimi_viz.preprocess.records import ImageRecord\n"
         "from kimi_viz.preprocess.resize import resize_config\n"
-        "r = ImageRecord(0, 'x.png', (28, 28), 'RGB', {}, resize_config(28, 28), (1, 2, 2), (0, 4), (0, 1),\n"
-        "                np.zeros((2, 2), np.int8))\n"
+        "from kimi_viz.preprocess.records import image_span\n"
+        "span = image_span(0, 'x.png', (1, 2, 2), (0, 4), (0, 1), np.zeros((2, 2), np.int8))\n"
+        "r = ImageRecord(0, 'x.png', (28, 28), 'RGB', {}, resize_config(28, 28), span)\n"
         "import io; draw_patch_grid(r).figure.savefig(io.BytesIO(), format='png')\n"
         "draw_row_spans(BatchLayout.from_grids([(1, 2, 2)])).figure.savefig(io.BytesIO(), format='png')\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"

@@ -16,18 +16,12 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
-from matplotlib.figure import Figure
 
 from ..errors import ArgumentError, LayoutLookupError, RowCountError
+from .axes import sized_axes
 from .palette import TEXT_COLOR, color_for, edge_style_for, hatch_for
 
 EXACT_PCA_MAX = 512  # up to this many rows or columns the SVD is exact; above, a seeded randomised one
-
-
-def _new_axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
-    if ax is not None:
-        return ax
-    return Figure(figsize=size, layout="constrained").add_subplot()
 
 
 def _to_numpy(values: Any) -> np.ndarray:
@@ -146,7 +140,7 @@ def draw_feature_map(
     features, (t, h, w), record = _feature_source(output_or_features, record_or_grid, index)
     rows, cols = h // 2, w // 2
     colors, ratio = pca_colors(features)
-    ax = _new_axes(ax, (max(4.5, min(9.0, cols / 4)), max(3.5, min(9.0, rows / 4 + 1))))
+    ax = sized_axes(ax, (max(4.5, min(9.0, cols / 4)), max(3.5, min(9.0, rows / 4 + 1))))
     extent = (0, cols, rows, 0)
     picture = image if image is not None else getattr(record, "resized", None)
     if picture is not None:
@@ -196,7 +190,7 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
     norms = np.linalg.norm(features, axis=1)
     spans = [tuple(s) for s in encoder_output.token_spans]
     grids = encoder_output.grid_thws.tolist()
-    ax = _new_axes(ax, (9.0, 3.6))
+    ax = sized_axes(ax, (9.0, 3.6))
     total = max(len(norms), 1)
     low, high = (float(norms.min()), float(norms.max())) if len(norms) else (0.0, 1.0)
     pad = max(high - low, 0.05 * max(abs(high), 1e-6))

@@ -17,19 +17,17 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 
-from ..preprocess.layout import BatchLayout, ImageSpan, LayoutLookupError, layout_of
+from ..preprocess.layout import BatchLayout, LayoutLookupError, layout_of
 from ..preprocess.records import ImageRecord, ProcessorOutput
+from .axes import PATCH, patch_ticks, picture_axes
 from .palette import LINK_COLOR, color_for
 from .patches import (
-    PATCH,
-    _new_axes,
-    _patch_ticks,
-    _patches_to_rows,
-    _rows_to_patches,
     draw_image_with_lattice,
     patch_squares,
+    patches_to_rows,
     record_label,
     record_of,
+    rows_to_patches,
 )
 from .rows import LINE_HEIGHT_EM, draw_row_track, plan_labels, text_size_px
 
@@ -155,11 +153,7 @@ def draw_grid_to_rows(
     if layout is None:
         layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
     if layout is None:  # a lone record: the batch track shows where its own rows sit
-        row_start, row_end = record.rows
-        token_start, token_end = record.token_span
-        batch = BatchLayout(
-            [ImageSpan(record.index, record_label(record), (t, h, w), (row_start, row_end), (token_start, token_end))]
-        )
+        batch = BatchLayout([record.span])
         own_span = batch.spans[0]
     else:
         batch = layout_of(layout)
@@ -179,9 +173,9 @@ def draw_grid_to_rows(
     patches = end - start
     width, height = w * PATCH, h * PATCH
     if rows is None:
-        rows_arr, frames, ys, xs = _patches_to_rows(record, _default_link_patches(h, w))
+        rows_arr, frames, ys, xs = patches_to_rows(record, _default_link_patches(h, w))
     else:
-        rows_arr, frames, ys, xs = _rows_to_patches(record, rows)
+        rows_arr, frames, ys, xs = rows_to_patches(record, rows)
     positions = (rows_arr - start + 0.5) * width / max(patches, 1)
     texts = [
         f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
@@ -198,7 +192,7 @@ def draw_grid_to_rows(
             width, height, positions, texts, caption, units_per_pt, ax.figure.dpi if ax is not None else 100.0
         )
         if own_figure:
-            ax = _new_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
+            ax = picture_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
         assert ax is not None  # given, or made just above
         measured = _units_per_pt(ax, frame, height)
         settled = abs(measured - units_per_pt) <= 1e-3 * units_per_pt
@@ -337,7 +331,7 @@ def draw_grid_to_rows(
             annotation_clip=False,
             gid=f"link-label-{rows_arr[k]}",
         )
-    _patch_ticks(ax, h, w)
+    patch_ticks(ax, h, w)
     ax.set_xticks([t_ for t_ in ax.get_xticks() if 0 <= t_ <= width])
     ax.set_yticks([t_ for t_ in ax.get_yticks() if 0 <= t_ <= height])
     ax.set_title(f"{record_label(record)}: grid {t}×{h}×{w} → rows [{start}, {end}) of pixel_values", fontsize=9)

@@ -17,23 +17,20 @@ from typing import cast
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MultipleLocator
 from matplotlib.transforms import offset_copy
 from PIL import Image
 
-from ..preprocess.layout import (
-    LayoutLookupError,
-    source_label,
-)
+from ..preprocess.layout import LayoutLookupError
 from ..preprocess.records import (
     PATCH_FULLY_PADDING,
     PATCH_PARTLY_PADDING,
     ImageRecord,
     ProcessorOutput,
+    source_label,
 )
+from .axes import PATCH, patch_ticks, picture_axes
 from .palette import (
     HIGHLIGHT_COLOR,
     LATTICE_COLOR,
@@ -43,14 +40,12 @@ from .palette import (
 )
 from .rows import text_size_px
 
-PATCH = 14  # pixels per patch side
 MERGE = 2  # patches per merge group side
 OVERLAY_SUBPIXELS = 4  # padding overlay resolution: texture cells per patch side
 BLANK_GRAY = 235
 LABEL_FONT = 8.5  # highlight labels, legend and notes of draw_patch_grid
 ROW_FONT_MIN, ROW_FONT_MAX = 8.0, 9.0  # row numbers on patches: bigger on bigger patches
 LEGEND_DROP_PT = 36.0  # the legend hangs this far below the Axes, under the tick labels and x label
-NICE_STEPS = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128)
 
 
 def record_of(record_or_output: ImageRecord | ProcessorOutput, index: int = 0) -> ImageRecord:
@@ -71,21 +66,6 @@ def record_of(record_or_output: ImageRecord | ProcessorOutput, index: int = 0) -
 def record_label(record: ImageRecord) -> str:
     """Return a short name for a record's image (its file name when it came from a path)."""
     return source_label(record.source, record.index)
-
-
-def _new_axes(
-    width_px: float, height_px: float, *, width_in: float = 8.0, top_in: float = 0.85, bottom_in: float = 1.0
-) -> Axes:
-    """Return a fresh Axes whose plot box has the aspect of a ``width_px`` × ``height_px`` picture."""
-    left_in, right_in = 0.75, 0.25
-    plot_w = width_in - left_in - right_in
-    plot_h = float(np.clip(plot_w * height_px / max(width_px, 1.0), 1.2, 9.0))
-    height_in = plot_h + top_in + bottom_in
-    fig = Figure(figsize=(width_in, height_in))
-    fig.subplots_adjust(
-        left=left_in / width_in, right=1 - right_in / width_in, bottom=bottom_in / height_in, top=1 - top_in / height_in
-    )
-    return fig.add_subplot()
 
 
 def _display_image(
@@ -198,29 +178,6 @@ def _separated_labels(
     return kept, boxes
 
 
-def _patch_ticks(ax: Axes, h: int, w: int) -> None:
-    """Label the axes in patch units: every ``k`` patches, about eight ticks a side, and never closer
-    on screen than a tick label's width (so they cannot overlap however small the Axes)."""
-    ax.apply_aspect()
-    x0, x1 = ax.get_xlim()
-    patch_px = ax.bbox.width / max(abs(x1 - x0), 1e-9) * PATCH
-    label_px = (
-        text_size_px(
-            str(max(h, w)),
-            float(ax.xaxis.get_ticklabels()[0].get_fontsize()) if ax.xaxis.get_ticklabels() else 10.0,
-            ax.figure.dpi,
-        )[0]
-        + 6.0
-    )
-    wanted = max(max(h, w) / 8, label_px / max(patch_px, 1e-9))
-    step = next((s for s in NICE_STEPS if s >= wanted), NICE_STEPS[-1])
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(MultipleLocator(step * PATCH))
-        axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value / PATCH:g}"))
-    ax.set_xlabel("x (patch column, 14 px)")
-    ax.set_ylabel("y (patch row)")
-
-
 def _patch_px(ax: Axes, w: int) -> float:
     """Return the on-screen width of one patch in pixels (at the figure's dpi)."""
     return ax.bbox.width / max(w, 1)
@@ -288,7 +245,7 @@ def _whole_numbers(values: np.ndarray) -> bool:
     return values.dtype.kind == "f" and bool(np.all(np.mod(values, 1) == 0))
 
 
-def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return (rows, t, y, x) arrays for global rows (one int or an iterable) that must lie in this record's span."""
     t, h, w = record.grid_thw
     start, end = record.rows
@@ -310,7 +267,7 @@ def _rows_to_patches(record: ImageRecord, rows: Iterable[int]) -> tuple[np.ndarr
     return rows, frame, y, x
 
 
-def _patches_to_rows(
+def patches_to_rows(
     record: ImageRecord, patches: Iterable[Sequence[int]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return (rows, t, y, x) arrays for ``(y, x)`` patches of frame 0 (a list of pairs, or one pair)."""
@@ -409,7 +366,7 @@ def draw_patch_grid(
     record = record_of(record_or_output, index)
     t, h, w = record.grid_thw
     if ax is None:
-        ax = _new_axes(w * PATCH, h * PATCH, bottom_in=1.15)
+        ax = picture_axes(w * PATCH, h * PATCH, bottom_in=1.15)
     draw_image_with_lattice(ax, record)
     start, end = record.rows
 
@@ -423,9 +380,9 @@ def draw_patch_grid(
 
     chosen = []
     if highlight_rows is not None:
-        chosen.append(_rows_to_patches(record, highlight_rows))
+        chosen.append(rows_to_patches(record, highlight_rows))
     if highlight_patches is not None:
-        chosen.append(_patches_to_rows(record, highlight_patches))
+        chosen.append(patches_to_rows(record, highlight_patches))
     note = ""
     if chosen:
         rows, frames, ys_h, xs_h = (np.concatenate(parts) for parts in zip(*chosen))
@@ -524,7 +481,7 @@ def draw_patch_grid(
         fontsize=LABEL_FONT,
         frameon=False,
     )
-    _patch_ticks(ax, h, w)
+    patch_ticks(ax, h, w)
     frames_note = f", frame 0 of {t}" if t > 1 else ""
     resize = record.resize
     size_note = (

@@ -24,7 +24,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from ..preprocess.layout import BatchLayout, ImageSpan, LayoutComparison, compare_layouts, layout_of
+from ..preprocess.layout import BatchLayout, LayoutComparison, compare_layouts, layout_of
+from ..preprocess.records import ImageSpan
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
 
 if TYPE_CHECKING:

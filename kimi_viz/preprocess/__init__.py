@@ -24,7 +24,7 @@ _EXPORTS = {
     "load_hf_processor": "processor",
     "ProcessorOutput": "records",
     "ImageRecord": "records",
-    "ImageSpan": "layout",
+    "ImageSpan": "records",
     "BatchLayout": "layout",
     "LayoutComparison": "layout",
     "compare_layouts": "layout",

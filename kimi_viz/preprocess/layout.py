@@ -18,71 +18,13 @@ whatever its ``t``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import LayoutLookupError, RowCountError
-from .records import PATCH_FULLY_PADDING, PATCH_PARTLY_PADDING, ProcessorOutput
-
-
-@dataclass(frozen=True)
-class ImageSpan:
-    """One image's place in the batch: rows ``[start, end)`` of ``pixel_values`` and its merged tokens.
-
-    ``index`` is the image's position in this layout; ``number`` the number it is shown with
-    (default: ``index``). Figures label and colour a span by its ``number``, so an image keeps
-    its number and colour when a figure shows only some images of a batch.
-    """
-
-    index: int
-    label: str
-    grid_thw: tuple[int, int, int]
-    rows: tuple[int, int]
-    token_span: tuple[int, int]
-    padding_full: int | None = None  # patches entirely in the zero padding (None: unknown)
-    padding_partial: int | None = None  # patches partly in the padding (None: unknown)
-    pad_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
-    number: int | None = None  # the number shown in figures; None: index (set on construction)
-
-    def __post_init__(self) -> None:
-        if self.number is None:
-            object.__setattr__(self, "number", self.index)
-
-    @property
-    def shown_number(self) -> int:
-        """Return ``number`` as an int: the number figures show (``index`` unless one was given)."""
-        return self.index if self.number is None else self.number
-
-    @property
-    def patches(self) -> int:
-        """Return the number of rows (patches) of this image: ``t*h*w``."""
-        t, h, w = self.grid_thw
-        return t * h * w
-
-    @property
-    def num_tokens(self) -> int:
-        """Return the number of merged tokens of this image."""
-        return self.token_span[1] - self.token_span[0]
-
-    @property
-    def grid_text(self) -> str:
-        """Return the grid written ``t×h×w``."""
-        return "×".join(str(v) for v in self.grid_thw)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict of this span (no pad mask)."""
-        return {
-            "index": self.index,
-            "label": self.label,
-            "grid_thw": list(self.grid_thw),
-            "rows": list(self.rows),
-            "patches": self.patches,
-            "token_span": list(self.token_span),
-            "tokens": self.num_tokens,
-            "padding_patches": {"full": self.padding_full, "partial": self.padding_partial},
-        }
+from .records import ImageSpan, ProcessorOutput, padding_counts, source_label
 
 
 def _grid_tuple(value: Any, index: int) -> tuple[int, int, int]:
@@ -97,22 +39,6 @@ def _grid_tuple(value: Any, index: int) -> tuple[int, int, int]:
             "pass grids as a list of (t, h, w) or an int tensor of shape [n, 3]"
         )
     return grid
-
-
-def _padding_counts(pad_mask: np.ndarray | None) -> tuple[int | None, int | None]:
-    """Return (full, partial) padding patch counts of a pad mask, or (None, None)."""
-    if pad_mask is None:
-        return None, None
-    mask = np.asarray(pad_mask)
-    return int((mask == PATCH_FULLY_PADDING).sum()), int((mask == PATCH_PARTLY_PADDING).sum())
-
-
-def source_label(source: str | None, index: int) -> str:
-    """Return a short name for image ``index``: the file name of its ``source`` when that is a path
-    (POSIX or Windows separators), else ``"image <index>"`` (for ``"<bytes>"``, ``"<numpy>"``, ...)."""
-    if source and not source.startswith("<"):
-        return source.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"image {index}"
 
 
 class BatchLayout:
@@ -167,7 +93,7 @@ class BatchLayout:
             patches = t * h * w
             tokens = (h // merge) * (w // merge)
             mask = None if pad_masks is None else pad_masks[i]
-            full, partial = _padding_counts(mask)
+            full, partial = padding_counts(mask)
             label = labels[i] if labels is not None else f"image {i}"
             number = int(numbers[i]) if numbers is not None else i
             spans.append(
@@ -195,20 +121,7 @@ class BatchLayout:
                     f"{'×'.join(map(str, grid))} packed after the previous images needs "
                     f"[{row}, {row + grid[0] * grid[1] * grid[2]}); rebuild the output with the processor"
                 )
-            full, partial = _padding_counts(record.pad_mask)
-            token_start, token_end = (int(v) for v in record.token_span)
-            spans.append(
-                ImageSpan(
-                    i,
-                    label,
-                    grid,
-                    (start, end),
-                    (token_start, token_end),
-                    full,
-                    partial,
-                    record.pad_mask,
-                )
-            )
+            spans.append(record.span)
             row = end
         rows_present = int(output.pixel_values.shape[0]) if output.pixel_values is not None else row
         if rows_present != row:

@@ -39,6 +39,7 @@ from .records import (
     PATCH_PARTLY_PADDING,
     ImageRecord,
     ProcessorOutput,
+    image_span,
 )
 from .resize import ResizeConfig, resize_config
 
@@ -145,6 +146,7 @@ class Processor:
                 write_rows(pixel_values[row : row + count], image, *scale_bias, p, padded_h, padded_w)
                 resized = _padded_from_tensor(image, resize) if self.keep_images else None
             tokens = int(resize.tokens)
+            mask = pad_mask(resize, p)
             records.append(
                 ImageRecord(
                     index=index,
@@ -153,10 +155,7 @@ class Processor:
                     source_mode=item.mode,
                     loader=dict(item.loader),
                     resize=resize,
-                    grid_thw=resize.grid,
-                    rows=(row, row + count),
-                    token_span=(token, token + tokens),
-                    pad_mask=pad_mask(resize, p),
+                    span=image_span(index, item.source, resize.grid, (row, row + count), (token, token + tokens), mask),
                     resized=resized,
                 )
             )
