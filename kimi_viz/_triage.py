@@ -71,7 +71,8 @@ class TriageResult:
         recorded = "all ranks" if batch.attn_tp_rank is None else f"rank {batch.attn_tp_rank}"
         ranks = "every rank" if self.rank is None else f"rank {self.rank}"
         return (
-            f"{len(batch.items)} items; recorded: attention TP {batch.attn_tp_size}, {recorded}, "
+            f"{len(batch.items)} item{'s' if len(batch.items) != 1 else ''}; "
+            f"recorded: attention TP {batch.attn_tp_size}, {recorded}, "
             f"SGLang {batch.sglang_version or 'unknown'}, {batch.code_path} code; replayed: "
             f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode"
         )

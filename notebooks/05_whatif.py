@@ -23,7 +23,7 @@
 #
 # Whether SGLang's deferred split can fail depends first on what the *request side*
 # (`multimodal/processors/kimi_k3.py`, or the EPD encoder) builds: eager rows skip the split
-# entirely; deferred items carry a grid key and a `resize_config` the model checks. `kimi_viz._whatif`
+# entirely; deferred items carry a grid key and a `resize_config` the model checks. `kimi_viz.whatif`
 # builds the items exactly as the release would (the byte rule, the preprocessing cache, the
 # transport, the EPD encoder's own preprocessing), works out which items reach each rank (embedding
 # cache hits, duplicates), and replays that release's `get_image_feature` on every rank. The same

@@ -124,7 +124,7 @@ PROCESSOR_CASES = [
     Case(
         "config-is-a-fifo",
         lambda f: ["inspect", "--config", str(_fifo(f / "x.json")), IMAGE],
-        words=("x.json", "regular file"),
+        words=("x.json", "a FIFO", "expected a JSON file"),
     ),
     Case(
         "config-over-16-mib",

@@ -29,10 +29,9 @@ def _playwright():
     return pytest.importorskip("playwright.sync_api").sync_playwright
 
 
-@pytest.mark.slow
-def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
-    sync_playwright = _playwright()
-    shutil.copy(ROOT / "notebooks" / "03_deferred_split.ipynb", tmp_path / "03.ipynb")
+def _export(notebook: str, folder: Path) -> Path:
+    """Execute a notebook with nbconvert and return its HTML export (the file a triager would attach)."""
+    shutil.copy(ROOT / "notebooks" / f"{notebook}.ipynb", folder / f"{notebook}.ipynb")
     done = subprocess.run(
         [
             sys.executable,
@@ -42,16 +41,53 @@ def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
             "--to",
             "html",
             "--execute",
-            "03.ipynb",
+            f"{notebook}.ipynb",
             "--ExecutePreprocessor.timeout=300",
         ],
-        cwd=tmp_path,
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    export = tmp_path / "03.html"
+    return folder / f"{notebook}.html"
+
+
+def _name_lines(page) -> list[tuple[str, int]]:
+    """Return ``(name, lines it is set on)`` of every verdict fact's name (the label column)."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('dl.kv-facts dt')].map(dt => {
+            const range = document.createRange();
+            range.selectNodeContents(dt);
+            const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+            return [dt.innerText, tops.size];
+        })"""
+    )
+
+
+@pytest.mark.slow
+def test_the_verdict_views_labels_stay_one_line_in_an_nbconvert_export_of_notebook_05(tmp_path):
+    """The notebook's own CSS floats <dt>; the verdict view's fact names must not wrap one word per line."""
+    sync_playwright = _playwright()
+    export = _export("05_whatif", tmp_path)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(90_000)  # a hang guard only
+            page.goto(export.as_uri())
+            names = _name_lines(page)
+            assert len(names) >= 8, names
+            assert [name for name, lines in names if lines != 1] == [], names
+            assert "first diverging image" in [name for name, _ in names]
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
+    sync_playwright = _playwright()
+    export = _export("03_deferred_split", tmp_path)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:

@@ -68,6 +68,15 @@ def _undo_verdict(verdict: dict) -> dict:
     # 10. A silent S4's batch total expects the consumer's grid for the image (it counted the producer's).
     if divergence["scenario_class"] == "S4" and divergence["silent"]:
         divergence["expected_total"] -= divergence["expected_rows"] - divergence["produced_rows"]
+    # 15. Each image row says whether the verdict calls it silently mis-encoded ("silent"); a silent S4's
+    # row expects the consumer's grid, as the verdict does (it showed the producer's, and "match": true).
+    rows = []
+    for row in divergence["images"]:
+        row = dict(row)
+        if row.pop("silent") and divergence["scenario_class"] == "S4":
+            row.update(expected_grid=row["produced_grid"], expected_rows=row["produced_rows"], match=True)
+        rows.append(row)
+    divergence["images"] = rows
     verdict["divergence"] = divergence
     # 12. "variants" (--variant both) is "code_paths" (--code-path both): one name for the code path.
     if "code_paths" in verdict:

@@ -14,8 +14,8 @@ from kimi_viz.files import prepare_folder, write_file
 from kimi_viz.plots.palette import color_for
 from kimi_viz.plots.summary import draw_grid_mismatch, draw_rank_rows, draw_verdict_banner
 from kimi_viz.report.summary import summary_panels, summary_png
-from kimi_viz.report.tables import Table, VerdictView, images_table, ranks_table
-from kimi_viz.scenarios import SCENARIOS, run_scenario
+from kimi_viz.report.tables import Table, VerdictView, batch_table, images_table, ranks_table
+from kimi_viz.scenarios import SCENARIOS, get_scenario, run_scenario
 from kimi_viz.split._replay import replay
 from kimi_viz.split.verdict import STATUS_STYLES, Status, build_verdict
 
@@ -174,3 +174,57 @@ def test_an_output_folder_that_is_a_link_a_file_or_under_a_file_is_refused(tmp_p
     with pytest.raises(OutputError, match="lies under the file"):
         prepare_folder(tmp_path / "file" / "sub")
     assert os.listdir(real) == []
+
+
+def test_a_silent_mismatch_flags_its_image_with_the_consumers_expectation():
+    """One meaning of "expected rows": for S4 the consumer's grid, in the verdict, its table and the figure."""
+    from kimi_viz.report.html import images_table_html
+
+    verdict = build_verdict(run_scenario("s4-gpu", mode="shapes"))
+    row = verdict.divergence.images[0]
+    assert row.silent and row.match is False
+    assert (row.expected_grid, row.expected_rows, row.produced_grid, row.produced_rows) == (
+        [1, 222, 296],
+        65712,
+        [1, 112, 148],
+        16576,
+    )
+    assert (verdict.divergence.expected_rows, verdict.divergence.produced_rows) == (65712, 16576)
+    table = images_table(verdict)
+    assert table.rows[0][5:] == [65712, 16576, "NO (silent: SGLang raised nothing)"] and table.highlight == [True]
+    html = images_table_html(verdict)
+    assert 'class="kv-mismatch" data-image="0"' in html and ">yes<" not in html
+    # S12: the counts agree (both follow the same wrong reading), but the verdict names the image: flagged anyway
+    s12 = build_verdict(run_scenario("s12-hwc", mode="shapes"))
+    flagged = [r for r in s12.divergence.images if r.silent]
+    assert [r.image for r in flagged] == [1] and flagged[0].match_text() == "yes, but mis-encoded (silent)"
+    assert images_table(s12).highlight == [False, True]
+
+
+def test_the_silent_mismatch_figure_keeps_every_label_clear_of_the_others():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ax = draw_grid_mismatch(build_verdict(run_scenario("s4-gpu", mode="shapes")))
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    ax.figure.draw(renderer)
+    texts = [t for t in ax.figure.findobj() if hasattr(t, "get_text") and t.get_text() and t.get_visible()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    assert len(boxes) >= 5  # the title, two key lines, two counts
+    overlapping = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1 :] if box.overlaps(other)]
+    assert overlapping == []
+    sheet = ax.figure.bbox
+    assert all(sheet.x0 <= box.x0 and box.x1 <= sheet.x1 + 1 for _, box in boxes)
+
+
+def test_every_table_names_a_feature_readably():
+    from kimi_viz.report.html import batch_table_html
+
+    s2 = get_scenario("s2-cpu").build()  # cpu items hold PIL images
+    assert s2.items[1].feature.describe() == "PIL image 451×300 RGB"
+    assert "image image" not in batch_table_html(s2) and "PIL image 451×300 RGB" in batch_table_html(s2)
+    assert batch_table(s2).rows[1][4] == "PIL image 451×300 RGB"
+    gpu = get_scenario("s2-gpu").build().items[1].feature
+    assert gpu.describe() == "chw tensor [3, 300, 451] uint8"
+    assert gpu.redacted().describe() == "shape only: chw [3, 300, 451] uint8"
+    eager = get_scenario("s10-stale-eager").build().items[1].feature
+    assert eager.describe() == "eager rows [4, 3, 14, 14] float32"

@@ -464,7 +464,8 @@ def draw_row_spans(
     ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    title = f"pixel_values rows: {len(layout)} images, {layout.total_rows} rows, {layout.total_tokens} merged tokens"
+    images = f"{len(layout)} image{'s' if len(layout) != 1 else ''}"
+    title = f"pixel_values rows: {images}, {layout.total_rows} rows, {layout.total_tokens} merged tokens"
     if comparison is not None and produced is not None:  # produced is given whenever there is a comparison
         title += " — produced " + ("agrees" if comparison.equal else f"{produced.total_rows} rows")
     ax.set_title(title, fontsize=fontsize + 3)

@@ -55,16 +55,20 @@ def row_label(row: ImageRow, *, produced: bool = False) -> str:
     return name
 
 
-def draw_rank_rows(trace: Trace, rank: RankTrace, *, ax: Axes | None = None) -> Axes:
+def draw_rank_rows(
+    trace: Trace, rank: RankTrace, *, ax: Axes | None = None, expected_grids: dict[int, list[int]] | None = None
+) -> Axes:
     """Return an Axes with ``rank``'s expected rows above its produced rows, numbered and coloured by global image.
 
+    ``expected_grids`` replaces the expectation of the images it names (global index -> grid): a silent
+    mismatch's image is expected at the consumer's grid, as the verdict says, not at the grid SGLang read.
     Falls back to :func:`draw_rank_bars` when a grid is not a valid ``[t, h, w]``.
     """
     from ..preprocess.layout import BatchLayout
     from .rows import draw_row_spans
 
     rows = list(rank.images)
-    expected = [r.expected_grid for r in rows]
+    expected = [(expected_grids or {}).get(r.image, r.expected_grid) for r in rows]
     produced = [r.produced_grid if r.produced_grid is not None else None for r in rows]
     heading = rank_heading(trace, rank)
     if not rows or not all(_valid_grid(g) for g in expected) or not all(_valid_grid(g) for g in produced):
@@ -166,21 +170,30 @@ def draw_grid_mismatch(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
         return ax
     assert given is not None and wanted is not None
     panels = [
+        (f"left, solid: the producer's resize_config: grid {given[1]}×{given[2]}", div.produced_rows, given, 0),
         (
-            f"producer: resize_config grid {given[1]}×{given[2]}\n{div.produced_rows} patches — what SGLang encodes",
-            given,
-            0,
-        ),
-        (
-            f"consumer's processor config: grid {wanted[1]}×{wanted[2]}\n"
-            f"{div.expected_rows} patches — what the model expects",
+            f"right, dashed: the consumer's processor config: grid {wanted[1]}×{wanted[2]}",
+            div.expected_rows,
             wanted,
             1,
         ),
     ]
+    # One key line per grid above the drawing (never side by side, so the two can never overlap), and
+    # each rectangle's own count inside it.
+    for line, (text, count, _grid, k) in enumerate(panels):
+        what = "what SGLang encodes" if k == 0 else "what the model expects"
+        ax.text(
+            0.0,
+            0.97 - 0.075 * line,
+            f"{text}, {count} patches: {what}",
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=FONT,
+        )
     gap = 0.08 * max(given[2], wanted[2])
     x = 0.0
-    for text, grid, k in panels:
+    for _text, count, grid, k in panels:
         h, w = grid[1], grid[2]
         ax.add_patch(
             Rectangle(
@@ -195,7 +208,15 @@ def draw_grid_mismatch(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
                 gid=f"grid-{k}",
             )
         )
-        ax.text(x + w / 2, -0.04 * max(given[1], wanted[1]), text, ha="center", va="top", fontsize=FONT)
+        ax.text(
+            x + w / 2,
+            h / 2,
+            f"{h}×{w}\n{count} patches",
+            ha="center",
+            va="center",
+            fontsize=FONT,
+            bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85),
+        )
         x += w + gap
     ax.set_xlim(-gap / 2, x)
     ax.set_ylim(max(given[1], wanted[1]) * 1.02, -0.3 * max(given[1], wanted[1]))

@@ -184,8 +184,8 @@ def images_table_html(verdict: Verdict, batch: Batch | None = None) -> str:
     body = []
     for who in verdict.images:
         row = outcomes.get(who.image)
-        mismatch = row is not None and row.match is False
-        match = "not replayed" if row is None else {True: "yes", False: "NO", None: "not checked"}[row.match]
+        mismatch = row is not None and row.flagged
+        match = "not replayed" if row is None else row.match_text()
         size = "" if who.size is None else f"{who.size[0]}×{who.size[1]}"
         read = (
             ""
@@ -221,7 +221,7 @@ def batch_table_html(batch: Batch) -> str:
     body = []
     for i, item in enumerate(batch.items):
         grids = "; ".join(f"{k}={v}" for k, v in item.grids.items()) or "(none)"
-        feature = f"{item.feature.kind} {item.feature.layout} {list(item.feature.shape)} {item.feature.dtype}"
+        feature = item.feature.describe()
         resize = (item.deferred or {}).get("resize_config")
         resize_text = (
             (

@@ -108,8 +108,8 @@ code, pre, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consola
 .kv-message { font-size: 1.05rem; }
 .kv-summary { font-size: 1.1rem; font-weight: 600; }
 dl.kv-facts { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: .8rem 0 0; }
-dl.kv-facts dt { font-weight: 600; color: var(--muted); }
-dl.kv-facts dd { margin: 0; }
+dl.kv-facts dt { font-weight: 600; color: var(--muted); float: none; width: auto; white-space: nowrap; }
+dl.kv-facts dd { margin: 0; float: none; }
 table { border-collapse: collapse; margin: .4rem 0; width: 100%; }
 th, td { border: 1px solid var(--line); padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: var(--panel); }
@@ -145,8 +145,9 @@ VERDICT_CSS = """
 .kv-verdict .kv-fail { color: #B34000; font-weight: 600; }
 .kv-verdict .kv-pass { color: #006B4F; }
 .kv-verdict dl.kv-facts { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
-.kv-verdict dl.kv-facts dt { font-weight: 600; color: #4f4f4f; }
-.kv-verdict dl.kv-facts dd { margin: 0; }
+/* A notebook's own CSS (JupyterLab, nbconvert) floats dt; the facts' names stay one line in their column. */
+.kv-verdict dl.kv-facts dt { font-weight: 600; color: #4f4f4f; float: none; width: auto; white-space: nowrap; }
+.kv-verdict dl.kv-facts dd { margin: 0; float: none; }
 """
 
 

@@ -116,10 +116,10 @@ def images_table(verdict: Verdict) -> Table:
                 read,
                 None if row is None else row.expected_rows,
                 None if row is None else row.produced_rows,
-                None if row is None else row.match,
+                "not replayed" if row is None else row.match_text(),
             ]
         )
-        marks.append(row is not None and row.match is False)
+        marks.append(row is not None and row.flagged)
     return Table(
         ["image", "file / label", "source", "rank", "grid row read", "expected rows", "produced rows", "match"],
         rows,
@@ -160,7 +160,7 @@ def batch_table(batch: Batch) -> Table:
                 item.label,
                 item.backend or "eager",
                 "; ".join(f"{k}={v}" for k, v in item.grids.items()) or "(none)",
-                f"{item.feature.kind} {list(item.feature.shape)}",
+                item.feature.describe(),
             ]
             for i, item in enumerate(batch.items)
         ],

@@ -59,6 +59,20 @@ class Feature:
         """Return the shape-only copy of this feature."""
         return Feature.shape_only(self.layout, self.shape, self.dtype)
 
+    def describe(self) -> str:
+        """Return how every table names this feature: ``"PIL image 451×300 RGB"``, ``"tensor chw [3, 300, 451] uint8"``,
+        ``"eager rows [748, 3, 14, 14] float32"`` or ``"shape only: image 451×300×3 uint8"``."""
+        if self.kind == "image":
+            height, width = self.shape[:2]
+            mode = self.image.mode if self.image is not None else f"{self.shape[2]} bands"
+            return f"PIL image {width}×{height} {mode}"
+        what = "eager rows" if self.layout == "patches" else f"{self.layout} tensor" if self.kind == "tensor" else ""
+        if self.kind == "shape_only":
+            if self.layout == "image" and len(self.shape) == 3:
+                return f"shape only: image {self.shape[1]}×{self.shape[0]}×{self.shape[2]} {self.dtype}"
+            return f"shape only: {self.layout} {list(self.shape)} {self.dtype}"
+        return f"{what} {list(self.shape)} {self.dtype}"
+
 
 @dataclass
 class Item:

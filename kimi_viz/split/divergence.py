@@ -80,7 +80,13 @@ SKEW_EXPECTATION = "a deferred item sent to a consumer without the deferred spli
 
 @dataclass
 class ImageOutcome:
-    """One replayed image (global index): where it ran, the grid read for it, and what was produced."""
+    """One replayed image (global index): where it ran, the grid read for it, and what was produced.
+
+    ``expected_grid`` and ``expected_rows`` are what the consumer expects for the image: the grid
+    SGLang read, except for an image a silent mismatch names, whose expectation is the consumer's own
+    (S4: its processor config's grid). ``silent`` flags that image: SGLang raised nothing, yet it is
+    encoded wrongly.
+    """
 
     image: int
     label: str
@@ -94,6 +100,18 @@ class ImageOutcome:
     produced_grid: list[int] | None
     produced_rows: int | None
     match: bool | None
+    silent: bool = False
+
+    @property
+    def flagged(self) -> bool:
+        """Return True when the row is wrong: its counts differ, or a silent mismatch names it."""
+        return self.match is False or self.silent
+
+    def match_text(self) -> str:
+        """Return the match column as every table writes it: yes, NO or not checked, a silent mismatch flagged."""
+        if self.silent:
+            return "NO (silent: SGLang raised nothing)" if self.match is False else "yes, but mis-encoded (silent)"
+        return {True: "yes", False: "NO", None: "not checked"}[self.match]
 
     def to_json(self) -> dict[str, Any]:
         """Return the row as plain JSON data."""
@@ -467,14 +485,20 @@ def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], rep
     report.scenario_class = hit.cls
     report.wrong_expectation = SILENT_EXPECTATIONS.get(hit.cls)
     report.explanation = hit.text + "; " + SILENT_TAILS.get(hit.cls, "SGLang raises nothing in get_image_feature.")
+    row = None if image is None else by_image.get(image)
+    if row is not None:
+        row.silent = True  # the image the verdict calls mis-encoded, flagged in every table and figure
     if hit.cls == ScenarioClass.S4 and hit.consumer_grid is not None and hit.given_grid is not None:
         report.expected_grid = hit.consumer_grid
         report.produced_grid = hit.given_grid
         report.expected_rows = prod(hit.consumer_grid)
         report.produced_rows = prod(hit.given_grid)
-        # The consumer expects its own grid for this image: the batch's totals follow.
+        # The consumer expects its own grid for this image: the batch's totals and its row follow.
         if report.expected_total is not None:
             report.expected_total += report.expected_rows - report.produced_rows
+        if row is not None:
+            row.expected_grid, row.expected_rows = list(hit.consumer_grid), report.expected_rows
+            row.match = row.expected_rows == row.produced_rows and row.expected_grid == row.produced_grid
 
 
 __all__ = [
