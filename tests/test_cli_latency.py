@@ -23,6 +23,7 @@ import pytest
 from kimi_viz.manifest import write_manifest
 from kimi_viz.split.batch import Batch, Feature, Item
 
+ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "torch", "matplotlib", "PIL", "jsonschema")
 EXPLAIN_LINE = "ValueError: Kimi-K3 deferred feature length does not match image grids"
 DEFERRED = {
@@ -114,3 +115,16 @@ def test_a_shapes_triage_with_out_loads_no_torch(out_probe):
     rc, out, loaded, _ = out_probe
     assert rc == 0, out
     assert not loaded["torch"]
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--sweep"], ["--serving", "epd-encoder", "--epd-backend", "cpu"]], ids=["one", "sweep", "epd-cpu"]
+)
+def test_a_shapes_whatif_loads_no_torch_nor_matplotlib(extra):
+    """whatif reads image headers only: SGLang's producer model (request/producer.py) imports no torch for shapes."""
+    images = [str(ROOT / "data" / "images" / name) for name in ("chelsea.png", "astronaut.png")]
+    deployment = [] if extra == ["--sweep"] else ["--sglang-version", "0.5.18", "--tp", "2"]
+    rc, out, loaded, _ = _probe(["whatif", *images, *deployment, *extra])
+    assert rc in (0, 1), out
+    assert "SGLang" in out
+    assert {name for name in ("torch", "matplotlib", "jsonschema") if loaded[name]} == set()
