@@ -6,12 +6,15 @@ Kimi-K3 preset, interleaved so a change in load hits each alike:
 * the ``checkpoint`` backend against the checkpoint algorithm written plainly: PIL bicubic resize,
   transparency fill, ``np.pad``, float64 normalisation ``(x / 255.0).astype(float32)`` then
   ``-= mean`` and ``*= 1 / std``, and a numpy transpose patchify;
-* the ``torch`` backend (on the CPU) against SGLang's torch path as 0.5.23 runs it
-  (``_process_single_image`` in ``processors/kimi_k25.py`` with K3's ``to_chw_uint8`` and
-  ``fill_transparent_bg``): ``np.asarray(image.convert(...))``, ``.float()``, antialiased bicubic
-  ``F.interpolate`` rounded and clamped when the size changes, the background fill, ``F.pad``,
-  ``torch.addcmul`` and a ``reshape`` patchify; the kit's packed ``pixel_values`` also need that
-  copy into the batch, so the baseline includes it.
+* the ``torch`` backend (on the CPU) against SGLang's own ``_gpu_preprocess_images``
+  (``processors/kimi_k25.py``), called as ``KimiK3ForConditionalGeneration.get_image_feature`` calls
+  it for a gpu group of one image: ``normalization_tensors``, K3's ``to_chw_uint8`` and
+  ``fill_transparent_bg``, the resize from SGLang's ``navit_resize_config``. That needs SGLang
+  importable: run this script with the parity lane's interpreter (``make bench`` does when the lane's
+  venvs exist). Without SGLang the baseline is a transcription of 0.5.23's torch path
+  (``np.asarray(image.convert(...))``, ``.float()``, antialiased bicubic ``F.interpolate`` rounded and
+  clamped, the background fill, ``F.pad``, ``torch.addcmul``, a ``reshape`` patchify and the copy into
+  the batch), and the output says so.
 
 Reported per image: milliseconds (best of several runs), speedup, whether the outputs are
 bit-identical, and for the checkpoint backend the peak memory seen by ``tracemalloc`` (numpy
@@ -136,6 +139,47 @@ def sglang_torch(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
     return packed
 
 
+def sglang_baseline() -> tuple[Callable[[Image.Image, ProcessorConfig], torch.Tensor], str]:
+    """Return ``(baseline, what it is)``: SGLang's own ``_gpu_preprocess_images`` if importable, else the transcription."""
+    try:
+        from importlib.metadata import version
+
+        from sglang.srt.multimodal import kimi_k3_image_processing as k3
+        from sglang.srt.multimodal.processors import kimi_k25 as k25
+    except ImportError:
+        return sglang_torch, (
+            "a transcription of SGLang 0.5.23's torch path (SGLang is not importable here: run this script "
+            "with the parity lane's interpreter to time the real function)"
+        )
+    cpu = torch.device("cpu")
+
+    def real(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
+        media = config.to_media_proc_cfg()
+        resize = k25.navit_resize_config(
+            image.width,
+            image.height,
+            config.patch_size,
+            config.merge_kernel_size,
+            config.in_patch_limit,
+            config.patch_limit_on_one_side,
+            config.fixed_output_tokens,
+        )
+        scale, bias = k3.normalization_tensors(media["image_mean"], media["image_std"], cpu)
+        background = media.get("transparent_bg_config")
+        pixels, _grids = k25._gpu_preprocess_images(
+            [image],
+            [resize],
+            scale,
+            bias,
+            config.patch_size,
+            to_chw=lambda item: k3.to_chw_uint8(item, device=cpu),
+            post_resize=lambda x: k3.fill_transparent_bg(x, background),
+        )
+        return pixels
+
+    return real, f"SGLang {version('sglang')}'s own _gpu_preprocess_images (imported)"
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Return whether two float32 tensors have the same shape and the same bits."""
     return a.shape == b.shape and bool(np.array_equal(a.numpy().view(np.uint32), b.numpy().view(np.uint32)))
@@ -165,7 +209,9 @@ def peak_bytes(fn: Callable[[], Any]) -> int:
     return peak
 
 
-def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, Any]:
+def bench_image(
+    name: str, config: ProcessorConfig, repeats: int, sglang: Callable[[Image.Image, ProcessorConfig], torch.Tensor]
+) -> dict[str, Any]:
     """Return the timings, identity and memory of both pipelines on one image."""
     loaded = load_image(sample_path(name))
     image = loaded.image
@@ -182,7 +228,7 @@ def bench_image(name: str, config: ProcessorConfig, repeats: int) -> dict[str, A
         return torch_processor.preprocess(loaded).pixel_values
 
     def sglangs() -> torch.Tensor:
-        return sglang_torch(image, config)
+        return sglang(image, config)
 
     ours_out, theirs_out = ours(), theirs()
     identical = same_bits(ours_out, theirs_out)
@@ -268,18 +314,24 @@ def markdown(rows: list[dict[str, Any]], targets: dict[str, bool]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--repeats", type=int, default=12, help="timed runs per image (the best one counts)")
+    parser.add_argument(
+        "--repeats", type=int, default=30, help="interleaved timed runs per image, at least (the best one counts)"
+    )
     args = parser.parse_args(argv)
 
     config = get_config("kimi-k3")
-    rows = [bench_image(name, config, args.repeats) for name in (*SAMPLE_PHOTOS, LARGE_IMAGE)]
+    sglang, baseline_text = sglang_baseline()
+    rows = [bench_image(name, config, args.repeats, sglang) for name in (*SAMPLE_PHOTOS, LARGE_IMAGE)]
     targets = check_targets(rows)
+    print(f"torch backend baseline: {baseline_text}; torch threads: {torch.get_num_threads()}")
     print(markdown(rows, targets))
     if args.json:
         Path(args.json).write_text(
             json.dumps(
                 {
                     "preset": config.name,
+                    "torch_baseline": baseline_text,
+                    "torch_threads": torch.get_num_threads(),
                     "python": platform.python_version(),
                     "numpy": np.__version__,
                     "machine": platform.machine(),
