@@ -69,6 +69,7 @@ class CheckpointImageProcessor:
         import torch
 
         from kimi_viz.preprocess.pixels_checkpoint import checkpoint_pixels
+        from kimi_viz.preprocess.resize import ResizeConfig
 
         k25 = module("sglang.srt.multimodal.processors.kimi_k25")
         c = self.config
@@ -86,7 +87,7 @@ class CheckpointImageProcessor:
                 c.fixed_output_tokens,
             )
             grids.append(list(k25._grid_thw_from_resize_config(resize, c.patch_size)))
-            rows.append(checkpoint_pixels(image, resize, c)[1])
+            rows.append(checkpoint_pixels(image, ResizeConfig.from_sglang(resize, c.patch_size), c)[1])
         if self.output == "list":
             pixel_values = rows
         elif self.output == "stacked":

@@ -77,7 +77,7 @@ def test_both_backends_are_bit_identical_to_the_real_paths_on_every_sample_image
                 mismatches.append(f"{preset} {path.name}: torch backend differs from SGLang's _gpu_preprocess_images")
             if ours.grid_thws.tolist() != real_grids.tolist():
                 mismatches.append(f"{preset} {path.name}: grid {ours.grid_thws.tolist()} != {real_grids.tolist()}")
-            record_resize = ours.records[0].resize
+            record_resize = ours.records[0].resize.to_sglang()
             if {k: record_resize[k] for k in resize} != dict(resize):
                 mismatches.append(f"{preset} {path.name}: resize {record_resize} != navit_resize_config {resize}")
             cpu = checkpoint.preprocess(image)
