@@ -44,3 +44,38 @@ MSG_EXPECTED_TENSOR = "expected torch.Tensor, got {}"
 # Strings worth recognising in logs of other versions (not raised by the 0.5.23 code path replayed here).
 MSG_PROCESSOR_LENGTH = "Kimi-K3 processor feature length does not match image grids: {} != {}"
 MSG_MIX_DEFERRED_OLD = "Kimi-K3 cannot mix deferred and preprocessed image features"
+
+# ------------------------------------------------------------------------------------------------
+# The forward pass: sglang/srt/managers/mm_schedule.py (managers/mm_utils.py in 0.5.17), every release.
+# ------------------------------------------------------------------------------------------------
+# _adjust_embedding_length: rows != the window's pad tokens (logger.warning, then rows trimmed or raised).
+MSG_TOKEN_MISMATCH = (
+    "Number of tokens in multimodal embedding does not match those in the input text. "
+    "Got {} tokens in the text but {} tokens from multimodal embeddings."
+)
+# _adjust_embedding_length: more rows than tokens and chunked prefill on (logger.warning).
+MSG_RAISE_CHUNK = "You may want to avoid this issue by raising `chunked_prefill_size`, or disabling chunked prefill"
+# _adjust_embedding_length: fewer rows than tokens (RuntimeError).
+MSG_INSUFFICIENT = (
+    "Insufficient multimodal embedding length: num_mm_tokens_in_input_ids={} vs num_mm_tokens_in_embedding={}. "
+    "This is an internal error"
+)
+# _discard_mismatched_cached_embedding, 0.5.19+: a cached entry of another length (logger.warning, %-args).
+MSG_DISCARD = (
+    "Discarding cached multimodal embedding due to a token-count mismatch: cache_key={}, expected_tokens={}, "
+    "cached_tokens={}. Recomputing embedding."
+)
+# _get_precomputed_embedding: some requests precomputed, others not (NotImplementedError).
+MSG_ONLY_SOME_PRECOMPUTED = "MM inputs where only some items are precomputed."
+# get_embedding_and_mask, 0.5.18+, only with SGLANG_ENABLE_ASYNC_ASSERT: maybe_assert_sum (RuntimeError on CPU).
+MSG_ASYNC_ASSERT = "MM placeholder count derived from offsets does not match input_ids"
+# torch's own messages on that path (torch 2.13): torch.split of the call's rows by the items' token counts
+# (RuntimeError), masked_scatter_ (0.5.17-0.5.18, RuntimeError), _scatter_mm_embedding (0.5.19+: IndexError
+# from index_copy_, RuntimeError from scatter_).
+MSG_SPLIT_SIZES = (
+    "split_with_sizes expects split_sizes to sum exactly to {} (input tensor's size at dimension 0), but got "
+    "split_sizes={}"
+)
+MSG_MASKED_SCATTER = "Number of elements of source < number of ones in mask"
+MSG_INDEX_COPY = "index_copy_(): index {} is out of bounds for dimension 0 with size {}"
+MSG_SCATTER_INDEX = "index {} is out of bounds for dimension 0 with size {}"

@@ -91,6 +91,7 @@ class ForwardRules:
     count_from_offsets: bool  # the expected pad count comes from the offsets (0.5.17: from the ids' mask)
     index_copy_scatter: bool  # _scatter_mm_embedding (index_copy_) instead of masked_scatter_
     precomputed_per_item: bool  # precomputed rows are cut per item, not across the request's items
+    prefers_cached_after_set: bool  # after storing a miss, a cached entry of the right length is used instead
     rejects_oversized_cache_entry: bool  # an entry larger than the cache is refused without evicting others
     by_item_platforms: tuple[str, ...]  # platforms that call the encoder once per request
     async_assert: bool  # maybe_assert_sum with SGLANG_ENABLE_ASYNC_ASSERT
@@ -186,6 +187,7 @@ FORWARD_0_5_17 = ForwardRules(
     count_from_offsets=False,
     index_copy_scatter=False,
     precomputed_per_item=False,
+    prefers_cached_after_set=False,
     rejects_oversized_cache_entry=False,
     by_item_platforms=("hip", "npu"),
     async_assert=False,
@@ -199,6 +201,7 @@ FORWARD_0_5_18 = ForwardRules(
     count_from_offsets=True,
     index_copy_scatter=False,
     precomputed_per_item=False,
+    prefers_cached_after_set=False,
     rejects_oversized_cache_entry=False,
     by_item_platforms=_WITH_XPU,
     async_assert=True,
@@ -213,6 +216,7 @@ FORWARD_0_5_19 = ForwardRules(
     count_from_offsets=True,
     index_copy_scatter=True,
     precomputed_per_item=False,
+    prefers_cached_after_set=False,
     rejects_oversized_cache_entry=False,
     by_item_platforms=_WITH_XPU,
     async_assert=True,
@@ -227,6 +231,7 @@ FORWARD_0_5_22 = ForwardRules(
     count_from_offsets=True,
     index_copy_scatter=True,
     precomputed_per_item=True,
+    prefers_cached_after_set=True,
     rejects_oversized_cache_entry=False,
     by_item_platforms=_WITH_XPU,
     async_assert=True,
@@ -240,6 +245,7 @@ FORWARD_0_5_23 = ForwardRules(
     count_from_offsets=True,
     index_copy_scatter=True,
     precomputed_per_item=True,
+    prefers_cached_after_set=True,
     rejects_oversized_cache_entry=True,
     by_item_platforms=_WITH_XPU,
     async_assert=True,

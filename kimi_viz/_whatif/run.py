@@ -21,10 +21,8 @@ from ..request.images import RequestImage, probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
-from ..schedule.call import ModelCall, model_call
-from ..split._replay import replay
-from ..split.divergence import with_divergence
-from ..split.trace import Replayed, Trace
+from ..schedule.call import ModelCall, model_call, replay_call
+from ..split.trace import Trace
 from ..split.verdict import Status, Verdict, build_verdict
 from .why import why_text
 
@@ -117,41 +115,6 @@ class WhatIf:
         }
 
 
-def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: Any = "auto") -> Trace | None:
-    """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
-    if not call.called:
-        return None
-    assert call.batch is not None
-    if call.rank_batches is None:
-        return replay(
-            call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device, find_fix=False
-        )
-    traces = [
-        replay(
-            call.rank_batches[r],
-            tp_size=call.tp_size,
-            rank=r,
-            sglang_version=sglang_version,
-            mode=mode,
-            device=device,
-            find_fix=False,
-        )
-        for r in range(call.tp_size)
-    ]
-    first = next((t for t in traces if t.outcome == "error"), traces[0])
-    combined = Replayed(
-        first.batch,
-        call.tp_size,
-        first.code_path,
-        first.mode,
-        [t.ranks[0] for t in traces],
-        first.grid_thws_host,
-        first.assignment,
-        first.release,
-    )
-    return with_divergence(combined)
-
-
 def evaluate(
     images: Sequence[RequestImage],
     settings: ServerSettings,
@@ -222,4 +185,4 @@ def whatif(
     return result
 
 
-__all__ = ["WhatIf", "WhatIfStatus", "NO_CALL", "whatif", "evaluate", "replay_call"]
+__all__ = ["WhatIf", "WhatIfStatus", "NO_CALL", "whatif", "evaluate"]

@@ -21,8 +21,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..request.sides import BuiltRequest, local_rows_feature
+from ..split._replay import replay
 from ..split.batch import Batch
+from ..split.divergence import with_divergence
 from ..split.ranks import assign_ranks, check_tp_size
+from ..split.trace import Replayed, Trace
 
 
 @dataclass(frozen=True)
@@ -137,4 +140,39 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
     return ModelCall(tp, positions, skipped, batch, rank_batches, owners)
 
 
-__all__ = ["Skipped", "ModelCall", "model_call"]
+def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: Any = "auto") -> Trace | None:
+    """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
+    if not call.called:
+        return None
+    assert call.batch is not None
+    if call.rank_batches is None:
+        return replay(
+            call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device, find_fix=False
+        )
+    traces = [
+        replay(
+            call.rank_batches[r],
+            tp_size=call.tp_size,
+            rank=r,
+            sglang_version=sglang_version,
+            mode=mode,
+            device=device,
+            find_fix=False,
+        )
+        for r in range(call.tp_size)
+    ]
+    first = next((t for t in traces if t.outcome == "error"), traces[0])
+    combined = Replayed(
+        first.batch,
+        call.tp_size,
+        first.code_path,
+        first.mode,
+        [t.ranks[0] for t in traces],
+        first.grid_thws_host,
+        first.assignment,
+        first.release,
+    )
+    return with_divergence(combined)
+
+
+__all__ = ["Skipped", "ModelCall", "model_call", "replay_call"]

@@ -1,0 +1,340 @@
+"""A workload on a deployment: every request's items and prompt, the prefill passes, each pass replayed.
+
+:func:`replay_workload` follows the whole path for a set of requests: each request's images go
+through that release's request side (:func:`~kimi_viz.request.sides.build_request`: deferred or
+eager items), its prompt places each image's ``<|media_pad|>`` run
+(:func:`~kimi_viz.request.prompt.render_prompt`), the scheduler groups requests into prefill passes
+and cuts long prompts into chunks (:func:`~.scheduler.plan_passes`), and each pass is replayed by
+:func:`~.forward.replay_forward` with one embedding cache carried from pass to pass. The first pass
+that raises ends the replay: an exception in the forward pass kills the scheduler process, and
+every request it held with it (SGLang issue #36018).
+
+On an EPD deployment (``--serving epd-encoder``) each request's images are first encoded by the
+encode server (its own ``get_image_feature`` call per request); the language server then receives
+the rows as ``precomputed_embeddings`` and takes the precomputed path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import WhatIfError
+from ..preprocess.resize import resize_config
+from ..releases import Release, release_for
+from ..request.prompt import Prompt, render_prompt
+from ..request.settings import ServerSettings
+from ..request.sides import BuiltRequest, build_request
+from ..split.trace import ErrorInfo, Trace
+from .cache import DEFAULT_CACHE_MB, EmbeddingCache
+from .forward import ForwardItem, ForwardRequest, ForwardTrace, Platform, call_encoder, replay_forward
+from .rows import Rows, Source
+from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
+from .workload import Workload
+
+LoadStatus = Literal["clean", "error-reproduced", "silent-mismatch"]
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """What the scheduler and the forward pass add to the server settings for a workload."""
+
+    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL  # None or <= 0: chunked prefill off
+    cache_mb: float = DEFAULT_CACHE_MB  # SGLANG_VLM_CACHE_SIZE_MB (0 stores nothing)
+    platform: Platform = "cuda"
+
+    def flags(self) -> str:
+        """Return the SGLang settings these stand for: ``--chunked-prefill-size``, ``SGLANG_VLM_CACHE_SIZE_MB``."""
+        chunk = self.chunked_prefill_size if self.chunked_prefill_size and self.chunked_prefill_size > 0 else -1
+        return f"--chunked-prefill-size {chunk} SGLANG_VLM_CACHE_SIZE_MB={self.cache_mb:g} ({self.platform})"
+
+
+@dataclass
+class EncoderRun:
+    """An EPD encode server's ``get_image_feature`` call for one request: its trace and the rows per image."""
+
+    request: int
+    trace: Trace | None
+    tokens: list[int]
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        """Return the call's error, or None."""
+        return None if self.trace is None else self.trace.error
+
+
+@dataclass
+class LoadResult:
+    """A workload on one release at one attention-TP size: the built requests, prompts, passes and each replay."""
+
+    workload: Workload
+    release: Release
+    tp_size: int
+    settings: ServerSettings
+    load: LoadSettings
+    built: list[BuiltRequest]
+    prompts: list[Prompt]
+    plans: list[PassPlan]
+    passes: list[ForwardTrace]  # the passes replayed, up to and including the first that raised
+    encoder_runs: list[EncoderRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failing_pass(self) -> int | None:
+        """Return the index of the pass that raises, or None."""
+        return next((k for k, p in enumerate(self.passes) if p.error is not None), None)
+
+    @property
+    def encoder_error(self) -> EncoderRun | None:
+        """Return the EPD encoder run that raised, or None."""
+        return next((run for run in self.encoder_runs if run.error is not None), None)
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        """Return what SGLang raises first (the encode server's, then a pass's), or None."""
+        if self.encoder_error is not None:
+            return self.encoder_error.error
+        failing = self.failing_pass
+        return None if failing is None else self.passes[failing].error
+
+    @property
+    def silent(self) -> bool:
+        """Return True when nothing raises but an image is encoded wrongly or rows land on another image's tokens."""
+        if self.error is not None:
+            return False
+        for trace in self.passes:
+            if trace.misplaced():
+                return True
+            for call in trace.calls:
+                if call.trace is not None and call.trace.divergence.silent:
+                    return True
+        return any(run.trace is not None and run.trace.divergence.silent for run in self.encoder_runs)
+
+    @property
+    def status(self) -> LoadStatus:
+        """Return ``error-reproduced``, ``silent-mismatch`` or ``clean``."""
+        if self.error is not None:
+            return "error-reproduced"
+        return "silent-mismatch" if self.silent else "clean"
+
+    @property
+    def failed(self) -> bool:
+        """Return True when SGLang raises somewhere on the path."""
+        return self.error is not None
+
+    def failing_call(self) -> Any:
+        """Return the ``get_image_feature`` call that raised (a :class:`~.forward.CallRecord`), or None."""
+        failing = self.failing_pass
+        if failing is None:
+            return None
+        return next((c for c in self.passes[failing].calls if c.trace is not None and c.trace.error), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the workload's answer as JSON: every request, prompt, pass and its replay."""
+        error = self.error
+        return {
+            "sglang_version": self.release.version,
+            "tp_size": self.tp_size,
+            "settings": self.settings.to_json(),
+            "load": {
+                "chunked_prefill_size": self.load.chunked_prefill_size,
+                "cache_mb": self.load.cache_mb,
+                "platform": self.load.platform,
+            },
+            "status": self.status,
+            "error": None if error is None else error.to_json(),
+            "failing_pass": self.failing_pass,
+            "requests": [
+                {
+                    **request.to_json(),
+                    "prompt_length": prompt.length,
+                    "pad_runs": [list(run) for run in prompt.pad_runs],
+                    "forms": built.forms,
+                }
+                for request, prompt, built in zip(self.workload.requests, self.prompts, self.built)
+            ],
+            "passes": [
+                {**plan.to_json(), "replay": trace.to_json() if trace is not None else None}
+                for plan, trace in zip(self.plans, [*self.passes, *([None] * (len(self.plans) - len(self.passes)))])
+            ],
+            "encoder": [
+                {
+                    "request": run.request,
+                    "tokens": run.tokens,
+                    "error": None if run.error is None else run.error.to_json(),
+                }
+                for run in self.encoder_runs
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def _tokens(built: BuiltRequest) -> list[int]:
+    """Return each image's ``<|media_pad|>`` count: the producer's ``num_tokens`` (what the request side expands)."""
+    return [resize_config(image.width, image.height, built.producer).tokens for image in built.images]
+
+
+def replay_workload(
+    workload: Workload,
+    *,
+    sglang_version: str,
+    tp_size: int,
+    settings: ServerSettings | None = None,
+    load: LoadSettings | None = None,
+    mode: Literal["pixels", "shapes"] = "shapes",
+    device: Any = "auto",
+    cache: EmbeddingCache | None = None,
+) -> LoadResult:
+    """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
+
+    ``cache`` is the embedding cache the workload starts with (a fresh one of ``load.cache_mb`` MB by
+    default; it is copied, never changed). Raises :class:`~kimi_viz.errors.WhatIfError` for settings
+    the release refuses or contradictory ones.
+    """
+    from ..split.ranks import check_tp_size
+
+    release, sentence = release_for(sglang_version)
+    tp = check_tp_size(tp_size, "tp")
+    settings = settings if settings is not None else ServerSettings()
+    load = load if load is not None else LoadSettings()
+    if settings.embedding_cache_hits or settings.preprocess_cache_hits:
+        raise WhatIfError(
+            "--embedding-cache-hit / --preprocess-cache-hit: a workload models its caches itself (a repeated "
+            "image is a hit); drop them, or repeat the image in an earlier arrival"
+        )
+    built = [
+        _with_stale_rows(build_request(list(r.images), settings, release.request_side, mode=mode), r, mode)
+        for r in workload.requests
+    ]
+    prompts = [
+        render_prompt(_tokens(b), [im.size for im in b.images], before=r.before, between=r.between, after=r.after)
+        for r, b in zip(workload.requests, built)
+    ]
+    notes = [sentence] if sglang_version.strip() != release.version else []
+    plans = plan_passes(
+        [p.length for p in prompts],
+        [r.arrival for r in workload.requests],
+        chunked_prefill_size=load.chunked_prefill_size,
+    )
+    items = _forward_items(workload, built, prompts)
+    encoder_runs: list[EncoderRun] = []
+    if settings.epd:
+        encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
+    result = LoadResult(workload, release, tp, settings, load, built, prompts, plans, [], encoder_runs, notes)
+    if result.encoder_error is not None:
+        return result
+    cache = (
+        cache.copy()
+        if cache is not None
+        else EmbeddingCache.of_megabytes(load.cache_mb, rejects_oversized=release.forward.rejects_oversized_cache_entry)
+    )
+    for seed in workload.cache:  # entries an earlier request left under the same hash
+        key = seed.image.digest[:16]
+        cache.set(key, Rows.of(Source(-1, 0, "earlier", f"{seed.image.label}, cached", key), seed.tokens))
+    consumer = built[0].consumer.to_media_proc_cfg()
+    encode = call_encoder(release=release, tp_size=tp, processor=consumer, mode=mode, device=device)
+    for plan in plans:
+        batch = [
+            ForwardRequest(
+                w.request,
+                workload.requests[w.request].rid,
+                items[w.request],
+                w.prefix,
+                w.extend,
+                prompts[w.request].length,
+            )
+            for w in plan.windows
+        ]
+        trace = replay_forward(
+            batch,
+            release=release,
+            tp_size=tp,
+            cache=cache,
+            encode=encode,
+            platform=load.platform,
+            chunked_prefill_size=load.chunked_prefill_size or -1,
+        )
+        result.passes.append(trace)
+        if trace.error is not None:
+            break
+    return result
+
+
+def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltRequest:
+    """Return ``built`` with every stale image's item holding the other image's eager rows under its own grid (S10)."""
+    if not request.stale:
+        return built
+    from dataclasses import replace
+
+    from ..request.producer import eager_feature
+
+    items = list(built.items)
+    for k, other in request.stale:
+        resize = resize_config(other.width, other.height, built.producer)
+        feature = eager_feature(other, resize, built.producer, mode=mode)  # type: ignore[arg-type]
+        items[k] = replace(items[k], feature=feature, deferred=None, local_preprocessed=False)
+    notes = [
+        *built.notes,
+        *(f"image {k}: the preprocessing cache hands back {o.label}'s eager rows" for k, o in request.stale),
+    ]
+    return replace(built, items=items, notes=notes)
+
+
+def _forward_items(
+    workload: Workload, built: list[BuiltRequest], prompts: list[Prompt]
+) -> list[tuple[ForwardItem, ...]]:
+    out = []
+    for k, (request, b, prompt) in enumerate(zip(workload.requests, built, prompts)):
+        stale = dict(request.stale)
+        out.append(
+            tuple(
+                ForwardItem(
+                    Source(k, i, request.rid, image.label, image.digest[:16]),
+                    image.digest[:16],
+                    run,
+                    item,
+                    origin=None
+                    if i not in stale
+                    else Source(k, i, request.rid, f"{stale[i].label}, stale", stale[i].digest[:16]),
+                )
+                for i, (image, item, run) in enumerate(zip(b.images, b.items, prompt.pad_runs))
+            )
+        )
+    return out
+
+
+def _encode_server(
+    workload: Workload,
+    built: list[BuiltRequest],
+    items: list[tuple[ForwardItem, ...]],
+    release: Release,
+    tp: int,
+    mode: str,
+    device: Any,
+) -> tuple[list[EncoderRun], list[tuple[ForwardItem, ...]]]:
+    """Return the encode server's runs and the items with their rows as ``precomputed_embeddings``."""
+    from dataclasses import replace
+
+    from .call import model_call, replay_call
+
+    runs, out = [], []
+    for k, b in enumerate(built):
+        call = model_call(b, tp, release.version)
+        trace = replay_call(call, release.version, mode=mode, device=device)
+        tokens = [0] * len(b.items)
+        if trace is not None and trace.error is None:
+            produced = {row.image: row.produced_rows for rank in trace.ranks for row in rank.images}
+            for g, position in enumerate(call.positions):
+                rows = produced.get(g)
+                if rows is None:
+                    feature = call.batch_for(0).items[g].feature
+                    rows = int(feature.shape[0]) if feature.shape else 0
+                tokens[position] = rows // 4
+        runs.append(EncoderRun(k, trace, tokens))
+        out.append(tuple(replace(item, precomputed=Rows.of(item.rows_source, n)) for item, n in zip(items[k], tokens)))
+        if trace is not None and trace.error is not None:
+            break
+    return runs, out
+
+
+__all__ = ["LoadSettings", "LoadStatus", "EncoderRun", "LoadResult", "replay_workload"]

@@ -1,0 +1,211 @@
+"""A workload: the requests a deployment receives, each with its images and its text, and when they arrive.
+
+``kimi-viz whatif --requests FILE`` reads one from JSON (``docs/whatif.md``)::
+
+    {"requests": [
+        {"id": "r1", "images": ["a.png", "b.png"], "text": {"before": 40, "between": 8, "after": 120}},
+        {"id": "r2", "images": ["c.png"], "arrival": 1}
+    ]}
+
+``images`` are paths (relative to the file's folder) or sample image names; ``text`` counts the text
+tokens before, between and after the images (defaults 32, 8, 32); requests with the same ``arrival``
+(default 0) arrive together and are prefilled together, and every arrival waits for the previous one
+to be prefilled. ``--together IMAGE...`` is the workload of one single-image request per image, all
+arriving together.
+
+Two optional keys describe what the server already holds. ``"stale": {"1": "other.png"}`` on a
+request says that its image 1 comes back from the preprocessing cache as *other.png*'s eager rows
+under image 1's own grid (a stale artifact: class S10). ``"cache": [{"image": "a.png", "tokens": 120}]``
+at the top seeds the embedding cache with an entry under *a.png*'s hash holding ``tokens`` rows (an
+entry left by a request that sized the image differently).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import WhatIfError
+from ..request.images import RequestImage, image_sources, probe_image
+
+MAX_REQUESTS = 256
+MAX_IMAGES = 256  # images in a whole workload
+MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + after
+DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its id, its images in order, its text token counts and its arrival."""
+
+    rid: str
+    images: tuple[RequestImage, ...]
+    before: int = DEFAULT_TEXT["before"]
+    between: int = DEFAULT_TEXT["between"]
+    after: int = DEFAULT_TEXT["after"]
+    arrival: int = 0
+    stale: tuple[tuple[int, RequestImage], ...] = ()  # (image, the image whose eager rows the cache hands back)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"id", "images", "text", "arrival"}`` (images as their labels), and ``"stale"`` when set."""
+        data: dict[str, Any] = {
+            "id": self.rid,
+            "images": [image.label for image in self.images],
+            "text": {"before": self.before, "between": self.between, "after": self.after},
+            "arrival": self.arrival,
+        }
+        if self.stale:
+            data["stale"] = {str(k): image.label for k, image in self.stale}
+        return data
+
+
+@dataclass(frozen=True)
+class CacheSeed:
+    """An embedding-cache entry the workload starts with: ``tokens`` rows under ``image``'s hash."""
+
+    image: RequestImage
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The requests, in the order they reach the scheduler."""
+
+    requests: tuple[Request, ...]
+    cache: tuple[CacheSeed, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.requests:
+            raise WhatIfError("requests: the workload holds no request; give at least one request with an image")
+        if len(self.requests) > MAX_REQUESTS:
+            raise WhatIfError(f"requests: {len(self.requests)} requests, over the limit of {MAX_REQUESTS}")
+        images = sum(len(r.images) for r in self.requests)
+        if images > MAX_IMAGES:
+            raise WhatIfError(f"requests: {images} images in all, over the limit of {MAX_IMAGES}")
+        ids = [r.rid for r in self.requests]
+        repeated = sorted({rid for rid in ids if ids.count(rid) > 1})
+        if repeated:
+            raise WhatIfError(f"requests: the id {repeated[0]!r} names two requests; give every request its own id")
+
+    @property
+    def images(self) -> int:
+        """Return the number of images in all requests."""
+        return sum(len(r.images) for r in self.requests)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the workload in its JSON form."""
+        data: dict[str, Any] = {"requests": [r.to_json() for r in self.requests]}
+        if self.cache:
+            data["cache"] = [{"image": seed.image.label, "tokens": seed.tokens} for seed in self.cache]
+        return data
+
+
+def together(images: list[Any]) -> Workload:
+    """Return one single-image request per image (ids ``r1``, ``r2``, …), all arriving together."""
+    probed = [image if isinstance(image, RequestImage) else probe_image(image) for image in image_sources(images)]
+    return Workload(tuple(Request(f"r{k + 1}", (image,)) for k, image in enumerate(probed)))
+
+
+def single(images: list[Any], rid: str = "r1") -> Workload:
+    """Return the workload of one request carrying ``images``."""
+    probed = tuple(image if isinstance(image, RequestImage) else probe_image(image) for image in image_sources(images))
+    return Workload((Request(rid, probed),))
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TEXT_TOKENS:
+        raise WhatIfError(f"{where}: expected a token count from 0 to {MAX_TEXT_TOKENS}, got {value!r}")
+    return value
+
+
+def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the workload") -> Workload:
+    """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``."""
+    if not isinstance(data, dict) or set(data) - {"requests", "cache"} or not isinstance(data.get("requests"), list):
+        raise WhatIfError(f'{source}: expected {{"requests": [{{"images": [...]}}, ...]}}, got {_kind(data)}')
+    raw = data["requests"]
+    if len(raw) > MAX_REQUESTS:
+        raise WhatIfError(f"{source}: {len(raw)} requests, over the limit of {MAX_REQUESTS}")
+    requests = []
+    for k, entry in enumerate(raw):
+        where = f"{source}: requests[{k}]"
+        if not isinstance(entry, dict):
+            raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
+        unknown = set(entry) - {"id", "images", "text", "arrival", "stale"}
+        if unknown:
+            raise WhatIfError(f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale")
+        rid = entry.get("id", f"r{k + 1}")
+        if not isinstance(rid, str) or not rid or len(rid) > 64:
+            raise WhatIfError(f"{where}.id: expected a string of 1 to 64 characters, got {rid!r}")
+        names = entry.get("images")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise WhatIfError(f"{where}.images: expected a non-empty list of image paths or sample names")
+        text = entry.get("text", {})
+        if not isinstance(text, dict) or set(text) - set(DEFAULT_TEXT):
+            raise WhatIfError(f"{where}.text: expected {{before, between, after}} token counts, got {text!r}")
+        counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
+        arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
+        images = tuple(probe_image(_resolve(name, folder), label=name) for name in names)
+        stale = entry.get("stale", {})
+        if not isinstance(stale, dict):
+            raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
+        pairs = []
+        for key, name in stale.items():
+            if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
+                raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
+            pairs.append((int(key), probe_image(_resolve(name, folder), label=name)))
+        requests.append(Request(rid, images, arrival=arrival, stale=tuple(sorted(pairs, key=lambda p: p[0])), **counts))
+    seeds = []
+    cache = data.get("cache", [])
+    if not isinstance(cache, list) or len(cache) > MAX_IMAGES:
+        raise WhatIfError(f"{source}: cache: expected a list of {{image, tokens}} entries (at most {MAX_IMAGES})")
+    for k, seed in enumerate(cache):
+        where = f"{source}: cache[{k}]"
+        if not isinstance(seed, dict) or set(seed) != {"image", "tokens"} or not isinstance(seed["image"], str):
+            raise WhatIfError(f'{where}: expected {{"image": path, "tokens": count}}, got {seed!r}')
+        seeds.append(
+            CacheSeed(
+                probe_image(_resolve(seed["image"], folder), label=seed["image"]),
+                _count(seed["tokens"], f"{where}.tokens"),
+            )
+        )
+    return Workload(tuple(requests), tuple(seeds))
+
+
+def read_workload(path: str | os.PathLike) -> Workload:
+    """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits."""
+    from ..preprocess.config import read_json_file
+
+    path = Path(path)
+    data = read_json_file(path, error=WhatIfError, limit=1 << 20)
+    return parse_workload(data, folder=path.parent, source=str(path))
+
+
+def _resolve(name: str, folder: Path | None) -> Any:
+    path = Path(name)
+    if not path.is_absolute() and folder is not None and (folder / path).exists():
+        return folder / path
+    return image_sources([name])[0]
+
+
+def _kind(value: Any) -> str:
+    return (
+        type(value).__name__
+        if not isinstance(value, (dict, list))
+        else ("an object" if isinstance(value, dict) else "a list")
+    )
+
+
+__all__ = [
+    "MAX_REQUESTS",
+    "MAX_IMAGES",
+    "DEFAULT_TEXT",
+    "Request",
+    "CacheSeed",
+    "Workload",
+    "together",
+    "single",
+    "parse_workload",
+    "read_workload",
+]
