@@ -122,6 +122,22 @@ CALLS: dict[str, str] = {
     "Sweep": "assert replace(kv.sweep(pair, tp_sizes=(2,))).summary()",
     "minimize": "assert kv.minimize(pair, sglang_version='0.5.18', tp_size=2).images",
     "Minimized": "assert replace(kv.minimize(pair, sglang_version='0.5.18', tp_size=2)).images",
+    # under load
+    "Workload": "assert len(replace(kv.together(pair)).requests) == 2",
+    "Request": "assert kv.Request('r', kv.together([chelsea]).requests[0].images).to_json()['id'] == 'r'",
+    "CacheSeed": "assert kv.CacheSeed(kv.together([chelsea]).requests[0].images[0], 120).tokens == 120",
+    "together": "assert [r.rid for r in kv.together(pair).requests] == ['r1', 'r2']",
+    "read_workload": "assert kv.read_workload(workload_file).images == 2",
+    "LoadSettings": "assert kv.LoadSettings(cache_mb=0).flags().endswith('SGLANG_VLM_CACHE_SIZE_MB=0 (cuda)')",
+    "whatif_load": "assert kv.whatif_load(kv.together(pair), sglang_version='0.5.18', tp_size=2).failing_ranks == [1]",
+    "LoadAnswer": "assert replace(kv.whatif_load(kv.together(pair), sglang_version='0.5.19', tp_size=2)).why",
+    "sweep_load": "assert len(kv.sweep_load(kv.together(pair), tp_sizes=(2,)).cells) == 5",
+    "sweep_pairs": "assert len(kv.sweep_pairs(pair, tp_sizes=(2,)).failing()) == 1",
+    "minimize_load": (
+        "assert kv.minimize_load(kv.together(pair), sglang_version='0.5.18', tp_size=2).minimal.images == 2"
+    ),
+    "LOAD_SCENARIOS": "assert 's14-two-requests-one-call' in kv.LOAD_SCENARIOS",
+    "run_load_scenario": "assert kv.run_load_scenario('s15-straddling-image').status.value == 'clean'",
     "run_demo": (
         "assert kv.run_demo(fresh('demo'), scenarios=['s1-cpu'], gallery=False, progress=None).name == 'index.html'"
     ),
@@ -153,6 +169,8 @@ s1 = kv.get_scenario('s1-cpu').build()
 trace = kv.replay(s1, tp_size=2, mode='shapes')
 verdict = kv.build_verdict(trace)
 manifest = kv.write_manifest(s1, fresh('manifest'))
+workload_file = fresh('workload.json')
+workload_file.write_text('{"requests": [{"images": ["rocket.jpg"]}, {"images": ["astronaut.png"]}]}')
 """
 
 

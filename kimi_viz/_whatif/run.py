@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SettingNotInReleaseError
 from ..releases import PATH_INTRODUCED, REQUEST_SIDES, FixRelease, Release, release_for
@@ -25,6 +25,9 @@ from ..schedule.call import ModelCall, model_call, replay_call
 from ..split.trace import Trace
 from ..split.verdict import Status, Verdict, build_verdict
 from .why import why_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .load import LoadHint
 
 
 class WhatIfStatus(str, Enum):
@@ -51,6 +54,7 @@ class WhatIf:
     trace: Trace | None  # None when nothing reaches get_image_feature
     verdict: Verdict | None
     notes: list[str] = field(default_factory=list)
+    under_load: LoadHint | None = None  # clean alone, but fails when prefilled with this partner
 
     @property
     def status(self) -> WhatIfStatus:
@@ -112,6 +116,7 @@ class WhatIf:
             "why": self.why,
             "culprit": self.culprit(),
             "verdict": None if self.verdict is None else self.verdict.to_json(),
+            "under_load": None if self.under_load is None else self.under_load.to_json(),
         }
 
 
@@ -158,6 +163,11 @@ def _fix(result: WhatIf, mode: Mode) -> FixRelease | None:
     return None
 
 
+def _load_applies(settings: ServerSettings) -> bool:
+    """Return True when a workload can model these settings (normal serving, caches left to the workload)."""
+    return not (settings.epd or settings.embedding_cache_hits or settings.preprocess_cache_hits)
+
+
 def whatif(
     images: Sequence[Any],
     *,
@@ -167,12 +177,15 @@ def whatif(
     mode: Mode = "shapes",
     device: Any = "auto",
     find_fix: bool = True,
+    under_load: bool = True,
 ) -> WhatIf:
     """Return the :class:`WhatIf` of a request carrying ``images`` (paths, bytes or PIL images) on one deployment.
 
     ``settings`` are the server settings (default: SGLang's defaults, normal serving on a one-node
     CUDA server); ``mode="shapes"`` reads only the image headers, ``"pixels"`` materializes the pixels
     too. With ``find_fix`` a failing request also names the first later release that runs it clean.
+    With ``under_load`` a request that is clean alone is also prefilled together with each sample
+    image as a second request (smallest first): ``WhatIf.under_load`` names the first that fails.
     """
     probed = probe_images(images)
     settings = settings if settings is not None else ServerSettings()
@@ -182,6 +195,11 @@ def whatif(
         result = replace(
             result, trace=replace(result.trace, fixed_in=fix), verdict=replace(result.verdict, fixed_in=fix)
         )
+    if under_load and result.status is WhatIfStatus.CLEAN and _load_applies(settings):
+        from .load import pair_hint
+
+        hint = pair_hint(probed, sglang_version=result.release.version, tp_size=result.tp_size, settings=settings)
+        result = replace(result, under_load=hint)
     return result
 
 

@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "scenario",
         help="list the reproducible scenarios, or replay one and print its verdict",
         description="Named batches built from the sample images, one per way SGLang's deferred split breaks "
-        "(S1 ... S13) plus healthy batches, each with the outcome SGLang 0.5.23 gives.",
+        "(S1 ... S13) plus healthy batches, each with the outcome SGLang 0.5.23 gives; and workloads under "
+        "load (S14 ...: requests prefilled together, chunked prefill, the embedding cache, the splice).",
     )
     actions = parser.add_subparsers(dest="scenario_action", metavar="ACTION")
     listing = actions.add_parser(
@@ -75,11 +76,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """Print the catalogue (a table, or JSON with ``--json``); return 0."""
     from ..scenarios.catalogue import SCENARIOS
+    from ..scenarios.load import LOAD_SCENARIOS
 
     if args.json:
-        emit(json.dumps([s.to_json() for s in SCENARIOS.values()], indent=2))
+        listed = [s.to_json() for s in SCENARIOS.values()] + [s.to_json() for s in LOAD_SCENARIOS.values()]
+        emit(json.dumps(listed, indent=2))
         return 0
-    width = max(len(name) for name in SCENARIOS)
+    width = max(len(name) for name in [*SCENARIOS, *LOAD_SCENARIOS])
     emit(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
     for scenario in SCENARIOS.values():
         expected = scenario.expected
@@ -92,15 +95,49 @@ def run_list(args: argparse.Namespace) -> int:
             f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
             f"{scenario.code_path:<8}  {what}"
         )
+    emit("")
+    emit("under load (workloads: several requests, chunked prefill, the embedding cache; pipeline spec §10):")
+    emit(f"{'NAME':<{width}}  CLASS  TP  RELEASE   EXPECTED")
+    for load in LOAD_SCENARIOS.values():
+        want = load.expected
+        what = want.status if want.type is None else f"{want.type}: {want.message}"
+        if want.fixed_in:
+            what += f" (fixed in {want.fixed_in})"
+        emit(f"{load.name:<{width}}  {load.scenario_class:<5}  {load.tp_size:>2}  {load.sglang_version:<8}  {what}")
     return 0
+
+
+def _run_load(args: argparse.Namespace) -> int:
+    """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
+    from ..errors import ScenarioError
+    from ..scenarios.load import get_load_scenario, run_load_scenario
+
+    scenario = get_load_scenario(args.name)
+    if args.manifest_out or args.code_path:
+        option = "--manifest-out" if args.manifest_out else "--code-path"
+        raise ScenarioError(
+            f"{option}: {scenario.name} is a workload of several passes, not one call's batch; drop {option} "
+            "(--sglang-version picks the release)"
+        )
+    answer = run_load_scenario(scenario.name, sglang_version=args.sglang_version)
+    if args.json:
+        emit(json.dumps(answer.to_json(), indent=2, default=str))
+    else:
+        emit(f"== {scenario.name}: {scenario.title} ==")
+        emit(scenario.description)
+        emit(answer.text())
+    return answer.exit_code
 
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
     from ..scenarios.catalogue import get_scenario
+    from ..scenarios.load import LOAD_SCENARIOS
     from ..split._replay import replay
     from ..split.verdict import build_verdict, format_verdict
 
+    if str(args.name).strip().lower() in LOAD_SCENARIOS:
+        return _run_load(args)
     scenario = get_scenario(args.name)
     if args.manifest_out:
         from ..files import check_output

@@ -34,6 +34,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "one per line. Image positions for the cache-hit options count from 0 in the order given.",
     )
     parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
+    load = parser.add_argument_group(
+        "under load",
+        "several requests prefilled together: their images reach get_image_feature in one call "
+        "(docs/whatif.md, 'Workloads')",
+    )
+    load.add_argument(
+        "--together",
+        action="store_true",
+        help="each IMAGE is a single-image request of its own, all arriving together",
+    )
+    load.add_argument(
+        "--requests",
+        metavar="FILE",
+        help='a workload as JSON: {"requests": [{"images": [...], "text": {...}, "arrival": 0}, ...]}',
+    )
+    load.add_argument(
+        "--chunked-prefill-size",
+        metavar="N",
+        default=None,
+        help="SGLang's --chunked-prefill-size (default 8192; -1 or 0 turns chunked prefill off)",
+    )
+    load.add_argument(
+        "--mm-embedding-cache-size",
+        metavar="MB",
+        default=None,
+        help="the embedding cache's size in MB, SGLANG_VLM_CACHE_SIZE_MB (default 100; 0 disables it)",
+    )
+    load.add_argument(
+        "--platform",
+        default="cuda",
+        metavar="{cuda,cpu,hip,npu,xpu}",
+        help="the server's platform: cuda and cpu encode every request's misses in one call, hip/npu/xpu per request",
+    )
     parser.add_argument("--sglang-version", metavar="V", help="the release, 0.5.17 ... 0.5.23 (not with --sweep)")
     parser.add_argument(
         "--tp",
@@ -130,8 +163,52 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     )
 
 
+def _is_workload(args: argparse.Namespace) -> bool:
+    return bool(args.together or args.requests is not None)
+
+
+def load_settings_from_args(args: argparse.Namespace) -> Any:
+    """Return the :class:`~kimi_viz.schedule.load.LoadSettings` the load options ask for."""
+    from ..schedule.forward import PLATFORMS
+    from ..schedule.load import LoadSettings
+    from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
+
+    chunk = DEFAULT_CHUNKED_PREFILL
+    if args.chunked_prefill_size is not None:
+        chunk = _int(args.chunked_prefill_size, "--chunked-prefill-size", low=-1)
+    cache = 100.0
+    if args.mm_embedding_cache_size is not None:
+        cache = float(_int(args.mm_embedding_cache_size, "--mm-embedding-cache-size", low=0))
+    platform = _choice(args.platform, PLATFORMS, "--platform")
+    return LoadSettings(chunked_prefill_size=chunk, cache_mb=cache, platform=platform)  # type: ignore[arg-type]
+
+
+def _check_load(args: argparse.Namespace) -> None:
+    if args.together and args.requests is not None:
+        raise WhatIfError("--together with --requests: pick one (IMAGEs as single-image requests, or a workload file)")
+    if args.requests is not None and args.images:
+        raise WhatIfError("--requests FILE with IMAGEs: the file names the images; drop the IMAGE arguments")
+    if args.together and len(args.images) < 1:
+        raise WhatIfError("--together: no images; give the IMAGEs, one single-image request each")
+    if not _is_workload(args):
+        given = [
+            option
+            for option, value in (
+                ("--chunked-prefill-size", args.chunked_prefill_size),
+                ("--mm-embedding-cache-size", args.mm_embedding_cache_size),
+                ("--platform", None if args.platform == "cuda" else args.platform),
+            )
+            if value is not None
+        ]
+        if given:
+            raise WhatIfError(
+                f"{given[0]} describes a workload: add --together (each IMAGE its own request) or --requests FILE"
+            )
+
+
 def _check_request(args: argparse.Namespace) -> None:
-    if not args.images:
+    _check_load(args)
+    if not args.images and args.requests is None:
         raise WhatIfError("no images: the request needs at least one IMAGE (e.g. kimi-viz whatif a.png b.jpg ...)")
     if args.sweep and args.minimize:
         raise WhatIfError("--sweep with --minimize: pick one (minimize one release and TP size, or sweep them all)")
@@ -154,10 +231,50 @@ def _print_json(data: Any) -> None:
     emit(json.dumps(data, indent=2, default=str))
 
 
+def _run_workload(args: argparse.Namespace, settings: ServerSettings) -> int:
+    """Answer for a workload (``--together`` or ``--requests``): one deployment, ``--sweep`` or ``--minimize``."""
+    from ..schedule.workload import read_workload, together
+
+    load = load_settings_from_args(args)
+    workload = read_workload(args.requests) if args.requests is not None else together(args.images)
+    if args.sweep:
+        from .._whatif._load_sweep import sweep_load
+
+        swept = sweep_load(workload, settings=settings, load=load)
+        if args.json:
+            for cell in swept.to_json():
+                emit(json.dumps(cell, default=str))
+        else:
+            emit(swept.text())
+        return 1 if any(c.error is not None for c in swept.cells) else 0
+    tp = _int(args.tp, "--tp", low=1)
+    if args.minimize:
+        from .._whatif._load_minimize import minimize_load
+
+        found = minimize_load(workload, sglang_version=args.sglang_version, tp_size=tp, settings=settings, load=load)
+        if args.json:
+            _print_json(found.to_json())
+        else:
+            emit(found.text())
+        return 0 if found.target is None else 1
+    from .._whatif.load import whatif_load
+
+    answer = whatif_load(
+        workload, sglang_version=args.sglang_version, tp_size=tp, settings=settings, load=load, mode=args.mode
+    )
+    if args.json:
+        _print_json(answer.to_json())
+    else:
+        emit(answer.text())
+    return answer.exit_code
+
+
 def run(args: argparse.Namespace) -> int:
     """Answer the what-if; return 0 (nothing fails), 1 (a rank raises) or 3 (silent mismatch)."""
     _check_request(args)
     settings = settings_from_args(args)
+    if _is_workload(args):
+        return _run_workload(args, settings)
     if args.sweep:
         from .._whatif._sweep import sweep
 

@@ -120,11 +120,11 @@ def image_sources(names: Any) -> list[Any]:
 
 
 def probe_images(sources: Any) -> list[RequestImage]:
-    """Return the :class:`RequestImage` of every source; raise WhatIfError when there are none."""
+    """Return the :class:`RequestImage` of every source (path, sample name, bytes, PIL image); WhatIfError if none."""
     items = list(sources) if not isinstance(sources, (str, bytes, Path)) else [sources]
     if not items:
         raise WhatIfError("images: the request carries no images; pass at least one image file")
-    return [probe_image(s) for s in items]
+    return [as_request_image(s) for s in items]
 
 
 __all__ = ["RequestImage", "probe_image", "probe_images", "image_sources", "as_request_image"]

@@ -17,6 +17,11 @@ _EXPORTS = {
     "get_scenario": "catalogue",
     "run_scenario": "catalogue",
     "eager_rows": "catalogue",
+    "LoadScenario": "load",
+    "LoadExpectation": "load",
+    "LOAD_SCENARIOS": "load",
+    "get_load_scenario": "load",
+    "run_load_scenario": "load",
 }
 
 __all__ = sorted(_EXPORTS)

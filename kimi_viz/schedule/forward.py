@@ -74,8 +74,10 @@ FORWARD_STEPS = (
 )
 
 Platform = Literal["cuda", "cpu", "hip", "npu", "xpu"]
+PLATFORMS: tuple[Platform, ...] = ("cuda", "cpu", "hip", "npu", "xpu")
 Stage = Literal["precomputed", "call", "split-back", "adjust", "scatter"]
 PathName = Literal["precomputed", "per-image", "by-item", "none"]
+LookupOutcome = Literal["miss", "hit", "stale-hit", "discarded", "duplicate", "found"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,20 @@ class CallRecord:
 
 
 @dataclass(frozen=True)
+class Lookup:
+    """One overlapping item looked up in the embedding cache: a miss (into the call), a hit, or a duplicate.
+
+    ``stale-hit``: a cached entry of another length used as it is (before 0.5.19); ``discarded``: such
+    an entry dropped with a warning and the item encoded (0.5.19+); ``found``: an equal key already
+    found in this pass; ``duplicate``: an equal key already among this pass's misses (encoded once).
+    """
+
+    source: Source
+    outcome: LookupOutcome
+    rows: int | None = None  # the cached entry's rows, for hits and stale entries
+
+
+@dataclass(frozen=True)
 class Placement:
     """Feature rows written onto a request's pad tokens: positions ``[start, start + run.count)`` get ``run``."""
 
@@ -186,6 +202,7 @@ class ForwardTrace:
     stage: Stage | None  # where it raised
     placements: list[Placement]
     cache_keys: list[str]  # the cache's keys after the pass, least recently used first
+    lookups: list[Lookup] = field(default_factory=list)  # every overlapping item's cache lookup, in order
 
     @property
     def outcome(self) -> Literal["ok", "error"]:
@@ -234,6 +251,10 @@ class ForwardTrace:
             "outcome": self.outcome,
             "error": None if self.error is None else self.error.to_json(),
             "stage": self.stage,
+            "lookups": [
+                {"request": u.source.rid, "image": u.source.image, "outcome": u.outcome, "cached_rows": u.rows}
+                for u in self.lookups
+            ],
             "placements": [
                 {
                     "request": self.batch[[r.index for r in self.batch].index(p.request)].rid,
@@ -319,6 +340,7 @@ class _Pass:
         self.steps: list[Step] = []
         self.calls: list[CallRecord] = []
         self.warnings: list[str] = []
+        self.lookups: list[Lookup] = []
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -390,8 +412,10 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[tuple[int, 
         for item in touched:
             key: Any = (item.key, item.tokens) if rules.dedupe_by_tokens else item.key
             what = ""
+            lookup: Lookup
             if key in found:
                 what = "already found in this pass"
+                lookup = Lookup(item.source, "found")
             else:
                 cached = state.cache.get(item.key)
                 if cached is not None and rules.discards_stale_cache and len(cached) != item.tokens:
@@ -399,14 +423,19 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[tuple[int, 
                     state.cache.free(item.key)
                     misses[key] = item
                     what = f"stale cache entry ({len(cached)} rows for {item.tokens} tokens): discarded, a miss"
+                    lookup = Lookup(item.source, "discarded", len(cached))
                 elif cached is not None:
                     found[key] = cached
                     what = "cache hit" + ("" if len(cached) == item.tokens else f" ({len(cached)} rows, used as is)")
+                    lookup = Lookup(item.source, "hit" if len(cached) == item.tokens else "stale-hit", len(cached))
                 elif key in misses:
                     what = f"a duplicate of {misses[key].source.name}: encoded once"
+                    lookup = Lookup(item.source, "duplicate")
                 else:
                     misses[key] = item
                     what = "miss"
+                    lookup = Lookup(item.source, "miss")
+            state.lookups.append(lookup)
             lookups.append(
                 {
                     "request": request.rid,
@@ -466,10 +495,13 @@ def _by_item(state: _Pass, request: ForwardRequest) -> list[Rows]:
             state.warn(MSG_DISCARD.format(item.key, item.tokens, len(cached)))
             state.cache.free(item.key)
             misses.append((k, item))
+            state.lookups.append(Lookup(item.source, "discarded", len(cached)))
         elif cached is not None:
             found[k] = cached
+            state.lookups.append(Lookup(item.source, "hit" if len(cached) == item.tokens else "stale-hit", len(cached)))
         else:
             misses.append((k, item))
+            state.lookups.append(Lookup(item.source, "miss"))
     if misses:
         items = [i for _, i in misses]
         parts = state.split_back(state.call(items), items)
@@ -605,6 +637,7 @@ def replay_forward(
         stage,
         placements,
         cache.keys(),
+        state.lookups,
     )
 
 
@@ -720,10 +753,12 @@ def _placements(positions: list[tuple[int, int, int]], embedding: Rows) -> list[
 __all__ = [
     "FORWARD_STEPS",
     "Platform",
+    "PLATFORMS",
     "ForwardItem",
     "ForwardRequest",
     "CallItem",
     "CallRecord",
+    "Lookup",
     "Placement",
     "ForwardTrace",
     "call_encoder",

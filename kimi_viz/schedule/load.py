@@ -16,7 +16,7 @@ the rows as ``precomputed_embeddings`` and takes the precomputed path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import WhatIfError
@@ -30,7 +30,7 @@ from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .forward import ForwardItem, ForwardRequest, ForwardTrace, Platform, call_encoder, replay_forward
 from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
-from .workload import Workload
+from .workload import Request, Workload
 
 LoadStatus = Literal["clean", "error-reproduced", "silent-mismatch"]
 
@@ -184,12 +184,14 @@ def replay_workload(
     mode: Literal["pixels", "shapes"] = "shapes",
     device: Any = "auto",
     cache: EmbeddingCache | None = None,
+    built: list[BuiltRequest] | None = None,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
     ``cache`` is the embedding cache the workload starts with (a fresh one of ``load.cache_mb`` MB by
-    default; it is copied, never changed). Raises :class:`~kimi_viz.errors.WhatIfError` for settings
-    the release refuses or contradictory ones.
+    default; it is copied, never changed); ``built`` are the requests' items when the caller already
+    built them with this release's request side (a sweep builds each once). Raises
+    :class:`~kimi_viz.errors.WhatIfError` for settings the release refuses or contradictory ones.
     """
     from ..split.ranks import check_tp_size
 
@@ -202,10 +204,8 @@ def replay_workload(
             "--embedding-cache-hit / --preprocess-cache-hit: a workload models its caches itself (a repeated "
             "image is a hit); drop them, or repeat the image in an earlier arrival"
         )
-    built = [
-        _with_stale_rows(build_request(list(r.images), settings, release.request_side, mode=mode), r, mode)
-        for r in workload.requests
-    ]
+    if built is None:
+        built = [build_workload_request(r, settings, release, mode) for r in workload.requests]
     prompts = [
         render_prompt(_tokens(b), [im.size for im in b.images], before=r.before, between=r.between, after=r.after)
         for r, b in zip(workload.requests, built)
@@ -216,7 +216,7 @@ def replay_workload(
         [r.arrival for r in workload.requests],
         chunked_prefill_size=load.chunked_prefill_size,
     )
-    items = _forward_items(workload, built, prompts)
+    items = _forward_items(workload, built, prompts, encoder_preprocesses(settings, release))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
@@ -260,12 +260,26 @@ def replay_workload(
     return result
 
 
+def build_workload_request(
+    request: Request, settings: ServerSettings, release: Release, mode: str = "shapes"
+) -> BuiltRequest:
+    """Return the items ``release``'s request side builds for ``request`` (with its stale eager rows, if any)."""
+    built = build_request(list(request.images), settings, release.request_side, mode=mode)  # type: ignore[arg-type]
+    if request.stale and encoder_preprocesses(settings, release):
+        note = "stale rows ignored: the EPD encoder preprocesses every image itself on the cpu backend"
+        return replace(built, notes=[*built.notes, note])
+    return _with_stale_rows(built, request, mode)
+
+
+def encoder_preprocesses(settings: ServerSettings, release: Release) -> bool:
+    """Return True when the EPD encoder preprocesses the raw images itself (no cached artifact reaches it)."""
+    return settings.epd and release.request_side.encoder_defers and settings.backend == "cpu"
+
+
 def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltRequest:
     """Return ``built`` with every stale image's item holding the other image's eager rows under its own grid (S10)."""
     if not request.stale:
         return built
-    from dataclasses import replace
-
     from ..request.producer import eager_feature
 
     items = list(built.items)
@@ -281,11 +295,11 @@ def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltReque
 
 
 def _forward_items(
-    workload: Workload, built: list[BuiltRequest], prompts: list[Prompt]
+    workload: Workload, built: list[BuiltRequest], prompts: list[Prompt], ignore_stale: bool = False
 ) -> list[tuple[ForwardItem, ...]]:
     out = []
     for k, (request, b, prompt) in enumerate(zip(workload.requests, built, prompts)):
-        stale = dict(request.stale)
+        stale = {} if ignore_stale else dict(request.stale)
         out.append(
             tuple(
                 ForwardItem(
@@ -313,8 +327,6 @@ def _encode_server(
     device: Any,
 ) -> tuple[list[EncoderRun], list[tuple[ForwardItem, ...]]]:
     """Return the encode server's runs and the items with their rows as ``precomputed_embeddings``."""
-    from dataclasses import replace
-
     from .call import model_call, replay_call
 
     runs, out = [], []
@@ -337,4 +349,4 @@ def _encode_server(
     return runs, out
 
 
-__all__ = ["LoadSettings", "LoadStatus", "EncoderRun", "LoadResult", "replay_workload"]
+__all__ = ["LoadSettings", "LoadStatus", "EncoderRun", "LoadResult", "replay_workload", "build_workload_request"]

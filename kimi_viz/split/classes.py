@@ -1,6 +1,8 @@
 """The scenario classes of pipeline spec §7: one set, used by the findings, the divergence and the catalogue.
 
 ``S1`` … ``S13`` are the ways the deferred split's invariant breaks (``docs/pipeline.md`` §7),
+``S14`` … ``S17`` the cases of the forward pass under load (§10: requests sharing one call, chunks,
+the embedding cache, the splice),
 ``skew`` a producer and a consumer on different releases, ``none`` a batch where nothing diverges and
 ``unclassified`` a failure no class of §7 explains (its cause's own text then explains it).
 """
@@ -24,6 +26,10 @@ class ScenarioClass(str, Enum):
     S11 = "S11"  # a 2-channel tensor
     S12 = "S12"  # an HWC tensor read as CHW
     S13 = "S13"  # a zero-sized image
+    S14 = "S14"  # single-image requests prefilled together: one get_image_feature call (S1 across requests)
+    S15 = "S15"  # an image straddling two prefill chunks
+    S16 = "S16"  # an embedding-cache entry of another length under the image's hash
+    S17 = "S17"  # a stale eager feature followed to the splice (S10 under load)
     SKEW = "skew"  # producer and consumer on different releases
     NONE = "none"
     UNCLASSIFIED = "unclassified"

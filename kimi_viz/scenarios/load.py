@@ -1,0 +1,243 @@
+"""Named workloads for the forward pass under load (pipeline spec §10): S14 onward.
+
+Each :class:`LoadScenario` is a workload of sample images on one deployment (release, attention-TP
+size, server and load settings) and what SGLang does with it: the status, the exception and its exact
+message, the ranks that raise, the warnings SGLang logs, and the release that fixes it.
+:func:`run_load_scenario` replays one with :func:`~kimi_viz._whatif.load.whatif_load`; the CLI is
+``kimi-viz scenario run NAME`` (the same command as the single-call scenarios).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ScenarioError
+from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from ..request.images import as_request_image
+from ..request.settings import ServerSettings
+from ..schedule.load import LoadSettings, LoadStatus
+from ..schedule.workload import CacheSeed, Request, Workload
+from ..split.classes import ScenarioClass
+
+
+@dataclass(frozen=True)
+class LoadExpectation:
+    """What SGLang does with a workload: the status, the exception, the failing ranks, the warnings, the fix."""
+
+    status: LoadStatus
+    type: str | None = None
+    message: str | None = None
+    failing_ranks: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+    fixed_in: str | None = None
+    calls: int | None = None  # get_image_feature calls over all passes
+    passes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the expectation as plain JSON data."""
+        return {
+            "status": self.status,
+            "error": None if self.type is None else {"type": self.type, "message": self.message},
+            "failing_ranks": list(self.failing_ranks),
+            "warnings": list(self.warnings),
+            "fixed_in": self.fixed_in,
+            "calls": self.calls,
+            "passes": self.passes,
+        }
+
+
+@dataclass(frozen=True)
+class LoadScenario:
+    """A named workload on one deployment, and what SGLang does with it."""
+
+    name: str
+    title: str
+    description: str
+    scenario_class: ScenarioClass
+    builder: Callable[[], Workload] = field(repr=False)
+    sglang_version: str
+    tp_size: int
+    expected: LoadExpectation
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
+
+    def build(self) -> Workload:
+        """Return the scenario's workload."""
+        return self.builder()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the scenario's description, deployment, workload and expectation as plain JSON data."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "scenario_class": self.scenario_class.value,
+            "sglang_version": self.sglang_version,
+            "tp_size": self.tp_size,
+            "settings": self.settings.to_json(),
+            "load": {
+                "chunked_prefill_size": self.load.chunked_prefill_size,
+                "cache_mb": self.load.cache_mb,
+                "platform": self.load.platform,
+            },
+            "workload": self.build().to_json(),
+            "expected": self.expected.to_json(),
+        }
+
+
+def _image(name: str) -> Any:
+    return as_request_image(name)
+
+
+def _s14() -> Workload:
+    return Workload((Request("r1", (_image("rocket.jpg"),)), Request("r2", (_image("astronaut.png"),))))
+
+
+def _s15() -> Workload:
+    return Workload((Request("r1", (_image("chelsea.png"),), before=100),))
+
+
+def _s16() -> Workload:
+    chelsea = _image("chelsea.png")
+    return Workload((Request("r1", (chelsea,)),), cache=(CacheSeed(chelsea, 120),))
+
+
+def _s17(stale: str) -> Callable[[], Workload]:
+    def build() -> Workload:
+        images = (_image("text.png"), _image("microaneurysms.png"))
+        return Workload((Request("r1", images, stale=((1, _image(stale)),)),))
+
+    return build
+
+
+EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
+
+
+def _catalogue() -> dict[str, LoadScenario]:
+    s = [
+        LoadScenario(
+            "s14-two-requests-one-call",
+            "S14: two single-image requests prefilled together on 0.5.18 at TP 2",
+            "rocket.jpg and astronaut.png arrive as two requests of one image each. The scheduler prefills them "
+            "together, so their images reach get_image_feature in one two-image call; at attention-TP 2 rank 1 "
+            "reads rocket.jpg's grid for astronaut.png (S1 across requests) and raises, killing the scheduler.",
+            ScenarioClass.S14,
+            _s14,
+            "0.5.18",
+            2,
+            LoadExpectation(
+                "error-reproduced", "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
+            ),
+        ),
+        LoadScenario(
+            "s15-straddling-image",
+            "S15: an image straddling two prefill chunks",
+            "chelsea.png's 187 pad tokens sit at positions 108..294 and --chunked-prefill-size is 150: the first "
+            "chunk [0, 150) encodes the whole image and takes its first 42 rows; the second chunk [150, 300) "
+            "takes the other 145 from the embedding cache. Nothing fails; with the cache off "
+            "(--mm-embedding-cache-size 0) the image is encoded twice.",
+            ScenarioClass.S15,
+            _s15,
+            "0.5.23",
+            2,
+            LoadExpectation("clean", calls=1, passes=3),
+            load=LoadSettings(chunked_prefill_size=150),
+        ),
+        LoadScenario(
+            "s16-stale-cache-entry",
+            "S16: an embedding-cache entry of another length",
+            "The embedding cache holds 120 rows under chelsea.png's hash (left by a request that sized it "
+            "differently); chelsea.png needs 187. 0.5.18 keys the cache by item.hash alone and uses the entry as it "
+            "is: too few rows for the pad tokens. 0.5.19 discards it with a warning and encodes the image.",
+            ScenarioClass.S16,
+            _s16,
+            "0.5.18",
+            1,
+            LoadExpectation(
+                "error-reproduced",
+                "RuntimeError",
+                MSG_INSUFFICIENT.format(187, 120),
+                warnings=(MSG_TOKEN_MISMATCH.format(187, 120),),
+                fixed_in="0.5.19",
+                calls=0,
+                passes=1,
+            ),
+        ),
+        LoadScenario(
+            "s17-stale-eager-split",
+            "S17: S10 followed to the splice (per-image path)",
+            "microaneurysms.png's item carries astronaut_tiny_20x5.png's 4 eager rows under its own 64-patch grid "
+            "(a stale preprocessing-cache artifact, S10). get_image_feature copies them unchecked (1 token for 16 "
+            "pad tokens); splitting the call's 113 rows by the pad counts [112, 16] makes torch raise.",
+            ScenarioClass.S17,
+            _s17("astronaut_tiny_20x5.png"),
+            "0.5.23",
+            1,
+            LoadExpectation(
+                "error-reproduced", "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1
+            ),
+        ),
+        LoadScenario(
+            "s17-stale-eager-epd-fewer",
+            "S17: S10 on the EPD precomputed path, fewer rows",
+            "The same stale item on an EPD deployment (gpu backend): the encode server sends 1 row for "
+            "microaneurysms.png's 16 pad tokens; the language server logs the token-count warning (128 in the "
+            "text, 113 from the embeddings) and raises.",
+            ScenarioClass.S17,
+            _s17("astronaut_tiny_20x5.png"),
+            "0.5.23",
+            1,
+            LoadExpectation(
+                "error-reproduced",
+                "RuntimeError",
+                MSG_INSUFFICIENT.format(128, 113),
+                warnings=(MSG_TOKEN_MISMATCH.format(128, 113),),
+                calls=0,
+                passes=1,
+            ),
+            settings=EPD_GPU,
+        ),
+        LoadScenario(
+            "s17-stale-eager-epd-more",
+            "S17: S10 on the EPD precomputed path, more rows (silent)",
+            "The stale rows are chelsea.png's 187: the language server cuts microaneurysms.png's part to the first "
+            "16 rows without a word, so its pad tokens receive rows 0..15 of chelsea.png.",
+            ScenarioClass.S17,
+            _s17("chelsea.png"),
+            "0.5.23",
+            1,
+            LoadExpectation("silent-mismatch", calls=0, passes=1),
+            settings=EPD_GPU,
+        ),
+    ]
+    return {sc.name: sc for sc in s}
+
+
+LOAD_SCENARIOS: dict[str, LoadScenario] = _catalogue()
+
+
+def get_load_scenario(name: str) -> LoadScenario:
+    """Return the load scenario called ``name``; ScenarioError lists the valid names otherwise."""
+    key = str(name).strip().lower()
+    if key not in LOAD_SCENARIOS:
+        raise ScenarioError(f"unknown load scenario {name!r}; expected one of: {', '.join(LOAD_SCENARIOS)}")
+    return LOAD_SCENARIOS[key]
+
+
+def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> Any:
+    """Return the :class:`~kimi_viz._whatif.load.LoadAnswer` of scenario ``name`` (its own deployment by default)."""
+    from .._whatif.load import whatif_load
+
+    scenario = get_load_scenario(name)
+    return whatif_load(
+        scenario.build(),
+        sglang_version=sglang_version or scenario.sglang_version,
+        tp_size=tp_size or scenario.tp_size,
+        settings=scenario.settings,
+        load=scenario.load,
+    )
+
+
+__all__ = ["LoadExpectation", "LoadScenario", "LOAD_SCENARIOS", "get_load_scenario", "run_load_scenario"]

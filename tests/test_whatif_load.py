@@ -1,0 +1,227 @@
+"""``kimi-viz whatif`` under load: workloads, the single-request load warning, sweeps, minimizing, load scenarios.
+
+Exact messages and counts; the forward pass itself is checked against the real mm_schedule.py in the
+parity lane (tests/parity/test_forward_parity.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kimi_viz import LOAD_SCENARIOS, minimize_load, run_load_scenario, sweep_load, sweep_pairs, whatif, whatif_load
+from kimi_viz._whatif._load_minimize import subset
+from kimi_viz._whatif._load_sweep import release_groups
+from kimi_viz._whatif.load import pair_hint
+from kimi_viz.cli import main
+from kimi_viz.errors import WhatIfError
+from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from kimi_viz.request.images import as_request_image
+from kimi_viz.schedule.load import LoadSettings
+from kimi_viz.schedule.workload import Request, Workload, together
+
+
+def test_a_request_clean_alone_names_the_smallest_pair_that_fails_together():
+    answer = whatif(["rocket.jpg"], sglang_version="0.5.18", tp_size=2)
+    assert answer.status.value == "clean"
+    hint = answer.under_load
+    assert hint is not None
+    assert hint.partner.label.endswith("astronaut_tiny_20x5.png")  # the smallest sample image (20×5)
+    assert hint.answer.error_key() == ("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert hint.answer.failing_ranks == [1]
+    assert hint.answer.fixed_in is not None and hint.answer.fixed_in.release == "0.5.19"
+    text = answer.text()
+    assert "clean alone, but it fails once it shares a prefill batch" in text
+    assert "--together --sglang-version 0.5.18 --tp 2" in text
+    assert answer.to_json()["under_load"]["failing_ranks"] == [1]
+
+
+def test_no_load_warning_where_pairs_pass():
+    assert whatif(["rocket.jpg"], sglang_version="0.5.19", tp_size=2).under_load is None
+    assert whatif(["rocket.jpg"], sglang_version="0.5.18", tp_size=1).under_load is None
+    assert whatif(["rocket.jpg"], sglang_version="0.5.18", tp_size=2, under_load=False).under_load is None
+
+
+def test_pair_hint_keeps_a_multi_image_request_whole():
+    images = [as_request_image("chelsea.png"), as_request_image("chelsea.png")]
+    hint = pair_hint(images, sglang_version="0.5.18", tp_size=2)
+    assert hint is not None
+    assert [len(r.images) for r in hint.answer.result.workload.requests] == [2, 1]
+    assert "--requests pair.json" in hint.command()
+
+
+def test_two_single_image_requests_fail_together_on_the_rank_without_the_prefix():
+    answer = whatif_load(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.18", tp_size=2)
+    assert answer.error_key() == ("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert answer.failing_ranks == [1]
+    call = answer.call
+    assert [(i.source.rid, i.source.image) for i in call.items] == [("r1", 0), ("r2", 0)]
+    assert "get_image_feature receives 2 images from 2 requests in one call" in answer.why
+    assert "request r1's image 0 (rocket.jpg)" in answer.why and "request r2's image 0 (astronaut.png)" in answer.why
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
+    assert whatif_load(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.19", tp_size=2).status.value == (
+        "clean"
+    )
+    # alone, each passes
+    for name in ("rocket.jpg", "astronaut.png"):
+        assert whatif([name], sglang_version="0.5.18", tp_size=2, under_load=False).status.value == "clean"
+
+
+def test_cli_together_names_both_requests_and_exits_1(capsys):
+    code = main(["whatif", "rocket.jpg", "astronaut.png", "--together", "--sglang-version", "0.5.18", "--tp", "2"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "2 requests (2 images, arriving together)" in out
+    assert "item 0 = r1's image 0 (rocket.jpg), item 1 = r2's image 0 (astronaut.png)" in out
+    assert "rank 1: images [1] -> ValueError: " + MSG_GPU_WRONG_GRIDS in out
+    assert "fixed in 0.5.19" in out
+    assert main(["whatif", "rocket.jpg", "astronaut.png", "--together", "--sglang-version", "0.5.19", "--tp", "2"]) == 0
+
+
+def test_cli_json_gives_every_pass(capsys):
+    argv = ["whatif", "chelsea.png", "--together", "--chunked-prefill-size", "150", "--sglang-version", "0.5.23"]
+    assert main([*argv, "--tp", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["passes"]) == 2
+    first, second = (p["replay"] for p in data["passes"])
+    assert [c["items"][0]["label"] for c in first["calls"]] == ["chelsea.png"]
+    assert second["calls"] == [] and second["lookups"][0]["outcome"] == "hit"
+
+
+def test_requests_file_with_text_lengths_and_the_cache_off(tmp_path, capsys):
+    document = {"requests": [{"id": "long", "images": ["chelsea.png"], "text": {"before": 100, "after": 20}}]}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(document))
+    argv = ["whatif", "--requests", str(path), "--sglang-version", "0.5.23", "--tp", "1", "--json"]
+    assert main([*argv, "--chunked-prefill-size", "150", "--mm-embedding-cache-size", "0"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["requests"][0]["pad_runs"] == [[108, 294]]
+    # chunks [0, 150), [150, 300), [300, 314): chelsea is encoded whole twice (nothing cached); the last has no image
+    assert [len(p["replay"]["calls"]) for p in data["passes"]] == [1, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["a.png", "--chunked-prefill-size", "8"], "--chunked-prefill-size describes a workload"),
+        (["a.png", "--together", "--requests", "w.json"], "--together with --requests: pick one"),
+        (["--requests", "w.json", "a.png"], "--requests FILE with IMAGEs"),
+        (["chelsea.png", "--together", "--platform", "tpu"], "--platform 'tpu': expected one of cuda, cpu"),
+        (["chelsea.png", "--together", "--mm-embedding-cache-size", "-1"], "--mm-embedding-cache-size -1"),
+    ],
+)
+def test_cli_refuses_load_options_that_do_not_fit(argv, message, capsys):
+    assert main(["whatif", *argv, "--sglang-version", "0.5.18", "--tp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_rows_are_the_release_groups():
+    assert [tuple(r.version for r in g) for g in release_groups()] == [
+        ("0.5.17",),
+        ("0.5.18",),
+        ("0.5.19", "0.5.20", "0.5.21"),
+        ("0.5.22",),
+        ("0.5.23",),
+    ]
+    swept = sweep_load(together(["rocket.jpg", "astronaut.png"]))
+    failing = [(c.releases[0].version, c.tp_size) for c in swept.cells if c.error is not None]
+    assert failing == [("0.5.18", 2), ("0.5.18", 4), ("0.5.18", 8)]
+
+
+def test_pairs_sweep_fails_exactly_the_pairs_whose_grids_differ_on_0_5_18():
+    names = ["chelsea.png", "chelsea_exif_orientation6.jpg", "rocket.jpg", "coffee.png"]
+    swept = sweep_pairs(names)
+    assert swept.pairs == 6 and len(swept.cells) == 6 * 4 * 4
+    failing = {(swept.images[c.first].label, swept.images[c.second].label) for c in swept.failing()}
+    # the EXIF-tagged copy is stored 451×300 like chelsea.png (the request side reads the stored size):
+    # one grid, so that pair passes; the other five differ
+    assert len(failing) == 5 and ("chelsea.png", "chelsea_exif_orientation6.jpg") not in failing
+    assert {(c.release, c.tp_size) for c in swept.failing()} == {("0.5.18", 2), ("0.5.18", 4), ("0.5.18", 8)}
+    same = sweep_pairs(["chelsea.png", "chelsea.png"])
+    assert same.failing() == []  # equal grids: the shard-local read finds the right grid
+
+
+def test_minimize_keeps_requests_and_images_that_fail_together():
+    workload = Workload(
+        (
+            Request("a", (as_request_image("chelsea.png"), as_request_image("chelsea.png"))),
+            Request("b", (as_request_image("rocket.jpg"),)),
+            Request("c", (as_request_image("chelsea.png"),)),
+        )
+    )
+    found = minimize_load(workload, sglang_version="0.5.18", tp_size=2)
+    assert found.target == ("ValueError", MSG_GPU_WRONG_GRIDS)
+    minimal = found.minimal
+    assert minimal.images == 2 and len(minimal.requests) == 2
+    assert whatif_load(minimal, sglang_version="0.5.18", tp_size=2).error_key() == found.target
+    for k in range(len(found.kept)):  # 1-minimal: dropping any kept image loses the failure
+        rest = [u for j, u in enumerate(found.kept) if j != k]
+        assert whatif_load(subset(workload, rest), sglang_version="0.5.18", tp_size=2).error_key() is None
+    assert "minimal set: 2 request(s), 2 of 4 images" in found.text()
+
+
+def test_subset_drops_empty_requests_and_moves_stale_entries_with_their_image():
+    stale = as_request_image("astronaut_tiny_20x5.png")
+    request = Request("r", (as_request_image("text.png"), as_request_image("microaneurysms.png")), stale=((1, stale),))
+    kept = subset(Workload((request, Request("s", (as_request_image("chelsea.png"),)))), [(0, 1)])
+    assert [r.rid for r in kept.requests] == ["r"]
+    assert kept.requests[0].stale == ((0, stale),)
+
+
+@pytest.mark.parametrize("name", list(LOAD_SCENARIOS))
+def test_load_scenarios_give_what_they_state(name):
+    scenario = LOAD_SCENARIOS[name]
+    answer = run_load_scenario(name)
+    expected = scenario.expected
+    result = answer.result
+    assert answer.status.value == expected.status
+    assert answer.error_key() == (None if expected.type is None else (expected.type, expected.message))
+    assert tuple(answer.failing_ranks) == expected.failing_ranks
+    assert tuple(w for p in result.passes for w in p.warnings) == expected.warnings
+    assert (answer.fixed_in.release if answer.fixed_in else None) == expected.fixed_in
+    assert sum(len(p.calls) for p in result.passes) == expected.calls
+    assert len(result.passes) == expected.passes
+
+
+def test_s10_followed_to_the_splice_names_both_counts():
+    split = run_load_scenario("s17-stale-eager-split")
+    assert split.error_key() == ("RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]))
+    assert "microaneurysms.png) yields 1 rows for 16 pads" in split.why
+    fewer = run_load_scenario("s17-stale-eager-epd-fewer")
+    assert fewer.result.passes[0].warnings == [MSG_TOKEN_MISMATCH.format(128, 113)]
+    assert fewer.error_key() == ("RuntimeError", MSG_INSUFFICIENT.format(128, 113))
+    assert "brought 1 row for 16 pad tokens" in fewer.why
+    more = run_load_scenario("s17-stale-eager-epd-more")
+    assert more.status.value == "silent-mismatch" and more.exit_code == 3
+    assert "receive rows 0..15 of chelsea.png" in more.why
+    assert "kept the first 16 and cut rows 16..186" in more.why
+
+
+def test_stale_cache_entry_is_discarded_with_sglangs_warning_from_0_5_19():
+    answer = run_load_scenario("s16-stale-cache-entry", sglang_version="0.5.19")
+    assert answer.status.value == "clean"
+    (warning,) = answer.result.passes[0].warnings
+    assert warning.startswith("Discarding cached multimodal embedding due to a token-count mismatch: cache_key=")
+    assert warning.endswith("expected_tokens=187, cached_tokens=120. Recomputing embedding.")
+    assert "SGLang logs 1 warning on the way" in answer.why
+
+
+def test_cli_scenario_run_a_load_scenario(capsys):
+    assert main(["scenario", "run", "s14-two-requests-one-call"]) == 1
+    out = capsys.readouterr().out
+    assert "== s14-two-requests-one-call: S14" in out and "2 images from 2 requests" in out
+    assert main(["scenario", "run", "s14-two-requests-one-call", "--sglang-version", "0.5.19"]) == 0
+    assert main(["scenario", "run", "s15-straddling-image", "--manifest-out", "x"]) == 2
+    assert "is a workload of several passes" in capsys.readouterr().err
+
+
+def test_an_empty_workload_is_refused():
+    with pytest.raises(WhatIfError, match="the workload holds no request"):
+        Workload(())
+    with pytest.raises(WhatIfError, match="pairs sweep needs 2 to 64 images"):
+        sweep_pairs(["chelsea.png"])
+    with pytest.raises(WhatIfError, match="0.5.99"):
+        sweep_pairs(["chelsea.png", "rocket.jpg"], releases=("0.5.99",))
+    assert LoadSettings().flags().startswith("--chunked-prefill-size 8192")
