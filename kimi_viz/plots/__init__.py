@@ -19,6 +19,7 @@ _EXPORTS = {
     "draw_feature_map": "features",
     "draw_token_norms": "features",
     "draw_step": "steps",
+    "draw_forward_pass": "forward",
     "draw_rank_rows": "summary",
     "draw_rank_bars": "summary",
     "draw_grid_mismatch": "summary",

@@ -30,7 +30,8 @@ from ..split.trace import prod
 from .page import escape, figure_png, json_for_script, png_data_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..split.trace import RankTrace, Trace
+    from ..schedule.forward import ForwardTrace
+    from ..split.trace import RankTrace, Step, Trace
 
 FRAME_DPI = 100  # the frames' text is 9 pt: 12.5 px at this dpi
 FRAME_WIDTH_PX = 950  # shown at this width at most (never scaled up), so text stays >= 10 px
@@ -141,44 +142,108 @@ def _cell(key: str, value: Any) -> str:
 
 
 class Stepper:
-    """Step through one rank of a replay; a widget in Jupyter, static HTML elsewhere."""
+    """Step through one rank of a replay; a widget in Jupyter, static HTML elsewhere.
 
-    def __init__(self, trace: Trace, *, rank: int | None = None, dpi: int = FRAME_DPI):
+    With ``forward`` (a :class:`~kimi_viz.schedule.forward.ForwardTrace` whose call ``trace`` is), the
+    steps are the whole forward pass: the scheduler's steps before the call (the batch, the path, the
+    cache lookups), the rank's deferred-split steps, then the splice (split back, slices, token
+    count, length fit, scatter). :meth:`for_forward` builds one from a pass alone.
+    """
+
+    def __init__(
+        self,
+        trace: Trace | None,
+        *,
+        rank: int | None = None,
+        dpi: int = FRAME_DPI,
+        forward: ForwardTrace | None = None,
+    ):
         from ..plots.steps import resolve_rank
+        from ..schedule.forward import ENCODE_CALL
 
+        if trace is None and forward is None:
+            raise ConfigError("Stepper: give a replay trace, or a forward pass (forward=...)")
         self.trace = trace
-        self.rank: RankTrace = resolve_rank(trace, rank)
+        self.forward = forward
+        self.rank: RankTrace | None = None if trace is None else resolve_rank(trace, rank)
+        split = [] if self.rank is None else [("split", step) for step in self.rank.steps]
+        if forward is None:
+            self._steps: list[tuple[str, Step]] = split
+        else:
+            names = [step.name for step in forward.steps]
+            cut = names.index(ENCODE_CALL) if ENCODE_CALL in names else len(names)
+            before = [("forward", step) for step in forward.steps[:cut]]
+            after = [("forward", step) for step in forward.steps[cut + 1 :]]
+            call = [("forward", forward.steps[cut])] if cut < len(names) and not split else []
+            self._steps = before + (split or call) + after
         self.dpi = int(dpi)
-        self._frames: list[bytes | None] = [None] * len(self.rank.steps)
+        self._frames: list[bytes | None] = [None] * len(self._steps)
         self._drawn: dict[tuple, bytes] = {}  # one PNG per distinct picture: steps that change nothing share it
         self._widget: Any = None
 
+    @classmethod
+    def for_forward(cls, forward: ForwardTrace, *, rank: int | None = None, dpi: int = FRAME_DPI) -> Stepper:
+        """Return a stepper over a whole forward pass, through the failing (else the first) call's failing rank."""
+        calls = [c for c in forward.calls if c.trace is not None]
+        failing = next((c for c in calls if c.trace is not None and c.trace.error is not None), None)
+        chosen = failing or (calls[0] if calls else None)
+        return cls(None if chosen is None else chosen.trace, rank=rank, dpi=dpi, forward=forward)
+
     def __len__(self) -> int:
-        return len(self.rank.steps)
+        return len(self._steps)
+
+    def _step(self, k: int) -> Step:
+        return self._steps[k][1]
 
     def __repr__(self) -> str:
-        return f"Stepper(rank {self.rank.rank} of TP {self.trace.tp_size}, {len(self)} steps, {self.trace.outcome})"
+        where = "forward pass" if self.rank is None else f"rank {self.rank.rank}"
+        tp = self.trace.tp_size if self.trace is not None else self.forward.tp_size  # type: ignore[union-attr]
+        return f"Stepper({where} of TP {tp}, {len(self)} steps, {self._outcome()})"
+
+    def _outcome(self) -> str:
+        return "error" if self._error() is not None else "ok"
+
+    def _error(self) -> Any:
+        if self.forward is not None and self.forward.error is not None:
+            return self.forward.error
+        return None if self.rank is None else self.rank.error
 
     @property
     def start(self) -> int:
         """Return the step the stepper opens at, counted from 1: where SGLang raises, else step 1."""
-        failing = self.rank.failing_step
+        failing = next((k for k, (_, step) in enumerate(self._steps) if step.error is not None), None)
         return 1 if failing is None else failing + 1
+
+    def _head(self) -> str:
+        forward = self.forward
+        if self.trace is not None:
+            release, tp = self.trace.release.label, self.trace.tp_size
+        else:
+            assert forward is not None
+            release = f"SGLang {forward.release.version} ({forward.release.code_path} path)"
+            tp = forward.tp_size
+        where = "The forward pass" if self.rank is None else f"Rank {self.rank.rank}"
+        if self.forward is not None:
+            n = len(self.forward.batch)
+            where += f" ({n} request{'s' if n != 1 else ''} prefilled together)" if n > 1 else " (1 request)"
+        return f"{where} of attention-TP {tp}, {release}: "
 
     @property
     def heading(self) -> str:
-        """Return the stepper's heading: the rank, the release replayed and the rank's outcome."""
-        outcome = "ok" if self.rank.error is None else f"FAIL — {self.rank.error.type}: {self.rank.error.message}"
-        return f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, {self.trace.release.label}: {outcome}"
+        """Return the stepper's heading: the rank (and the forward pass), the release replayed and the outcome."""
+        error = self._error()
+        outcome = "ok" if error is None else f"FAIL — {error.type}: {error.message}"
+        return self._head() + outcome
 
     def heading_html(self) -> str:
         """Return the heading as HTML, FAIL in the failure colour."""
-        head = f"Rank {self.rank.rank} of attention-TP {self.trace.tp_size}, {escape(self.trace.release.label)}: "
-        if self.rank.error is None:
+        head = escape(self._head())
+        error = self._error()
+        if error is None:
             return head + f'<span class="kv-pass" style="color:{PASS_COLOR}">ok</span>'
         return (
             head + f'<span class="kv-fail" style="color:{FAIL_COLOR};font-weight:700">FAIL</span> — '
-            f"{escape(self.rank.error.type)}: {escape(self.rank.error.message)}"
+            f"{escape(error.type)}: {escape(error.message)}"
         )
 
     # --- data -----------------------------------------------------------------------------------
@@ -192,14 +257,29 @@ class Stepper:
         """Return the PNG bytes of step ``k``'s row tracks (drawn once, then cached; ``k`` from 0)."""
         k = self._check_index(k)
         if self._frames[k] is None:
+            kind = self._steps[k][0]
+            if kind == "forward":
+                from ..plots.forward import draw_forward_pass
+
+                if ("forward",) not in self._drawn:
+                    ax = draw_forward_pass(self.forward)  # type: ignore[arg-type]
+                    self._drawn[("forward",)] = figure_png(ax.figure, dpi=self.dpi)
+                self._frames[k] = self._drawn[("forward",)]
+                return self._frames[k]  # type: ignore[return-value]
             from ..plots.steps import draw_step, step_drawing_key
 
-            key = step_drawing_key(self.trace, k, rank=self.rank.rank)
+            assert self.trace is not None and self.rank is not None
+            index = self._split_index(k)
+            key = step_drawing_key(self.trace, index, rank=self.rank.rank)
             if key not in self._drawn:
-                ax = draw_step(self.trace, k, rank=self.rank.rank, text=False)
+                ax = draw_step(self.trace, index, rank=self.rank.rank, text=False)
                 self._drawn[key] = figure_png(ax.figure, dpi=self.dpi)
             self._frames[k] = self._drawn[key]
         return self._frames[k]  # type: ignore[return-value]
+
+    def _split_index(self, k: int) -> int:
+        """Return the rank step that combined step ``k`` is."""
+        return sum(1 for kind, _ in self._steps[:k] if kind == "split")
 
     def frames(self) -> list[bytes]:
         """Return the PNG bytes of every step, in order."""
@@ -208,7 +288,10 @@ class Stepper:
     def counts(self, k: int) -> dict[str, Any]:
         """Return the counts shown beside step ``k`` (from 0): images, expected and produced rows, check, error."""
         k = self._check_index(k)
-        step = self.rank.steps[k]
+        step = self._step(k)
+        if self._steps[k][0] == "forward":
+            return self._forward_counts(k, step)
+        assert self.trace is not None
         if step.rows is None:
             grids = self.trace.grid_thws_host or []
             images = len(self.trace.batch.items)
@@ -239,9 +322,28 @@ class Stepper:
             "error": None if step.error is None else f"{step.error.type}: {step.error.message}",
         }
 
+    def _forward_counts(self, k: int, step: Step) -> dict[str, Any]:
+        """Return the counts of a scheduler or splice step: the batch's images, the check, the error."""
+        forward = self.forward
+        assert forward is not None
+        check = step.check
+        return {
+            "step": k + 1,
+            "position": f"Step {k + 1} of {len(self)}",
+            "name": step.name,
+            "title": step.title,
+            "spec_ref": step.spec_ref,
+            "images": sum(len(r.items) for r in forward.batch),
+            "expected_rows": None if check is None or isinstance(check.expected, (list, dict)) else check.expected,
+            "produced_rows": None if check is None or isinstance(check.actual, (list, dict)) else check.actual,
+            "check": None if check is None else ("PASS" if check.passed else "FAIL"),
+            "check_detail": None if check is None else check.name,
+            "error": None if step.error is None else f"{step.error.type}: {step.error.message}",
+        }
+
     def title(self, k: int) -> str:
         """Return ``"§6.x Title"`` of step ``k`` (from 0)."""
-        step = self.rank.steps[self._check_index(k)]
+        step = self._step(self._check_index(k))
         return f"{step.spec_ref} {step.title}"
 
     def counts_html(self, k: int) -> str:
@@ -256,7 +358,7 @@ class Stepper:
         """Return step ``k``'s check and key variables as an HTML table (text, not pixels)."""
         from ..plots.steps import key_variables
 
-        step = self.rank.steps[self._check_index(k)]
+        step = self._step(self._check_index(k))
         rows = []
         if step.check is not None:
             verdict = "PASS" if step.check.passed else "FAIL"
@@ -272,12 +374,17 @@ class Stepper:
         return f'<table class="kv-vars">{"".join(rows)}</table>'
 
     def _step_data(self, k: int) -> dict[str, Any]:
-        step = self.rank.steps[k]
+        step = self._step(k)
+        picture = (
+            "the forward pass: prompts, the call, rows on pad tokens"
+            if self._steps[k][0] == "forward"
+            else "the rank's expected and produced rows"
+        )
         return {
             "frame": png_data_uri(self.frame(k)),
             "title": self.title(k),
             "note": step.note,
-            "alt": f"step {k + 1}: {step.title}, the rank's expected and produced rows",
+            "alt": f"step {k + 1}: {step.title}, {picture}",
             "counts": self.counts_html(k),
             "vars": self.vars_html(k),
         }
@@ -290,15 +397,15 @@ class Stepper:
         steps = [self._step_data(k) for k in range(n)]
         k = self.start
         first = steps[k - 1]
+        rank = "" if self.rank is None else self.rank.rank
         data = {
             "steps": steps,
             "start": k,
-            "rank": self.rank.rank,
-            "tp_size": self.trace.tp_size,
-            "release": self.trace.release.label,
+            "rank": rank,
+            "heading": self.heading,
         }
         return (
-            f'<div class="kv-stepper kv-static" id="{root}" data-steps="{n}" data-rank="{self.rank.rank}" '
+            f'<div class="kv-stepper kv-static" id="{root}" data-steps="{n}" data-rank="{rank}" '
             f'data-start="{k}" tabindex="0">\n'
             f"<style>{CSS}</style>\n"
             f'<div class="kv-heading">{self.heading_html()}</div>\n'
@@ -370,7 +477,7 @@ class Stepper:
 
         def show(k: int) -> None:
             i = k - 1
-            step = self.rank.steps[i]
+            step = self._step(i)
             position.value = f"<b>Step {k} of {n}</b>"
             title.value = f"<b>{escape(self.title(i))}</b><br><i style='font-size:13px'>{escape(step.note)}</i>"
             counts.value = table_style + self.counts_html(i)

@@ -1,0 +1,259 @@
+"""One forward pass drawn: each request's prompt and window, the ``get_image_feature`` call, where the rows land.
+
+:func:`draw_forward_pass` draws a :class:`~kimi_viz.schedule.forward.ForwardTrace` on one Axes whose
+x axis counts tokens. Per request of the batch, top to bottom:
+
+* **prompt**: text tokens in light grey and each image's ``<|media_pad|>`` run in that image's colour,
+  labelled ``r1:0 chelsea.png`` with its pad count; the pass's window ``[prefix, prefix + extend)`` is a
+  thick dashed outline labelled with its bounds;
+* **rows landed**: which image's feature rows were written on each pad token (labelled with the rows'
+  image and row numbers); the first pad token that receives another image's row is marked in
+  vermillion with both names.
+
+Below them the **call**: the items of the one ``get_image_feature`` call in order (``item k`` and the
+request and image it is), laid out by the tokens each should yield, and the items that did **not** go
+into the call: cache hits, duplicates and discarded stale entries, grey and labelled with what they
+are. When the pass raises, the title says where and the message is printed under the call.
+Every span carries its text, so colour is never the only signal.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING
+
+from matplotlib.axes import Axes
+from matplotlib.patches import Rectangle
+
+from .axes import sized_axes
+from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
+from .rows import LABEL_FONT, draw_row_track
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..schedule.forward import ForwardTrace
+    from ..schedule.rows import Source
+
+TEXT_FILL = "#E6E6E6"
+OUTSIDE_FILL = "#BBBBBB"
+TRACK = 1.0  # track height (data units)
+GAP = 1.9  # room above a track for its outside labels
+_LOOKUP_WORDS = {
+    "hit": "cache hit",
+    "stale-hit": "cached, other length: used",
+    "discarded": "stale entry discarded",
+    "duplicate": "duplicate: encoded once",
+    "found": "already found",
+}
+
+
+def _styles(trace: ForwardTrace) -> dict[tuple[int, int], int]:
+    """Return a palette index per (request, image) of the batch, in batch order."""
+    order: dict[tuple[int, int], int] = {}
+    for request in trace.batch:
+        for item in request.items:
+            order.setdefault((item.source.request, item.source.image), len(order))
+    return order
+
+
+def _name(source: Source) -> str:
+    return f"{source.rid}:{source.image} {source.label}" if source.request >= 0 else source.label
+
+
+def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Draw one forward pass (prompts, windows, the call, rows onto pad tokens) and return the Axes."""
+    requests = list(trace.batch)
+    tracks = 2 * len(requests) + 2
+    ax = sized_axes(ax, (11.0, 1.4 + 0.95 * tracks))
+    styles = _styles(trace)
+    call_items = [i for call in trace.calls for i in call.items]
+    outside = [u for u in trace.lookups if u.outcome != "miss"]
+    tokens = {(i.source.request, i.source.image): i.tokens for r in requests for i in r.items}
+    width = max(
+        [r.length for r in requests]
+        + [sum(i.tokens for i in call_items), sum(tokens.get((u.source.request, u.source.image), 0) for u in outside)]
+        + [1]
+    )
+    top = tracks * (TRACK + GAP)
+    ax.set_xlim(-0.01 * width, width * 1.01)
+    ax.set_ylim(-1.4, top + 0.4)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("token position (prompt tracks) / feature row (call tracks)")
+    y = top - TRACK - GAP + 0.2
+    first_wrong = trace.misplaced()[:1]
+    for request in requests:
+        _draw_prompt(ax, request, styles, y)
+        y -= TRACK + GAP
+        _draw_landed(ax, trace, request.index, styles, y, first_wrong)
+        y -= TRACK + GAP
+    _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
+    if call_items:
+        spans, start = [], 0
+        for item in call_items:
+            spans.append((start, start + item.tokens))
+            start += item.tokens
+        draw_row_track(
+            ax,
+            spans,
+            y=y,
+            height=TRACK,
+            labels=[f"item {k}: {_name(i.source)}\n{i.tokens} tokens" for k, i in enumerate(call_items)],
+            style_indices=[styles.get((i.source.request, i.source.image), 0) for i in call_items],
+            gid_prefix="call",
+        )
+    else:
+        none = (
+            "no call: the precomputed path cuts the encode server's rows"
+            if trace.path == "precomputed"
+            else "no call: every overlapping image was found"
+        )
+        ax.text(0, y + TRACK / 2, none, va="center", fontsize=LABEL_FONT)
+    y -= TRACK + GAP
+    _track_name(ax, y, "not in the call")
+    if outside:
+        spans, start = [], 0
+        for u in outside:
+            n = tokens.get((u.source.request, u.source.image), 1)
+            spans.append((start, start + n))
+            start += n
+        draw_row_track(
+            ax,
+            spans,
+            y=y,
+            height=TRACK,
+            labels=[f"{_name(u.source)}\n{_LOOKUP_WORDS[u.outcome]}" for u in outside],
+            colors=[OUTSIDE_FILL] * len(outside),
+            gid_prefix="outside",
+        )
+    else:
+        none = (
+            "none: nothing is looked up" if trace.path == "precomputed" else "none: every overlapping image is a miss"
+        )
+        ax.text(0, y + TRACK / 2, none, va="center", fontsize=LABEL_FONT)
+    heading = title or (
+        f"SGLang {trace.release.version}, attention-TP {trace.tp_size}: one forward pass, "
+        f"{len(requests)} request{'s' if len(requests) != 1 else ''}, {trace.path} path"
+    )
+    if trace.error is not None:
+        heading += f" — raises {trace.error.type} ({trace.stage})"
+        failing = next((c.trace for c in trace.calls if c.trace is not None and c.trace.error is not None), None)
+        ranks = [] if failing is None else [r.rank for r in failing.ranks if r.error is not None]
+        where = (
+            ""
+            if not ranks
+            else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {trace.tp_size}: "
+        )
+        message = "\n".join(textwrap.wrap(f"{where}{trace.error.type}: {trace.error.message}", 150))
+        ax.text(0, -1.2, message, fontsize=LABEL_FONT, color=DIVERGENCE_COLOR, va="bottom", gid="forward-error")
+    ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
+    return ax
+
+
+def _track_name(ax: Axes, y: float, text: str) -> None:
+    ax.text(
+        0,
+        y + TRACK + 0.08,
+        text,
+        fontsize=LABEL_FONT + 1,
+        fontweight="bold",
+        va="bottom",
+        color=TEXT_COLOR,
+        gid=f"track-{text.split(' ')[0]}",
+    )
+
+
+def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float) -> None:
+    """Draw a request's prompt (text grey, pad runs in their image's colour) and its window."""
+    spans: list[tuple[int, int]] = []
+    labels: list[str | None] = []
+    colors: list[str] = []
+    indices: list[int] = []
+    cursor = 0
+    for item in sorted(request.items, key=lambda i: i.offsets[0]):
+        start, end = item.offsets
+        if start > cursor:
+            spans.append((cursor, start))
+            labels.append(None)
+            colors.append(TEXT_FILL)
+            indices.append(0)
+        index = styles[(item.source.request, item.source.image)]
+        spans.append((start, end + 1))
+        labels.append(f"{_name(item.source)}\n{item.tokens} pads {start}..{end}")
+        colors.append(color_for(index))
+        indices.append(index)
+        cursor = end + 1
+    if cursor < request.length:
+        spans.append((cursor, request.length))
+        labels.append(None)
+        colors.append(TEXT_FILL)
+        indices.append(0)
+    _track_name(ax, y + GAP * 0.45, f"{request.rid} prompt ({request.length} tokens)")
+    draw_row_track(
+        ax,
+        spans,
+        y=y,
+        height=TRACK,
+        labels=labels,
+        style_indices=indices,
+        colors=colors,
+        gid_prefix=f"prompt-{request.rid}",
+    )
+    lo, hi = request.window
+    ax.add_patch(
+        Rectangle(
+            (lo, y - 0.15),
+            max(hi - lo, 0),
+            TRACK + 0.3,
+            fill=False,
+            linewidth=2.0,
+            linestyle="--",
+            edgecolor=TEXT_COLOR,
+            zorder=5,
+            gid=f"window-{request.rid}",
+        )
+    )
+    ax.text(
+        hi,
+        y - 0.2,
+        f"window [{lo}, {hi})",
+        ha="right" if hi > 0.15 * max(request.length, 1) else "left",
+        va="top",
+        fontsize=LABEL_FONT,
+        zorder=6,
+    )
+
+
+def _draw_landed(ax: Axes, trace: ForwardTrace, request: int, styles, y: float, first_wrong) -> None:
+    """Draw which image's rows landed on the request's pad tokens, and mark the first wrong one."""
+    rid = next(r.rid for r in trace.batch if r.index == request)
+    placements = [p for p in trace.placements if p.request == request]
+    _track_name(ax, y + GAP * 0.45, f"{rid} rows landed on its pad tokens")
+    if not placements:
+        why = "nothing written: the pass raised first" if trace.error is not None else "no pad token in the window"
+        ax.text(0, y + TRACK / 2, why, va="center", fontsize=LABEL_FONT)
+        return
+    spans = [(p.start, p.start + p.run.count) for p in placements]
+    labels = [f"{_name(p.run.source)}\nrows {p.run.start}..{p.run.start + p.run.count - 1}" for p in placements]
+    indices = [styles.get((p.run.source.request, p.run.source.image), len(styles)) for p in placements]
+    draw_row_track(ax, spans, y=y, height=TRACK, labels=labels, style_indices=indices, gid_prefix=f"landed-{rid}")
+    for owner, item, placement in first_wrong:
+        if owner.index != request:
+            continue
+        x = placement.start
+        ax.plot([x, x], [y - 0.3, y + TRACK + 0.3], color=DIVERGENCE_COLOR, linewidth=2.5, zorder=7, gid="first-wrong")
+        ax.text(
+            x,
+            y - 0.35,
+            f"first wrong pad {x}: {_name(placement.run.source)} row {placement.run.start}, "
+            f"should be {_name(item.source)} row {x - item.offsets[0]}",
+            color=DIVERGENCE_COLOR,
+            fontsize=LABEL_FONT,
+            va="top",
+            ha="left" if x < 0.6 * ax.get_xlim()[1] else "right",
+            zorder=7,
+            gid="first-wrong-label",
+        )
+
+
+__all__ = ["draw_forward_pass"]

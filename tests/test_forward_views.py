@@ -1,0 +1,99 @@
+"""The forward pass drawn and stepped: prompts, windows, the call's items, rows on pad tokens, the first wrong one."""
+
+from __future__ import annotations
+
+import pytest
+from matplotlib.patches import Rectangle
+from test_plots import _text_boxes
+
+from kimi_viz.plots.forward import draw_forward_pass
+from kimi_viz.report.stepper import Stepper
+from kimi_viz.scenarios.load import run_load_scenario
+
+
+def _texts(ax, prefix: str) -> list[str]:
+    """Return the texts whose gid starts with ``prefix`` (a label's two lines read as one, as drawn outside)."""
+    return [t.get_text().replace("\n", "  ") for t in ax.texts if (t.get_gid() or "").startswith(prefix)]
+
+
+def _failing_pass(name: str):
+    answer = run_load_scenario(name)
+    result = answer.result
+    return result.passes[result.failing_pass if result.failing_pass is not None else 0]
+
+
+def test_two_requests_in_one_call_show_both_prompts_windows_and_items():
+    ax = draw_forward_pass(_failing_pass("s14-two-requests-one-call"))
+    assert _texts(ax, "call-label") == ["item 0: r1:0 rocket.jpg  368 tokens", "item 1: r2:0 astronaut.png  361 tokens"]
+    windows = {p.get_gid(): (p.get_x(), p.get_x() + p.get_width()) for p in ax.patches if isinstance(p, Rectangle)}
+    assert windows == {"window-r1": (0, 441), "window-r2": (0, 434)}
+    assert _texts(ax, "prompt-r1-label") == ["r1:0 rocket.jpg  368 pads 40..407"]
+    (error,) = _texts(ax, "forward-error")
+    assert error.startswith("rank 1 of 2: ValueError: Kimi-K3 deferred GPU preprocessing produced wrong grids")
+    assert "raises ValueError (call)" in ax.get_title(loc="left")
+
+
+def test_the_first_wrong_pad_token_is_marked_with_both_images():
+    ax = draw_forward_pass(_failing_pass("s17-stale-eager-epd-more"))
+    (line,) = [a for a in ax.lines if a.get_gid() == "first-wrong"]
+    assert list(line.get_xdata()) == [169, 169]
+    (label,) = _texts(ax, "first-wrong-label")
+    assert label == ("first wrong pad 169: r1:1 chelsea.png, stale row 0, should be r1:1 microaneurysms.png row 0")
+    assert _texts(ax, "landed-r1-label") == ["r1:0 text.png  rows 0..111", "r1:1 chelsea.png, stale  rows 0..15"]
+
+
+def test_cache_hits_are_drawn_outside_the_call_with_their_word():
+    answer = run_load_scenario("s15-straddling-image")
+    ax = draw_forward_pass(answer.result.passes[1])
+    assert _texts(ax, "call-label") == []
+    assert _texts(ax, "outside-label") == ["r1:0 chelsea.png  cache hit"]
+    assert _texts(ax, "landed-r1-label") == ["r1:0 chelsea.png  rows 42..186"]
+
+
+@pytest.mark.parametrize("name", ["s14-two-requests-one-call", "s15-straddling-image", "s17-stale-eager-epd-more"])
+def test_forward_figures_text_is_readable_and_never_overlaps(name):
+    answer = run_load_scenario(name)
+    for trace in answer.result.passes:
+        ax = draw_forward_pass(trace)
+        boxes = _text_boxes(ax.figure)
+        assert [t.get_text() for t, _ in boxes if t.get_fontsize() < 8] == []
+        overlapping = [
+            (a.get_text(), b.get_text())
+            for i, (a, box_a) in enumerate(boxes)
+            for b, box_b in boxes[i + 1 :]
+            if box_a.overlaps(box_b)
+        ]
+        assert overlapping == [], name
+
+
+def test_the_stepper_walks_the_scheduler_the_split_and_stops_where_sglang_raises():
+    stepper = Stepper.for_forward(_failing_pass("s14-two-requests-one-call"))
+    titles = [stepper.title(k) for k in range(len(stepper))]
+    assert titles[:3] == [
+        "§10 The forward batch: every request's items and window",
+        "§10.1 Precomputed rows, or the encoder",
+        "§10.3 Look every overlapping item up in the embedding cache",
+    ]
+    assert titles[3].startswith("§6.1")
+    assert stepper.start == len(stepper)  # opens where rank 1 raises: the gpu group's grid check
+    assert stepper.heading.startswith("Rank 1 (2 requests prefilled together) of attention-TP 2, SGLang 0.5.18")
+    html = stepper.to_html()
+    assert html.count('class="kv-stepper kv-static"') == 1 and "Step 8 of 8" in html
+
+
+def test_the_stepper_gains_the_splice_steps_after_the_call():
+    stepper = Stepper.for_forward(_failing_pass("s17-stale-eager-split"))
+    names = [stepper.counts(k)["name"] for k in range(len(stepper))]
+    assert names[:3] == ["forward_batch", "choose_path", "cache_lookup"]
+    assert names[-1] == "split_back"
+    last = stepper.counts(len(stepper) - 1)
+    assert last["check"] == "FAIL" and last["expected_rows"] == 128 and last["produced_rows"] == 113
+    assert last["error"].startswith("RuntimeError: split_with_sizes expects split_sizes to sum exactly to 113")
+    fewer = Stepper.for_forward(_failing_pass("s17-stale-eager-epd-fewer"))
+    assert [fewer.counts(k)["name"] for k in range(len(fewer))] == [
+        "forward_batch",
+        "choose_path",
+        "count_tokens",
+        "adjust_length",
+    ]
+    assert fewer.heading.startswith("The forward pass (1 request) of attention-TP 1, SGLang 0.5.23 (post-fix path)")
