@@ -85,6 +85,16 @@ def _literal(message: str, **groups: str) -> str:
 
 
 MODEL = "sglang/srt/models/kimi_k3.py"
+NEXT_SPLIT = (
+    NEXT_STEP + "; when it appears only under load, requests prefilled together may share one call (on 0.5.18 "
+    "at attention-TP >= 2 two single-image requests whose grids differ fail like S1): check with "
+    "`kimi-viz whatif IMAGE... --together --sglang-version V --tp N`"
+)
+SCHEDULE = "sglang/srt/managers/mm_schedule.py (managers/mm_utils.py in 0.5.17)"
+NEXT_LOAD = (
+    "replay the prefill batch the server held: `kimi-viz whatif IMAGE... --together --sglang-version V --tp N` "
+    "(one request per image) or `--requests FILE` (several images per request, text lengths, chunked prefill)"
+)
 IMAGE_PROCESSING = "sglang/srt/multimodal/kimi_k3_image_processing.py"
 
 KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
@@ -98,6 +108,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "global_indices fix, a stale image_grid_thw) or the rows came back in the wrong form.",
         ("S1", "S2", "S6"),
         ("s1-cpu", "s2-cpu", "s6-stacked"),
+        NEXT_SPLIT,
     ),
     KnownMessage(
         "gpu-wrong-grids",
@@ -109,6 +120,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "stale image_grid_thw (S2), or has t > 1 (S8).",
         ("S1", "S2", "S8"),
         ("s1-gpu", "s2-gpu", "s8-t2"),
+        NEXT_SPLIT,
     ),
     KnownMessage(
         "cpu-wrong-grids",
@@ -252,17 +264,100 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         ("S13",),
         ("s13-zero-size",),
     ),
+    # --- the forward pass: the call's rows split back and spliced onto the prompt (docs/pipeline.md §10) ---
     KnownMessage(
         "insufficient-embedding",
         "RuntimeError",
-        r"Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=(?P<prompt_tokens>\d+) "
-        r"vs num_mm_tokens_in_embedding=(?P<feature_rows>\d+)",
-        "sglang/srt/managers/mm_schedule.py, get_embedding_and_mask",
-        "The prompt holds more <|media_pad|> tokens than the vision features have rows (§8: rows must equal "
-        "pad tokens): a feature that passed the deferred split holds fewer rows than its grid promised (a "
-        "stale eager feature), or the prompt was built from another resize than the pixels.",
-        ("S10",),
-        ("s10-stale-eager",),
+        _literal(messages.MSG_INSUFFICIENT.split(". This")[0], prompt_tokens=r"\d+", feature_rows=r"\d+"),
+        f"{SCHEDULE}, _adjust_embedding_length (get_embedding_and_mask)",
+        "The prefill window holds more <|media_pad|> tokens than the embedding has rows, so the rows cannot "
+        "cover the pad tokens: an EPD encode server sent fewer precomputed rows than the prompt expects (a "
+        "stale eager feature on the encoder, S10), or a cached embedding of another length was used as it is "
+        "(0.5.17-0.5.18 key the embedding cache by item.hash alone). The scheduler process dies with every "
+        "request of the batch.",
+        ("S10", "S16", "S17"),
+        ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "token-mismatch",
+        "warning",
+        _literal(messages.MSG_TOKEN_MISMATCH, prompt_tokens=r"\d+", feature_rows=r"\d+"),
+        f"{SCHEDULE}, _adjust_embedding_length (logger.warning)",
+        "A warning, not an error: the embedding's rows differ from the window's pad tokens. With more rows "
+        "SGLang keeps the LAST ones and carries on: the first image's surplus rows are dropped and every "
+        "pad token may receive another image's row (silent). With fewer rows the 'Insufficient multimodal "
+        "embedding length' error follows.",
+        ("S10", "S16", "S17"),
+        ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "raise-chunk-hint",
+        "warning",
+        re.escape(messages.MSG_RAISE_CHUNK),
+        f"{SCHEDULE}, _adjust_embedding_length (logger.warning, chunked prefill on)",
+        "A warning that follows the token-count warning when there are more rows than pad tokens. Raising "
+        "--chunked-prefill-size hides the symptom; the rows still do not match the prompt.",
+        ("S10", "S17"),
+        ("s17-stale-eager-epd-more",),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "discard-cached",
+        "warning",
+        _literal(messages.MSG_DISCARD, cache_key=r"[^,\s]+", expected=r"\d+", cached=r"\d+"),
+        f"{SCHEDULE}, _discard_mismatched_cached_embedding (0.5.19+, logger.warning)",
+        "A warning, not an error: the embedding cache held rows of another length under this image's hash "
+        "(a request that sized the same bytes differently); 0.5.19+ drops them and encodes the image again, "
+        "so the request is served. On 0.5.17-0.5.18 the same entry is used as it is.",
+        ("S16",),
+        ("s16-stale-cache-entry",),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "split-sizes",
+        "RuntimeError",
+        _literal(messages.MSG_SPLIT_SIZES, rows=r"\d+", sizes=r"\[[\d, ]*\]"),
+        f"{SCHEDULE}, _batch_encode_per_image_misses (torch.split of the call's rows by each item's pad tokens)",
+        "get_image_feature returned rows that do not add up to the pad tokens of the call's items: an item's "
+        "feature does not follow its grid (a stale eager feature copied unchecked, S10). The call may hold "
+        "the images of several requests; the scheduler process dies with all of them.",
+        ("S10", "S17"),
+        ("s17-stale-eager-split",),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "placeholder-count",
+        "RuntimeError",
+        re.escape(messages.MSG_ASYNC_ASSERT),
+        f"{SCHEDULE}, get_embedding_and_mask (maybe_assert_sum, SGLANG_ENABLE_ASYNC_ASSERT)",
+        "The <|media_pad|> tokens in input_ids differ from the count the items' offsets give: the prompt "
+        "was expanded for other images (or other sizes) than the items the request carries.",
+        (),
+        (),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "only-some-precomputed",
+        "NotImplementedError",
+        re.escape(messages.MSG_ONLY_SOME_PRECOMPUTED),
+        f"{SCHEDULE}, _get_precomputed_embedding",
+        "The prefill batch mixes requests whose items carry precomputed embeddings (EPD) with requests that "
+        "need the encoder.",
+        (),
+        (),
+        NEXT_LOAD,
+    ),
+    KnownMessage(
+        "masked-scatter",
+        "RuntimeError",
+        re.escape(messages.MSG_MASKED_SCATTER),
+        f"{SCHEDULE}, embed_mm_inputs (masked_scatter_, 0.5.17-0.5.18)",
+        "Fewer embedding rows than <|media_pad|> tokens reached the scatter onto the prompt.",
+        (),
+        (),
+        NEXT_LOAD,
     ),
     KnownMessage(
         "encoder-produced",
@@ -301,6 +396,26 @@ def _reading(key: str, values: dict[str, Any]) -> str:
         return (
             f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows ({tokens - rows} missing)"
         )
+    if key == "token-mismatch":
+        tokens, rows = values["prompt_tokens"], values["feature_rows"]
+        if rows > tokens:
+            return (
+                f"{tokens} pad tokens in the window, {rows} rows: SGLang keeps the last {tokens} rows and drops the "
+                f"first {rows - tokens} (no error; the images may be spliced with other images' rows)"
+            )
+        return (
+            f"{tokens} pad tokens in the window, {rows} rows: {tokens - rows} missing, the Insufficient error follows"
+        )
+    if key == "discard-cached":
+        return (
+            f"the cache held {values['cached']} rows under key {values['cache_key']} for an image of "
+            f"{values['expected']} pad tokens: dropped and encoded again"
+        )
+    if key == "split-sizes":
+        sizes = [int(v) for v in str(values["sizes"]).strip("[]").split(",") if v.strip()]
+        rows, need = int(values["rows"]), sum(sizes)
+        gap = f"{need - rows} missing" if need > rows else f"{rows - need} too many"
+        return f"the call returned {rows} rows; its {len(sizes)} item(s) need {need} ({sizes}): {gap}"
     if key == "encoder-produced":
         produced, expected = values["produced"], values["expected"]
         return f"the encoder produced {produced} feature rows, the preprocessing metadata expects {expected}"
@@ -335,6 +450,11 @@ NEEDLES = (
     "division by zero",
     "Encoder produced",
     "kimi-viz capture: wrote ",
+    "chunked_prefill_size",
+    "split_with_sizes",
+    "MM placeholder count",
+    "MM inputs where only some",
+    "Number of elements of source",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 _BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces
@@ -430,7 +550,7 @@ def format_explanations(found: list[Recognised]) -> str:
         if item.reading:
             lines.append(f"  numbers:   {item.reading}")
         if known.classes:
-            lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7)")
+            lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7, §10)")
         if known.scenarios:
             lines.append("  reproduce: " + "; ".join(f"kimi-viz scenario run {name}" for name in known.scenarios))
         if manifests:

@@ -185,6 +185,13 @@ def test_every_known_message_contains_a_needle():
         "ZeroDivisionError: division by zero",
         "Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=5 vs num_mm_tokens_in_embedding=4",
         "Encoder produced 5 tokens, but preprocessor metadata expected 6",
+        messages.MSG_TOKEN_MISMATCH.format(5, 4),
+        messages.MSG_RAISE_CHUNK,
+        messages.MSG_DISCARD.format("abc", 5, 4),
+        messages.MSG_SPLIT_SIZES.format(5, [4, 2]),
+        messages.MSG_ASYNC_ASSERT,
+        messages.MSG_ONLY_SOME_PRECOMPUTED,
+        messages.MSG_MASKED_SCATTER,
         "kimi-viz capture: wrote captures/20261129-031502-12345-1 (ValueError: x)",
     ]
     keys = {found.message.key for text in samples for found in explain(text)}

@@ -26,8 +26,10 @@ def test_every_failing_scenario_message_is_recognised_and_points_back_to_it(name
 
 def test_every_listed_scenario_exists_and_keys_are_unique():
     assert len({m.key for m in KNOWN_MESSAGES}) == len(KNOWN_MESSAGES)
+    from kimi_viz.scenarios.load import LOAD_SCENARIOS
+
     for known in KNOWN_MESSAGES:
-        assert set(known.scenarios) <= set(SCENARIOS), known.key
+        assert set(known.scenarios) <= set(SCENARIOS) | set(LOAD_SCENARIOS), known.key
 
 
 def test_numbers_are_read_from_the_exact_sglang_formats():
@@ -89,3 +91,36 @@ def test_cli_list(capsys):
     assert main(["explain", "--list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [row["key"] for row in listed] == [m.key for m in KNOWN_MESSAGES]
+
+
+# --- the splice (docs/pipeline.md §10): every load scenario's error and warnings, with their numbers ----------
+def test_every_load_scenario_message_is_recognised_with_its_numbers_and_points_to_whatif_together():
+    from kimi_viz.scenarios.load import LOAD_SCENARIOS, run_load_scenario
+
+    for name, scenario in LOAD_SCENARIOS.items():
+        answer = run_load_scenario(name)
+        lines = [w for p in answer.result.passes for w in p.warnings]
+        if scenario.expected.type is not None:
+            lines.append(f"{scenario.expected.type}: {scenario.expected.message}")
+        for line in lines:
+            found = explain(line)
+            assert len(found) == 1, (name, line, [f.message.key for f in found])
+            assert "whatif IMAGE... --together" in found[0].message.next_step
+            if found[0].message.key != "gpu-wrong-grids":  # S14 is S1 across requests
+                assert name in found[0].message.scenarios or scenario.scenario_class in found[0].message.classes
+
+
+def test_splice_numbers_are_read():
+    from kimi_viz import messages
+
+    (more,) = explain("WARNING " + messages.MSG_TOKEN_MISMATCH.format(16, 187))
+    assert more.values == {"prompt_tokens": 16, "feature_rows": 187}
+    assert more.reading.startswith("16 pad tokens in the window, 187 rows: SGLang keeps the last 16 rows")
+    (fewer,) = explain(messages.MSG_TOKEN_MISMATCH.format(128, 113))
+    assert fewer.reading == "128 pad tokens in the window, 113 rows: 15 missing, the Insufficient error follows"
+    (split,) = explain("RuntimeError: " + messages.MSG_SPLIT_SIZES.format(294, [284]))
+    assert split.reading == "the call returned 294 rows; its 1 item(s) need 284 ([284]): 10 too many"
+    (discard,) = explain(messages.MSG_DISCARD.format("596aa1e7cb875eb7", 187, 120))
+    assert discard.values == {"cache_key": "596aa1e7cb875eb7", "expected": 187, "cached": 120}
+    (assertion,) = explain("RuntimeError: " + messages.MSG_ASYNC_ASSERT)
+    assert assertion.message.key == "placeholder-count" and assertion.message.exception == "RuntimeError"
