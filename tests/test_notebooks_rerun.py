@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-STEMS = ["01_image_to_patches", "02_encoder_rows", "03_deferred_split", "04_triage", "05_whatif"]
+STEMS = ["01_image_to_patches", "02_encoder_rows", "03_deferred_split", "04_triage", "05_whatif", "06_under_load"]
 
 
 @pytest.mark.slow

@@ -15,7 +15,14 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-EXPECTED = ("01_image_to_patches", "02_encoder_rows", "03_deferred_split", "04_triage", "05_whatif")
+EXPECTED = (
+    "01_image_to_patches",
+    "02_encoder_rows",
+    "03_deferred_split",
+    "04_triage",
+    "05_whatif",
+    "06_under_load",
+)
 
 
 def cell_summary(notebook) -> list[tuple[str, str, list[str]]]:

@@ -18,11 +18,11 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_whatif.ipy
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
 
 
-def execute(tmp_path: Path, **parameters) -> tuple[nbformat.NotebookNode, str]:
-    """Run the notebook with ``parameters``; return it and the text of all its outputs."""
+def execute(tmp_path: Path, notebook: Path = NOTEBOOK, **parameters) -> tuple[nbformat.NotebookNode, str]:
+    """Run ``notebook`` (05 by default) with ``parameters``; return it and the text of all its outputs."""
     executed = tmp_path / "executed.ipynb"
     papermill.execute_notebook(
-        str(NOTEBOOK),
+        str(notebook),
         str(executed),
         parameters=parameters,
         kernel_name="python3",

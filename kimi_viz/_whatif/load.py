@@ -96,6 +96,18 @@ class LoadAnswer:
         """Return one paragraph: where on the path it fails and why, or why every row lands where it should."""
         return load_why(self.result)
 
+    def workload_table(self) -> Any:
+        """Return the requests as a table: images, text lengths, arrival, prompt length, pad runs."""
+        from .text import workload_table
+
+        return workload_table(self)
+
+    def pass_table(self) -> Any:
+        """Return the prefill passes as a table: windows, path, the call's items, cache, warnings, outcome."""
+        from .text import pass_table
+
+        return pass_table(self)
+
     def text(self) -> str:
         """Return what ``kimi-viz whatif --requests`` prints."""
         from .text import load_text

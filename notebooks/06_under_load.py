@@ -1,0 +1,145 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Why does my request fail only under load?
+#
+# **Every request passes when you send it alone, yet the server dies with `Kimi-K3 deferred feature
+# length does not match image grids` (or "produced wrong grids") when traffic picks up. Why?**
+#
+# Because SGLang does not encode one request's images at a time. In every release the forward pass
+# (`get_embedding_and_mask` in `managers/mm_schedule.py`) collects the embedding-cache misses of
+# **every request in the prefill batch**, dedupes them, and sends them to `get_image_feature` in one
+# call; afterwards it splits the rows back by each image's `<|media_pad|>` count and writes them onto
+# the prompts. So two single-image requests that arrive together reach the deferred split exactly like
+# one two-image request — and an exception there kills the scheduler with every request it holds.
+# `kimi_viz.whatif_load` replays that whole path for a workload; on the command line it is
+# `kimi-viz whatif IMAGE... --together` or `--requests FILE`.
+#
+# Runs in about 10 s on a 2-core CPU (shapes mode: only the image headers are read). Made for
+# papermill too: `papermill notebooks/06_under_load.ipynb out.ipynb -p sglang_version 0.5.23 -p tp 4`.
+
+# %% tags=["parameters"]
+device = "auto"
+images = ["rocket.jpg", "astronaut.png"]  # one single-image request each: file paths or sample names
+sglang_version = "0.5.18"
+tp = 2
+chunked_prefill_size = 150  # for section 5: small enough that the first image straddles two chunks
+
+# %%
+# %matplotlib inline
+from kimi_viz import LoadSettings, Request, Workload, sweep_load, sweep_pairs, together, whatif, whatif_load
+from kimi_viz.plots import draw_forward_pass
+from kimi_viz.report import Stepper, Table
+
+# %% [markdown]
+# ## 1. Each request alone
+#
+# Every image as a request of its own, on this release and attention-TP size: what one `whatif` says.
+
+# %%
+alone = {
+    name: whatif([name], sglang_version=sglang_version, tp_size=tp, device=device, under_load=False) for name in images
+}
+Table(["request", "status", "why"], [[name, a.status.value, a.why] for name, a in alone.items()])
+
+# %% [markdown]
+# ## 2. The same requests arriving together
+#
+# One workload: each image its own request, all arriving at once. The scheduler prefills them in one
+# pass, so their images share one `get_image_feature` call. The table lists each request's prompt
+# (where its `<|media_pad|>` run sits) and each pass (its windows, the call's items, the cache).
+
+# %%
+workload = together(images)
+answer = whatif_load(workload, sglang_version=sglang_version, tp_size=tp, device=device)
+Table(
+    ["status", "failing ranks", "fixed in"],
+    [[answer.status.value, answer.failing_ranks, answer.fixed_in.text if answer.fixed_in else "—"]],
+)
+
+# %%
+answer.workload_table()
+
+# %%
+answer.pass_table()
+
+# %% [markdown]
+# In one paragraph, naming the requests and images of the call:
+
+# %%
+Table(["answer"], [[answer.why]])
+
+# %% [markdown]
+# ## 3. The forward pass, drawn
+#
+# Each request's prompt (text grey, its image's pad run coloured, the pass's window dashed), the rows
+# that landed on its pad tokens, the items of the one `get_image_feature` call, and what stayed
+# outside the call (cache hits, duplicates). When the pass raises, nothing is written and the message
+# is under the call.
+
+# %%
+failing = answer.result.failing_pass
+shown = answer.result.passes[failing if failing is not None else 0]
+draw_forward_pass(shown).figure
+
+# %% [markdown]
+# Step through it: the scheduler's steps, then the failing rank's deferred split, then the splice.
+
+# %%
+Stepper.for_forward(shown)
+
+# %% [markdown]
+# ## 4. Which releases and TP sizes fail it
+#
+# Rows are the release groups whose request side, code path and forward pass are the same.
+
+# %%
+sweep_load(workload).table()
+
+# %% [markdown]
+# Which pairs of these images fail when prefilled together (every release × TP 1, 2, 4, 8):
+
+# %%
+sweep_pairs(images if len(images) > 2 else [*images, "chelsea.png", "coffee.png"]).table()
+
+# %% [markdown]
+# ## 5. A long prompt, chunked prefill and the embedding cache
+#
+# With `--chunked-prefill-size`, a prompt longer than the chunk is prefilled in several passes and an
+# image can straddle two of them. SGLang encodes an overlapping image whole, slices the chunk's part,
+# and caches the rest: the second pass takes it from the embedding cache (`--mm-embedding-cache-size 0`
+# encodes it again). Here the first image's request has 100 text tokens before the image.
+
+# %%
+long = Workload((Request("r1", together([images[0]]).requests[0].images, before=100),))
+chunked = whatif_load(
+    long, sglang_version=sglang_version, tp_size=tp, load=LoadSettings(chunked_prefill_size=chunked_prefill_size)
+)
+chunked.pass_table()
+
+# %%
+draw_forward_pass(chunked.result.passes[min(1, len(chunked.result.passes) - 1)]).figure
+
+# %% [markdown]
+# **What to take away:** an intermittent "only under load" report is a batch the server formed, not a
+# request. Replay the requests that were in flight together (`kimi-viz whatif A B --together
+# --sglang-version V --tp N`, or `--requests FILE` with their text lengths); a single-request
+# `kimi-viz whatif` also warns when a request that is clean alone fails beside another, and names the
+# smallest such pair. On 0.5.18 at attention-TP ≥ 2 any two images with different grids do it; 0.5.19
+# and later read each image's own grid. `docs/whatif.md` ("Workloads") documents the request file and
+# what the scheduler model simplifies.

@@ -1,0 +1,41 @@
+"""papermill runs notebooks/06_under_load.ipynb with a deployment's parameters: images, release, TP, chunk size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_papermill_whatif import execute
+
+from kimi_viz.data import sample_path
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_under_load.ipynb"
+GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+
+
+def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
+    images = [str(sample_path("rocket.jpg")), str(sample_path("astronaut.png"))]
+    notebook, text = execute(tmp_path, notebook=NOTEBOOK, images=images, sglang_version="0.5.18", tp=2, device="cpu")
+    injected = [c for c in notebook.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and 'sglang_version = "0.5.18"' in injected[0].source
+    alone = text.split("error-reproduced")[0]
+    assert alone.count("clean") >= 2  # each request alone passes
+    assert "error-reproduced  [1]" in text and "fixed in 0.5.19" in text
+    assert "get_image_feature receives 2 images from 2 requests in one call" in text
+    assert "0.5.18         ✓ clean  ✗ error (pass 1)" in text
+    assert "r1 [150, 300)" in text and "cache hit" in text  # the straddling image's second chunk
+    assert any(o.get("data", {}).get("image/png") for c in notebook.cells for o in c.get("outputs", []))
+
+
+def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
+    _, text = execute(
+        tmp_path,
+        notebook=NOTEBOOK,
+        images=["chelsea.png", "coffee.png", "rocket.jpg"],
+        sglang_version="0.5.23",
+        tp=4,
+        chunked_prefill_size=100,
+        device="cpu",
+    )
+    assert "error-reproduced" not in text.split("SGLang         TP 1")[0]
+    assert "every pad token receives its own image's feature row" in text
+    assert "r1 [100, 200)" in text
