@@ -140,7 +140,7 @@ def sglang_torch(image: Image.Image, config: ProcessorConfig) -> torch.Tensor:
 
 
 def sglang_baseline() -> tuple[Callable[[Image.Image, ProcessorConfig], torch.Tensor], str]:
-    """Return ``(baseline, what it is)``: SGLang's own ``_gpu_preprocess_images`` if importable, else the transcription."""
+    """Return ``(baseline, what it is)``: SGLang's own ``_gpu_preprocess_images`` if it imports, else ours."""
     try:
         from importlib.metadata import version
 
