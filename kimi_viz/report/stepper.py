@@ -308,6 +308,26 @@ class Stepper:
             detail = f"expected {check.expected}, actual {check.actual}"
         elif check is not None:
             detail = check.name
+        return self._row(k, step, images, expected, produced, detail)
+
+    def _forward_counts(self, k: int, step: Step) -> dict[str, Any]:
+        """Return the counts of a scheduler or splice step: the batch's images, the check, the error."""
+        forward = self.forward
+        assert forward is not None
+        check = step.check
+        scalar = check is not None and not isinstance(check.expected, (list, dict))
+        return self._row(
+            k,
+            step,
+            sum(len(r.items) for r in forward.batch),
+            check.expected if scalar and check is not None else None,
+            check.actual if scalar and check is not None else None,
+            None if check is None else check.name,
+        )
+
+    def _row(self, k: int, step: Step, images: Any, expected: Any, produced: Any, detail: Any) -> dict[str, Any]:
+        """Return the counts of step ``k`` from its figures and the step's own check and error."""
+        check = step.check
         return {
             "step": k + 1,
             "position": f"Step {k + 1} of {len(self)}",
@@ -319,25 +339,6 @@ class Stepper:
             "produced_rows": produced,
             "check": None if check is None else ("PASS" if check.passed else "FAIL"),
             "check_detail": detail,
-            "error": None if step.error is None else f"{step.error.type}: {step.error.message}",
-        }
-
-    def _forward_counts(self, k: int, step: Step) -> dict[str, Any]:
-        """Return the counts of a scheduler or splice step: the batch's images, the check, the error."""
-        forward = self.forward
-        assert forward is not None
-        check = step.check
-        return {
-            "step": k + 1,
-            "position": f"Step {k + 1} of {len(self)}",
-            "name": step.name,
-            "title": step.title,
-            "spec_ref": step.spec_ref,
-            "images": sum(len(r.items) for r in forward.batch),
-            "expected_rows": None if check is None or isinstance(check.expected, (list, dict)) else check.expected,
-            "produced_rows": None if check is None or isinstance(check.actual, (list, dict)) else check.actual,
-            "check": None if check is None else ("PASS" if check.passed else "FAIL"),
-            "check_detail": None if check is None else check.name,
             "error": None if step.error is None else f"{step.error.type}: {step.error.message}",
         }
 

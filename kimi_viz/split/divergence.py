@@ -448,22 +448,7 @@ SILENT_CLASSES = (
 
 def _explain_silent(found: list[Finding], by_image: dict[int, ImageOutcome], report: Divergence) -> None:
     replayed = set(by_image)
-    silent = [
-        f
-        for f in found
-        if f.cls
-        in (
-            ScenarioClass.SKEW,
-            ScenarioClass.S4,
-            ScenarioClass.S10,
-            ScenarioClass.S12,
-            ScenarioClass.S6,
-            ScenarioClass.S2,
-            ScenarioClass.S8,
-            ScenarioClass.S11,
-        )
-        and (f.image in replayed or not replayed)
-    ]
+    silent = [f for f in found if f.cls in SILENT_CLASSES and (f.image in replayed or not replayed)]
     mismatched = [row for row in by_image.values() if row.match is False]
     report.expected_total = sum(r.expected_rows for r in by_image.values())
     report.produced_total = sum((r.produced_rows or 0) for r in by_image.values())
