@@ -114,7 +114,7 @@ _EXPORTS = {
     "sweep_pairs": "kimi_viz._whatif._load_sweep",
     "minimize_load": "kimi_viz._whatif._load_minimize",
     "LOAD_SCENARIOS": "kimi_viz.scenarios.load",
-    "run_load_scenario": "kimi_viz.scenarios.load",
+    "run_load_scenario": "kimi_viz._whatif.load",
     "run_demo": "kimi_viz._demo",
     # the sample images
     "SAMPLE_PHOTOS": "kimi_viz.data",

@@ -6,9 +6,9 @@ import pytest
 from matplotlib.patches import Rectangle
 from test_plots import _text_boxes
 
+from kimi_viz import run_load_scenario
 from kimi_viz.plots.forward import draw_forward_pass
 from kimi_viz.report.stepper import Stepper
-from kimi_viz.scenarios.load import run_load_scenario
 
 
 def _texts(ax, prefix: str) -> list[str]:

@@ -95,7 +95,7 @@ def test_cli_list(capsys):
 
 # --- the splice (docs/pipeline.md §10): every load scenario's error and warnings, with their numbers ----------
 def test_every_load_scenario_message_is_recognised_with_its_numbers_and_points_to_whatif_together():
-    from kimi_viz.scenarios.load import LOAD_SCENARIOS, run_load_scenario
+    from kimi_viz import LOAD_SCENARIOS, run_load_scenario
 
     for name, scenario in LOAD_SCENARIOS.items():
         answer = run_load_scenario(name)

@@ -26,7 +26,7 @@ from ..schedule.workload import Request, Workload
 from ..split.ranks import check_tp_size
 from ._sweep import SWEEP_TP_SIZES
 from .load import LoadAnswer
-from .run import WhatIfStatus
+from .status import WhatIfStatus
 
 PAIR_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.23")  # one release per request side
 MAX_PAIR_IMAGES = 64  # 2016 pairs

@@ -23,7 +23,8 @@ from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
 from ..split.ranks import check_tp_size
-from .run import WhatIf, WhatIfStatus, evaluate
+from .run import WhatIf, evaluate
+from .status import WhatIfStatus
 
 SWEEP_TP_SIZES = (1, 2, 4, 8)
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -19,11 +19,11 @@ from ..releases import PATH_INTRODUCED, RELEASES, FixRelease, Release, release_f
 from ..request.images import RequestImage, probe_image
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..schedule.forward import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..schedule.load import LoadResult, LoadSettings, replay_workload
+from ..schedule.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..schedule.workload import Request, Workload
 from ..split.verdict import Verdict, build_verdict
-from .run import WhatIfStatus
+from .status import WhatIfStatus
 
 
 @dataclass
@@ -419,4 +419,18 @@ def pair_hint(
     return None
 
 
-__all__ = ["LoadAnswer", "LoadHint", "load_why", "whatif_load", "pair_hint"]
+def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> LoadAnswer:
+    """Return the :class:`LoadAnswer` of load scenario ``name`` (S14 onward) on its own deployment by default."""
+    from ..scenarios.load import get_load_scenario
+
+    scenario = get_load_scenario(name)
+    return whatif_load(
+        scenario.build(),
+        sglang_version=sglang_version or scenario.sglang_version,
+        tp_size=tp_size or scenario.tp_size,
+        settings=scenario.settings,
+        load=scenario.load,
+    )
+
+
+__all__ = ["LoadAnswer", "LoadHint", "load_why", "whatif_load", "pair_hint", "run_load_scenario"]

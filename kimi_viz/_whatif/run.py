@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SettingNotInReleaseError
@@ -23,21 +22,12 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import ModelCall, model_call, replay_call
 from ..split.trace import Trace
-from ..split.verdict import Status, Verdict, build_verdict
+from ..split.verdict import Verdict, build_verdict
+from .status import WhatIfStatus
 from .why import why_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .load import LoadHint
-
-
-class WhatIfStatus(str, Enum):
-    """How one what-if ends: its verdict's status, or that nothing reached the call, or that the release refuses."""
-
-    CLEAN = Status.CLEAN.value
-    ERROR_REPRODUCED = Status.ERROR_REPRODUCED.value
-    SILENT_MISMATCH = Status.SILENT_MISMATCH.value
-    NO_CALL = "no-call"  # every image was a cache hit or a duplicate: get_image_feature is never called
-    NOT_APPLICABLE = "not-applicable"  # (a sweep cell) the release refuses one of the settings
 
 
 NO_CALL = WhatIfStatus.NO_CALL

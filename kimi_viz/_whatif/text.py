@@ -13,7 +13,7 @@ from ..report.tables import Table
 from ..request.sides import BuiltRequest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..schedule.forward import ForwardTrace
+    from ..schedule.trace import ForwardTrace
     from .load import LoadAnswer
     from .run import WhatIf
 
@@ -117,7 +117,7 @@ def workload_table(answer: LoadAnswer) -> Table:
             [
                 request.rid,
                 ", ".join(image.label for image in request.images),
-                f"{request.before}/{request.between}/{request.after}",
+                f"{request.before}/{','.join(map(str, request.gaps)) or request.between}/{request.after}",
                 request.arrival,
                 prompt.length,
                 ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),

@@ -109,8 +109,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _run_load(args: argparse.Namespace) -> int:
     """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
+    from .._whatif.load import run_load_scenario
     from ..errors import ScenarioError
-    from ..scenarios.load import get_load_scenario, run_load_scenario
+    from ..scenarios.load import get_load_scenario
 
     scenario = get_load_scenario(args.name)
     if args.manifest_out or args.code_path:

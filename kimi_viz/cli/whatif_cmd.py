@@ -169,7 +169,7 @@ def _is_workload(args: argparse.Namespace) -> bool:
 
 def load_settings_from_args(args: argparse.Namespace) -> Any:
     """Return the :class:`~kimi_viz.schedule.load.LoadSettings` the load options ask for."""
-    from ..schedule.forward import PLATFORMS
+    from ..schedule.trace import PLATFORMS
     from ..schedule.load import LoadSettings
     from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
 

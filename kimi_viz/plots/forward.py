@@ -30,8 +30,8 @@ from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..schedule.forward import ForwardTrace
     from ..schedule.rows import Source
+    from ..schedule.trace import ForwardTrace
 
 TEXT_FILL = "#E6E6E6"
 OUTSIDE_FILL = "#BBBBBB"

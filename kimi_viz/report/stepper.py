@@ -30,7 +30,7 @@ from ..split.trace import prod
 from .page import escape, figure_png, json_for_script, png_data_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..schedule.forward import ForwardTrace
+    from ..schedule.trace import ForwardTrace
     from ..split.trace import RankTrace, Step, Trace
 
 FRAME_DPI = 100  # the frames' text is 9 pt: 12.5 px at this dpi
@@ -159,7 +159,7 @@ class Stepper:
         forward: ForwardTrace | None = None,
     ):
         from ..plots.steps import resolve_rank
-        from ..schedule.forward import ENCODE_CALL
+        from ..schedule.trace import ENCODE_CALL
 
         if trace is None and forward is None:
             raise ConfigError("Stepper: give a replay trace, or a forward pass (forward=...)")

@@ -21,7 +21,6 @@ _EXPORTS = {
     "LoadExpectation": "load",
     "LOAD_SCENARIOS": "load",
     "get_load_scenario": "load",
-    "run_load_scenario": "load",
 }
 
 __all__ = sorted(_EXPORTS)

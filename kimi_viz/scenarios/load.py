@@ -3,8 +3,8 @@
 Each :class:`LoadScenario` is a workload of sample images on one deployment (release, attention-TP
 size, server and load settings) and what SGLang does with it: the status, the exception and its exact
 message, the ranks that raise, the warnings SGLang logs, and the release that fixes it.
-:func:`run_load_scenario` replays one with :func:`~kimi_viz._whatif.load.whatif_load`; the CLI is
-``kimi-viz scenario run NAME`` (the same command as the single-call scenarios).
+:func:`kimi_viz.run_load_scenario` replays one with :func:`~kimi_viz._whatif.load.whatif_load`; the
+CLI is ``kimi-viz scenario run NAME`` (the same command as the single-call scenarios).
 """
 
 from __future__ import annotations
@@ -226,18 +226,4 @@ def get_load_scenario(name: str) -> LoadScenario:
     return LOAD_SCENARIOS[key]
 
 
-def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> Any:
-    """Return the :class:`~kimi_viz._whatif.load.LoadAnswer` of scenario ``name`` (its own deployment by default)."""
-    from .._whatif.load import whatif_load
-
-    scenario = get_load_scenario(name)
-    return whatif_load(
-        scenario.build(),
-        sglang_version=sglang_version or scenario.sglang_version,
-        tp_size=tp_size or scenario.tp_size,
-        settings=scenario.settings,
-        load=scenario.load,
-    )
-
-
-__all__ = ["LoadExpectation", "LoadScenario", "LOAD_SCENARIOS", "get_load_scenario", "run_load_scenario"]
+__all__ = ["LoadExpectation", "LoadScenario", "LOAD_SCENARIOS", "get_load_scenario"]

@@ -27,9 +27,10 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..split.trace import ErrorInfo, Trace
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
-from .forward import ForwardItem, ForwardRequest, ForwardTrace, Platform, call_encoder, replay_forward
+from .forward import call_encoder, replay_forward
 from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
+from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
 
 LoadStatus = Literal["clean", "error-reproduced", "silent-mismatch"]
@@ -207,7 +208,7 @@ def replay_workload(
     if built is None:
         built = [build_workload_request(r, settings, release, mode) for r in workload.requests]
     prompts = [
-        render_prompt(_tokens(b), [im.size for im in b.images], before=r.before, between=r.between, after=r.after)
+        render_prompt(_tokens(b), [im.size for im in b.images], before=r.before, between=r.spacing, after=r.after)
         for r, b in zip(workload.requests, built)
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
