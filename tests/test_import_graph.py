@@ -24,7 +24,7 @@ LAYERS = [
     {"schedule"},
     {"scenarios", "manifest", "plots"},
     {"capture", "report"},
-    {"_explain", "_triage", "_whatif", "_demo"},
+    {"_explain", "_triage", "_whatif", "_demo", "repro"},
     {"cli", "__main__", "__init__"},
 ]
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}

@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-SUITES = ("scenarios", "random", "capture", "processor", "forward", "adjust", "planted-bug")
+SUITES = ("scenarios", "random", "capture", "processor", "forward", "adjust", "planted-bug", "repro")
 
 
 def main(path: str) -> int:
