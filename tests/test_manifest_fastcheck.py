@@ -59,17 +59,42 @@ GOOD_DOCUMENTS: list[dict[str, Any]] = [
         "processor": {"merge_kernel_size": 2, "fixed_output_tokens": 256},
         "items": [],
     },
+    {
+        "format": "kimi-viz-manifest",
+        "version": 1,
+        "items": [],
+        "forward_context": {
+            "requests": [
+                {
+                    "rid": "req-a",
+                    "batch_index": 2,
+                    "prefix_len": 0,
+                    "extend_len": 20,
+                    "images": [
+                        {"offsets": [[1, 2]], "status": "cache-hit", "call_item": None},
+                        {"offsets": [[5, 12], [14, 15]], "status": "outside-window"},
+                    ],
+                },
+                {"prefix_len": None, "extend_len": None, "images": []},
+            ],
+            "items": [],
+            "chunked_prefill_size": -1,
+            "source": "",
+        },
+    },
 ]
 values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-5, 2**32)
     | st.floats(allow_nan=False)
-    | st.sampled_from(["kimi-viz-manifest", "ok", "error", "pre-fix", "detected", "chessboard", "", "x"]),
+    | st.sampled_from(["kimi-viz-manifest", "ok", "error", "pre-fix", "detected", "chessboard", "in-call", "", "x"]),
     lambda children: (
         st.lists(children, max_size=4)
         | st.dictionaries(
-            st.sampled_from(["outcome", "error", "type", "message", "pattern", "attn_tp_size", "patch_size", "x"]),
+            st.sampled_from(
+                ["outcome", "error", "type", "message", "pattern", "attn_tp_size", "patch_size", "status", "rid", "x"]
+            ),
             children,
             max_size=4,
         )
@@ -88,7 +113,7 @@ def _paths(value, prefix=()):
             yield from _paths(child, prefix + (index,))
 
 
-@pytest.mark.parametrize("document", GOOD_DOCUMENTS, ids=["minimal", "full", "nulls"])
+@pytest.mark.parametrize("document", GOOD_DOCUMENTS, ids=["minimal", "full", "nulls", "forward-context"])
 def test_plain_documents_take_the_fast_path_and_the_schema_agrees(document):
     assert document_is_plainly_valid(document)
     assert list(_validator().iter_errors(document)) == []

@@ -1,8 +1,9 @@
 """Capture failing ``get_image_feature`` calls from a live SGLang process.
 
-:mod:`.hook` is the start-up part (the import hook, wrapping the method, :func:`patch`); it is
-imported in every Python process under ``kimi-viz capture``, so this package imports nothing else
-eagerly. :mod:`.record` (SGLang items to the kit's batch, the manifest written) and :mod:`.run`
+:mod:`.hook` is the start-up part (the import hook, wrapping the method and the forward path's
+``get_embedding_and_mask``, :func:`patch`); it is imported in every Python process under
+``kimi-viz capture``, so this package imports nothing else eagerly. :mod:`.record` (SGLang items to the
+kit's batch, the manifest written), :mod:`.context` (the forward context of a call) and :mod:`.run`
 (running a command under capture) are imported on first use of one of their names.
 """
 
@@ -13,17 +14,23 @@ from .hook import (
     ENV_REDACT,
     ENV_TP_RANK,
     ENV_TP_SIZE,
+    FORWARD_FUNCTION,
+    FORWARD_MODULES,
     TARGET_CLASS,
     TARGET_METHOD,
     TARGET_MODULE,
     WRAPPED_ATTR,
     CaptureSession,
+    ForwardCall,
     KimiK3ImportHook,
     install_from_environment,
     install_import_hook,
     log,
     patch,
+    running_forward,
+    unwrap_forward_function,
     unwrap_method,
+    wrap_forward_function,
     wrap_method,
     wrap_module,
 )
@@ -32,6 +39,7 @@ _LAZY = {
     "item_from_sglang": "record",
     "batch_from_call": "record",
     "record_call": "record",
+    "context_from_call": "context",
     "capture_environment": "run",
     "run_captured": "run",
     "captured_manifests": "run",
@@ -45,22 +53,29 @@ __all__ = [
     "ENV_REDACT",
     "ENV_TP_RANK",
     "ENV_TP_SIZE",
+    "FORWARD_FUNCTION",
+    "FORWARD_MODULES",
     "TARGET_CLASS",
     "TARGET_METHOD",
     "TARGET_MODULE",
     "WRAPPED_ATTR",
     "CaptureSession",
+    "ForwardCall",
     "KimiK3ImportHook",
     "install_from_environment",
     "install_import_hook",
     "log",
     "patch",
+    "running_forward",
+    "unwrap_forward_function",
     "unwrap_method",
+    "wrap_forward_function",
     "wrap_method",
     "wrap_module",
-    # lazily, from .record and .run
+    # lazily, from .record, .context and .run
     "batch_from_call",
     "capture_environment",
+    "context_from_call",
     "captured_manifests",
     "item_from_sglang",
     "record_call",

@@ -8,6 +8,14 @@ folder (:func:`kimi_viz.capture.record.record_call`) and re-raises the very same
 Writing a manifest never masks the original error: a capture failure is logged to stderr and the
 original exception continues.
 
+The same finder wraps ``get_embedding_and_mask`` in ``sglang.srt.managers.mm_schedule`` and
+``sglang.srt.managers.mm_utils`` (where SGLang looks it up) when those modules are imported: while it
+runs, its arguments (the prefill batch's image items, ``items_size``, prefix and extend lengths,
+offsets) and its caller's frame sit on a per-thread stack (:func:`running_forward`), so a failing
+``get_image_feature`` call inside it is recorded with the forward context
+(:mod:`kimi_viz.capture.context`): which request and image each item came from. The wrapper only
+pushes and pops that entry; the call, its result and its exception are SGLang's own.
+
 :func:`patch` does the same inside one Python session, as a context manager. ``kimi-viz capture``
 (:mod:`kimi_viz.capture.run`) runs a command with the ``sitecustomize`` shim of
 ``kimi_viz/capture/_shim`` on ``PYTHONPATH``, which calls :func:`install_from_environment` in every
@@ -34,6 +42,8 @@ from .names import (  # noqa: F401 - re-exported: the names a captured process a
     ENV_REDACT,
     ENV_TP_RANK,
     ENV_TP_SIZE,
+    FORWARD_FUNCTION,
+    FORWARD_MODULES,
     TARGET_CLASS,
     TARGET_METHOD,
     TARGET_MODULE,
@@ -43,7 +53,7 @@ from .names import (  # noqa: F401 - re-exported: the names a captured process a
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any
 
@@ -57,11 +67,106 @@ def _record(
 ) -> Path | None:
     """Record one call with :func:`kimi_viz.capture.record.record_call`, imported now; never raises."""
     try:
+        forward = running_forward()
         from .record import record_call
     except BaseException as exc:
         log(f"could not write a manifest ({type(exc).__name__}: {exc}); the original behaviour is unchanged")
         return None
-    return record_call(model, items, out_dir, redact=redact, error=error, function=function)
+    return record_call(model, items, out_dir, redact=redact, error=error, function=function, forward=forward)
+
+
+# ------------------------------------------------------------------------------------------
+# The forward context: this thread's running get_embedding_and_mask
+# ------------------------------------------------------------------------------------------
+FORWARD_PARAMETERS = (  # get_embedding_and_mask's parameters, the same in 0.5.17 ... 0.5.23
+    "data_embedding_func",
+    "embedding_items",
+    "placeholder_tensor",
+    "input_ids",
+    "items_size",
+    "prefix_length",
+    "extend_length",
+    "items_offset_list",
+)
+_running = _thread._local()  # .stack: (function, args, kwargs, caller frame) of each running call, innermost last
+_getframe = sys._getframe
+
+
+class ForwardCall:
+    """One running ``get_embedding_and_mask``: the function, its arguments and the frame that called it."""
+
+    __slots__ = ("function", "args", "kwargs", "caller")
+
+    def __init__(self, function: Any, args: tuple, kwargs: dict, caller: Any):
+        self.function = function
+        self.args = args
+        self.kwargs = kwargs
+        self.caller = caller
+
+    def argument(self, name: str) -> Any:
+        """Return the argument ``name`` as SGLang passed it (by keyword or by position); KeyError when not passed."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        index = FORWARD_PARAMETERS.index(name)
+        if index < len(self.args):
+            return self.args[index]
+        raise KeyError(name)
+
+
+def running_forward() -> ForwardCall | None:
+    """Return this thread's innermost running ``get_embedding_and_mask`` (None when none runs)."""
+    stack = getattr(_running, "stack", None)
+    return ForwardCall(*stack[-1]) if stack else None
+
+
+def wrap_forward_function(module: Any) -> Callable | None:
+    """Wrap ``module.get_embedding_and_mask`` so it is :func:`running_forward` while it runs; return the wrapper.
+
+    Returns None when the module has no such function or it is already wrapped.
+    """
+    original = getattr(module, FORWARD_FUNCTION, None)
+    if not callable(original) or getattr(original, WRAPPED_ATTR, None) is not None:
+        return None
+
+    @functools.wraps(original)
+    def get_embedding_and_mask(*args, **kwargs):
+        try:  # the bookkeeping can never change the call: on any problem, call SGLang's own as it is
+            stack = _running.stack
+        except AttributeError:
+            stack = _running.stack = []
+        try:
+            stack.append((original, args, kwargs, _getframe(1)))
+        except Exception:
+            return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            stack.pop()
+
+    setattr(get_embedding_and_mask, WRAPPED_ATTR, original)
+    setattr(module, FORWARD_FUNCTION, get_embedding_and_mask)
+    return get_embedding_and_mask
+
+
+def unwrap_forward_function(module: Any, wrappers: Any = None) -> bool:
+    """Restore ``module.get_embedding_and_mask`` (only when it is one of ``wrappers``, if given); True if done."""
+    current = getattr(module, FORWARD_FUNCTION, None)
+    original = getattr(current, WRAPPED_ATTR, None)
+    if original is None or (wrappers is not None and not any(current is w for w in wrappers)):
+        return False
+    setattr(module, FORWARD_FUNCTION, original)
+    return True
+
+
+def _wrap_forward_quietly(module: Any) -> Callable | None:
+    try:
+        return wrap_forward_function(module)
+    except Exception as exc:
+        log(
+            f"could not wrap {getattr(module, '__name__', module)}.{FORWARD_FUNCTION} ({type(exc).__name__}: {exc}); "
+            "calls are still captured, without their forward context"
+        )
+        return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -147,16 +252,27 @@ def wrap_module(
 
 
 class KimiK3ImportHook:
-    """A ``sys.meta_path`` finder that calls ``on_loaded(module)`` right after ``kimi_k3`` is executed."""
+    """A ``sys.meta_path`` finder that calls ``on_loaded(module)`` right after ``kimi_k3`` is executed.
 
-    def __init__(self, on_loaded: Callable[[Any], None], target: str = TARGET_MODULE):
+    ``others`` maps more module names to the function to call right after each is executed (the
+    forward path's modules, :data:`FORWARD_MODULES`).
+    """
+
+    def __init__(
+        self,
+        on_loaded: Callable[[Any], Any],
+        target: str = TARGET_MODULE,
+        others: Mapping[str, Callable[[Any], Any]] | None = None,
+    ):
         self.on_loaded = on_loaded
         self.target = target
+        self.targets = {**(others or {}), target: on_loaded}
         self._local = _thread._local()  # threading.local, without importing threading
 
     def find_spec(self, fullname, path, target=None):
-        """Return the real spec of the target module with its loader's ``exec_module`` wrapped."""
-        if fullname != self.target or getattr(self._local, "busy", False):
+        """Return the real spec of a target module with its loader's ``exec_module`` wrapped."""
+        on_loaded = self.targets.get(fullname)
+        if on_loaded is None or getattr(self._local, "busy", False):
             return None
         self._local.busy = True
         try:
@@ -173,14 +289,13 @@ class KimiK3ImportHook:
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
-        hook = self
 
         def exec_module(module):
             original(module)
             try:
-                hook.on_loaded(module)
+                on_loaded(module)
             except Exception as exc:
-                log(f"could not wrap {hook.target} ({type(exc).__name__}: {exc}); nothing will be captured")
+                log(f"could not wrap {fullname} ({type(exc).__name__}: {exc}); nothing will be captured from it")
 
         try:
             loader.exec_module = exec_module
@@ -201,11 +316,19 @@ def install_import_hook(
     def on_loaded(module):
         wrap_module(module, out_dir, redact=redact, all_calls=all_calls, on_record=on_record)
 
+    others = {}
+    for name in FORWARD_MODULES:
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            _wrap_forward_quietly(loaded)
+        else:
+            others[name] = wrap_forward_function
     module = sys.modules.get(TARGET_MODULE)
     if module is not None:
         on_loaded(module)
-        return None
-    hook = KimiK3ImportHook(on_loaded)
+        if not others:
+            return None
+    hook = KimiK3ImportHook(on_loaded, others=others)  # a module already imported is never looked up again
     sys.meta_path.insert(0, hook)
     return hook
 
@@ -239,8 +362,9 @@ class patch:
     """Capture failing (or all) ``get_image_feature`` calls in this process while a ``with`` block runs.
 
     ``with patch(out_dir) as session:`` wraps the method now when ``sglang.srt.models.kimi_k3`` is
-    already imported, else when it is imported; on exit everything is restored. The session
-    (:class:`CaptureSession`) lists the manifests written.
+    already imported, else when it is imported (and ``get_embedding_and_mask`` on the forward path
+    the same way); on exit everything is restored. The session (:class:`CaptureSession`) lists the
+    manifests written.
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False):
@@ -249,6 +373,14 @@ class patch:
         self.session = CaptureSession(Path(out_dir), redact, all_calls)
         self._hook: KimiK3ImportHook | None = None
         self._wrapped: list[type] = []
+        self._forward_modules: list[Any] = []  # the forward path's modules seen, and the wrappers made for them
+        self._forward_wrappers: list[Callable] = []
+
+    def _on_forward_loaded(self, module: Any) -> None:
+        wrapper = _wrap_forward_quietly(module)
+        if wrapper is not None:
+            self._forward_wrappers.append(wrapper)
+        self._forward_modules.append(module)  # mm_utils may hold mm_schedule's wrapper, imported by name
 
     def _on_loaded(self, module: Any) -> None:
         session = self.session
@@ -261,11 +393,18 @@ class patch:
             self._wrapped.append(cls)
 
     def __enter__(self) -> CaptureSession:
+        others = {}
+        for name in FORWARD_MODULES:
+            loaded = sys.modules.get(name)
+            if loaded is not None:
+                self._on_forward_loaded(loaded)
+            else:
+                others[name] = self._on_forward_loaded
         module = sys.modules.get(TARGET_MODULE)
         if module is not None:
             self._on_loaded(module)
-        else:
-            self._hook = KimiK3ImportHook(self._on_loaded)
+        if module is None or others:  # a module already imported is never looked up again
+            self._hook = KimiK3ImportHook(self._on_loaded, others=others)
             sys.meta_path.insert(0, self._hook)
         return self.session
 
@@ -275,3 +414,7 @@ class patch:
         for cls in self._wrapped:
             unwrap_method(cls)
         self._wrapped.clear()
+        for module in self._forward_modules:
+            unwrap_forward_function(module, self._forward_wrappers)
+        self._forward_modules.clear()
+        self._forward_wrappers.clear()

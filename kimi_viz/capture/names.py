@@ -11,6 +11,11 @@ TARGET_MODULE = "sglang.srt.models.kimi_k3"
 TARGET_CLASS = "KimiK3ForConditionalGeneration"
 TARGET_METHOD = "get_image_feature"
 
+# The function on the forward path that knows the prefill batch: it is wrapped where SGLang looks it up
+# (mm_utils from 0.5.17; mm_schedule defines it from 0.5.18 and mm_utils imports it by name).
+FORWARD_MODULES = ("sglang.srt.managers.mm_schedule", "sglang.srt.managers.mm_utils")
+FORWARD_FUNCTION = "get_embedding_and_mask"
+
 ENV_DIR = "KIMI_VIZ_CAPTURE_DIR"
 ENV_REDACT = "KIMI_VIZ_CAPTURE_REDACT"
 ENV_ALL = "KIMI_VIZ_CAPTURE_ALL"

@@ -3,7 +3,8 @@
 :func:`item_from_sglang` reads one ``MultimodalDataItem`` (both grid keys, the deferred config, the
 ``encoder_local_preprocessed`` flag, the feature); :func:`batch_from_call` adds what the running
 process knows (attention TP, the SGLang release, the code path read from SGLang's source, the
-checkpoint processor's config, the call's outcome); :func:`record_call` writes it as a manifest.
+checkpoint processor's config, the call's outcome, and the forward context around the call from
+:mod:`.context`); :func:`record_call` writes it as a manifest.
 Imported only when a call is recorded, never at start-up (see :mod:`kimi_viz.capture.hook`).
 """
 
@@ -205,23 +206,31 @@ def _processor_config(model: Any) -> dict | None:
     return None
 
 
-def batch_from_call(model: Any, items: list, *, error: BaseException | None = None, function: Any = None):
+def batch_from_call(
+    model: Any, items: list, *, error: BaseException | None = None, function: Any = None, forward: Any = None
+):
     """Return a :class:`~kimi_viz.split.batch.Batch` describing one ``get_image_feature(items)`` call.
 
     ``batch.recorded`` is the call's outcome: ``RecordedOutcome("error", type(error).__name__, str(error))``
     when it raised ``error``, else ``RecordedOutcome("ok")`` (a passing call recorded with ``--all``).
+    ``forward`` is the running ``get_embedding_and_mask`` the call was made in
+    (:func:`~kimi_viz.capture.hook.running_forward`); ``batch.forward_context`` is what it tells
+    (:func:`~kimi_viz.capture.context.context_from_call`), None when there is none.
     """
     from .. import __version__
     from ..split.batch import Batch, RecordedOutcome
+    from .context import context_from_call
 
     size, rank, tp_source = _attention_tp(model)
     code_path, path_source, how = _code_path(function)
     processor = _processor_config(model)
+    context = context_from_call(forward, items)
     outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
     note = (
         f"captured in pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}; outcome: {outcome}; "
         f"attention TP from {tp_source}; code path {how}"
         + ("" if processor is not None else "; the model's checkpoint-processor config was not found")
+        + ("" if context is None else f"; forward context: {context.summary()}")
     )
     return Batch(
         items=[item_from_sglang(item, i) for i, item in enumerate(items)],
@@ -236,6 +245,7 @@ def batch_from_call(model: Any, items: list, *, error: BaseException | None = No
         ),
         note=note,
         created_by=f"kimi-viz {__version__} capture",
+        forward_context=context,
     )
 
 
@@ -262,23 +272,35 @@ def record_call(
     redact: bool = False,
     error: BaseException | None = None,
     function: Any = None,
+    forward: Any = None,
 ) -> Path | None:
     """Write a manifest of one call's items to a new folder under ``out_dir``; return it (None on failure).
 
     Never raises: a failure to capture is logged to stderr, so it can never mask the call's own error.
+    ``forward``: the running ``get_embedding_and_mask`` (see :func:`batch_from_call`).
     """
     try:
         import traceback
 
         from ..manifest import write_manifest
 
-        batch = batch_from_call(model, list(items), error=error, function=function)
+        batch = batch_from_call(model, list(items), error=error, function=function, forward=forward)
         folder = _new_folder(Path(out_dir))
         try:
             write_manifest(batch, folder, redact=redact)
-        except Exception as exc:  # still keep what we can: the unvalidated JSON
-            log(f"manifest did not validate ({exc}); writing it unchecked")
-            write_manifest(batch, folder, redact=redact, check=False)
+        except Exception as exc:  # still keep what we can: without the forward context, else the unvalidated JSON
+            problem: Exception | None = exc
+            if batch.forward_context is not None:
+                log(f"manifest did not validate ({exc}); writing it without the forward context")
+                batch.forward_context = None
+                try:
+                    write_manifest(batch, folder, redact=redact)
+                    problem = None
+                except Exception as again:
+                    problem = again
+            if problem is not None:
+                log(f"manifest did not validate ({problem}); writing it unchecked")
+                write_manifest(batch, folder, redact=redact, check=False)
         if error is not None:
             text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
             (folder / "traceback.txt").write_text(text, encoding="utf-8")

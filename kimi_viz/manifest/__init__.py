@@ -11,10 +11,12 @@ path (``items[3].deferred.resize_config.pad_width``); unknown keys are warnings.
 
 The modules, one job each: :mod:`.schema` (the format's constants, the JSON Schema, validation and
 its messages), :mod:`.sources` (the safe folder and zip sources and payload header checks),
-:mod:`.read` (:func:`read_manifest`) and :mod:`.write` (:func:`write_manifest`). Import the names
+:mod:`.read` (:func:`read_manifest`), :mod:`.write` (:func:`write_manifest`) and :mod:`.digest`
+(:func:`manifest_digest`, the name and SHA-256 reports give a manifest). Import the names
 below from ``kimi_viz.manifest``.
 """
 
+from .digest import manifest_digest
 from .format import DTYPES, FORMAT, VERSION
 from .read import check_manifest, read_manifest
 from .schema import ManifestWarning, json_path, schema_path, validate_manifest_json
@@ -29,6 +31,7 @@ __all__ = [
     "ManifestWarning",
     "json_path",
     "jsonable",
+    "manifest_digest",
     "manifest_payload",
     "read_manifest",
     "read_safetensors_header",

@@ -5,8 +5,9 @@ there. :func:`item_is_plainly_valid` accepts only what the item schema of ``mani
 accepts *and* what carries no unknown key: it is a strict subset of the schema, so an item it accepts
 needs no further check, and every other item (anything unusual, wrong or extra) still goes through
 ``jsonschema`` for the exact error message and the warnings. :func:`document_is_plainly_valid` does the
-same for everything around the items (format, version, source, runtime, processor, extra), so a
-manifest whose every part is plain never imports ``jsonschema`` at all (about 0.2 s at start-up).
+same for everything around the items (format, version, source, runtime, processor, extra,
+forward_context), so a manifest whose every part is plain never imports ``jsonschema`` at all (about
+0.2 s at start-up).
 ``tests/test_hostile_scale.py`` fuzzes the first against the schema, ``tests/test_manifest_fastcheck.py``
 the second.
 """
@@ -16,7 +17,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .format import SHAPE_ONLY_DTYPES, SHAPE_ONLY_LAYOUTS, TENSOR_DTYPES, TENSOR_LAYOUTS
+from .format import (
+    CONTEXT_IMAGE_STATUSES,
+    MAX_CONTEXT_ENTRIES,
+    SHAPE_ONLY_DTYPES,
+    SHAPE_ONLY_LAYOUTS,
+    TENSOR_DTYPES,
+    TENSOR_LAYOUTS,
+)
 
 COUNT_MAX = 2147483647
 _FEATURE_KEYS = {
@@ -141,9 +149,13 @@ def item_is_plainly_valid(item: Any) -> bool:
     return "label" not in item or type(item["label"]) is str
 
 
-_TOP_KEYS = {"format", "version", "created_by", "source", "runtime", "processor", "items", "extra"}
+_TOP_KEYS = {"format", "version", "created_by", "source", "runtime", "processor", "items", "extra", "forward_context"}
 _SOURCE_KEYS = {"sglang_version", "code_variant", "code_variant_source", "recorded", "note"}
 _RUNTIME_KEYS = {"attn_tp_size", "attn_tp_rank", "image_indices"}
+_CONTEXT_KEYS = {"requests", "items", "chunked_prefill_size", "source"}
+_REQUEST_REQUIRED = {"prefix_len", "extend_len", "images"}
+_REQUEST_KEYS = _REQUEST_REQUIRED | {"rid", "batch_index"}
+_IMAGE_KEYS = {"offsets", "status", "call_item"}
 _PROCESSOR_KEYS = {
     "patch_size",
     "merge_kernel_size",
@@ -221,6 +233,57 @@ def _processor(value: Any) -> bool:
     return _background(value.get("transparent_bg_config")) and (stage is None or _string(stage))
 
 
+def _count_or_null(value: Any) -> bool:
+    return value is None or _count(value)
+
+
+def _short_list(value: Any) -> bool:
+    return type(value) is list and len(value) <= MAX_CONTEXT_ENTRIES
+
+
+def _context_image(value: Any) -> bool:
+    if type(value) is not dict or not set(value) >= {"offsets", "status"} or not set(value) <= _IMAGE_KEYS:
+        return False
+    offsets = value["offsets"]
+    if not _short_list(offsets) or not all(
+        type(run) is list and len(run) == 2 and all(_count(v) for v in run) for run in offsets
+    ):
+        return False
+    status = value["status"]
+    return type(status) is str and status in CONTEXT_IMAGE_STATUSES and _count_or_null(value.get("call_item"))
+
+
+def _context_request(value: Any) -> bool:
+    if type(value) is not dict or not set(value) >= _REQUEST_REQUIRED or not set(value) <= _REQUEST_KEYS:
+        return False
+    rid = value.get("rid")
+    if rid is not None and not _string(rid, 0, 4096):
+        return False
+    if not all(_count_or_null(value.get(key)) for key in ("batch_index", "prefix_len", "extend_len")):
+        return False
+    return _short_list(value["images"]) and all(_context_image(image) for image in value["images"])
+
+
+def _forward_context(value: Any) -> bool:
+    if type(value) is not dict or not set(value) >= {"requests", "items"} or not set(value) <= _CONTEXT_KEYS:
+        return False
+    size = value.get("chunked_prefill_size")
+    if size is not None and not (type(size) is int and -1 <= size <= COUNT_MAX):
+        return False
+    if "source" in value and not _string(value["source"]):
+        return False
+    requests, items = value["requests"], value["items"]
+    if not _short_list(requests) or not all(_context_request(request) for request in requests):
+        return False
+    return _short_list(items) and all(
+        type(item) is dict
+        and set(item) == {"request", "image"}
+        and _count_or_null(item["request"])
+        and _count_or_null(item["image"])
+        for item in items
+    )
+
+
 def document_is_plainly_valid(obj: Any) -> bool:
     """Return True only when ``obj`` outside its items follows the manifest schema and has no unknown key.
 
@@ -240,6 +303,7 @@ def document_is_plainly_valid(obj: Any) -> bool:
         ("source" not in obj or _source(obj["source"]))
         and ("runtime" not in obj or _runtime(obj["runtime"]))
         and ("processor" not in obj or _processor(obj["processor"]))
+        and ("forward_context" not in obj or _forward_context(obj["forward_context"]))
     )
 
 

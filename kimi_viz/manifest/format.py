@@ -21,3 +21,6 @@ SHAPE_ONLY_DTYPES = (*TENSOR_DTYPES, "unknown")  # a redacted capture may not kn
 TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
 SHAPE_ONLY_LAYOUTS = ("image", *TENSOR_LAYOUTS)  # a redacted raw image keeps only its shape
 MAX_ITEMS = 4096  # items in one manifest: a get_image_feature batch (the replay and report scale with it)
+# forward_context: the statuses of a request's image in the forward pass, and the limit on its lists.
+CONTEXT_IMAGE_STATUSES = ("in-call", "cache-hit", "same-image", "outside-window", "not-in-call")
+MAX_CONTEXT_ENTRIES = 4096  # requests, images of a request, runs of an image, call items

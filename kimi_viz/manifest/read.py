@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only once a manifest has passed
     from ..split.batch import Batch, Feature, RecordedOutcome
+    from ..split.forward_context import ForwardContext
 
 from ..errors import ManifestError
 from ..files import file_kind
@@ -189,6 +190,15 @@ def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     return RecordedOutcome(value["outcome"], error["type"], error["message"])
 
 
+def _forward_context(value: dict | None) -> ForwardContext | None:
+    """Return ``forward_context`` (validated by the schema and its checks) as a ForwardContext; None when absent."""
+    if value is None:
+        return None
+    from ..split.forward_context import ForwardContext
+
+    return ForwardContext.from_json(value)
+
+
 def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_bytes: int, load: bool = True):
     _check_resizes(obj)
     _check_payloads(obj, source, max_elements, max_pixels, max_bytes)
@@ -231,6 +241,7 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
         note=source_info.get("note", ""),
         created_by=obj.get("created_by", ""),
         extra=obj.get("extra") or {},
+        forward_context=_forward_context(obj.get("forward_context")),
     )
 
 

@@ -4,8 +4,9 @@
 ``kimi_viz/manifest/manifest-v1.schema.json`` (draft 2020-12, with ``integer`` excluding ``1.0`` and
 booleans), rewrites the first error in the kit's own words naming the JSON path
 (``items[3].deferred.resize_config.pad_width``), reports unknown keys as warnings, and then checks
-what the schema cannot say (ranks and indices inside their ranges). :func:`parse_json` reads the
-bytes of ``manifest.json`` strictly (UTF-8, no NaN/Infinity, no absurd nesting).
+what the schema cannot say (ranks and indices inside their ranges, and a ``forward_context`` that fits
+the call's items). :func:`parse_json` reads the bytes of ``manifest.json`` strictly (UTF-8, no
+NaN/Infinity, no absurd nesting).
 
 A manifest holds at most :data:`MAX_ITEMS` items (refused before validation). Items that plainly
 follow the schema (:func:`~kimi_viz.manifest.fastcheck.item_is_plainly_valid`) skip ``jsonschema``,
@@ -192,7 +193,7 @@ def _check_header_fields(obj: Any) -> None:
 
 
 def _check_semantics(obj: dict) -> None:
-    """Check what the schema cannot say: ranks and indices inside their ranges."""
+    """Check what the schema cannot say: ranks and indices inside their ranges, the forward context's links."""
     runtime = obj.get("runtime") or {}
     size = runtime.get("attn_tp_size", 1)
     rank = runtime.get("attn_tp_rank")
@@ -210,6 +211,75 @@ def _check_semantics(obj: dict) -> None:
                     f"image index {index} is out of range for {count} items",
                     json_path=json_path(["runtime", "image_indices", k]),
                 )
+    if isinstance(obj.get("forward_context"), dict):
+        _check_forward_context(obj["forward_context"], len(obj["items"]))
+
+
+def _check_forward_context(context: dict, count: int) -> None:
+    """Check that ``forward_context`` fits the call: one entry per item, every index in range, links both ways."""
+    requests, items = context["requests"], context["items"]
+    if len(items) != count:
+        raise ManifestError(
+            f"{len(items)} entr{'y' if len(items) == 1 else 'ies'} for a call of {count} "
+            f"item{'' if count == 1 else 's'}; expected one per item, in call order",
+            json_path="forward_context.items",
+        )
+    for r, request in enumerate(requests):
+        for i, image in enumerate(request["images"]):
+            where = ["forward_context", "requests", r, "images", i]
+            for k, (start, end) in enumerate(image["offsets"]):
+                if start > end:
+                    raise ManifestError(
+                        f"the run [{start}, {end}] ends before it starts; expected inclusive [start, end] "
+                        "token positions",
+                        json_path=json_path([*where, "offsets", k]),
+                    )
+            call_item = image.get("call_item")
+            if call_item is not None and call_item >= count:
+                raise ManifestError(
+                    f"call item {call_item} is out of range for a call of {count} items",
+                    json_path=json_path([*where, "call_item"]),
+                )
+            if image["status"] == "in-call" and call_item is None:
+                raise ManifestError(
+                    'an image "in-call" must name its call_item', json_path=json_path([*where, "call_item"])
+                )
+            if image["status"] == "in-call" and items[call_item] != {"request": r, "image": i}:
+                raise ManifestError(
+                    f"this image says it is call item {call_item}, but forward_context.items[{call_item}] "
+                    f"is {json.dumps(items[call_item])}",
+                    json_path=json_path([*where, "call_item"]),
+                )
+    for k, item in enumerate(items):
+        where = ["forward_context", "items", k]
+        request, image = item["request"], item["image"]
+        if request is None:
+            if image is not None:
+                raise ManifestError(
+                    f"image {image} without its request; expected both or neither", json_path=json_path(where)
+                )
+            continue
+        if request >= len(requests):
+            raise ManifestError(
+                f"request {request} is out of range for {len(requests)} requests",
+                json_path=json_path([*where, "request"]),
+            )
+        images = requests[request]["images"]
+        if image is None:
+            raise ManifestError(
+                f"request {request} without its image; expected both or neither", json_path=json_path(where)
+            )
+        if image >= len(images):
+            raise ManifestError(
+                f"image {image} is out of range for request {request}'s {len(images)} images",
+                json_path=json_path([*where, "image"]),
+            )
+        if images[image]["status"] != "in-call" or images[image].get("call_item") != k:
+            raise ManifestError(
+                f"call item {k} comes from request {request}'s image {image}, whose status is "
+                f'{json.dumps(images[image]["status"])}; expected "in-call" with call_item {k}',
+                json_path=json_path([*where, "image"]),
+            )
 
 
 def validate_manifest_json(obj: Any) -> list[str]:

@@ -179,6 +179,8 @@ def manifest_payload(batch: Batch, *, redact: bool = False) -> tuple[dict, dict[
     }
     if batch.extra:
         obj["extra"] = jsonable(batch.extra)
+    if batch.forward_context is not None:
+        obj["forward_context"] = batch.forward_context.to_json()
     return obj, files
 
 

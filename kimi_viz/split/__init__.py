@@ -1,10 +1,11 @@
 """SGLang's deferred split in ``KimiK3ForConditionalGeneration.get_image_feature``, replayed on every rank.
 
-Read in pipeline order: :mod:`.batch` (the items of one call), :mod:`.trace` (what the replay
-records), :mod:`.grids` → :mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` →
-:mod:`.length_check` (SGLang's own seams, driven by :mod:`._replay`, which holds :func:`replay`),
-then :mod:`.findings` and :mod:`.divergence` (why) and :mod:`.verdict` (the status). Which release
-runs which code path is :mod:`kimi_viz.releases`. Names are imported lazily.
+Read in pipeline order: :mod:`.batch` (the items of one call; :mod:`.forward_context` the forward
+pass around it, when captured), :mod:`.trace` (what the replay records), :mod:`.grids` →
+:mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` → :mod:`.length_check` (SGLang's own seams,
+driven by :mod:`._replay`, which holds :func:`replay`), then :mod:`.findings` and :mod:`.divergence`
+(why) and :mod:`.verdict` (the status). Which release runs which code path is
+:mod:`kimi_viz.releases`. Names are imported lazily.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ _EXPORTS = {
     "Item": "batch",
     "Feature": "batch",
     "RecordedOutcome": "batch",
+    "ForwardContext": "forward_context",
+    "ContextRequest": "forward_context",
+    "ContextImage": "forward_context",
+    "ContextItem": "forward_context",
     "Trace": "trace",
     "RankTrace": "trace",
     "Step": "trace",

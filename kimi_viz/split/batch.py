@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither to
     import torch
     from PIL import Image
 
+    from .forward_context import ForwardContext
+
 GRID_KEYS = ("image_grid_thw", "grid_thws")  # image_grid_thw wins when both are present
 DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
 
@@ -128,6 +130,7 @@ class Batch:
     note: str = ""
     created_by: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    forward_context: ForwardContext | None = None  # the forward pass around the call, when a capture recorded it
 
     def __len__(self) -> int:
         return len(self.items)

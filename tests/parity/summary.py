@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-SUITES = ("scenarios", "random", "capture", "processor", "forward", "adjust", "planted-bug", "repro")
+SUITES = ("scenarios", "random", "capture", "processor", "forward", "adjust", "planted-bug", "repro", "capture-context")
 
 
 def main(path: str) -> int:

@@ -6,7 +6,8 @@ Python imports ``sitecustomize`` at start-up from the first folder on ``sys.path
 
 1. runs the ``sitecustomize`` that would otherwise have been found (so an existing one keeps working),
 2. when ``KIMI_VIZ_CAPTURE_DIR`` is set, installs the import hook of :mod:`kimi_viz.capture.hook`
-   (nothing else changes until ``sglang.srt.models.kimi_k3`` is imported).
+   (nothing else changes until ``sglang.srt.models.kimi_k3``, or the forward path's
+   ``sglang.srt.managers.mm_schedule`` / ``mm_utils``, is imported).
 
 It imports only what the interpreter has already loaded, and it never raises: any problem is
 printed to stderr and the process continues unchanged.
