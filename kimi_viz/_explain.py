@@ -1,42 +1,100 @@
-"""Recognise SGLang's Kimi-K3 vision errors in a log line and say what each one means.
+"""Recognise the messages SGLang raises or logs on the Kimi vision path in a log, and say what each means.
 
-An on-call engineer usually starts from a traceback, not a batch. :func:`explain` finds every known
-message in a piece of text (§6–7 of ``docs/pipeline.md``: the deferred split's own errors, the
-processor's, and the later prompt- and encoder-side counts), pulls out the numbers the message
-carries, and returns where SGLang raises it, which scenario classes cause it, the catalogue
-scenarios that reproduce it, and what to do next. The message texts come from
-:mod:`kimi_viz.messages`, the catalogue the replay raises, so replay and recognition never disagree
-on a string.
+An on-call engineer usually starts from a log line, not a batch. :func:`explain` finds every known
+message in a piece of text — each entry of :data:`kimi_viz.message_catalogue.CATALOGUE`, the
+messages of 0.5.17–0.5.23 from the chat request to the spliced prompt and the EPD transfer — by its
+text, whatever the release that printed it. For each it returns the stage, where SGLang emits it
+(file, function, releases), what it means, the numbers it carries read out, what SGLang did next (for
+a logged warning: that the request went on, and with which features), the scenario classes and
+catalogue scenarios behind it, and what to run next. The patterns are derived from the catalogue's
+templates, so the replay, the catalogue and recognition never disagree on a string.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 from typing import Any
 
-from . import messages
+from . import message_catalogue
+from .messages import FIELD_FORMS, Message, Stage
 
 CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
 NEXT_STEP = (
     "record the failing batch with `kimi-viz capture --out DIR -- <server command>` and run "
     "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause"
 )
+NEXT_SPLIT = (
+    NEXT_STEP + "; when it appears only under load, requests prefilled together may share one call (on 0.5.18 "
+    "at attention-TP >= 2 two single-image requests whose grids differ fail like S1): check with "
+    "`kimi-viz whatif IMAGE... --together --sglang-version V --tp N`"
+)
+NEXT_LOAD = (
+    "replay the prefill batch the server held: `kimi-viz whatif IMAGE... --together --sglang-version V --tp N` "
+    "(one request per image) or `--requests FILE` (several images per request, text lengths, chunked prefill)"
+)
+NEXT_BY_STAGE = {
+    Stage.REQUEST: "replay the client's request body (chat completions or /generate JSON) through the release's "
+    "request-side checks: `kimi-viz whatif --chat REQUEST.json --sglang-version V` (add `--image-prompts ignored` "
+    "when the checkpoint's chat template writes its own image marker instead of <|media_pad|>)",
+    Stage.PROCESSOR: "`kimi-viz inspect IMAGE...` shows each image's resize, grid and token span; `kimi-viz whatif "
+    "IMAGE... --sglang-version V` builds the items the request side makes for them",
+    Stage.CALL: NEXT_STEP,
+    Stage.SPLIT: NEXT_STEP + "; `kimi-viz whatif IMAGE... --sglang-version V --tp N` replays the split for a request",
+    Stage.ENCODER: "`kimi-viz encode IMAGE...` runs the vision tower on each image (rows in, feature rows out); "
+    + NEXT_STEP,
+    Stage.SPLICE: NEXT_LOAD,
+    Stage.EPD: "`kimi-viz whatif IMAGE... --serving epd-encoder --sglang-version V --tp N` builds the items the "
+    "encode server builds and replays them; to record the encode server's own calls run it under "
+    "`kimi-viz capture --out DIR -- <encode server command>` and `kimi-viz triage DIR/<capture>`",
+}
+# The kit's links for a message: scenario classes (docs/pipeline.md §7, §10), the catalogue scenarios
+# that reproduce it (kimi-viz scenario run NAME), and a next step other than its stage's.
+LINKS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {
+    "feature-length": (("S1", "S2", "S6"), ("s1-cpu", "s2-cpu", "s6-stacked"), NEXT_SPLIT),
+    "gpu-wrong-grids": (("S1", "S2", "S8"), ("s1-gpu", "s2-gpu", "s8-t2"), NEXT_SPLIT),
+    "cpu-wrong-grids": (("S4",), ("s4-cpu",), None),
+    "one-grid": (("S9",), ("s9-two-grids",), None),
+    "mix-local": (("S3",), ("s3-mixed-local",), None),
+    "mix-deferred-old": (("S3",), ("s3-mixed-local",), None),
+    "processor-length": (("S6",), ("s6-stacked",), NEXT_STEP),
+    "trailing-shapes": (("S6",), ("s6-stacked-feature",), None),
+    "list-shape": (("S6",), ("s6-list",), None),
+    "channel-count": (("S11", "S12"), ("s11-cpu-two-channels",), None),
+    "broadcast-alpha": (("S11",), ("s11-two-channels",), None),
+    "zero-division": (("S13",), ("s13-zero-size",), None),
+    "insufficient-embedding": (("S10", "S16", "S17"), ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"), None),
+    "token-mismatch": (("S10", "S16", "S17"), ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"), None),
+    "raise-chunk-hint": (("S10", "S17"), ("s17-stale-eager-epd-more",), None),
+    "discard-cached": (("S16",), ("s16-stale-cache-entry",), None),
+    "split-sizes": (("S10", "S17"), ("s17-stale-eager-split",), None),
+    "encoder-produced": (("S10",), ("s10-stale-eager",), None),
+}
 
 
 @dataclass(frozen=True)
 class KnownMessage:
-    """One error SGLang raises on the Kimi-K3 vision path, with what it means."""
+    """One message SGLang raises or logs on the Kimi vision path, with what it means and where it belongs."""
 
     key: str
-    exception: str
+    exception: str  # the exception type(s), or the log level ("warning", "error", ...)
     pattern: str  # a regular expression; named groups are the numbers it carries
-    raised_in: str  # SGLang file and function
+    raised_in: str  # SGLang file(s), function(s), kinds and releases
     meaning: str
     classes: tuple[str, ...] = ()  # scenario classes (docs/pipeline.md §7) that produce it
     scenarios: tuple[str, ...] = ()  # catalogue scenarios that reproduce it (kimi-viz scenario run NAME)
     next_step: str = NEXT_STEP
+    stage: str | None = None  # a Stage value; None for the kit's own capture line
+    releases: tuple[str, ...] = ()
+    sites: tuple[dict[str, Any], ...] = ()  # {file, function, kind, releases} per site
+    after: str = ""  # what SGLang does next
+    logged: bool = False  # SGLang logs it and goes on, never raises it
+    template: str | None = None
+    origin: str = "sglang"  # or "torch", "python": who raises the text; "kimi-viz" for the capture line
+    literal: int = 0  # characters of the template outside its fields: the more, the more specific
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -69,306 +127,79 @@ class Recognised:
             "classes": list(known.classes),
             "scenarios": list(known.scenarios),
             "next_step": known.next_step,
+            "stage": known.stage,
+            "releases": list(known.releases),
+            "sites": [dict(site, releases=list(site["releases"])) for site in known.sites],
+            "logged": known.logged,
+            "after": known.after,
+            "template": known.template,
+            "origin": known.origin,
         }
 
 
-def _literal(message: str, **groups: str) -> str:
-    """Return a regex for an SGLang message template whose ``{}`` parts become the named groups, in order."""
-    parts = message.split("{}")
-    names = list(groups)
-    if len(names) != len(parts) - 1:
-        raise ValueError(f"{message!r} has {len(parts) - 1} fields, got names {names}")
-    pattern = re.escape(parts[0])
-    for name, rest in zip(names, parts[1:]):
-        pattern += f"(?P<{name}>{groups[name]})" + re.escape(rest)
+def pattern_for(message: Message) -> str:
+    """Return the regular expression that finds ``message`` in a log line, whatever its values.
+
+    Each ``{}`` becomes a named group of its form (FIELD_FORMS). A text field matches up to the next
+    literal part (the rest of the line when last); a sentence after the last field of a bounded form
+    (``... {}. This is an internal error``) is optional, as a quoted line often drops it, and a final
+    full stop always is. A template that starts with a letter or digit must start a word.
+    """
+    texts = (message.template, *message.aliases)
+    if message.aliases and message.fields:
+        raise ValueError(f"{message.key}: aliases are for messages without fields")
+    return "|".join(_one_pattern(text, message.field_names, message.field_forms) for text in texts)
+
+
+def _one_pattern(text: str, names: tuple[str, ...], forms: tuple[str, ...]) -> str:
+    parts = text.split("{}")
+    last = len(names) - 1
+    pattern = "(?<!\\w)" if re.match(r"\w", text) else ""
+    for index, part in enumerate(parts):
+        is_tail = index == len(parts) - 1
+        if is_tail and part.endswith("."):
+            literal = re.escape(part[:-1]) + r"\.?"
+        else:
+            literal = re.escape(part)
+        if is_tail and part.startswith(". ") and names and forms[last] != "text":
+            literal = f"(?:{literal})?"  # a sentence after the last number: a quoted line often drops it
+        pattern += literal
+        if not is_tail:
+            form = forms[index]
+            regex = FIELD_FORMS[form][0]
+            if form == "text":
+                regex = ".*" if index == last and not parts[-1] else (r"\S+" if index == 0 and not part else ".*?")
+            pattern += f"(?P<{names[index]}>{regex})"
     return pattern
 
 
-MODEL = "sglang/srt/models/kimi_k3.py"
-NEXT_SPLIT = (
-    NEXT_STEP + "; when it appears only under load, requests prefilled together may share one call (on 0.5.18 "
-    "at attention-TP >= 2 two single-image requests whose grids differ fail like S1): check with "
-    "`kimi-viz whatif IMAGE... --together --sglang-version V --tp N`"
-)
-SCHEDULE = "sglang/srt/managers/mm_schedule.py (managers/mm_utils.py in 0.5.17)"
-NEXT_LOAD = (
-    "replay the prefill batch the server held: `kimi-viz whatif IMAGE... --together --sglang-version V --tp N` "
-    "(one request per image) or `--requests FILE` (several images per request, text lengths, chunked prefill)"
-)
-IMAGE_PROCESSING = "sglang/srt/multimodal/kimi_k3_image_processing.py"
+def _known(message: Message) -> KnownMessage:
+    classes, scenarios, next_step = LINKS.get(message.key, ((), (), None))
+    return KnownMessage(
+        key=message.key,
+        exception="/".join(message.kinds) or "ValueError",
+        pattern=pattern_for(message),
+        raised_in="; ".join(message_catalogue.where(message)) or "no release 0.5.17–0.5.23",
+        meaning=message.meaning,
+        classes=classes,
+        scenarios=scenarios,
+        next_step=next_step or NEXT_BY_STAGE[message.stage],
+        stage=message.stage.value,
+        releases=message.releases,
+        sites=tuple(
+            {"file": f"sglang/srt/{s.file}", "function": s.function, "kind": s.kind, "releases": s.releases}
+            for s in message.sites
+        ),
+        after=message.after,
+        logged=message.logged,
+        template=message.template,
+        origin=message.origin,
+        literal=len(message.template.replace("{}", "")),
+    )
+
 
 KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
-    KnownMessage(
-        "feature-length",
-        "ValueError",
-        re.escape(messages.MSG_LENGTH),
-        f"{MODEL}, KimiK3ForConditionalGeneration.get_image_feature (materialize_item_features)",
-        "Σ prod(grid_thw) of the images this rank materialized differs from the pixel_values rows its "
-        "preprocessing produced. The grids came from the wrong place (a shard-local index before the "
-        "global_indices fix, a stale image_grid_thw) or the rows came back in the wrong form.",
-        ("S1", "S2", "S6"),
-        ("s1-cpu", "s2-cpu", "s6-stacked"),
-        NEXT_SPLIT,
-    ),
-    KnownMessage(
-        "gpu-wrong-grids",
-        "ValueError",
-        re.escape(messages.MSG_GPU_WRONG_GRIDS),
-        f"{MODEL}, get_image_feature (gpu backend group)",
-        "SGLang's torch preprocessing resized gpu-backend images to grids that differ from "
-        "grid_thws_host[global_indices]: the grid read for an image belongs to another image (S1), is a "
-        "stale image_grid_thw (S2), or has t > 1 (S8).",
-        ("S1", "S2", "S8"),
-        ("s1-gpu", "s2-gpu", "s8-t2"),
-        NEXT_SPLIT,
-    ),
-    KnownMessage(
-        "cpu-wrong-grids",
-        "ValueError",
-        re.escape(messages.MSG_CPU_WRONG_GRIDS),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
-        "The consumer's checkpoint processor computed its own resize from each image's size and got grids "
-        "that differ from the items' grid_thws: producer and consumer run different processor limits "
-        "(e.g. Kimi-K2.5's 16384-patch budget against Kimi-K3's 65536).",
-        ("S4",),
-        ("s4-cpu",),
-    ),
-    KnownMessage(
-        "one-grid",
-        "ValueError",
-        re.escape(messages.MSG_ONE_GRID),
-        f"{MODEL}, get_image_feature (grid collection)",
-        "An item carries several grid rows: several images were aggregated into one MultimodalDataItem.",
-        ("S9",),
-        ("s9-two-grids",),
-    ),
-    KnownMessage(
-        "mix-local",
-        "ValueError",
-        re.escape(messages.MSG_MIX_LOCAL),
-        f"{MODEL}, materialize_item_features",
-        "Some images this rank selected were preprocessed locally by the encoder and others are deferred: "
-        "the EPD owner assignment over the whole batch differs from the model's over cache misses.",
-        ("S3",),
-        ("s3-mixed-local",),
-    ),
-    KnownMessage(
-        "mix-deferred-old",
-        "ValueError",
-        re.escape(messages.MSG_MIX_DEFERRED_OLD),
-        f"{MODEL} (older releases), get_image_feature",
-        "The older wording of the mixed local/deferred error.",
-        ("S3",),
-        ("s3-mixed-local",),
-    ),
-    KnownMessage(
-        "processor-length",
-        "ValueError",
-        _literal(messages.MSG_PROCESSOR_LENGTH, produced=r"\d+", expected=r"\d+"),
-        f"{IMAGE_PROCESSING} and sglang/srt/multimodal/processors/kimi_k3.py (checkpoint processor call)",
-        "The checkpoint processor returned a number of pixel_values rows that differs from the patches its "
-        "own grids describe: its output was not one concatenation (per-image lists or a stacked tensor), "
-        "or the grids belong to other images.",
-        ("S6",),
-        ("s6-stacked",),
-    ),
-    KnownMessage(
-        "trailing-shapes",
-        "ValueError",
-        _literal(messages.MSG_TRAILING_SHAPES, expected=r"torch\.Size\(\[[^\]]*\]\)", got=r"torch\.Size\(\[[^\]]*\]\)"),
-        "sglang/srt/multimodal/mm_utils.py, materialize_multimodal_features",
-        "A feature of the wrong rank reached the concatenation, e.g. a stacked [B, N, 3, 14, 14] tensor "
-        "where [N, 3, 14, 14] rows were expected.",
-        ("S6",),
-        ("s6-stacked-feature",),
-    ),
-    KnownMessage(
-        "list-shape",
-        "AttributeError",
-        re.escape("'list' object has no attribute 'shape'"),
-        f"{MODEL}, materialize_item_features (the length check)",
-        "The cpu group's preprocessing returned a per-image list instead of one concatenated tensor.",
-        ("S6",),
-        ("s6-list",),
-    ),
-    KnownMessage(
-        "channel-count",
-        "ValueError",
-        _literal(messages.MSG_CHANNEL_COUNT, channels=r"\d+"),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features (HWC staging)",
-        "A raw tensor with other than 1, 3 or 4 channels reached the cpu backend, or a CHW tensor was "
-        "read as HWC (then the 'channel count' is the image width).",
-        ("S11", "S12"),
-        ("s11-cpu-two-channels",),
-    ),
-    KnownMessage(
-        "broadcast-alpha",
-        "RuntimeError",
-        r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) "
-        r"at non-singleton dimension 1",
-        f"{IMAGE_PROCESSING}, fill_transparent_bg (gpu backend)",
-        "A 2-channel (grey + alpha) tensor reached the gpu backend's background fill, which takes channels "
-        "3.. as alpha and finds none.",
-        ("S11",),
-        ("s11-two-channels",),
-    ),
-    KnownMessage(
-        "raw-uint8",
-        "ValueError",
-        _literal(messages.MSG_RAW_UINT8, dtype=r"torch\.\w+"),
-        f"{IMAGE_PROCESSING}, to_chw_uint8",
-        "A deferred image arrived as a non-uint8 tensor (e.g. already normalised floats).",
-    ),
-    KnownMessage(
-        "cpu-input-type",
-        "TypeError",
-        re.escape(messages.MSG_CPU_INPUT_TYPE),
-        f"{IMAGE_PROCESSING}, materialize_kimi_k3_cpu_features",
-        "A cpu-backend item's feature is neither a PIL image nor a uint8 tensor.",
-    ),
-    KnownMessage(
-        "feature-type",
-        "TypeError",
-        _literal(messages.MSG_FEATURE_TYPE, type=r"<class '[^']+'>"),
-        f"{MODEL}, materialize_item_features",
-        "An eager (non-deferred) item's feature is not a tensor.",
-    ),
-    KnownMessage(
-        "unsupported-backend",
-        "ValueError",
-        _literal(messages.MSG_UNSUPPORTED_BACKEND, backend=r"\S+"),
-        f"{MODEL}, materialize_item_features",
-        "The deferred config names a backend other than 'gpu' or 'cpu': producer and consumer versions differ.",
-    ),
-    KnownMessage(
-        "missing-backend",
-        "KeyError",
-        r"KeyError: 'backend'",
-        f"{MODEL}, materialize_item_features",
-        "The deferred config has no 'backend' key: the producer is older than the consumer.",
-    ),
-    KnownMessage(
-        "bg-pattern",
-        "ValueError",
-        _literal(messages.MSG_BG_PATTERN, pattern=r"\S+"),
-        f"{IMAGE_PROCESSING}, fill_transparent_bg",
-        "transparent_bg_config names a pattern other than white, black, gray or chessboard.",
-    ),
-    KnownMessage(
-        "zero-division",
-        "ZeroDivisionError",
-        r"ZeroDivisionError: (?:float )?division by zero",
-        "sglang/srt/multimodal/processors/kimi_k25.py, navit_resize_config",
-        "An image of width or height 0 reached the NaViT resize (only this class of image divides by zero "
-        "there; check the traceback names navit_resize_config).",
-        ("S13",),
-        ("s13-zero-size",),
-    ),
-    # --- the forward pass: the call's rows split back and spliced onto the prompt (docs/pipeline.md §10) ---
-    KnownMessage(
-        "insufficient-embedding",
-        "RuntimeError",
-        _literal(messages.MSG_INSUFFICIENT.split(". This")[0], prompt_tokens=r"\d+", feature_rows=r"\d+"),
-        f"{SCHEDULE}, _adjust_embedding_length (get_embedding_and_mask)",
-        "The prefill window holds more <|media_pad|> tokens than the embedding has rows, so the rows cannot "
-        "cover the pad tokens: an EPD encode server sent fewer precomputed rows than the prompt expects (a "
-        "stale eager feature on the encoder, S10), or a cached embedding of another length was used as it is "
-        "(0.5.17-0.5.18 key the embedding cache by item.hash alone). The scheduler process dies with every "
-        "request of the batch.",
-        ("S10", "S16", "S17"),
-        ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "token-mismatch",
-        "warning",
-        _literal(messages.MSG_TOKEN_MISMATCH, prompt_tokens=r"\d+", feature_rows=r"\d+"),
-        f"{SCHEDULE}, _adjust_embedding_length (logger.warning)",
-        "A warning, not an error: the embedding's rows differ from the window's pad tokens. With more rows "
-        "SGLang keeps the LAST ones and carries on: the first image's surplus rows are dropped and every "
-        "pad token may receive another image's row (silent). With fewer rows the 'Insufficient multimodal "
-        "embedding length' error follows.",
-        ("S10", "S16", "S17"),
-        ("s17-stale-eager-epd-fewer", "s16-stale-cache-entry"),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "raise-chunk-hint",
-        "warning",
-        re.escape(messages.MSG_RAISE_CHUNK),
-        f"{SCHEDULE}, _adjust_embedding_length (logger.warning, chunked prefill on)",
-        "A warning that follows the token-count warning when there are more rows than pad tokens. Raising "
-        "--chunked-prefill-size hides the symptom; the rows still do not match the prompt.",
-        ("S10", "S17"),
-        ("s17-stale-eager-epd-more",),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "discard-cached",
-        "warning",
-        _literal(messages.MSG_DISCARD, cache_key=r"[^,\s]+", expected=r"\d+", cached=r"\d+"),
-        f"{SCHEDULE}, _discard_mismatched_cached_embedding (0.5.19+, logger.warning)",
-        "A warning, not an error: the embedding cache held rows of another length under this image's hash "
-        "(a request that sized the same bytes differently); 0.5.19+ drops them and encodes the image again, "
-        "so the request is served. On 0.5.17-0.5.18 the same entry is used as it is.",
-        ("S16",),
-        ("s16-stale-cache-entry",),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "split-sizes",
-        "RuntimeError",
-        _literal(messages.MSG_SPLIT_SIZES, rows=r"\d+", sizes=r"\[[\d, ]*\]"),
-        f"{SCHEDULE}, _batch_encode_per_image_misses (torch.split of the call's rows by each item's pad tokens)",
-        "get_image_feature returned rows that do not add up to the pad tokens of the call's items: an item's "
-        "feature does not follow its grid (a stale eager feature copied unchecked, S10). The call may hold "
-        "the images of several requests; the scheduler process dies with all of them.",
-        ("S10", "S17"),
-        ("s17-stale-eager-split",),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "placeholder-count",
-        "RuntimeError",
-        re.escape(messages.MSG_ASYNC_ASSERT),
-        f"{SCHEDULE}, get_embedding_and_mask (maybe_assert_sum, SGLANG_ENABLE_ASYNC_ASSERT)",
-        "The <|media_pad|> tokens in input_ids differ from the count the items' offsets give: the prompt "
-        "was expanded for other images (or other sizes) than the items the request carries.",
-        (),
-        (),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "only-some-precomputed",
-        "NotImplementedError",
-        re.escape(messages.MSG_ONLY_SOME_PRECOMPUTED),
-        f"{SCHEDULE}, _get_precomputed_embedding",
-        "The prefill batch mixes requests whose items carry precomputed embeddings (EPD) with requests that "
-        "need the encoder.",
-        (),
-        (),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "masked-scatter",
-        "RuntimeError",
-        re.escape(messages.MSG_MASKED_SCATTER),
-        f"{SCHEDULE}, embed_mm_inputs (masked_scatter_, 0.5.17-0.5.18)",
-        "Fewer embedding rows than <|media_pad|> tokens reached the scatter onto the prompt.",
-        (),
-        (),
-        NEXT_LOAD,
-    ),
-    KnownMessage(
-        "encoder-produced",
-        "InternalError",
-        r"Encoder produced (?P<produced>\d+) tokens, but preprocessor metadata expected (?P<expected>\d+)",
-        "sglang/srt/disaggregation/encoder/server.py, slice_embedding",
-        "The EPD encoder's output rows differ from the token counts its preprocessing recorded: the "
-        "features did not follow their grids (e.g. a stale eager feature).",
-        ("S10",),
-        ("s10-stale-eager",),
-    ),
+    *(_known(message) for message in message_catalogue.CATALOGUE),
     # Not SGLang's: the line `kimi-viz capture` prints when it has recorded a failing call
     # (kimi_viz/capture/record.py). A log that holds it already has the manifest to triage.
     KnownMessage(
@@ -379,25 +210,49 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "kimi-viz capture recorded this get_image_feature call as a manifest folder (relative to the "
         "server's working folder): the batch, both grid keys, the deferred configs and the release.",
         next_step="kimi-viz triage MANIFEST names the image, both counts, the cause and the fixing release",
+        origin="kimi-viz",
+        literal=len("kimi-viz capture: wrote "),
     ),
 )
 
 
+def _gap(have: Any, need: Any, unit: str) -> str:
+    """Return "N missing" / "N too many" for two counts, or "" when either is not a number."""
+    if not (isinstance(have, int) and isinstance(need, int)) or have == need:
+        return ""
+    return f": {need - have} {unit} missing" if need > have else f": {have - need} {unit} too many"
+
+
 def _reading(key: str, values: dict[str, Any]) -> str:
     """Return the numbers of a matched message put into words."""
+    v = values
+    if key in ("one-to-one", "placeholder-tokens", "placeholder-text"):
+        where = "token ids" if key != "placeholder-text" else "text"
+        return (
+            f"{v['images']} image(s) sent, {v['placeholders']} <|media_pad|> placeholder(s) in the prompt's {where}"
+            + _gap(v["placeholders"], v["images"], "placeholder(s)")
+        )
+    if key == "one-to-one-loaded":
+        return f"{v['images']} image(s) sent, {v['loaded']} loaded from the text's placeholders"
+    if key == "prompt-has-placeholders":
+        return f"{v['placeholders']} {v['placeholder_modality']} placeholder(s) in the text, {v['inputs']} sent"
     if key == "processor-length":
-        produced, expected = values["produced"], values["expected"]
+        produced, expected = v["produced"], v["expected"]
+        if not (isinstance(produced, int) and isinstance(expected, int)):
+            return f"pixel_values has {produced} rows, the grids need {expected}"
         return (
             f"pixel_values has {produced} rows, the grids need {expected} "
             f"({'+' if produced >= expected else ''}{produced - expected} rows)"
         )
     if key == "insufficient-embedding":
-        tokens, rows = values["prompt_tokens"], values["feature_rows"]
-        return (
-            f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows ({tokens - rows} missing)"
+        tokens, rows = v["prompt_tokens"], v["feature_rows"]
+        return f"the prompt has {tokens} <|media_pad|> tokens but the embedding has {rows} rows" + (
+            f" ({tokens - rows} missing)" if isinstance(tokens, int) and isinstance(rows, int) else ""
         )
     if key == "token-mismatch":
-        tokens, rows = values["prompt_tokens"], values["feature_rows"]
+        tokens, rows = v["prompt_tokens"], v["feature_rows"]
+        if not (isinstance(tokens, int) and isinstance(rows, int)):
+            return f"{tokens} pad tokens in the window, {rows} rows"
         if rows > tokens:
             return (
                 f"{tokens} pad tokens in the window, {rows} rows: SGLang keeps the last {tokens} rows and drops the "
@@ -408,72 +263,181 @@ def _reading(key: str, values: dict[str, Any]) -> str:
         )
     if key == "discard-cached":
         return (
-            f"the cache held {values['cached']} rows under key {values['cache_key']} for an image of "
-            f"{values['expected']} pad tokens: dropped and encoded again"
+            f"the cache held {v['cached']} rows under key {v['cache_key']} for an image of "
+            f"{v['expected']} pad tokens: dropped and encoded again"
         )
     if key == "split-sizes":
-        sizes = [int(v) for v in str(values["sizes"]).strip("[]").split(",") if v.strip()]
-        rows, need = int(values["rows"]), sum(sizes)
+        sizes = [int(x) for x in str(v["sizes"]).strip("[]").split(",") if x.strip().isdigit()]
+        if not isinstance(v["rows"], int):
+            return f"the call returned {v['rows']} rows; its item(s) need {sizes}"
+        rows, need = v["rows"], sum(sizes)
         gap = f"{need - rows} missing" if need > rows else f"{rows - need} too many"
         return f"the call returned {rows} rows; its {len(sizes)} item(s) need {need} ({sizes}): {gap}"
     if key == "encoder-produced":
-        produced, expected = values["produced"], values["expected"]
-        return f"the encoder produced {produced} feature rows, the preprocessing metadata expects {expected}"
+        return (
+            f"the encoder produced {v['produced']} feature rows, the preprocessing metadata expects {v['expected']}"
+            + _gap(v["produced"], v["expected"], "row(s)")
+        )
+    if key == "epd-rows-vs-offsets":
+        return f"the prompt's offsets cover {v['expected']} pad tokens, the encoder sent {v['got']} rows" + _gap(
+            v["got"], v["expected"], "row(s)"
+        )
+    if key == "epd-rows-consumed":
+        return f"the encoder sent {v['received']} rows, the request's items use {v['consumed']}"
+    if key == "per-item-count":
+        return f"{v['embeddings']} embedding(s) for {v['items']} cache-miss item(s)"
     if key == CAPTURE_KEY:
-        error = values.get("error")
+        error = v.get("error")
         return f"a manifest of the call that raised {error}" if error else "a manifest of a recorded call"
     if key == "channel-count":
-        return f"a tensor was read with {values['channels']} channels"
+        return f"a tensor was read with {v['channels']} channels"
     if key == "broadcast-alpha":
-        return f"alpha had {values['a']} channels against {values['b']} colour channels"
-    return ""
+        return f"alpha had {v['a']} channels against {v['b']} colour channels"
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in v.items() if value not in (None, ""))
 
 
 def _value(text: str | None) -> Any:
-    return int(text) if text is not None and text.isdigit() else text
+    if text is not None and re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text is not None and re.fullmatch(r"-?\d+\.\d+", text):
+        return float(text)
+    return text
 
 
 def explain(text: str) -> list[Recognised]:
-    """Return every known Kimi-K3 vision message found in ``text`` (a log line, a traceback or a whole log)."""
+    """Return every known message found in ``text`` (a log line, a traceback or a whole log)."""
     return _drop_repeats(_scan(text, 1) if text else [])
 
 
-# A line can only hold a known message if it holds one of these (each KNOWN_MESSAGES pattern contains
-# one; tests/test_hostile_terminal.py checks it), so a long log is skimmed a block at a time.
+# A line can only hold a known message if it holds one of these in the message's own text (every
+# message has one; tests/test_hostile_terminal.py checks it), so a long log is skimmed a block at a
+# time and a line tries only the messages whose needles it holds.
 NEEDLES = (
-    "Kimi-K3",
-    "multimodal",
-    "'list' object has no attribute",
-    "The size of tensor",
-    "KeyError: 'backend'",
-    "Invalid background pattern",
-    "division by zero",
-    "Encoder produced",
-    "kimi-viz capture: wrote ",
+    "Kimi",
+    "kimi",
+    "odal",  # modality, multimodal, Multimodal
+    "mbedding",
+    "ncode",  # encoder, Encoder, encoding
+    "mage",  # image, Image
+    "rror",  # error, Error (the EPD's wrappers, KeyError, ZeroDivisionError)
+    "laceholder",
+    "rtifact",
+    "grid",
+    "feature",
+    "pixel",
+    "ensor",  # tensor, Tensor
+    "ailed",
+    "data ",
+    "part",
+    "_thw",
+    "MM ",
+    "num_frames",
+    "out of bounds",
+    "not found in",
+    "must be a list",
+    "content hash",
+    "mm_content_hashes",
+    "batch layout",
     "chunked_prefill_size",
-    "split_with_sizes",
-    "MM placeholder count",
-    "MM inputs where only some",
-    "Number of elements of source",
+    "Number of elements",
+    "background pattern",
+    "'list' object has no attribute",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 _BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces
+
+
+def required_text(known: KnownMessage) -> list[list[str]]:
+    """Return, for each text of ``known`` (its template, then its aliases), the literal pieces every match of
+    that text contains: the optional last sentence and the final full stop left out."""
+    if known.key == CAPTURE_KEY:
+        return [["kimi-viz capture: wrote "]]
+    message = message_catalogue.BY_KEY[known.key]
+    variants = []
+    for text in (message.template, *message.aliases):
+        parts = text.split("{}")
+        if message.fields and message.field_forms[-1] != "text" and parts[-1].startswith(". "):
+            parts = parts[:-1]
+        variants.append([piece for part in parts if (piece := part.removesuffix("."))])
+    return variants
+
+
+def needle_of(known: KnownMessage) -> str | None:
+    """Return the most specific needle every text of ``known`` holds in its own words (None: none does)."""
+    held = [n for n in NEEDLES if all(any(n in piece for piece in pieces) for pieces in required_text(known))]
+    return max(held, key=len) if held else None
+
+
+_INDEX: dict[str, Any] = {}  # filled on first use: the messages of each needle, each message's longest pieces
+
+
+def _index() -> dict[str, Any]:
+    """Return, once: the messages each needle stands for (their most specific needle) and their longest pieces."""
+    if not _INDEX:
+        by_needle: dict[str, list[KnownMessage]] = {needle: [] for needle in NEEDLES}
+        pieces: dict[str, tuple[str, ...]] = {}
+        for known in KNOWN_MESSAGES:
+            needle = needle_of(known)
+            if needle is not None:
+                by_needle[needle].append(known)
+            pieces[known.key] = tuple(max(variant, key=len) for variant in required_text(known))
+        _INDEX.update(by_needle=by_needle, pieces=pieces, candidates={})
+    return _INDEX
+
+
+def _candidates(needles: frozenset[str]) -> list[KnownMessage]:
+    """Return the messages a line holding these needles may hold (cached per set of needles)."""
+    index = _index()
+    cached = index["candidates"].get(needles)
+    if cached is None:
+        cached = index["candidates"][needles] = [k for n in NEEDLES if n in needles for k in index["by_needle"][n]]
+    return cached
+
+
+def _hit_lines(text: str) -> dict[int, set[str]]:
+    """Return the index of every line (as ``str.splitlines`` cuts them) holding a needle, with its needles."""
+    ends = list(accumulate(len(line) for line in text.splitlines(keepends=True)))
+    hits: dict[int, set[str]] = {}
+    for needle in NEEDLES:
+        start = text.find(needle)
+        while start >= 0:
+            line = bisect_right(ends, start)
+            hits.setdefault(line, set()).add(needle)
+            start = text.find(needle, ends[line]) if line < len(ends) else -1
+    return hits
 
 
 def _scan(text: str, first_line: int) -> list[Recognised]:
     found: list[Recognised] = []
     if not any(needle in text for needle in NEEDLES):
         return found
-    for number, line in enumerate(text.splitlines() or [text], start=first_line):
-        if not any(needle in line for needle in NEEDLES):
-            continue
-        for known in KNOWN_MESSAGES:
-            match = known.regex.search(line)
-            if match is None:
-                continue
+    lines = text.splitlines() or [text]
+    pieces = _index()["pieces"]
+    for index, needles in sorted(_hit_lines(text).items()):
+        line, number = lines[index], first_line + index
+        matches = []
+        for known in _candidates(frozenset(needles)):
+            match = known.regex.search(line) if any(piece in line for piece in pieces[known.key]) else None
+            if match is not None:
+                fields = [match.span(name) for name, value in match.groupdict().items() if value is not None]
+                literal = len(match.group(0)) - sum(end - start for start, end in fields)
+                matches.append((literal, known, match, fields))
+        kept: list[tuple[int, KnownMessage, re.Match[str], list[tuple[int, int]]]] = []
+        for entry in sorted(matches, key=lambda m: -m[0]):
+            if all(_compatible(entry, other) for other in kept):
+                kept.append(entry)
+        for _, known, match, _ in sorted(kept, key=lambda m: m[2].start()):
             values = {name: _value(value) for name, value in match.groupdict().items()}
             found.append(Recognised(known, match.group(0), number, values, _reading(known.key, values)))
     return found
+
+
+def _compatible(one: tuple, other: tuple) -> bool:
+    """Whether two matches on one line are both kept: apart, or one quoted inside a field of the other."""
+    a, b = one[2].span(), other[2].span()
+    if a[1] <= b[0] or b[1] <= a[0]:
+        return True
+    return any(s <= a[0] and a[1] <= e for s, e in other[3]) or any(s <= b[0] and b[1] <= e for s, e in one[3])
 
 
 def explain_stream(stream: Any, *, limit: int = MAX_LOG_BYTES, source: str = "the log") -> list[Recognised]:
@@ -542,13 +506,19 @@ def format_explanations(found: list[Recognised]) -> str:
         known = item.message
         if known.key == CAPTURE_KEY:
             continue
+        stage = Stage(known.stage)
         lines = [
             f"line {item.line}: {known.exception}: {item.text}",
-            f"  raised in: {known.raised_in}",
-            f"  meaning:   {known.meaning}",
+            f"  stage:     {stage.value} ({stage.number} of {len(Stage)}: {' -> '.join(s.value for s in Stage)})",
+            "  raised in: " if not known.logged else "  logged in: ",
         ]
+        sites = known.raised_in.split("; ")
+        lines[-1] += sites[0]
+        lines += [f"             {site}" for site in sites[1:]]
+        lines.append(f"  meaning:   {known.meaning}")
         if item.reading:
             lines.append(f"  numbers:   {item.reading}")
+        lines.append(f"  then:      {known.after}")
         if known.classes:
             lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7, §10)")
         if known.scenarios:

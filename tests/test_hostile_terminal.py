@@ -161,42 +161,19 @@ def test_escape_value_and_safe_text():
 
 
 def test_every_known_message_contains_a_needle():
-    from kimi_viz import messages
-    from kimi_viz._explain import KNOWN_MESSAGES, NEEDLES, explain
+    """Every message's own text (not a field, not its optional last sentence) holds a needle, so the skim never
+    drops it, and each message's sample line is found by it."""
+    from kimi_viz._explain import CAPTURE_KEY, KNOWN_MESSAGES, NEEDLES, explain, needle_of
+    from kimi_viz.message_catalogue import BY_KEY
 
-    samples = [
-        messages.MSG_LENGTH,
-        messages.MSG_GPU_WRONG_GRIDS,
-        messages.MSG_CPU_WRONG_GRIDS,
-        messages.MSG_ONE_GRID,
-        messages.MSG_MIX_LOCAL,
-        messages.MSG_MIX_DEFERRED_OLD,
-        messages.MSG_PROCESSOR_LENGTH.format(5, 6),
-        "multimodal feature tensors must have matching trailing shapes: expected torch.Size([1]), got torch.Size([2])",
-        "'list' object has no attribute 'shape'",
-        messages.MSG_CHANNEL_COUNT.format(2),
-        "The size of tensor a (1) must match the size of tensor b (3) at non-singleton dimension 1",
-        messages.MSG_RAW_UINT8.format("torch.float32"),
-        messages.MSG_CPU_INPUT_TYPE,
-        messages.MSG_FEATURE_TYPE.format("<class 'list'>"),
-        messages.MSG_UNSUPPORTED_BACKEND.format("tpu"),
-        "KeyError: 'backend'",
-        messages.MSG_BG_PATTERN.format("stripes"),
-        "ZeroDivisionError: division by zero",
-        "Insufficient multimodal embedding length: num_mm_tokens_in_input_ids=5 vs num_mm_tokens_in_embedding=4",
-        "Encoder produced 5 tokens, but preprocessor metadata expected 6",
-        messages.MSG_TOKEN_MISMATCH.format(5, 4),
-        messages.MSG_RAISE_CHUNK,
-        messages.MSG_DISCARD.format("abc", 5, 4),
-        messages.MSG_SPLIT_SIZES.format(5, [4, 2]),
-        messages.MSG_ASYNC_ASSERT,
-        messages.MSG_ONLY_SOME_PRECOMPUTED,
-        messages.MSG_MASKED_SCATTER,
-        "kimi-viz capture: wrote captures/20261129-031502-12345-1 (ValueError: x)",
-    ]
-    keys = {found.message.key for text in samples for found in explain(text)}
-    assert keys == {m.key for m in KNOWN_MESSAGES}
-    assert all(any(n in text for n in NEEDLES) for text in samples)
+    samples = {known.key: BY_KEY[known.key].sample() for known in KNOWN_MESSAGES if known.key != CAPTURE_KEY}
+    samples[CAPTURE_KEY] = "kimi-viz capture: wrote captures/20261129-031502-12345-1 (ValueError: x)"
+    assert [k.key for k in KNOWN_MESSAGES if needle_of(k) is None] == []
+    for alias in BY_KEY["zero-division"].aliases:  # every text of a message is found, not only its template
+        assert [f.message.key for f in explain(alias)] == ["zero-division"]
+    found = {key: {f.message.key for f in explain(text)} for key, text in samples.items()}
+    assert {key for key, keys in found.items() if key not in keys} == set()
+    assert all(any(n in text for n in NEEDLES) for text in samples.values())
 
 
 def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kimi_viz"
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.
 LAYERS = [
-    {"_lazy", "errors", "messages", "releases", "devices", "data", "files", "terminal"},
+    {"_lazy", "errors", "messages", "message_catalogue", "releases", "devices", "data", "files", "terminal"},
     {"preprocess"},
     {"encoder", "split"},
     {"request"},

@@ -20,14 +20,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "explain",
         help="say what a Kimi-K3 vision error in a log means and how to reproduce it",
-        description="Find every known Kimi-K3 vision error in the text (arguments, --file, or standard input): "
-        "where SGLang raises it, the numbers it carries, the scenario classes that cause it, the catalogue "
-        "scenarios that reproduce it, and what to do next. Exit status: 0 something known was found, "
-        "1 nothing known, 2 bad input.",
+        description="Find every message SGLang 0.5.17-0.5.23 raises or logs on the Kimi vision path in the text "
+        "(arguments, --file, or standard input), by its text whatever the release: its stage (request, "
+        "processor, call, split, encoder, splice, EPD transfer), where SGLang emits it and in which releases, "
+        "what it means, the numbers it carries, what SGLang did next (a logged warning: the request went on), "
+        "the scenario classes and catalogue scenarios behind it, and what to run next. Exit status: 0 "
+        "something known was found, 1 nothing known, 2 bad input.",
     )
     parser.add_argument("text", nargs="*", metavar="TEXT", help="log text (quote it); omit to read --file or stdin")
     parser.add_argument("--file", metavar="LOG", help="read the text from this log file")
-    parser.add_argument("--list", action="store_true", help="list the messages the kit recognises")
+    parser.add_argument("--list", action="store_true", help="list the messages the kit recognises, by stage")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
@@ -64,26 +66,55 @@ def _find(args: argparse.Namespace) -> list:
     return explain_stream(getattr(sys.stdin, "buffer", sys.stdin), source="standard input")
 
 
+def _listed(known) -> dict:
+    return {
+        "key": known.key,
+        "stage": known.stage or "kimi-viz",
+        "exception": known.exception,
+        "logged": known.logged,
+        "template": known.template,
+        "pattern": known.pattern,
+        "raised_in": known.raised_in,
+        "releases": list(known.releases),
+        "classes": list(known.classes),
+        "scenarios": list(known.scenarios),
+    }
+
+
+def _print_list(rows: list[dict]) -> None:
+    """Print the messages grouped by stage, in pipeline order (the kit's own capture line last)."""
+    from ..message_catalogue import STAGE_WHAT, release_span
+    from ..messages import Stage
+
+    what = {stage.value: f"{stage.number}. {stage.value}: {STAGE_WHAT[stage]}" for stage in Stage}
+    table = [
+        (
+            row["key"],
+            row["exception"] + (" (logged)" if row["logged"] else ""),
+            release_span(row["releases"]) if row["template"] else "-",
+            row["template"] or row["raised_in"],
+        )
+        for row in rows
+    ]
+    widths = [max(len(cells[column]) for cells in table) for column in range(3)]
+    stages = list(dict.fromkeys(row["stage"] for row in rows))
+    for index, stage in enumerate(stages):
+        group = [cells for row, cells in zip(rows, table) if row["stage"] == stage]
+        if index:
+            emit("")
+        emit(f"{what.get(stage, stage)} ({len(group)})")
+        for cells in group:
+            emit("  " + "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)) + "  " + cells[3])
+
+
 def run(args: argparse.Namespace) -> int:
     """Print what the known messages in the text mean; return 0 when one was found, else 1."""
     if args.list:
-        rows = [
-            {
-                "key": m.key,
-                "exception": m.exception,
-                "pattern": m.pattern,
-                "raised_in": m.raised_in,
-                "classes": list(m.classes),
-                "scenarios": list(m.scenarios),
-            }
-            for m in KNOWN_MESSAGES
-        ]
+        rows = [_listed(known) for known in KNOWN_MESSAGES]
         if args.json:
             emit(json.dumps(rows, indent=2))
         else:
-            for row in rows:
-                classes = ",".join(row["classes"]) or "-"
-                emit(f"{row['key']:<24} {row['exception']:<18} {classes:<12} {row['raised_in']}")
+            _print_list(rows)
         return 0
     found = _find(args)
     if args.json:

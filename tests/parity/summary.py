@@ -10,7 +10,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-SUITES = ("scenarios", "random", "capture", "processor", "forward", "adjust", "planted-bug", "repro", "capture-context")
+SUITES = (
+    "scenarios",
+    "random",
+    "capture",
+    "capture-context",
+    "processor",
+    "forward",
+    "adjust",
+    "planted-bug",
+    "repro",
+    "messages",
+    "messages-gap",
+)
 
 
 def main(path: str) -> int:
@@ -29,6 +41,8 @@ def main(path: str) -> int:
                 problems.append(f"{release} {entry['suite']}: {entry['disagreements']} disagreements")
             if entry["suite"] == "planted-bug" and not int(entry.get("disagreements", 0)):
                 problems.append(f"{release}: the planted bug {entry.get('plant')!r} went unnoticed")
+            if entry["suite"] == "messages-gap" and int(entry.get("caught", 0)) < int(entry.get("plants", 1)):
+                problems.append(f"{release}: the catalogue check missed a planted gap")
         missing = [s for s in SUITES if s not in {e["suite"] for e in found}]
         if missing:
             problems.append(f"{release}: suites that reported nothing: {missing}")

@@ -1,0 +1,101 @@
+"""Every message SGLang raises or logs on the Kimi vision path, 0.5.17–0.5.23: the catalogue.
+
+One module per :class:`~kimi_viz.messages.Stage`, in pipeline order: ``request``, ``processor``,
+``call``, ``split``, ``encoder``, ``splice``, and the EPD transfer's two sides ``epd_encoder`` and
+``epd_receiver``. Each entry (:class:`~kimi_viz.messages.Message`) holds its template, its sites (file
+under ``sglang/srt``, function, exception type or log level, releases), the numbers it carries, what it
+means and what SGLang does next. :mod:`kimi_viz._explain` derives its patterns from here; the
+real-SGLang lane (``tests/parity/test_message_catalogue.py``) walks each installed release's files and
+fails when a message on the path is missing here or a release range is wrong; ``docs/pipeline.md`` §11
+is :func:`markdown`.
+"""
+
+from __future__ import annotations
+
+from ..messages import Message, Stage
+from . import call, encoder, epd_encoder, epd_receiver, processor, request, splice, split
+from ._common import ORDER
+
+CATALOGUE: tuple[Message, ...] = (
+    *request.MESSAGES,
+    *processor.MESSAGES,
+    *call.MESSAGES,
+    *split.MESSAGES,
+    *encoder.MESSAGES,
+    *splice.MESSAGES,
+    *epd_encoder.MESSAGES,
+    *epd_receiver.MESSAGES,
+)
+BY_KEY: dict[str, Message] = {message.key: message for message in CATALOGUE}
+
+STAGE_WHAT = {
+    Stage.REQUEST: "the chat request, its prompt and its <|media_pad|> placeholders",
+    Stage.PROCESSOR: "the request side loads, sizes and grids each image and builds its item",
+    Stage.CALL: "get_image_feature gathers the items, grids and eager features of one forward pass",
+    Stage.SPLIT: "the deferred split: each rank preprocesses its own images (gpu, cpu, EPD owner-side)",
+    Stage.ENCODER: "the vision tower",
+    Stage.SPLICE: "mm_schedule splits the rows back per item, adjusts their length and scatters them",
+    Stage.EPD: "encoder disaggregation: the encode server and the language server receiving its embedding",
+}
+
+
+def by_stage(messages: tuple[Message, ...] = CATALOGUE) -> dict[Stage, list[Message]]:
+    """Return the messages grouped by stage, stages in pipeline order (each stage present, maybe empty)."""
+    grouped: dict[Stage, list[Message]] = {stage: [] for stage in Stage}
+    for message in messages:
+        grouped[message.stage].append(message)
+    return grouped
+
+
+def release_span(releases: tuple[str, ...] | list[str]) -> str:
+    """Return releases as ranges of consecutive ones: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``."""
+    if not releases:
+        return "none of 0.5.17–0.5.23"
+    indices = sorted(ORDER.index(r) for r in releases if r in ORDER)
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(ORDER[run[0]] if len(run) == 1 else f"{ORDER[run[0]]}–{ORDER[run[-1]]}" for run in runs)
+
+
+def where(message: Message) -> list[str]:
+    """Return one line per file and function that emits ``message``: ``file, function (kind, releases)``."""
+    lines: dict[tuple[str, str], list[str]] = {}
+    for site in message.sites:
+        kinds = lines.setdefault((site.file, site.function), [])
+        kinds.append(f"{site.kind} {release_span(site.releases)}")
+    return [f"sglang/srt/{file}, {function} ({', '.join(kinds)})" for (file, function), kinds in lines.items()]
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def markdown() -> str:
+    """Return docs/pipeline.md §11: every stage with its messages (generated; a test keeps the doc in step)."""
+    out = [
+        "## 11. Every message on the path, by stage",
+        "",
+        "Generated from `kimi_viz.message_catalogue` (`python -m kimi_viz.message_catalogue` prints it); "
+        "`kimi-viz explain` recognises each of these in a log, whatever the release, and `kimi-viz explain "
+        "--list` prints the same map. Files are under `sglang/srt/`; a kind in lower case is a log level "
+        "(SGLang logs the line and goes on). Messages torch or Python raise on SGLang's behalf are marked "
+        "(torch) / (python).",
+        "",
+    ]
+    for stage, messages in by_stage().items():
+        out += [f"### {stage.number}. {stage.value}: {STAGE_WHAT[stage]} ({len(messages)})", ""]
+        out += ["| key | kind | message | where | releases |", "|---|---|---|---|---|"]
+        for message in messages:
+            origin = "" if message.origin == "sglang" else f" ({message.origin})"
+            functions = "<br>".join(dict.fromkeys(f"{s.file} `{s.function}`" for s in message.sites)) or "—"
+            out.append(
+                f"| {message.key} | {'/'.join(message.kinds) or '—'}{origin} | {_cell(message.template)} "
+                f"| {functions} | {release_span(message.releases)} |"
+            )
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,186 @@
+"""Stage 1, the request: the chat request, its prompt and its ``<|media_pad|>`` placeholders.
+
+The Kimi chat template writes one ``<|media_pad|>`` (id 163605 for K3) per image part; the request side
+checks that count against the images before it loads anything, then expands each placeholder into
+the image's ``<|media_begin|>image WxH<|media_content|>`` + N pads + ``<|media_end|>`` block.
+"""
+
+from __future__ import annotations
+
+from .. import messages as m
+from ..messages import Message, Stage
+from ._common import BASE, COMMON, K3, K25, REFUSED, site
+
+PLACEHOLDER_RULE = (
+    "The Kimi chat template writes one <|media_pad|> per image part of a chat message; a prompt built "
+    "another way (raw text, hand-made input_ids, a template without the image parts) can hold another count."
+)
+
+MESSAGES: tuple[Message, ...] = (
+    Message(
+        "image-only",
+        m.MSG_IMAGE_ONLY,
+        Stage.REQUEST,
+        (site(K3, "KimiK3ImageProcessor.process_mm_data_async", "ValueError", "0.5.17-0.5.23"),),
+        meaning="The request carries video or audio data; the Kimi-K3 request side takes images only.",
+        after=REFUSED,
+        name="MSG_IMAGE_ONLY",
+    ),
+    Message(
+        "caller-mm-hashes",
+        m.MSG_CALLER_MM_HASHES,
+        Stage.REQUEST,
+        (site(COMMON, "KimiGridMMDataMixin.reject_caller_image_identity", "ValueError", "0.5.23"),),
+        meaning="The request sets mm_hashes. From 0.5.23 SGLang computes a Kimi image's identity itself (its "
+        "bytes and the processor config) and refuses one chosen by the caller.",
+        after=REFUSED,
+        name="MSG_CALLER_MM_HASHES",
+    ),
+    Message(
+        "caller-identity",
+        m.MSG_CALLER_IDENTITY,
+        Stage.REQUEST,
+        (site(COMMON, "KimiGridMMDataMixin.reject_caller_image_identity", "ValueError", "0.5.23"),),
+        fields=("key:word",),
+        meaning="An image item of the request is a dict that sets its own hash, pad_value(s) or identity; from "
+        "0.5.23 a Kimi image's identity is the server's to compute.",
+        after=REFUSED,
+        name="MSG_CALLER_IDENTITY",
+    ),
+    Message(
+        "one-to-one",
+        m.MSG_ONE_TO_ONE,
+        Stage.REQUEST,
+        (
+            site(K3, "KimiK3ImageProcessor.process_mm_data_async", "ValueError", "0.5.17-0.5.23"),
+            site(K25, "KimiK2_5VLImageProcessor.process_mm_data_async", "ValueError", "0.5.17-0.5.23"),
+        ),
+        fields=("images:n", "placeholders:n"),
+        meaning="The prompt reached the request side as token ids holding another number of <|media_pad|> ids "
+        "than the request has images; SGLang checks this first, before loading an image. 'found 0' is a chat "
+        "request whose prompt carries no <|media_pad|> at all: rendered without the image parts, by a chat "
+        "template that does not write <|media_pad|>, or sent as input_ids next to image_data. " + PLACEHOLDER_RULE,
+        after=REFUSED,
+        name="MSG_ONE_TO_ONE",
+    ),
+    Message(
+        "one-to-one-loaded",
+        m.MSG_ONE_TO_ONE_LOADED,
+        Stage.REQUEST,
+        (
+            site(K3, "KimiK3ImageProcessor.process_mm_data_async", "ValueError", "0.5.17"),
+            site(K3, "KimiK3ImageProcessor._process_mm_data_uncached", "ValueError", "0.5.18-0.5.23"),
+            site(K25, "KimiK2_5VLImageProcessor.process_mm_data_async", "ValueError", "0.5.17-0.5.23"),
+        ),
+        fields=("images:n", "loaded:n"),
+        meaning="The prompt is text: SGLang loads one image per <|media_pad|> it finds in the text, and that "
+        "gave another number of images than the request sent (a text with fewer placeholders than images "
+        "loads fewer). On K3 this path runs with the preprocess cache off or for preprocessed inputs. "
+        + PLACEHOLDER_RULE,
+        after=REFUSED,
+        name="MSG_ONE_TO_ONE_LOADED",
+    ),
+    Message(
+        "placeholder-tokens",
+        m.MSG_PLACEHOLDER_TOKENS,
+        Stage.REQUEST,
+        (
+            site(K3, "_expand_k3_image_prompt_token_ids", "ValueError", "0.5.17-0.5.23"),
+            site(K25, "_expand_image_token_ids", "ValueError", "0.5.17-0.5.23"),
+        ),
+        fields=("images:n", "placeholders:n"),
+        meaning="Expanding the prompt's placeholders into each image's token block found another number of "
+        "<|media_pad|> ids in the unexpanded prompt than images. On K3's default path (the preprocess cache) "
+        "a text prompt is checked here rather than by the one-to-one check. " + PLACEHOLDER_RULE,
+        after=REFUSED,
+        name="MSG_PLACEHOLDER_TOKENS",
+    ),
+    Message(
+        "placeholder-text",
+        "Expected {} image placeholder(s), found {}.",
+        Stage.REQUEST,
+        (site(K3, "_expand_k3_image_prompt_text", "ValueError", "0.5.17-0.5.23"),),
+        fields=("images:n", "placeholders:n"),
+        meaning="The K3 CPU (checkpoint-processor) fallback found another number of <|media_pad|> strings in "
+        "the prompt text than images. " + PLACEHOLDER_RULE,
+        after=REFUSED,
+    ),
+    Message(
+        "prompt-has-placeholders",
+        "Prompt has {} {} placeholders but {} {} inputs were provided",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor.legacy_load_mm_data", "ValueError", "0.5.23"),),
+        fields=("placeholders:n", "placeholder_modality:word", "inputs:n", "input_modality:word"),
+        meaning="A text prompt holds more placeholders than the request has images, so loading ran out of "
+        "images (0.5.23; earlier releases end with 'An exception occurred while loading multimodal data: ' "
+        "and nothing after the colon). " + PLACEHOLDER_RULE,
+        after=REFUSED,
+    ),
+    Message(
+        "loading-multimodal-data",
+        "An exception occurred while loading multimodal data: {}",
+        Stage.REQUEST,
+        (
+            site(BASE, "BaseMultimodalProcessor.legacy_load_mm_data", "ValueError", "0.5.17-0.5.23"),
+            site(BASE, "BaseMultimodalProcessor.legacy_load_mm_data", "RuntimeError", "0.5.17-0.5.23"),
+        ),
+        fields=("error",),
+        meaning="Loading the images of a text prompt failed; the loader's own error follows the colon. Up to "
+        "0.5.22 a text prompt with more <|media_pad|> placeholders than images ends here with nothing after "
+        "the colon (the loader ran out of images).",
+        after=REFUSED,
+    ),
+    Message(
+        "more-placeholders-than-data",
+        "Mismatch: More '{}' tokens found than corresponding data provided.",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor.submit_data_loading_tasks", "warning", "0.5.17-0.5.23"),),
+        fields=("modality:word",),
+        meaning="A text prompt holds more placeholders of this modality than the request has items. "
+        + PLACEHOLDER_RULE,
+        after="Logged, not raised: SGLang stops loading at the last item; the placeholders left over then fail "
+        "the request ('Prompt has ... placeholders' on 0.5.23, 'An exception occurred while loading multimodal "
+        "data: ' before).",
+    ),
+    Message(
+        "more-data-than-placeholders",
+        "Warning: More {} data items provided than corresponding tokens found in the prompt.",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor.submit_data_loading_tasks", "warning", "0.5.17-0.5.23"),),
+        fields=("modality:word",),
+        meaning="The request has more items of this modality than its text prompt has placeholders. "
+        + PLACEHOLDER_RULE,
+        after="Logged, not raised: the extra images are not loaded, and the Kimi processors then refuse the "
+        "request ('... expected N, loaded M'), so no request goes on with an image missing.",
+    ),
+    Message(
+        "no-data-iterator",
+        "No data iterator found for token: {}",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor.submit_data_loading_tasks", "ValueError", "0.5.17-0.5.23"),),
+        fields=("token",),
+        meaning="The prompt holds the placeholder of a modality (e.g. a video or audio token) the request "
+        "sends no data for.",
+        after=REFUSED,
+    ),
+    Message(
+        "modality-not-a-list",
+        "{} must be a list or None, got {}",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor._validate_one_modality", "TypeError", "0.5.17-0.5.23"),),
+        fields=("modality:word", "type:type"),
+        meaning="The request's image_data (or video / audio data) is neither a list nor absent.",
+        after=REFUSED,
+    ),
+    Message(
+        "one-processor-output",
+        "For {}, when providing a 'processor_output' or 'precomputed_embedding', you must pass exactly one item; "
+        "received {} items (formatted at indices {}).",
+        Stage.REQUEST,
+        (site(BASE, "BaseMultimodalProcessor._validate_one_modality", "ValueError", "0.5.17-0.5.23"),),
+        fields=("modality:word", "items:n", "indices:list"),
+        meaning="The request mixes a preprocessed input (processor_output or precomputed_embedding) with other "
+        "items of the same modality; such an input must be the only item.",
+        after=REFUSED,
+    ),
+)
