@@ -113,6 +113,12 @@ _EXPORTS = {
     "sweep_load": "kimi_viz._whatif._load_sweep",
     "sweep_pairs": "kimi_viz._whatif._load_sweep",
     "minimize_load": "kimi_viz._whatif._load_minimize",
+    # a client's own request: its checks on the request side, then the same replay
+    "parse_request": "kimi_viz.request.chat",
+    "read_request": "kimi_viz.request.chat",
+    "whatif_chat": "kimi_viz._whatif.chat",
+    "ChatAnswer": "kimi_viz._whatif.chat",
+    "sweep_chat": "kimi_viz._whatif.chat",
     "LOAD_SCENARIOS": "kimi_viz.scenarios.load",
     "run_load_scenario": "kimi_viz._whatif.load",
     "run_demo": "kimi_viz._demo",

@@ -63,6 +63,10 @@ class RequestSide:
     encoder_defers: bool  # the EPD encoder keeps raw images with a deferred config
     identity: str
     changes: str  # what this version changes on the request side, one sentence
+    # The request's own checks (process_mm_data_async; kimi_viz.request.chat replays them in order):
+    one_to_one_line: int = 0  # the line of the one-to-one ``raise`` in processors/kimi_k3.py
+    rejects_caller_identity: bool = False  # reject_caller_image_identity runs first (mm_hashes, dict identities)
+    checks_spans: bool = False  # compose_request: one <|media_pad|> run per image, else a ValueError
 
     @property
     def releases(self) -> tuple[str, ...]:
@@ -145,6 +149,9 @@ SIDE_0_5_17 = RequestSide(
     identity="hash of the eager feature",
     changes="the first Kimi-K3 request side: eager rows only, no preprocessing cache; the EPD encoder "
     "runs the HF image processor (eager, grid_thws)",
+    one_to_one_line=348,
+    rejects_caller_identity=False,
+    checks_spans=False,
 )
 SIDE_0_5_18 = RequestSide(
     "0.5.18",
@@ -156,6 +163,9 @@ SIDE_0_5_18 = RequestSide(
     identity="hash of the feature, scoped by the artifact key on the cached path",
     changes="deferred GPU preprocessing (_should_defer_gpu_preprocessing), the preprocessing cache "
     "(per-image decision), and the EPD encoder's deferred cpu/gpu items",
+    one_to_one_line=725,
+    rejects_caller_identity=False,
+    checks_spans=True,
 )
 SIDE_0_5_19 = RequestSide(
     "0.5.19",
@@ -167,6 +177,9 @@ SIDE_0_5_19 = RequestSide(
     identity="hash of the feature, scoped by the artifact key on the cached path",
     changes="the same items as 0.5.18 (transport wrapping through _prepare_mm_items_for_transport, "
     "config read from get_mm())",
+    one_to_one_line=723,
+    rejects_caller_identity=False,
+    checks_spans=True,
 )
 SIDE_0_5_23 = RequestSide(
     "0.5.23",
@@ -177,6 +190,9 @@ SIDE_0_5_23 = RequestSide(
     encoder_defers=True,
     identity="content+config+grid SHA-256 (set_identity), equal for deferred and eager",
     changes="the same items as 0.5.19; identities instead of feature hashes, caller hashes refused",
+    one_to_one_line=748,
+    rejects_caller_identity=True,
+    checks_spans=True,
 )
 
 FORWARD_0_5_17 = ForwardRules(

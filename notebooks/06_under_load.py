@@ -42,9 +42,21 @@ chunked_prefill_size = 150  # for section 5: small enough that the first image s
 
 # %%
 # %matplotlib inline
-from kimi_viz import LoadSettings, Request, Workload, sweep_load, sweep_pairs, together, whatif, whatif_load
-from kimi_viz.plots import draw_forward_pass
+from kimi_viz import (
+    LoadSettings,
+    Request,
+    Workload,
+    parse_request,
+    sweep_load,
+    sweep_pairs,
+    together,
+    whatif,
+    whatif_chat,
+    whatif_load,
+)
+from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
+from kimi_viz.request import Renderer, check_releases
 
 # %% [markdown]
 # ## 1. Each request alone
@@ -134,6 +146,67 @@ chunked.pass_table()
 
 # %%
 draw_forward_pass(chunked.result.passes[min(1, len(chunked.result.passes) - 1)]).figure
+
+# %% [markdown]
+# ## 6. What the server builds from a chat request
+#
+# Before any of this, the request side turns the client's body into token ids and checks them. For an
+# OpenAI chat request SGLang asks the checkpoint tokenizer's `apply_chat_template` for one
+# `<|media_pad|>` at each `image_url` part (`image_prompts`); the image processor then checks one pad
+# per image and frames each pad as `<|media_begin|>image WxH<|media_content|>`, the image's token count
+# of `<|media_pad|>` and `<|media_end|>`. On the command line: `kimi-viz whatif --chat REQUEST.json
+# --sglang-version V --tp N`. Text tokens are counted (approximately), the media tokens and their ids
+# are exact.
+
+# %%
+chat_body = {
+    "model": "kimi-k3",
+    "messages": [
+        {"role": "system", "content": "You are Kimi."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What do these pictures show?"},
+                *({"type": "image_url", "image_url": {"url": name}} for name in images),
+            ],
+        },
+    ],
+}
+chat = whatif_chat(parse_request(chat_body), sglang_version=sglang_version, tp_size=tp)
+chat.check_table()
+
+# %%
+chat.prompt_table()
+
+# %% [markdown]
+# The prompt drawn: the text grey, each image's block in its colour with its `image WxH` text and pad
+# count, and below it each block's media tokens with their ids and positions.
+
+# %%
+draw_prompt(chat.outcome).figure
+
+# %% [markdown]
+# When the checks pass, the request goes on like any other: a workload of one request whose text
+# lengths come from this prompt (the call, the deferred split, the splice):
+
+# %%
+Table(["status", "stage", "answer"], [[chat.status.value, chat.stage or "—", chat.load.why if chat.load else "—"]])
+
+# %% [markdown]
+# The same request where the ids reach the image processor with no `<|media_pad|>`: a checkpoint
+# renderer that ignores `image_prompts`. Every release raises the one-to-one check's message (for
+# `/generate`, a `text` without `<|media_pad|>` does the same):
+
+# %%
+refused = check_releases(parse_request(chat_body), renderer=Renderer(image_prompts=False))
+rows = [
+    [version, f"{o.rendered.placeholders} / {len(images)}", ": ".join(o.error_key() or ("ok",))]
+    for version, o in refused.items()
+]
+Table(["SGLang", "<|media_pad|> ids / images", "request side"], rows)
+
+# %%
+draw_prompt(refused[sglang_version]).figure
 
 # %% [markdown]
 # **What to take away:** an intermittent "only under load" report is a batch the server formed, not a

@@ -136,6 +136,16 @@ CALLS: dict[str, str] = {
     "minimize_load": (
         "assert kv.minimize_load(kv.together(pair), sglang_version='0.5.18', tp_size=2).minimal.images == 2"
     ),
+    # a client's own request
+    "parse_request": ("assert kv.parse_request({'text': 'x', 'image_data': [str(chelsea)]}).entry == 'generate-text'"),
+    "read_request": "assert kv.read_request(chat_file).images[0].size == (451, 300)",
+    "whatif_chat": (
+        "assert kv.whatif_chat(kv.read_request(chat_file), sglang_version='0.5.23', tp_size=1).status.value == 'clean'"
+    ),
+    "ChatAnswer": (
+        "assert replace(kv.whatif_chat(kv.read_request(chat_file), sglang_version='0.5.18', tp_size=1)).failed is False"
+    ),
+    "sweep_chat": "assert kv.sweep_chat(kv.read_request(chat_file), tp_sizes=(1,)).failed is False",
     "LOAD_SCENARIOS": "assert 's14-two-requests-one-call' in kv.LOAD_SCENARIOS",
     "run_load_scenario": "assert kv.run_load_scenario('s15-straddling-image').status.value == 'clean'",
     "run_demo": (
@@ -171,6 +181,11 @@ verdict = kv.build_verdict(trace)
 manifest = kv.write_manifest(s1, fresh('manifest'))
 workload_file = fresh('workload.json')
 workload_file.write_text('{"requests": [{"images": ["rocket.jpg"]}, {"images": ["astronaut.png"]}]}')
+chat_file = fresh('chat.json')
+chat_file.write_text(
+    '{"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, '
+    '{"type": "image_url", "image_url": {"url": "chelsea.png"}}]}]}'
+)
 """
 
 

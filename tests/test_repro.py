@@ -254,3 +254,16 @@ def test_the_emitted_file_is_lint_clean_at_sglangs_line_length(tmp_path):
         text=True,
     )
     assert formatted.returncode == 0, formatted.stdout
+
+
+def test_whatif_emit_repro_writes_the_minimal_failing_request(tmp_path, capsys):
+    from kimi_viz.cli import main
+
+    out = tmp_path / "repro"
+    argv = ["whatif", "rocket.jpg", "astronaut.png", "chelsea.png", "--sglang-version", "0.5.18", "--tp", "2"]
+    assert main([*argv, "--minimize", "--emit-repro", str(out)]) == 1
+    (test_file,) = out.glob("test_kimi_k3_repro_*.py")
+    assert "kimi_viz" not in test_file.read_text().split('"""', 2)[2]  # the code imports no kit
+    assert f"wrote the repro {test_file}" in capsys.readouterr().err
+    assert main([*argv, "--together", "--emit-repro", str(tmp_path / "other")]) == 2
+    assert "--emit-repro writes one request's get_image_feature call" in capsys.readouterr().err

@@ -34,7 +34,8 @@ def subset(workload: Workload, units: list[Unit]) -> Workload:
         if not kept:
             continue
         stale = tuple((kept.index(k), image) for k, image in request.stale if k in kept)
-        requests.append(replace(request, images=tuple(request.images[k] for k in kept), stale=stale))
+        gaps = tuple(sum(request.gaps[a:b]) for a, b in zip(kept, kept[1:])) if request.gaps else ()
+        requests.append(replace(request, images=tuple(request.images[k] for k in kept), stale=stale, gaps=gaps))
     return Workload(tuple(requests), workload.cache)
 
 

@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build for one request carrying these images, under the given server settings, then replay "
         "get_image_feature on every attention-TP rank and print the verdict and why. --sweep prints every release "
         "× attention-TP 1, 2, 4, 8; --minimize shrinks a failing request to the fewest images (in order) that "
-        "still fail with the same message and names the image to look at. Exit status: 0 nothing fails, 1 a rank "
+        "still fail with the same message and names the image to look at. --chat FILE starts from a client's "
+        "request body: the request side's own checks (placeholders against images), then the same replay. "
+        "Exit status: 0 nothing fails, 1 a rank or the request side "
         "raises (in some cell for --sweep; the minimal set reproduces it for --minimize), 2 bad input, 3 a silent "
         "mismatch.",
         epilog="--json prints one object (the what-if, or the minimal set); with --sweep one JSON object per cell, "
@@ -48,6 +50,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--requests",
         metavar="FILE",
         help='a workload as JSON: {"requests": [{"images": [...], "text": {...}, "arrival": 0}, ...]}',
+    )
+    load.add_argument(
+        "--chat",
+        metavar="FILE",
+        help="a client's request as JSON: an OpenAI chat completions body (messages with text and image_url parts), "
+        "or a /generate body (text or input_ids, image_data); its own checks first, then the same replay",
+    )
+    load.add_argument(
+        "--image-prompts",
+        default="honoured",
+        metavar="{honoured,ignored}",
+        help="--chat: whether the checkpoint's apply_chat_template puts SGLang's image_prompts (<|media_pad|>) at "
+        "the image parts (honoured) or renders its own marker (ignored)",
+    )
+    load.add_argument(
+        "--typed-tokens",
+        default="ids",
+        metavar="{ids,text}",
+        help="--chat: whether media tokens written in text (<|media_pad|>) encode to their ids (ids) or as text",
     )
     load.add_argument(
         "--chunked-prefill-size",
@@ -76,6 +97,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sweep", action="store_true", help="every release × attention-TP 1, 2, 4, 8")
     parser.add_argument("--minimize", action="store_true", help="shrink a failing request to its minimal images")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per cell with --sweep)")
+    parser.add_argument(
+        "--emit-repro",
+        metavar="DIR",
+        help="also write a standalone pytest file that runs SGLang's own get_image_feature on this request (the "
+        "minimal failing set with --minimize): it fails on a release with the bug and passes on the fix",
+    )
     parser.add_argument("--serving", default="normal", metavar="{normal,epd-encoder}", help=_flag_help("serving"))
     parser.add_argument("--epd-backend", default=None, metavar="{cpu,gpu}", help=_flag_help("epd_backend"))
     parser.add_argument(
@@ -164,14 +191,14 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 
 def _is_workload(args: argparse.Namespace) -> bool:
-    return bool(args.together or args.requests is not None)
+    return bool(args.together or args.requests is not None or args.chat is not None)
 
 
 def load_settings_from_args(args: argparse.Namespace) -> Any:
     """Return the :class:`~kimi_viz.schedule.load.LoadSettings` the load options ask for."""
-    from ..schedule.trace import PLATFORMS
     from ..schedule.load import LoadSettings
     from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
+    from ..schedule.trace import PLATFORMS
 
     chunk = DEFAULT_CHUNKED_PREFILL
     if args.chunked_prefill_size is not None:
@@ -184,6 +211,18 @@ def load_settings_from_args(args: argparse.Namespace) -> Any:
 
 
 def _check_load(args: argparse.Namespace) -> None:
+    if args.chat is not None:
+        given = [
+            option
+            for option, value in (("IMAGE", args.images), ("--together", args.together), ("--requests", args.requests))
+            if value
+        ]
+        if given:
+            raise WhatIfError(f"--chat FILE with {given[0]}: the request file names its images; drop {given[0]}")
+        if args.minimize:
+            raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
+    elif args.image_prompts != "honoured" or args.typed_tokens != "ids":
+        raise WhatIfError("--image-prompts / --typed-tokens describe how a --chat request is rendered: add --chat FILE")
     if args.together and args.requests is not None:
         raise WhatIfError("--together with --requests: pick one (IMAGEs as single-image requests, or a workload file)")
     if args.requests is not None and args.images:
@@ -208,7 +247,16 @@ def _check_load(args: argparse.Namespace) -> None:
 
 def _check_request(args: argparse.Namespace) -> None:
     _check_load(args)
-    if not args.images and args.requests is None:
+    if args.emit_repro is not None:
+        if _is_workload(args) or args.sweep:
+            raise WhatIfError(
+                "--emit-repro writes one request's get_image_feature call: use it with IMAGEs (and --minimize), "
+                "not with --sweep, --together, --requests or --chat"
+            )
+        from ..files import check_output
+
+        check_output(args.emit_repro, what="--emit-repro")
+    if not args.images and args.requests is None and args.chat is None:
         raise WhatIfError("no images: the request needs at least one IMAGE (e.g. kimi-viz whatif a.png b.jpg ...)")
     if args.sweep and args.minimize:
         raise WhatIfError("--sweep with --minimize: pick one (minimize one release and TP size, or sweep them all)")
@@ -231,10 +279,51 @@ def _print_json(data: Any) -> None:
     emit(json.dumps(data, indent=2, default=str))
 
 
+def _run_chat(args: argparse.Namespace, settings: ServerSettings) -> int:
+    """Answer for a client's request (``--chat FILE``): its own checks, then the load replay."""
+    from ..request.chat import Renderer, read_request
+
+    renderer = Renderer(
+        image_prompts=_choice(args.image_prompts, ("honoured", "ignored"), "--image-prompts") == "honoured",
+        typed_tokens=_choice(args.typed_tokens, ("ids", "text"), "--typed-tokens") == "ids",
+    )
+    load = load_settings_from_args(args)
+    request = read_request(args.chat)
+    if args.sweep:
+        from .._whatif.chat import sweep_chat
+
+        swept = sweep_chat(request, renderer=renderer, settings=settings, load=load)
+        if args.json:
+            for cell in swept.to_json():
+                emit(json.dumps(cell, default=str))
+        else:
+            emit(swept.text())
+        return 1 if swept.failed else 0
+    from .._whatif.chat import whatif_chat
+
+    answer = whatif_chat(
+        request,
+        sglang_version=args.sglang_version,
+        tp_size=_int(args.tp, "--tp", low=1),
+        renderer=renderer,
+        settings=settings,
+        load=load,
+        mode=args.mode,
+        device=args.device,
+    )
+    if args.json:
+        _print_json(answer.to_json())
+    else:
+        emit(answer.text())
+    return answer.exit_code
+
+
 def _run_workload(args: argparse.Namespace, settings: ServerSettings) -> int:
     """Answer for a workload (``--together`` or ``--requests``): one deployment, ``--sweep`` or ``--minimize``."""
     from ..schedule.workload import read_workload, together
 
+    if args.chat is not None:
+        return _run_chat(args, settings)
     load = load_settings_from_args(args)
     workload = read_workload(args.requests) if args.requests is not None else together(args.images)
     if args.sweep:
@@ -294,6 +383,8 @@ def run(args: argparse.Namespace) -> int:
             _print_json(found.to_json())
         else:
             emit(found.text())
+        if args.emit_repro and found.target is not None:
+            _emit_repro(found, args.emit_repro)
         return 0 if found.target is None else 1
     from .._whatif.run import whatif
 
@@ -309,4 +400,14 @@ def run(args: argparse.Namespace) -> int:
         _print_json(answer.to_json())
     else:
         emit(answer.text())
+    if args.emit_repro:
+        _emit_repro(answer, args.emit_repro)
     return answer.exit_code
+
+
+def _emit_repro(source: Any, out_dir: str) -> None:
+    """Write the standalone SGLang repro of ``source`` and say where (on stderr, so --json stays one object)."""
+    from ..repro import emit_repro
+
+    path = emit_repro(source, out_dir)
+    emit(f"kimi-viz whatif: wrote the repro {path} (run it with: python -m pytest {path.parent})", err=True)

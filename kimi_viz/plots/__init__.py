@@ -20,11 +20,12 @@ _EXPORTS = {
     "draw_token_norms": "features",
     "draw_step": "steps",
     "draw_forward_pass": "forward",
-    "draw_call_requests": "call_requests",
     "draw_rank_rows": "summary",
     "draw_rank_bars": "summary",
     "draw_grid_mismatch": "summary",
     "draw_verdict_banner": "summary",
+    "draw_call_requests": "call_requests",
+    "draw_prompt": "prompt",
     "PALETTE": "palette",
 }
 

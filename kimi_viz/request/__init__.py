@@ -2,9 +2,11 @@
 
 Read in pipeline order: :mod:`.settings` (the server settings that decide it, each with the SGLang
 flag it stands for), :mod:`.images` (each image read from its header), :mod:`.producer` (what goes
-into one ``MultimodalDataItem``: the deferred config, deferred and eager items) and :mod:`.sides`
-(which items each release's request side, or its EPD encoder, builds for a request). Names are
-imported lazily.
+into one ``MultimodalDataItem``: the deferred config, deferred and eager items), :mod:`.sides`
+(which items each release's request side, or its EPD encoder, builds for a request), :mod:`.prompt`
+(where each image's media tokens sit in the prompt), :mod:`.chat` (a client's own request and the ids
+it reaches the image processor as) and :mod:`.checks` (the request side's checks on them, in SGLang's
+order). Names are imported lazily.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ _EXPORTS = {
     "eager_item": "producer",
     "BuiltRequest": "sides",
     "build_request": "sides",
+    "ChatRequest": "chat",
+    "parse_request": "chat",
+    "read_request": "chat",
+    "Renderer": "chat",
+    "render_request": "chat",
+    "RequestOutcome": "checks",
+    "check_request": "checks",
+    "check_releases": "checks",
 }
 
 __all__ = sorted(_EXPORTS)

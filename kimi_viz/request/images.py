@@ -8,6 +8,8 @@ duplicates, its bytes), all of which PIL reads from the header without decoding 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import io
 from dataclasses import dataclass, field, replace
@@ -16,9 +18,12 @@ from typing import Any
 
 from PIL import Image
 
-from ..errors import NotAnImageError, WhatIfError
+from ..errors import DecompressionBombError, NotAnImageError, WhatIfError
 from ..preprocess.images import SIXTEEN_BIT_MODES, check_size, has_alpha, load_image, open_header, read_file
 from ..preprocess.limits import DEFAULT_MAX_PIXELS
+
+#: The most bytes one ``data:`` URL may decode to (checked on its length, before decoding).
+MAX_DATA_URL_BYTES = 48 << 20
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,35 @@ def probe_image(src: Any, *, label: str | None = None, max_pixels: int = DEFAULT
     return RequestImage(name, width, height, mode, alpha, digest, data)
 
 
+def decode_data_url(url: str, *, label: str, max_bytes: int = MAX_DATA_URL_BYTES) -> RequestImage:
+    """Return the :class:`RequestImage` of a base64 ``data:`` URL (``data:image/png;base64,...``).
+
+    The payload's length is checked against ``max_bytes`` before anything is decoded; the bytes then go
+    through :func:`probe_image` (the same header limits and errors as a file). ``label`` names the URL in
+    every message (the URL itself may be megabytes long).
+    """
+    head, comma, payload = url.partition(",")
+    if not head.lower().startswith("data:") or not comma:
+        raise NotAnImageError(f"{label}: not a data: URL; expected data:image/<type>;base64,<bytes>")
+    if not head.lower().endswith(";base64"):
+        raise NotAnImageError(
+            f"{label}: a data: URL without ;base64 ({head[:40]!r}); expected data:image/<type>;base64,<bytes> "
+            "(SGLang decodes data: URLs as base64)"
+        )
+    if (len(payload) // 4) * 3 > max_bytes:
+        raise DecompressionBombError(
+            f"{label}: the data: URL holds about {(len(payload) // 4) * 3} bytes, over the {max_bytes}-byte limit "
+            "for one image; save the image to a file and pass its path"
+        )
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise NotAnImageError(
+            f"{label}: the data: URL is not valid base64; expected data:image/<type>;base64,<bytes>"
+        ) from None
+    return probe_image(data, label=label)
+
+
 def as_request_image(source: Any, *, label: str | None = None) -> RequestImage:
     """Return a :class:`RequestImage` for a sample name, path, bytes, decoded PIL image or RequestImage.
 
@@ -127,4 +161,12 @@ def probe_images(sources: Any) -> list[RequestImage]:
     return [as_request_image(s) for s in items]
 
 
-__all__ = ["RequestImage", "probe_image", "probe_images", "image_sources", "as_request_image"]
+__all__ = [
+    "MAX_DATA_URL_BYTES",
+    "RequestImage",
+    "probe_image",
+    "probe_images",
+    "decode_data_url",
+    "image_sources",
+    "as_request_image",
+]

@@ -9,13 +9,18 @@ which images a prefill chunk touches and which feature row lands on which token.
 The media tokens and their ids are exact. Ordinary text is counted, not tokenized: a request says how
 many text tokens stand before, between and after its images, and the ``image {W}x{H}`` caption is
 counted as :func:`caption_tokens` tokens (the real tokenizer's count may differ by a token or two,
-which moves every later offset alike and changes no outcome the kit reports).
+which moves every later offset alike and changes no outcome the kit reports). A prompt rendered from a
+client's chat request (:mod:`.chat`) counts its text the same way, and keeps any media token the
+client wrote into the text as a ``typed`` segment with its id.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from ..errors import ArgumentError
 
 MEDIA_BEGIN = "<|media_begin|>"
 MEDIA_CONTENT = "<|media_content|>"
@@ -25,7 +30,7 @@ MEDIA_PAD = "<|media_pad|>"
 MEDIA_TOKEN_IDS = {MEDIA_BEGIN: 163602, MEDIA_CONTENT: 163603, MEDIA_END: 163604, MEDIA_PAD: 163605}
 MEDIA_PAD_ID = MEDIA_TOKEN_IDS[MEDIA_PAD]
 
-SegmentKind = Literal["text", "media_begin", "caption", "media_content", "pads", "media_end"]
+SegmentKind = Literal["text", "media_begin", "caption", "media_content", "pads", "media_end", "typed"]
 
 
 def caption_tokens(width: int, height: int) -> int:
@@ -41,6 +46,7 @@ class Segment:
     start: int
     length: int
     image: int | None = None  # the request's image, for the media tokens
+    token: int | None = None  # a ``typed`` segment's id: a media token written in the request's own text
 
     @property
     def end(self) -> int:
@@ -78,10 +84,23 @@ class Prompt:
 
 
 def render_prompt(
-    image_tokens: list[int], sizes: list[tuple[int, int]], *, before: int = 32, between: int = 8, after: int = 32
+    image_tokens: list[int],
+    sizes: list[tuple[int, int]],
+    *,
+    before: int = 32,
+    between: int | Sequence[int] = 8,
+    after: int = 32,
 ) -> Prompt:
     """Return the :class:`Prompt` of a request: ``before`` text tokens, each image's block (``between`` text
-    tokens apart), then ``after`` text tokens; ``image_tokens[k]`` pads for image ``k`` of upload size ``sizes[k]``."""
+    tokens apart), then ``after`` text tokens; ``image_tokens[k]`` pads for image ``k`` of upload size ``sizes[k]``.
+
+    ``between`` is one count for every gap, or one count per gap (``len(image_tokens) - 1`` of them).
+    """
+    gaps = [between] * max(0, len(image_tokens) - 1) if isinstance(between, int) else list(between)
+    if len(gaps) != max(0, len(image_tokens) - 1):
+        raise ArgumentError(
+            f"render_prompt: between has {len(gaps)} gaps for {len(image_tokens)} images; expected one per gap"
+        )
     segments: list[Segment] = []
     position = 0
 
@@ -94,7 +113,7 @@ def render_prompt(
     add("text", before)
     for k, (tokens, (width, height)) in enumerate(zip(image_tokens, sizes)):
         if k:
-            add("text", between)
+            add("text", gaps[k - 1])
         add("media_begin", 1, k)
         add("caption", caption_tokens(width, height), k)
         add("media_content", 1, k)

@@ -8,10 +8,10 @@
     ]}
 
 ``images`` are paths (relative to the file's folder) or sample image names; ``text`` counts the text
-tokens before, between and after the images (defaults 32, 8, 32); requests with the same ``arrival``
-(default 0) arrive together and are prefilled together, and every arrival waits for the previous one
-to be prefilled. ``--together IMAGE...`` is the workload of one single-image request per image, all
-arriving together.
+tokens before, between and after the images (defaults 32, 8, 32; ``between`` may also list one count
+per gap); requests with the same ``arrival`` (default 0) arrive together and are prefilled together,
+and every arrival waits for the previous one to be prefilled. ``--together IMAGE...`` is the workload
+of one single-image request per image, all arriving together.
 
 Two optional keys describe what the server already holds. ``"stale": {"1": "other.png"}`` on a
 request says that its image 1 comes back from the preprocessing cache as *other.png*'s eager rows
@@ -47,13 +47,25 @@ class Request:
     after: int = DEFAULT_TEXT["after"]
     arrival: int = 0
     stale: tuple[tuple[int, RequestImage], ...] = ()  # (image, the image whose eager rows the cache hands back)
+    gaps: tuple[int, ...] = ()  # text tokens between each pair of images when they differ (a chat request's)
+
+    def __post_init__(self) -> None:
+        if self.gaps and len(self.gaps) != len(self.images) - 1:
+            raise WhatIfError(
+                f"request {self.rid}: {len(self.gaps)} text gaps for {len(self.images)} images; expected one per gap"
+            )
+
+    @property
+    def spacing(self) -> int | tuple[int, ...]:
+        """Return the text tokens between images: one count for every gap, or one per gap."""
+        return self.gaps if self.gaps else self.between
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"id", "images", "text", "arrival"}`` (images as their labels), and ``"stale"`` when set."""
         data: dict[str, Any] = {
             "id": self.rid,
             "images": [image.label for image in self.images],
-            "text": {"before": self.before, "between": self.between, "after": self.after},
+            "text": {"before": self.before, "between": list(self.gaps) or self.between, "after": self.after},
             "arrival": self.arrival,
         }
         if self.stale:
@@ -144,6 +156,10 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         text = entry.get("text", {})
         if not isinstance(text, dict) or set(text) - set(DEFAULT_TEXT):
             raise WhatIfError(f"{where}.text: expected {{before, between, after}} token counts, got {text!r}")
+        gaps: tuple[int, ...] = ()
+        if isinstance(text.get("between"), list):
+            gaps = tuple(_count(v, f"{where}.text.between[{g}]") for g, v in enumerate(text["between"]))
+            text = {key: value for key, value in text.items() if key != "between"}
         counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
         arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
         images = tuple(probe_image(_resolve(name, folder), label=name) for name in names)
@@ -155,7 +171,12 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
             if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
                 raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
             pairs.append((int(key), probe_image(_resolve(name, folder), label=name)))
-        requests.append(Request(rid, images, arrival=arrival, stale=tuple(sorted(pairs, key=lambda p: p[0])), **counts))
+        if gaps and len(gaps) != len(images) - 1:
+            raise WhatIfError(
+                f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap"
+            )
+        stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
+        requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts))
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:

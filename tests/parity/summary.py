@@ -19,6 +19,7 @@ SUITES = (
     "forward",
     "adjust",
     "planted-bug",
+    "chat",
     "repro",
     "messages",
     "messages-gap",
