@@ -2,8 +2,8 @@
 for each plus the figure gallery, and one ``index.html`` that links everything.
 
 Each scenario folder holds the scenario's manifest (``manifest/``, to practise ``kimi-viz triage`` on)
-and the triage outputs (``report.html``, ``summary.png``, ``trace.json``). Every page is
-self-contained and opens from disk.
+and the triage outputs (``report.html``, ``summary.png``, ``trace.json`` and ``issue.md``, the issue
+body to paste). Every page is self-contained and opens from disk.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def run_demo(
             source=str(manifest),
             title=f"{scenario.name}: {scenario.title}",
             reproduce=f"kimi-viz triage {manifest} --out {folder / 'triage'}",
+            manifest=manifest,
         )
         verdict = result.verdict
         expected = scenario.expected
@@ -122,6 +123,7 @@ def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
             f"<td>{'yes' if matches else 'NO'}</td>"
             f'<td><a href="{html.escape(scenario.name)}/summary.png">summary.png</a> · '
             f'<a href="{html.escape(scenario.name)}/trace.json">trace.json</a> · '
+            f'<a href="{html.escape(scenario.name)}/issue.md">issue.md</a> · '
             f"<code>{html.escape(scenario.name)}/manifest/</code></td></tr>"
         )
     gallery = ""

@@ -1,10 +1,13 @@
-"""Triage a manifest: replay it, tell the verdict, and write ``report.html``, ``summary.png`` and ``trace.json``.
+"""Triage a manifest: replay it, tell the verdict, and write ``report.html``, ``summary.png``, ``trace.json``
+and ``issue.md``.
 
 :func:`triage` reads a manifest (folder or ``.zip``), replays SGLang's deferred split under the
 release the capture recorded (or the one asked for) on the rank the capture recorded (or every
 rank), compares the outcome with what the capture recorded, and returns a :class:`TriageResult`
 with the :class:`~kimi_viz.split.verdict.Verdict` and the paths written. :func:`triage_batch` does
-the same for a :class:`~kimi_viz.split.batch.Batch` already in memory (the demo uses it). This
+the same for a :class:`~kimi_viz.split.batch.Batch` already in memory (the demo uses it).
+:meth:`TriageResult.markdown` is ``issue.md`` (an issue body), :meth:`TriageResult.emit_repro` writes
+the standalone SGLang test of the batch (:func:`kimi_viz.repro.emit_repro`). This
 module only orchestrates: the replay lives in :mod:`kimi_viz.split`, the figures in
 :mod:`kimi_viz.plots`, the pages in :mod:`kimi_viz.report`.
 
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from .errors import ArgumentError, ConfigError
 from .split.batch import Batch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +49,8 @@ class TriageResult:
     mode: str
     outputs: dict[str, Path] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)  # what the replay had to assume (said in every output)
+    manifest: str | None = None  # the manifest read (folder, manifest.json or .zip); None for an in-memory batch
+    reproduce: str = ""  # the command that replays it again
 
     @property
     def trace(self) -> Trace:
@@ -65,6 +70,14 @@ class TriageResult:
         """Return the primary verdict's exit code (0, 1, 3, 4 or 5)."""
         return self.verdict.exit_code
 
+    def to_json(self) -> dict[str, Any]:
+        """Return what ``triage --json`` prints: the verdict's JSON, plus ``"forward_context"`` (the forward pass
+        around the call: ``summary``, requests, items, ``call_items``) when the manifest records one."""
+        data = self.verdict.to_json()
+        if self.batch.forward_context is not None:
+            data["forward_context"] = self.batch.forward_context.report_json()
+        return data
+
     def describe(self) -> str:
         """Return a one-line description of what was recorded and what was replayed."""
         batch = self.batch
@@ -77,6 +90,82 @@ class TriageResult:
             f"{self.trace.release.label}, TP {self.tp_size}, {ranks}, {self.mode} mode"
         )
 
+    def facts(self) -> dict[str, Any]:
+        """Return where the batch comes from and how it was replayed (``report.html``'s "Where it comes from")."""
+        from . import __version__
+
+        batch = self.batch
+        return {
+            "replay": self.describe(),
+            "assumed": "; ".join(self.assumptions),
+            "manifest": self.source,
+            "created by": batch.created_by,
+            "SGLang version": batch.sglang_version,
+            "recorded code path": batch.code_path,
+            "note": batch.note,
+            "kimi-viz": __version__,
+        }
+
+    def environment(self) -> dict[str, Any]:
+        """Return what ``issue.md`` says of the environment: kit version, manifest name and SHA-256, SGLang."""
+        from . import __version__
+
+        env: dict[str, Any] = {"kimi-viz": __version__}
+        if self.manifest is not None:
+            from .manifest.digest import manifest_digest
+
+            try:
+                name, digest = manifest_digest(self.manifest)
+                env["manifest"] = f"{name}, sha256 {digest}"
+            except ArgumentError:  # moved or deleted since it was read
+                env["manifest"] = f"{Path(self.manifest).name} (no longer readable: no digest)"
+        else:
+            env["batch"] = self.source
+        env["SGLang (recorded)"] = self.batch.sglang_version or "not recorded"
+        env["SGLang (replayed)"] = self.trace.release.label
+        env["replay"] = self.describe()
+        env["assumed"] = "; ".join(self.assumptions)
+        return env
+
+    def repro_command(self, out_dir: str = "DIR") -> str:
+        """Return the command that writes this batch's standalone SGLang repro (empty for an in-memory batch)."""
+        if self.manifest is None:
+            return ""
+        replay = self.reproduce or f"kimi-viz triage {shlex.quote(self.manifest)}"
+        return f"{replay} --emit-repro {shlex.quote(out_dir)}"
+
+    def markdown(self, *, figure: str | None = None) -> str:
+        """Return ``issue.md``: the verdict as GitHub-flavoured Markdown to paste as an issue body.
+
+        ``figure``: the PNG beside it to drag into the issue (``None``: say how to write one).
+        """
+        from .report.markdown import issue_markdown
+
+        return issue_markdown(
+            self.verdict,
+            self.trace,
+            environment=self.environment(),
+            reproduce=self.reproduce,
+            repro=self.repro_command(),
+            figure=figure,
+        )
+
+    def emit_repro(self, out_dir: str | os.PathLike[str], *, pixels: bool = False) -> Path:
+        """Write the standalone SGLang test of this batch (the release and TP size replayed); return its path.
+
+        See :func:`kimi_viz.repro.emit_repro`: no pixels unless ``pixels``, never for a redacted manifest.
+        """
+        from .repro import emit_repro
+
+        return emit_repro(
+            self.batch,
+            out_dir,
+            sglang_version=self.trace.release.release.version,
+            tp_size=self.tp_size,
+            manifest=self.manifest,
+            pixels=pixels,
+        )
+
     def text(self) -> str:
         """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
         from .split.verdict import format_verdict
@@ -84,6 +173,13 @@ class TriageResult:
         verdict = self.verdict
         blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
         blocks += [f"assumed: {text}" for text in self.assumptions]
+        context = self.batch.forward_context
+        if context is not None:
+            blocks += ["", *context.lines()]
+            first = verdict.divergence.first_image
+            origin = None if first is None else context.origin(first)
+            if origin is not None:
+                blocks.append(f"  the first diverging image, call item {first}, came from {origin}")
         for name, other in verdict.code_paths.items():
             blocks += ["", format_verdict(other, title=f"== the same batch on the {name} code path ==")]
         if self.outputs:
@@ -135,6 +231,7 @@ def triage_batch(
     source: str = "<batch>",
     title: str | None = None,
     reproduce: str = "",
+    manifest: str | os.PathLike | None = None,
 ) -> TriageResult:
     """Return the :class:`TriageResult` of replaying ``batch``; write the report files when ``out_dir`` is given.
 
@@ -144,6 +241,8 @@ def triage_batch(
     the S1 fix). ``tp``: override the recorded attention-TP size. ``rank``: ``"recorded"`` (the rank
     the capture recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/
     ``shapes``. ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present).
+    ``manifest``: the manifest ``batch`` was read from (its digest goes in ``issue.md`` and the repro);
+    ``reproduce``: the command that replays it again.
     """
     from .split._replay import replay
     from .split.ranks import check_tp_size
@@ -165,10 +264,19 @@ def triage_batch(
             asked = {"code_path": name}
         traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
     result = TriageResult(
-        batch, source, names[0], traces, tp_size, replay_rank, traces[names[0]].mode, assumptions=assumptions
+        batch,
+        source,
+        names[0],
+        traces,
+        tp_size,
+        replay_rank,
+        traces[names[0]].mode,
+        assumptions=assumptions,
+        manifest=None if manifest is None else str(manifest),
+        reproduce=reproduce,
     )
     if out_dir is not None:
-        result = replace(result, outputs=write_triage_outputs(result, out_dir, title=title, reproduce=reproduce))
+        result = replace(result, outputs=write_triage_outputs(result, out_dir, title=title))
     return result
 
 
@@ -228,20 +336,23 @@ def triage(
         sglang_version=sglang_version,
         source=str(manifest_path),
         reproduce=" ".join(args),
+        manifest=manifest_path,
     )
 
 
 def write_triage_outputs(
-    result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None, reproduce: str = ""
+    result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None, reproduce: str | None = None
 ) -> dict[str, Path]:
-    """Write ``report.html``, ``summary.png`` and ``trace.json`` (plus ``trace-<path>.json`` for other code paths)."""
-    from . import __version__
+    """Write ``report.html``, ``summary.png``, ``trace.json`` (plus ``trace-<path>.json`` for other code paths)
+    and ``issue.md``; ``reproduce`` (default: the result's own) is the command that replays it again."""
     from .files import prepare_folder, write_file
     from .report.html import write_report
     from .report.stepper import Stepper
     from .report.summary import summary_png
     from .split.verdict import trace_document
 
+    if reproduce is not None and reproduce != result.reproduce:
+        result = replace(result, reproduce=reproduce)
     out = prepare_folder(out_dir)
     verdict = result.verdict
     png = summary_png(result.trace, verdict)
@@ -251,28 +362,18 @@ def write_triage_outputs(
     for name, trace in result.traces.items():
         if name != result.code_path:
             outputs[f"trace-{name}"] = write_file(out / f"trace-{name}.json", _json_bytes(trace_document(trace)))
-    batch = result.batch
-    facts = {
-        "replay": result.describe(),
-        "assumed": "; ".join(result.assumptions),
-        "manifest": result.source,
-        "created by": batch.created_by,
-        "SGLang version": batch.sglang_version,
-        "recorded code path": batch.code_path,
-        "note": batch.note,
-        "kimi-viz": __version__,
-    }
     outputs["report"] = write_report(
         out / "report.html",
         verdict=verdict,
         trace_json=document,
-        batch=batch,
+        batch=result.batch,
         summary_png=png,
         stepper_html=Stepper(result.trace).to_html(),
         title=title or f"kimi-viz triage — {result.trace.release.label}",
-        facts=facts,
-        reproduce=reproduce,
+        facts=result.facts(),
+        reproduce=result.reproduce,
     )
+    outputs["issue"] = write_file(out / "issue.md", result.markdown(figure="summary.png").encode("utf-8"))
     return outputs
 
 

@@ -26,7 +26,8 @@
 # attention-TP size and rank, the SGLang release, and the error the server raised. This notebook
 # replays it through that release's code path (0.5.17 has no deferred split, 0.5.18 has the S1 bug,
 # 0.5.19 and later have the fix), shows the verdict first, draws where the counts part, and then
-# writes a self-contained `report.html` to attach to the issue. It is built to be run with papermill:
+# writes a self-contained `report.html` and the issue body `issue.md`, and ends with the command that
+# writes a standalone SGLang repro of the batch. It is built to be run with papermill:
 #
 #     papermill notebooks/04_triage.ipynb triage-out.ipynb -p manifest /path/to/manifest -p out_dir triage-out
 #
@@ -44,7 +45,7 @@ out_dir = "build/triage"
 # %%
 # %matplotlib inline
 from kimi_viz import get_scenario, plots, read_manifest, triage, write_manifest, write_triage_outputs
-from kimi_viz.report import Stepper, Table, VerdictView, batch_table, images_table
+from kimi_viz.report import MarkdownView, Stepper, Table, VerdictView, batch_table, images_table
 
 # %% [markdown]
 # ## 1. The manifest
@@ -103,8 +104,33 @@ Stepper(result.trace)
 #
 # `report.html` is one self-contained file (figures embedded, the step-by-step stepper, the trace as
 # JSON, no network references): attach it to the issue together with the manifest. `trace.json`
-# holds the same trace for tools; `summary.png` the verdict and the failing ranks' rows.
+# holds the same trace for tools; `summary.png` the verdict and the failing ranks' rows; `issue.md`
+# the issue body.
 
 # %%
 outputs = write_triage_outputs(result, out_dir)
 Table(["output", "written to"], [[name, str(path)] for name, path in outputs.items()])
+
+# %% [markdown]
+# ## 5. The issue to file
+#
+# `issue.md` is GitHub-flavoured Markdown to paste as the issue body: the verdict, the release that
+# fixes it, "N of M ranks fail", every image with the grid SGLang read and the rows on each side, the
+# cause and the fix, the server settings the capture recorded, and a collapsed block with the step
+# trace and the environment (kit version, manifest SHA-256, SGLang). It ends by naming the PNG to
+# drag in. This is what it looks like once GitHub renders it:
+
+# %%
+MarkdownView(outputs["issue"].read_text(encoding="utf-8"))
+
+# %% [markdown]
+# The repro: a standalone pytest file that runs SGLang's own `get_image_feature` on this batch (the
+# release and attention-TP size replayed, no weights, no GPU, no pixels). It fails with SGLang's own
+# message on a release with the bug and passes on the fix; copied into SGLang's
+# `test/registered/unit/models/`, it is a regression test. The same from a shell:
+
+# %%
+repro_dir = f"{out_dir}/repro"
+repro = result.emit_repro(repro_dir)
+print(result.repro_command(repro_dir))
+print(f"wrote {repro}; run it where SGLang is installed: python -m pytest {repro.parent}")

@@ -107,7 +107,7 @@ def out_probe(shapes_manifest, tmp_path_factory) -> tuple[int, str, dict[str, bo
 def test_a_shapes_triage_with_out_draws_without_pyplot(out_probe):
     rc, out, loaded, out_dir = out_probe
     assert rc == 0, out
-    assert {p.name for p in out_dir.iterdir()} == {"report.html", "summary.png", "trace.json"}
+    assert {p.name for p in out_dir.iterdir()} == {"report.html", "summary.png", "trace.json", "issue.md"}
     assert loaded["matplotlib"] and not loaded["matplotlib.pyplot"] and not loaded["jsonschema"]
 
 

@@ -75,7 +75,8 @@ def test_demo_index_links_every_report_and_the_gallery(demo):
     hrefs = links_of(index)
     for name in DEMO_SCENARIOS:
         assert f"{name}/report.html" in hrefs
-        for file in ("report.html", "summary.png", "trace.json", "manifest/manifest.json"):
+        assert f"{name}/issue.md" in hrefs  # the issue body sits beside every report
+        for file in ("report.html", "summary.png", "trace.json", "issue.md", "manifest/manifest.json"):
             assert (out / name / file).is_file(), (name, file)
     assert "gallery/index.html" in hrefs
     for href in hrefs:

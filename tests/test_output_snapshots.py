@@ -4,13 +4,20 @@ The snapshots in ``tests/snapshots/`` were taken from the kit before its modules
 into sub-packages; the outputs must stay the same except for the changes documented in
 ``docs/outputs.md`` (applied by :func:`documented_changes` below, so every difference is named).
 Regenerate only for a documented change: ``python tests/test_output_snapshots.py --write``.
+
+``issue.md`` is pinned the same way for one scenario per status (``tests/snapshots/issue/<name>.md``,
+taken when the file was introduced), with what varies from run to run — the folder, the manifest's
+SHA-256 and the kit's version — written as ``WORKDIR``, ``SHA256`` and ``VERSION``; regenerate those
+for a documented change with ``python tests/test_output_snapshots.py --write-issue``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -139,13 +146,46 @@ def test_outputs_equal_the_snapshot(name, tmp_path):
     assert documented_changes(compute(name, tmp_path)) == expected
 
 
-if __name__ == "__main__":  # python tests/test_output_snapshots.py --write
+ISSUE_SNAPSHOTS = SNAPSHOTS / "issue"
+ISSUE_SCENARIOS = ("s1-cpu", "healthy-tp2", "s4-gpu")  # error reproduced, clean, silent mismatch
+
+
+def compute_issue(name: str, workdir: Path) -> str:
+    """Return scenario ``name``'s ``issue.md`` as ``triage --out`` writes it, its run-to-run parts named."""
+    from kimi_viz import __version__
+    from kimi_viz.cli import main
+
+    manifest = workdir / f"{name}-manifest"
+    out = workdir / f"{name}-out"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(["scenario", "run", name, "--manifest-out", str(manifest)])
+        main(["triage", str(manifest), "--out", str(out)])
+    text = (out / "issue.md").read_text(encoding="utf-8")
+    digest = hashlib.sha256((manifest / "manifest.json").read_bytes()).hexdigest()
+    text = text.replace(str(workdir), "WORKDIR").replace(digest, "SHA256")
+    return re.sub(rf"kimi-viz: {re.escape(__version__)}\b", "kimi-viz: VERSION", text)
+
+
+@pytest.mark.parametrize("name", ISSUE_SCENARIOS)
+def test_issue_md_equals_its_snapshot(name, tmp_path):
+    expected = (ISSUE_SNAPSHOTS / f"{name}.md").read_text(encoding="utf-8")
+    assert compute_issue(name, tmp_path) == expected
+
+
+if __name__ == "__main__":  # python tests/test_output_snapshots.py --write | --write-issue
     import tempfile
 
     from kimi_viz.scenarios import SCENARIOS
 
+    if "--write-issue" in sys.argv:
+        ISSUE_SNAPSHOTS.mkdir(parents=True, exist_ok=True)
+        for scenario in ISSUE_SCENARIOS:
+            with tempfile.TemporaryDirectory() as tmp:
+                (ISSUE_SNAPSHOTS / f"{scenario}.md").write_text(compute_issue(scenario, Path(tmp)), encoding="utf-8")
+            print("wrote issue.md of", scenario)
+        sys.exit(0)
     if "--write" not in sys.argv:
-        sys.exit("usage: python tests/test_output_snapshots.py --write")
+        sys.exit("usage: python tests/test_output_snapshots.py --write | --write-issue")
     SNAPSHOTS.mkdir(exist_ok=True)
     for scenario in SCENARIOS:
         with tempfile.TemporaryDirectory() as tmp:

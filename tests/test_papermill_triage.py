@@ -45,6 +45,16 @@ def execute(tmp_path: Path, **parameters) -> tuple[nbformat.NotebookNode, str]:
     return notebook, "\n".join(texts)
 
 
+def markdown_outputs(notebook) -> list[str]:
+    """Return the ``text/markdown`` outputs of the executed notebook, in order."""
+    return [
+        output["data"]["text/markdown"]
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if "text/markdown" in output.get("data", {})
+    ]
+
+
 def injected_parameters(notebook) -> str:
     """Return the source of the cell papermill inserted after the ``parameters`` cell."""
     cells = [c for c in notebook.cells if "injected-parameters" in c.metadata.get("tags", [])]
@@ -77,6 +87,16 @@ def test_triage_notebook_reproduces_a_stale_grid_error_from_a_manifest(tmp_path)
     trace = json.loads((out_dir / "trace.json").read_text())
     assert trace["error"] == {"type": "ValueError", "message": LENGTH_MESSAGE}
     assert not (tmp_path / "build").exists(), "the notebook wrote outside out_dir"
+
+    # It ends with the issue it would attach, rendered, and the command that writes the SGLang repro.
+    (issue,) = markdown_outputs(notebook)
+    assert issue == (out_dir / "issue.md").read_text(encoding="utf-8")
+    assert "**rank 0 fails**" in issue
+    assert "| image | file | size |" in issue and "Drag `summary.png`" in issue
+    last = notebook.cells[-1]["outputs"][0]["text"]
+    assert f"kimi-viz triage {manifest} --code-path post-fix --device cpu --emit-repro {out_dir}/repro" in last
+    (repro,) = (out_dir / "repro").glob("test_kimi_k3_repro_*.py")
+    assert f"wrote {repro}; run it where SGLang is installed: python -m pytest {out_dir / 'repro'}" in last
 
 
 def test_triage_notebook_parameters_change_the_replay(tmp_path):

@@ -159,11 +159,13 @@ def test_tp_override_and_recorded_rank(manifests, tmp_path):
         run_cli("triage", str(one_rank), "--tp", "0")
 
 
-def test_out_writes_report_summary_and_trace(manifests, tmp_path):
+def test_out_writes_report_summary_trace_and_issue(manifests, tmp_path):
     out_dir = tmp_path / "out"
     code, out, _ = run_cli("triage", str(manifests["s2-cpu", False]), "--out", str(out_dir))
     assert code == 1
-    assert sorted(p.name for p in out_dir.iterdir()) == ["report.html", "summary.png", "trace.json"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["issue.md", "report.html", "summary.png", "trace.json"]
+    assert f"wrote {out_dir / 'issue.md'}" in out
+    assert (out_dir / "issue.md").read_text().startswith("# Kimi-K3 get\\_image\\_feature raises ValueError")
     assert f"wrote {out_dir / 'report.html'}" in out
     png = (out_dir / "summary.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000

@@ -1,4 +1,5 @@
-"""The pages and views of a verdict: ``report.html``, ``summary.png``, the stepper, notebook tables, the gallery.
+"""The pages and views of a verdict: ``report.html``, ``summary.png``, ``issue.md``, the stepper, notebook tables,
+the gallery.
 
 Names are imported lazily so ``import kimi_viz.report`` stays fast.
 """
@@ -17,6 +18,8 @@ _EXPORTS = {
     "divergence_table": "tables",
     "batch_table": "tables",
     "assignment_table": "tables",
+    "MarkdownView": "markdown",
+    "issue_markdown": "markdown",
     "render_report": "html",
     "write_report": "html",
     "summary_png": "summary",

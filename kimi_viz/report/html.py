@@ -2,7 +2,9 @@
 
 Top to bottom: the verdict (its status badge, the headline, "N of M ranks fail", the release and
 fix release, an amber banner when the capture recorded an error this replay does not raise), the
-failing ranks first with healthy ranks summarised, the summary figure, every image with its one
+failing ranks first with healthy ranks summarised, the summary figure, the forward pass around the
+call when the capture recorded it ("this call held 2 images from 2 requests", drawn and tabled by
+:mod:`.context`), every image with its one
 identity (global index, file, source size, mode, backend, thumbnail) and its expected and produced
 rows, the stepper, the batch, where it comes from, and the whole trace as embedded JSON
 (``<script type="application/json" id="kv-trace">``). CSS and JS are inline and the page
@@ -174,45 +176,36 @@ def _thumbnail(batch: Batch, image: int) -> str:
 def images_table_html(verdict: Verdict, batch: Batch | None = None) -> str:
     """Return one row per image: identity (number, file, size, mode, backend, thumbnail), rank, grids and rows."""
     from ..plots.palette import color_for
+    from .rows import image_lines
 
-    outcomes = {row.image: row for row in verdict.divergence.images}
     head = (
         "<tr><th>image</th><th></th><th>file / label</th><th>source</th><th>backend</th><th>rank</th>"
         "<th>grid source</th><th>grid row read</th><th>expected grid</th><th>expected rows</th>"
         "<th>produced grid</th><th>produced rows</th><th>match</th></tr>"
     )
     body = []
-    for who in verdict.images:
-        row = outcomes.get(who.image)
-        mismatch = row is not None and row.flagged
-        match = "not replayed" if row is None else row.match_text()
-        size = "" if who.size is None else f"{who.size[0]}×{who.size[1]}"
-        read = (
-            ""
-            if row is None
-            else (
-                f"{row.grid_index_read}"
-                + (f" (image {row.grid_index_read}'s grid)" if row.grid_index_read != who.image else "")
-            )
-        )
+    for line in image_lines(verdict):
+        who, row = line.who, line.row
         thumb = _thumbnail(batch, who.image) if batch is not None else ""
         swatch = f'<span class="kv-swatch" style="background:{color_for(who.image)}"></span>'
         cells = [
             f'<td class="num">{swatch}{who.image}</td>',
             f"<td>{thumb}</td>",
             f"<td>{escape(who.label)}</td>",
-            f'<td class="mono">{escape(size)} {escape(who.mode or "")}</td>',
+            f'<td class="mono">{escape(line.size_text)} {escape(who.mode or "")}</td>',
             f"<td>{escape(who.backend or 'eager')}</td>",
             f'<td class="num">{escape("" if row is None else row.rank)}</td>',
             f'<td class="mono">{escape("" if row is None else row.grid_source)}</td>',
-            f'<td class="num">{escape(read)}</td>',
+            f'<td class="num">{escape(line.read_text)}</td>',
             f'<td class="mono">{escape("" if row is None else row.expected_grid)}</td>',
             f'<td class="num">{escape("" if row is None else row.expected_rows)}</td>',
             f'<td class="mono">{escape("" if row is None else row.produced_grid)}</td>',
             f'<td class="num">{escape("" if row is None else row.produced_rows)}</td>',
-            f"<td>{match}</td>",
+            f"<td>{line.match_text}</td>",
         ]
-        body.append(f'<tr class="{"kv-mismatch" if mismatch else ""}" data-image="{who.image}">{"".join(cells)}</tr>')
+        body.append(
+            f'<tr class="{"kv-mismatch" if line.flagged else ""}" data-image="{who.image}">{"".join(cells)}</tr>'
+        )
     return f'<table class="kv-images"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -284,6 +277,10 @@ def render_report(
             "rank's pixel_values, numbered and coloured by global image, the rows its grid expects above "
             "the rows produced, the first divergence marked.</figcaption></figure>"
         )
+    if batch.forward_context is not None:
+        from .context import forward_context_html
+
+        parts.append(forward_context_html(batch.forward_context, verdict.divergence.first_image))
     parts.append("<h2>Every image</h2>")
     parts.append(images_table_html(verdict, batch))
     if stepper_html:

@@ -94,36 +94,26 @@ def ranks_table(verdict: Verdict) -> Table:
 
 def images_table(verdict: Verdict) -> Table:
     """Return one row per image: its identity, rank, the grid row read, expected and produced rows, match."""
-    outcomes = {row.image: row for row in verdict.divergence.images}
-    rows, marks = [], []
-    for who in verdict.images:
-        row = outcomes.get(who.image)
-        read = (
-            None
-            if row is None
-            else (
-                row.grid_index_read
-                if row.grid_index_read == who.image
-                else f"{row.grid_index_read} (image {row.grid_index_read}'s grid)"
-            )
-        )
-        rows.append(
-            [
-                who.image,
-                who.label,
-                who.details,
-                None if row is None else row.rank,
-                read,
-                None if row is None else row.expected_rows,
-                None if row is None else row.produced_rows,
-                "not replayed" if row is None else row.match_text(),
-            ]
-        )
-        marks.append(row is not None and row.flagged)
+    from .rows import image_lines
+
+    lines = image_lines(verdict)
+    rows = [
+        [
+            line.image,
+            line.who.label,
+            line.who.details,
+            None if line.row is None else line.row.rank,
+            line.grid_read if not line.read_elsewhere else line.read_text,
+            None if line.row is None else line.row.expected_rows,
+            None if line.row is None else line.row.produced_rows,
+            line.match_text,
+        ]
+        for line in lines
+    ]
     return Table(
         ["image", "file / label", "source", "rank", "grid row read", "expected rows", "produced rows", "match"],
         rows,
-        highlight=marks,
+        highlight=[line.flagged for line in lines],
     )
 
 

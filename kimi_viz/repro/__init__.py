@@ -8,10 +8,11 @@ builds real ``MultimodalDataItem`` s with the real deferred config, runs the rea
 (SGLang's vision-DP runner replaced by one that uses SGLang's own ``get_dp_encoder_lb_assignment``),
 and asserts what the fixed release does: nothing raises and every image's rows equal its grid. It
 fails on a release with the bug with SGLang's own message. :class:`~.case.ReproCase` is the data
-file's model and :func:`~.case.expectations` what the test does on each release, from the kit's replay.
+file's model and :func:`~.case.expectations` what the test does on each release, from the kit's replay;
+:func:`check_repro_folder` refuses an output folder before any work is done.
 """
 
-from ._emit import MARKER, emit_repro, render, template_text
+from ._emit import MARKER, check_repro_folder, emit_repro, render, template_text
 from .case import FeatureSpec, ItemSpec, RankExpectation, ReproCase, build_case, expectations
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RankExpectation",
     "ReproCase",
     "build_case",
+    "check_repro_folder",
     "emit_repro",
     "expectations",
     "render",

@@ -16,7 +16,6 @@ through a link (:mod:`kimi_viz.files`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..errors import ArgumentError, OutputError
 from ..files import check_folder, prepare_folder, write_file
+from ..manifest.digest import manifest_digest
 from ..releases import RELEASES, choose_release, release_for
 from ..split.batch import Batch
 from .case import RankExpectation, ReproCase, build_case
@@ -135,22 +135,6 @@ def _source(
     raise ArgumentError(f"emit_repro: expected a kimi_viz Batch, WhatIf or Minimized, got {type(source).__name__}")
 
 
-def _manifest_digest(manifest: str | os.PathLike[str]) -> tuple[str, str]:
-    """Return ``(name, sha256)`` of a manifest: its folder's (or file's) name, and the sha256 of its
-    ``manifest.json`` (or of its ``.zip``). The name only: a local path says nothing to a maintainer."""
-    path = Path(manifest)
-    target = path / "manifest.json" if path.is_dir() else path
-    digest = hashlib.sha256()
-    try:
-        with open(target, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:
-        raise ArgumentError(f"manifest: cannot read {str(target)!r} ({exc.strerror or exc})") from None
-    name = path.parent.name if path.name == "manifest.json" else path.name
-    return name or str(path), digest.hexdigest()
-
-
 def _manifest_name(origin: Mapping[str, Any]) -> str | None:
     if "manifest" not in origin:
         return None
@@ -158,8 +142,11 @@ def _manifest_name(origin: Mapping[str, Any]) -> str | None:
 
 
 # --- the output folder -----------------------------------------------------------------------------
-def _check_out(out_dir: str | os.PathLike[str]) -> Path:
-    """Return the output folder; OutputError for a link, a file, or a non-empty folder this function did not make."""
+def check_repro_folder(out_dir: str | os.PathLike[str]) -> Path:
+    """Return the output folder; OutputError for a link, a file, or a non-empty folder this function did not make.
+
+    Nothing is created: a command calls it before any work, so a bad ``--emit-repro`` is refused first.
+    """
     folder = check_folder(out_dir, what=WHAT)
     if folder.is_dir():
         marker = folder / MARKER
@@ -393,11 +380,11 @@ def emit_repro(
     """
     if not isinstance(pixels, bool):
         raise ArgumentError(f"pixels: expected True or False, got {pixels!r}")
-    folder = _check_out(out_dir)
+    folder = check_repro_folder(out_dir)
     batches, mapping, tp, release, origin = _source(source, sglang_version, tp_size, scenario)
     origin["kimi_viz"] = __version__
     if manifest is not None:
-        path, digest = _manifest_digest(manifest)
+        path, digest = manifest_digest(manifest)
         origin.update(kind="manifest" if origin["kind"] in ("batch", "scenario") else origin["kind"])
         origin.update(manifest=path, manifest_sha256=digest)
     if isinstance(source, Batch):  # a redacted capture: its features carry shapes only
@@ -429,4 +416,4 @@ def emit_repro(
     return write_file(folder / f"{stem}.py", render(case, stem, pngs=bool(files)).encode("utf-8"))
 
 
-__all__ = ["MARKER", "TEMPLATE", "emit_repro", "render", "template_text"]
+__all__ = ["MARKER", "TEMPLATE", "check_repro_folder", "emit_repro", "render", "template_text"]

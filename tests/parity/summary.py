@@ -21,6 +21,7 @@ SUITES = (
     "planted-bug",
     "chat",
     "repro",
+    "triage-repro",
     "messages",
     "messages-gap",
 )

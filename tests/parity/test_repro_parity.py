@@ -9,11 +9,14 @@ must be what the kit's replay of the installed release says: a rank that raises 
 exception type and exact message, a rank that hands over wrong rows fails the row check, every other
 rank passes. The S1 capture's repro must fail under 0.5.18 with "Kimi-K3 deferred feature length
 does not match image grids" and pass under 0.5.23: it also runs under every other lane venv beside
-this one, and both outcomes go in the lane's counts (the CI log).
+this one, and both outcomes go in the lane's counts (the CI log). So does the repro that
+``kimi-viz triage CAPTURE --emit-repro DIR`` writes, the command line itself, for both manifests.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -21,6 +24,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.messages import MSG_LENGTH
 from kimi_viz.repro import ReproCase, emit_repro
@@ -214,4 +218,51 @@ def test_emitted_repros_fail_and_pass_as_the_kit_says(release, tmp_path):
     )
     assert pngs == []
     assert min(failing.values()) >= FAILING, failing
+    assert problems == []
+
+
+def test_triage_emit_repro_of_the_s1_capture_fails_on_0_5_18_and_passes_on_0_5_23(release, tmp_path):
+    """``kimi-viz triage CAPTURE --emit-repro DIR``, the command line itself, on the S1 capture and its redacted
+    copy: each repro fails on 0.5.18 with SGLang's message and passes on 0.5.23; the redacted one has no image."""
+    plain, redacted = _s1_capture(tmp_path)
+    folders = {"s1 capture": tmp_path / "repro", "s1 capture redacted": tmp_path / "repro-redacted"}
+    files = []
+    for manifest, folder in zip((plain, redacted), folders.values()):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(["triage", str(manifest), "--emit-repro", str(folder)])
+        (test_file,) = folder.glob("test_kimi_k3_repro_*.py")
+        assert code == 1 and f"wrote the repro {test_file}" in err.getvalue()
+        files.append(test_file)
+    # The redacted manifest's repro folder holds the test and its data, and not one image.
+    redacted_files = [p for p in folders["s1 capture redacted"].rglob("*") if p.is_file()]
+    images = [p for p in redacted_files if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp")]
+    assert sorted(p.name for p in redacted_files if not p.name.startswith(".")) == sorted(
+        [files[1].name, files[1].with_suffix(".json").name]
+    )
+    assert json.loads(files[1].with_suffix(".json").read_text())["source"]["redacted"] is True
+
+    shared = tmp_path / "both"
+    shared.mkdir()
+    for test_file in files:
+        for suffix in (".py", ".json"):
+            shutil.copy2(test_file.with_suffix(suffix), shared)
+    copies = [shared / p.name for p in files]
+    by_release, problems = {}, []
+    for version, python in {release: sys.executable, **_other_lane_pythons(release)}.items():
+        results = run_folder(python, shared, tmp_path / f"junit-cli-{version}.xml")
+        for test_file in copies:
+            problems += [f"under {version}: {p}" for p in check(test_file.stem, test_file, results, version, None)]
+        by_release[version] = _s1_text(results, copies)
+    if "0.5.18" in by_release:
+        assert by_release["0.5.18"] == f"rank 1 fails with ValueError: {MSG_LENGTH}", by_release
+    if "0.5.23" in by_release:
+        assert by_release["0.5.23"] == "passes", by_release
+    record(
+        "triage-repro",
+        cases=len(copies),
+        images_in_redacted=len(images),
+        disagreements=len(problems),
+        s1_capture="; ".join(f"under {v}: {text}" for v, text in sorted(by_release.items())),
+    )
     assert problems == []
