@@ -51,7 +51,8 @@ ls "$run_dir/demo-out"
 
 step "every scenario from the installed wheel"
 count=0
-for name in $("$kv" scenario list | awk 'NR > 1 {print $1}'); do
+names="$("$kv" scenario list --json | "$work/user-env/bin/python" -c 'import json, sys; print("\n".join(s["name"] for s in json.load(sys.stdin)))')"
+for name in $names; do
   # 0 clean, 1 error reproduced, 3 silent mismatch: the verdicts a scenario can have; 2 is bad input.
   code=0
   "$kv" scenario run "$name" >"$run_dir/scenario.txt" 2>&1 || code=$?

@@ -169,7 +169,7 @@ def test_cli_list_json(capsys):
 def test_cli_list_table(capsys):
     assert main(["scenario", "list"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["NAME", "CLASS", "TP", "VARIANT", "EXPECTED"]
+    assert out.splitlines()[0].split() == ["NAME", "CLASS", "TP", "CODE", "PATH", "EXPECTED"]
     assert "s10-stale-eager" in out and "ok (silent)" in out
 
 

@@ -83,7 +83,7 @@ def run_list(args: argparse.Namespace) -> int:
         emit(json.dumps(listed, indent=2))
         return 0
     width = max(len(name) for name in [*SCENARIOS, *LOAD_SCENARIOS])
-    emit(f"{'NAME':<{width}}  CLASS  TP  VARIANT   EXPECTED")
+    emit(f"{'NAME':<{width}}  CLASS  TP  CODE PATH  EXPECTED")
     for scenario in SCENARIOS.values():
         expected = scenario.expected
         what = (
@@ -93,17 +93,17 @@ def run_list(args: argparse.Namespace) -> int:
         )
         emit(
             f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
-            f"{scenario.code_path:<8}  {what}"
+            f"{scenario.code_path:<9}  {what}"
         )
     emit("")
     emit("under load (workloads: several requests, chunked prefill, the embedding cache; pipeline spec §10):")
-    emit(f"{'NAME':<{width}}  CLASS  TP  RELEASE   EXPECTED")
+    emit(f"{'NAME':<{width}}  CLASS  TP  RELEASE    EXPECTED")
     for load in LOAD_SCENARIOS.values():
         want = load.expected
         what = want.status if want.type is None else f"{want.type}: {want.message}"
         if want.fixed_in:
             what += f" (fixed in {want.fixed_in})"
-        emit(f"{load.name:<{width}}  {load.scenario_class:<5}  {load.tp_size:>2}  {load.sglang_version:<8}  {what}")
+        emit(f"{load.name:<{width}}  {load.scenario_class:<5}  {load.tp_size:>2}  {load.sglang_version:<9}  {what}")
     return 0
 
 
