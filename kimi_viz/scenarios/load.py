@@ -77,11 +77,7 @@ class LoadScenario:
             "sglang_version": self.sglang_version,
             "tp_size": self.tp_size,
             "settings": self.settings.to_json(),
-            "load": {
-                "chunked_prefill_size": self.load.chunked_prefill_size,
-                "cache_mb": self.load.cache_mb,
-                "platform": self.load.platform,
-            },
+            "load": self.load.to_json(),
             "workload": self.build().to_json(),
             "expected": self.expected.to_json(),
         }

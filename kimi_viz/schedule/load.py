@@ -49,6 +49,14 @@ class LoadSettings:
         chunk = self.chunked_prefill_size if self.chunked_prefill_size and self.chunked_prefill_size > 0 else -1
         return f"--chunked-prefill-size {chunk} SGLANG_VLM_CACHE_SIZE_MB={self.cache_mb:g} ({self.platform})"
 
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"chunked_prefill_size", "cache_mb", "platform"}``."""
+        return {
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "cache_mb": self.cache_mb,
+            "platform": self.platform,
+        }
+
 
 @dataclass
 class EncoderRun:
@@ -137,11 +145,7 @@ class LoadResult:
             "sglang_version": self.release.version,
             "tp_size": self.tp_size,
             "settings": self.settings.to_json(),
-            "load": {
-                "chunked_prefill_size": self.load.chunked_prefill_size,
-                "cache_mb": self.load.cache_mb,
-                "platform": self.load.platform,
-            },
+            "load": self.load.to_json(),
             "status": self.status,
             "error": None if error is None else error.to_json(),
             "failing_pass": self.failing_pass,
