@@ -216,6 +216,25 @@ def test_decompression_bomb_is_refused_before_decoding():
     assert limit == Image.MAX_IMAGE_PIXELS
 
 
+def test_pillow_is_opened_and_its_limit_changed_in_one_module_only():
+    # Read the package's own source: Pillow's process-wide limit, its bomb warning and its opener appear
+    # in preprocess/images.py alone (report/summary.py reopens the PNGs the kit itself just drew).
+    import kimi_viz
+
+    package = Path(kimi_viz.__file__).parent
+    found: dict[str, list[str]] = {"MAX_IMAGE_PIXELS": [], "DecompressionBombWarning": [], "Image.open(": []}
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for needle, where in found.items():
+            if needle in text:
+                where.append(path.relative_to(package).as_posix())
+    assert found == {
+        "MAX_IMAGE_PIXELS": ["preprocess/images.py"],
+        "DecompressionBombWarning": ["preprocess/images.py"],
+        "Image.open(": ["preprocess/images.py", "report/summary.py"],
+    }
+
+
 @pytest.mark.parametrize(
     "src,message",
     [
