@@ -143,6 +143,11 @@ def test_notebook_tables_and_verdicts(s1_tp4):
     assert "152.3" in text and "152.308" not in text
 
 
+def test_a_text_table_has_no_padding_after_its_last_column():
+    text = repr(Table(["name", "detail"], [["a", "a long detail"], ["bb", "x"]]))
+    assert text.splitlines() == ["name  detail", "----  -------------", "a     a long detail", "bb    x"]
+
+
 def test_every_status_has_a_distinct_badge_colour_symbol_and_exit_code():
     styles = list(STATUS_STYLES.values())
     for attribute in ("badge", "symbol", "color", "exit_code"):

@@ -67,9 +67,10 @@ class Table:
         rows = self.text_rows()
         widths = [max([len(str(c))] + [len(r[k]) for r in rows]) for k, c in enumerate(self.columns)]
         lines = [self.caption] if self.caption else []
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(self.columns, widths)))
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(self.columns, widths)).rstrip())
         lines.append("  ".join("-" * w for w in widths))
-        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+        # No padding after the last column: a terminal would wrap a wide table on spaces alone.
+        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         return "\n".join(lines)
 
 
