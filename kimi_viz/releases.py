@@ -28,7 +28,7 @@ release it stands for and a sentence saying how it was chosen, which every verdi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal
 
@@ -167,32 +167,21 @@ SIDE_0_5_18 = RequestSide(
     rejects_caller_identity=False,
     checks_spans=True,
 )
-SIDE_0_5_19 = RequestSide(
-    "0.5.19",
-    defers=True,
-    preprocess_cache=True,
-    transports=("cpu", "cuda_ipc", "cuda_vmm"),
-    auto_transport="cpu",
-    encoder_defers=True,
-    identity="hash of the feature, scoped by the artifact key on the cached path",
+# Each later entry is the one before with what changed (dataclasses.replace), so the table reads as a changelog.
+SIDE_0_5_19 = replace(
+    SIDE_0_5_18,
+    version="0.5.19",
     changes="the same items as 0.5.18 (transport wrapping through _prepare_mm_items_for_transport, "
     "config read from get_mm())",
     one_to_one_line=723,
-    rejects_caller_identity=False,
-    checks_spans=True,
 )
-SIDE_0_5_23 = RequestSide(
-    "0.5.23",
-    defers=True,
-    preprocess_cache=True,
-    transports=("cpu", "cuda_ipc", "cuda_vmm"),
-    auto_transport="cpu",
-    encoder_defers=True,
+SIDE_0_5_23 = replace(
+    SIDE_0_5_19,
+    version="0.5.23",
     identity="content+config+grid SHA-256 (set_identity), equal for deferred and eager",
     changes="the same items as 0.5.19; identities instead of feature hashes, caller hashes refused",
     one_to_one_line=748,
     rejects_caller_identity=True,
-    checks_spans=True,
 )
 
 FORWARD_0_5_17 = ForwardRules(
@@ -209,62 +198,36 @@ FORWARD_0_5_17 = ForwardRules(
     async_assert=False,
     changes="the first Kimi-K3 forward pass: misses deduped by item.hash; the pad count read from the ids",
 )
-FORWARD_0_5_18 = ForwardRules(
-    "0.5.18",
-    "managers/mm_schedule.py",
-    dedupe_by_tokens=False,
-    discards_stale_cache=False,
+FORWARD_0_5_18 = replace(
+    FORWARD_0_5_17,
+    version="0.5.18",
+    source="managers/mm_schedule.py",
     count_from_offsets=True,
-    index_copy_scatter=False,
-    precomputed_per_item=False,
-    prefers_cached_after_set=False,
-    rejects_oversized_cache_entry=False,
     by_item_platforms=_WITH_XPU,
     async_assert=True,
     changes="mm_schedule.py: the pad count from the offsets (_count_mm_tokens_in_extend), maybe_assert_sum, "
     "XPU encodes per request",
 )
-FORWARD_0_5_19 = ForwardRules(
-    "0.5.19",
-    "managers/mm_schedule.py",
+FORWARD_0_5_19 = replace(
+    FORWARD_0_5_18,
+    version="0.5.19",
     dedupe_by_tokens=True,
     discards_stale_cache=True,
-    count_from_offsets=True,
     index_copy_scatter=True,
-    precomputed_per_item=False,
-    prefers_cached_after_set=False,
-    rejects_oversized_cache_entry=False,
-    by_item_platforms=_WITH_XPU,
-    async_assert=True,
     changes="misses keyed by (item.hash, token count); a cached embedding of another length is discarded "
     "with a warning; rows written with index_copy_",
 )
-FORWARD_0_5_22 = ForwardRules(
-    "0.5.22",
-    "managers/mm_schedule.py",
-    dedupe_by_tokens=True,
-    discards_stale_cache=True,
-    count_from_offsets=True,
-    index_copy_scatter=True,
+FORWARD_0_5_22 = replace(
+    FORWARD_0_5_19,
+    version="0.5.22",
     precomputed_per_item=True,
     prefers_cached_after_set=True,
-    rejects_oversized_cache_entry=False,
-    by_item_platforms=_WITH_XPU,
-    async_assert=True,
     changes="precomputed rows cut per item (_item_overlap, _slice_item_chunk)",
 )
-FORWARD_0_5_23 = ForwardRules(
-    "0.5.23",
-    "managers/mm_schedule.py",
-    dedupe_by_tokens=True,
-    discards_stale_cache=True,
-    count_from_offsets=True,
-    index_copy_scatter=True,
-    precomputed_per_item=True,
-    prefers_cached_after_set=True,
+FORWARD_0_5_23 = replace(
+    FORWARD_0_5_22,
+    version="0.5.23",
     rejects_oversized_cache_entry=True,
-    by_item_platforms=_WITH_XPU,
-    async_assert=True,
     changes="a cache entry larger than the cache is refused without evicting the others",
 )
 
