@@ -43,7 +43,7 @@ def advice(outcome: RequestOutcome) -> str | None:
     if error is None:
         return None
     request, n, m = outcome.request, len(outcome.request.images), outcome.rendered.placeholders
-    if error.message.startswith("Kimi image placeholders"):
+    if outcome.raised_check == "one-to-one":
         if m > n:
             return (
                 f"remove the {m - n} extra <|media_pad|> (written in the text or in input_ids): SGLang places one "
@@ -55,7 +55,7 @@ def advice(outcome: RequestOutcome) -> str | None:
                 "apply_chat_template puts SGLang's image_prompts (<|media_pad|>) at the image parts"
             )
         return f"put one <|media_pad|> where each image goes ({n} in all); on /generate SGLang adds none itself"
-    if error.message.startswith("Caller-supplied"):
+    if outcome.raised_check == "caller identities":
         return "drop mm_hashes: from 0.5.23 the image identities come from the processor only"
     return "send images only: Kimi-K3's request side refuses video and audio data"
 

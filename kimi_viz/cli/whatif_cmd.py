@@ -196,6 +196,7 @@ def _is_workload(args: argparse.Namespace) -> bool:
 
 def load_settings_from_args(args: argparse.Namespace) -> Any:
     """Return the :class:`~kimi_viz.schedule.load.LoadSettings` the load options ask for."""
+    from ..schedule.cache import DEFAULT_CACHE_MB
     from ..schedule.load import LoadSettings
     from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
     from ..schedule.trace import PLATFORMS
@@ -203,7 +204,7 @@ def load_settings_from_args(args: argparse.Namespace) -> Any:
     chunk = DEFAULT_CHUNKED_PREFILL
     if args.chunked_prefill_size is not None:
         chunk = _int(args.chunked_prefill_size, "--chunked-prefill-size", low=-1)
-    cache = 100.0
+    cache = float(DEFAULT_CACHE_MB)
     if args.mm_embedding_cache_size is not None:
         cache = float(_int(args.mm_embedding_cache_size, "--mm-embedding-cache-size", low=0))
     platform = _choice(args.platform, PLATFORMS, "--platform")

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
 from ..errors import WhatIfError
-from .images import RequestImage, decode_data_url, image_sources, probe_image
+from .images import RequestImage, decode_data_url, probe_image, resolve_image
 from .prompt import MEDIA_PAD_ID, MEDIA_TOKEN_IDS
 
 Entry = Literal["chat", "generate-text", "generate-ids"]
@@ -195,11 +195,7 @@ class _Reader:
         elif scheme and len(scheme) > 1:
             raise self.fail(where, f"a {scheme}: URL; expected a data: URL, a file:// URL or a local path")
         else:
-            path = Path(url)
-            if not path.is_absolute() and self.folder is not None and (self.folder / path).exists():
-                path = self.folder / path
-            else:
-                path = image_sources([url])[0]
+            path = resolve_image(url, self.folder)
         image = probe_image(path, label=os.path.basename(str(path)) or label)
         self.images.append(image)
         return len(self.images) - 1

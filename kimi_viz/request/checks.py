@@ -55,6 +55,7 @@ from .prompt import (
     caption_tokens,
 )
 from .settings import ServerSettings
+from .sides import build_path
 
 CheckOutcome = Literal["passed", "raised", "skipped"]
 
@@ -148,6 +149,11 @@ class RequestOutcome:
         """Return True when the request side raises."""
         return self.error is not None
 
+    @property
+    def raised_check(self) -> str | None:
+        """Return the name of the check that raised (``"one-to-one"``, ``"caller identities"``, ...), or None."""
+        return self.checks[-1].name if self.error is not None else None
+
     def error_key(self) -> tuple[str, str] | None:
         """Return ``(type, message)`` of what the request side raises, or None."""
         return None if self.error is None else (self.error.type, self.error.message)
@@ -201,12 +207,7 @@ class RequestOutcome:
         """Return the text tokens before the first image block, between consecutive blocks, and after the last."""
         if self.prompt is None:
             raise WhatIfError("the request side raised: there is no prompt to place in a workload")
-        blocks: dict[int, list[int]] = {}
-        for segment in self.prompt.segments:
-            if segment.image is not None:
-                block = blocks.setdefault(segment.image, [segment.start, segment.end])
-                block[1] = segment.end
-        spans = [blocks[k] for k in sorted(blocks)]
+        spans = [(s.begin, s.end + 1) for s in self.media_spans()]
         if not spans:
             return self.prompt.length, [], 0
         gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
@@ -218,7 +219,7 @@ class RequestOutcome:
         side = f"SGLang {self.release.version}"
         if self.error is not None:
             lead = f"{side}'s request side raises {self.error.type} in {self.error.where}: {self.error.message}."
-            if self.error.message.startswith("Kimi image placeholders"):
+            if self.raised_check == "one-to-one":
                 return lead + " " + _placeholder_story(self, n, m)
             return lead + " The request is refused before any image is loaded; nothing reaches the scheduler."
         if not self.processed:
@@ -283,13 +284,6 @@ def _placeholder_story(outcome: RequestOutcome, n: int, m: int) -> str:
         f"for {n} image(s). {cause}. The request is refused before any image is loaded; nothing reaches "
         "the scheduler."
     )
-
-
-def _sides_path(settings: ServerSettings, release: Release) -> str:
-    side = release.request_side
-    if not side.preprocess_cache:
-        return "no-cache"
-    return "uncached" if settings.preprocess_cache_mb == 0 else "cached"
 
 
 def check_request(
@@ -369,7 +363,7 @@ def check_request(
     if m != n:
         return raised("one-to-one", one_to_one, MSG_ONE_TO_ONE.format(n, m))
     checks.append(Check("one-to-one", one_to_one, "passed", f"{m} <|media_pad|> id(s) for {n} image(s)"))
-    path = _sides_path(settings, release)
+    path = build_path(release.request_side, settings)
     if path == "cached":
         checks.append(
             Check("load", f"{_K3_FILE} prepare_media_artifacts", "passed", f"{n} image(s) decoded (headers read)")

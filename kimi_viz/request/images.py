@@ -153,6 +153,15 @@ def image_sources(names: Any) -> list[Any]:
     return out
 
 
+def resolve_image(name: str, folder: Path | None) -> Any:
+    """Return the path a request file names: relative to the file's ``folder`` when the image is there, else
+    as :func:`image_sources` takes it (a path as given, or a sample image's name)."""
+    path = Path(name)
+    if not path.is_absolute() and folder is not None and (folder / path).exists():
+        return folder / path
+    return image_sources([name])[0]
+
+
 def probe_images(sources: Any) -> list[RequestImage]:
     """Return the :class:`RequestImage` of every source (path, sample name, bytes, PIL image); WhatIfError if none."""
     items = list(sources) if not isinstance(sources, (str, bytes, Path)) else [sources]
@@ -166,6 +175,7 @@ __all__ = [
     "RequestImage",
     "probe_image",
     "probe_images",
+    "resolve_image",
     "decode_data_url",
     "image_sources",
     "as_request_image",

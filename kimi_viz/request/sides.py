@@ -133,6 +133,14 @@ def resolve_transport(side: RequestSide, settings: ServerSettings) -> tuple[str,
     return asked, f"--mm-feature-transport {asked}"
 
 
+def build_path(side: RequestSide, settings: ServerSettings) -> BuildPath:
+    """Return the request side's path outside EPD: ``no-cache`` before 0.5.18, else ``uncached`` with the
+    preprocessing cache off (``--mm-preprocess-cache-size-mb 0``), else ``cached``."""
+    if not side.preprocess_cache:
+        return "no-cache"
+    return "uncached" if settings.preprocess_cache_mb == 0 else "cached"
+
+
 def _byte_counts(image: RequestImage, resize: ResizeConfig) -> tuple[int, int]:
     raw = image.channels() * image.width * image.height
     width, height = resize.padded_size
@@ -206,12 +214,7 @@ def build_request(
         path: BuildPath = "encoder"
         items, decisions = built
     else:
-        if not side.preprocess_cache:
-            path = "no-cache"
-        elif settings.preprocess_cache_mb == 0:
-            path = "uncached"
-        else:
-            path = "cached"
+        path = build_path(side, settings)
         decisions = _decide(images, resizes, _defer_gate(side, settings, transport), path)
         items = []
         gpu_eager = settings.defer == "auto"  # a CUDA server preprocesses eager images with SGLang's torch path

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WhatIfError
-from ..request.images import RequestImage, image_sources, probe_image
+from ..request.images import RequestImage, image_sources, probe_image, resolve_image
 
 MAX_REQUESTS = 256
 MAX_IMAGES = 256  # images in a whole workload
@@ -162,7 +162,7 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
             text = {key: value for key, value in text.items() if key != "between"}
         counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
         arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
-        images = tuple(probe_image(_resolve(name, folder), label=name) for name in names)
+        images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
         stale = entry.get("stale", {})
         if not isinstance(stale, dict):
             raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
@@ -170,7 +170,7 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         for key, name in stale.items():
             if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
                 raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
-            pairs.append((int(key), probe_image(_resolve(name, folder), label=name)))
+            pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
         if gaps and len(gaps) != len(images) - 1:
             raise WhatIfError(
                 f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap"
@@ -187,7 +187,7 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
             raise WhatIfError(f'{where}: expected {{"image": path, "tokens": count}}, got {seed!r}')
         seeds.append(
             CacheSeed(
-                probe_image(_resolve(seed["image"], folder), label=seed["image"]),
+                probe_image(resolve_image(seed["image"], folder), label=seed["image"]),
                 _count(seed["tokens"], f"{where}.tokens"),
             )
         )
@@ -201,13 +201,6 @@ def read_workload(path: str | os.PathLike) -> Workload:
     path = Path(path)
     data = read_json_file(path, error=WhatIfError, limit=1 << 20)
     return parse_workload(data, folder=path.parent, source=str(path))
-
-
-def _resolve(name: str, folder: Path | None) -> Any:
-    path = Path(name)
-    if not path.is_absolute() and folder is not None and (folder / path).exists():
-        return folder / path
-    return image_sources([name])[0]
 
 
 def _kind(value: Any) -> str:
