@@ -79,6 +79,22 @@ def test_cli_together_names_both_requests_and_exits_1(capsys):
     assert main(["whatif", "rocket.jpg", "astronaut.png", "--together", "--sglang-version", "0.5.19", "--tp", "2"]) == 0
 
 
+def test_cli_workload_passes_mode_and_device_on(monkeypatch, capsys):
+    import kimi_viz._whatif.load as load_module
+
+    seen = {}
+    real = load_module.whatif_load
+
+    def spy(workload, **kwargs):
+        seen.update(mode=kwargs["mode"], device=kwargs["device"])
+        return real(workload, **kwargs)
+
+    monkeypatch.setattr(load_module, "whatif_load", spy)
+    argv = ["whatif", "chelsea.png", "--together", "--sglang-version", "0.5.23", "--tp", "1"]
+    assert main([*argv, "--mode", "shapes", "--device", "cpu"]) == 0
+    assert seen == {"mode": "shapes", "device": "cpu"}
+
+
 def test_cli_json_gives_every_pass(capsys):
     argv = ["whatif", "chelsea.png", "--together", "--chunked-prefill-size", "150", "--sglang-version", "0.5.23"]
     assert main([*argv, "--tp", "2", "--json"]) == 0

@@ -350,7 +350,13 @@ def _run_workload(args: argparse.Namespace, settings: ServerSettings) -> int:
     from .._whatif.load import whatif_load
 
     answer = whatif_load(
-        workload, sglang_version=args.sglang_version, tp_size=tp, settings=settings, load=load, mode=args.mode
+        workload,
+        sglang_version=args.sglang_version,
+        tp_size=tp,
+        settings=settings,
+        load=load,
+        mode=args.mode,
+        device=args.device,
     )
     if args.json:
         _print_json(answer.to_json())
