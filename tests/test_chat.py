@@ -322,6 +322,8 @@ def test_cli_chat_json_and_the_load_replay(tmp_path, capsys):
         (["a.png", "--image-prompts", "ignored"], "add --chat FILE"),
         (["--chat", "r.json", "--image-prompts", "maybe"], "--image-prompts 'maybe'"),
         (["--chat", "missing.json"], "missing.json: cannot be read"),
+        (["--chat", "r.json", "--embedding-cache-hit", "0"], "a workload models its caches itself"),
+        (["--chat", "r.json", "--preprocess-cache-hit", "0"], "a workload models its caches itself"),
     ],
 )
 def test_cli_refuses_chat_options_that_do_not_fit(argv, message, tmp_path, capsys, monkeypatch):

@@ -20,7 +20,7 @@ from ..request.checks import RequestOutcome, check_releases, check_request
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
-from ..schedule.load import LoadSettings
+from ..schedule.load import LoadSettings, check_workload_settings
 from ..schedule.workload import Request, Workload
 from ._sweep import SWEEP_TP_SIZES
 from .load import LoadAnswer, whatif_load
@@ -212,7 +212,7 @@ def whatif_chat(
     device: Any = "auto",
 ) -> ChatAnswer:
     """Return the :class:`ChatAnswer` of a client's request on one deployment."""
-    settings = settings if settings is not None else ServerSettings()
+    settings = check_workload_settings(settings if settings is not None else ServerSettings())
     if not settings.epd:  # a flag or value the release refuses is refused first, as for any request
         build_request([], settings, sglang_version)
     outcome = check_request(request, sglang_version, renderer=renderer, settings=settings)
@@ -314,7 +314,7 @@ def sweep_chat(
     pass."""
     from ._load_sweep import LoadSweep, sweep_load
 
-    settings = settings if settings is not None else ServerSettings()
+    settings = check_workload_settings(settings if settings is not None else ServerSettings())
     outcomes = check_releases(request, renderer=renderer, settings=settings)
     accepted = [o for o in outcomes.values() if o.error is None and o.processed and request.images]
     swept = None

@@ -179,6 +179,16 @@ def _tokens(built: BuiltRequest) -> list[int]:
     return [resize_config(image.width, image.height, built.producer).tokens for image in built.images]
 
 
+def check_workload_settings(settings: ServerSettings) -> ServerSettings:
+    """Return ``settings`` when a workload can take them; WhatIfError for cache hits named by position."""
+    if settings.embedding_cache_hits or settings.preprocess_cache_hits:
+        raise WhatIfError(
+            "--embedding-cache-hit / --preprocess-cache-hit: a workload models its caches itself (a repeated "
+            "image is a hit); drop them, or repeat the image in an earlier arrival"
+        )
+    return settings
+
+
 def replay_workload(
     workload: Workload,
     *,
@@ -204,11 +214,7 @@ def replay_workload(
     tp = check_tp_size(tp_size, "tp")
     settings = settings if settings is not None else ServerSettings()
     load = load if load is not None else LoadSettings()
-    if settings.embedding_cache_hits or settings.preprocess_cache_hits:
-        raise WhatIfError(
-            "--embedding-cache-hit / --preprocess-cache-hit: a workload models its caches itself (a repeated "
-            "image is a hit); drop them, or repeat the image in an earlier arrival"
-        )
+    check_workload_settings(settings)
     if built is None:
         built = [build_workload_request(r, settings, release, mode) for r in workload.requests]
     prompts = [
@@ -354,4 +360,12 @@ def _encode_server(
     return runs, out
 
 
-__all__ = ["LoadSettings", "LoadStatus", "EncoderRun", "LoadResult", "replay_workload", "build_workload_request"]
+__all__ = [
+    "LoadSettings",
+    "LoadStatus",
+    "EncoderRun",
+    "LoadResult",
+    "check_workload_settings",
+    "replay_workload",
+    "build_workload_request",
+]
