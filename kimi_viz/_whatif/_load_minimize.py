@@ -18,7 +18,7 @@ from ..request.settings import ServerSettings
 from ..schedule.load import LoadSettings
 from ..schedule.workload import Workload
 from ._minimize import ddmin
-from .load import LoadAnswer, whatif_load
+from .load import LoadAnswer, whatif_load, with_fix
 
 Unit = tuple[int, int]  # (request, image) in the original workload
 
@@ -106,11 +106,13 @@ def minimize_load(
     load: LoadSettings | None = None,
 ) -> LoadMinimized:
     """Return the :class:`LoadMinimized` workload: the fewest images (in their requests) failing the same way."""
-    full = whatif_load(workload, sglang_version=sglang_version, tp_size=tp_size, settings=settings, load=load)
+    full = whatif_load(
+        workload, sglang_version=sglang_version, tp_size=tp_size, settings=settings, load=load, find_fix=False
+    )
     target = full.error_key()
     units = [(r, i) for r, request in enumerate(workload.requests) for i in range(len(request.images))]
     if target is None:
-        return LoadMinimized(workload, None, units, full, 1)
+        return LoadMinimized(workload, None, units, with_fix(full, settings, load), 1)
     answers: dict[tuple[Unit, ...], LoadAnswer] = {tuple(units): full}
 
     def run(kept: list[Unit]) -> LoadAnswer:
@@ -130,12 +132,8 @@ def minimize_load(
         return target in run([units[k] for k in kept]).errors()
 
     kept = [units[k] for k in ddmin(list(range(len(units))), fails)]
-    answer = run(kept)
-    if answer is not full:
-        answer = whatif_load(
-            subset(workload, kept), sglang_version=sglang_version, tp_size=tp_size, settings=settings, load=load
-        )
-    return LoadMinimized(workload, target, kept, answer, len(answers))
+    # The fix search replays later releases: run it once, on the minimal workload only.
+    return LoadMinimized(workload, target, kept, with_fix(run(kept), settings, load), len(answers))
 
 
 __all__ = ["LoadMinimized", "subset", "minimize_load"]

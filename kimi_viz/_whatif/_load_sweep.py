@@ -34,19 +34,8 @@ MAX_PAIR_IMAGES = 64  # 2016 pairs
 
 def release_groups() -> list[tuple[Release, ...]]:
     """Return the releases grouped by what a workload sees: request side, code path and forward rules alike."""
-    groups: list[list[Release]] = []
-    for release in RELEASES.values():
-        last = groups[-1][-1] if groups else None
-        same = last is not None and (last.request_side, last.code_path, last.forward) == (
-            release.request_side,
-            release.code_path,
-            release.forward,
-        )
-        if same:
-            groups[-1].append(release)
-        else:
-            groups.append([release])
-    return [tuple(g) for g in groups]
+    same = itertools.groupby(RELEASES.values(), key=lambda r: (r.request_side, r.code_path, r.forward))
+    return [tuple(group) for _, group in same]
 
 
 def _label(group: Sequence[Release]) -> str:

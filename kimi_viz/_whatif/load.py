@@ -22,7 +22,7 @@ from ..request.settings import ServerSettings
 from ..schedule.load import LoadResult, LoadSettings, replay_workload
 from ..schedule.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..schedule.workload import Request, Workload
-from ..split.verdict import Verdict, build_verdict
+from ..split.verdict import EXIT_CODES, Verdict, build_verdict
 from .status import WhatIfStatus
 
 
@@ -56,7 +56,7 @@ class LoadAnswer:
     @property
     def exit_code(self) -> int:
         """Return 0 clean, 1 error, 3 silent mismatch (the CLI's codes)."""
-        return {"clean": 0, "error-reproduced": 1, "silent-mismatch": 3}[self.result.status]
+        return EXIT_CODES[self.result.status]
 
     def error_key(self) -> tuple[str, str] | None:
         """Return ``(type, message)`` of what SGLang raises, or None."""
@@ -306,8 +306,14 @@ def whatif_load(
     result = replay_workload(
         workload, sglang_version=sglang_version, tp_size=tp_size, settings=settings, load=load, mode=mode, device=device
     )
-    fix = _load_fix(result, settings, load) if find_fix and result.status != "clean" else None
-    return LoadAnswer(result, fix)
+    answer = LoadAnswer(result)
+    return with_fix(answer, settings, load) if find_fix else answer
+
+
+def with_fix(answer: LoadAnswer, settings: ServerSettings | None, load: LoadSettings | None) -> LoadAnswer:
+    """Return ``answer`` with the first later release that replays its workload clean (none when it is clean)."""
+    result = answer.result
+    return LoadAnswer(result, _load_fix(result, settings, load) if result.status != "clean" else None)
 
 
 def _load_fix(result: LoadResult, settings: ServerSettings | None, load: LoadSettings | None) -> FixRelease | None:
@@ -414,8 +420,7 @@ def pair_hint(
         except SettingNotInReleaseError:
             return None
         if answer.failed:
-            answer = whatif_load(workload, sglang_version=release.version, tp_size=tp_size, settings=settings)
-            return LoadHint(tuple(images), partner, answer, tried)
+            return LoadHint(tuple(images), partner, with_fix(answer, settings, None), tried)
     return None
 
 

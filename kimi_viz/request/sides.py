@@ -141,6 +141,11 @@ def build_path(side: RequestSide, settings: ServerSettings) -> BuildPath:
     return "uncached" if settings.preprocess_cache_mb == 0 else "cached"
 
 
+def encoder_preprocesses(settings: ServerSettings, side: RequestSide) -> bool:
+    """Return True when the EPD encoder preprocesses the raw images itself (no cached artifact reaches it)."""
+    return settings.epd and side.encoder_defers and settings.backend == "cpu"
+
+
 def _byte_counts(image: RequestImage, resize: ResizeConfig) -> tuple[int, int]:
     raw = image.channels() * image.width * image.height
     width, height = resize.padded_size
@@ -304,6 +309,8 @@ __all__ = [
     "BuiltRequest",
     "item_json",
     "resolve_transport",
+    "build_path",
     "build_request",
+    "encoder_preprocesses",
     "local_rows_feature",
 ]

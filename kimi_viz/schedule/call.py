@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..request.sides import BuiltRequest, local_rows_feature
+from ..request.sides import BuiltRequest, encoder_preprocesses, local_rows_feature
 from ..split._replay import replay
 from ..split.batch import Batch
 from ..split.divergence import with_divergence
@@ -115,8 +115,7 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
     if not positions:
         return ModelCall(tp, [], skipped, None)
     batch = _batch(built, [built.items[k] for k in positions], tp, sglang_version)
-    local_cpu = built.settings.epd and built.request_side.encoder_defers and built.settings.backend == "cpu"
-    if not local_cpu:
+    if not encoder_preprocesses(built.settings, built.request_side):
         return ModelCall(tp, positions, skipped, batch)
     # materialize_for_rank: the owner assignment over the whole encode batch, before the cache lookup.
     patches = [int(it.grids["grid_thws"][0][1]) * int(it.grids["grid_thws"][0][2]) for it in built.items]

@@ -29,7 +29,7 @@ values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..messages import (
@@ -45,8 +45,8 @@ from ..messages import (
     MSG_TOKEN_MISMATCH,
 )
 from ..releases import Release
-from ..split.batch import Batch
-from ..split.trace import Check, ErrorInfo, Step
+from ..split.batch import Batch, Item
+from ..split.trace import Check, ErrorInfo, Step, Trace
 from .cache import EmbeddingCache
 from .rows import Rows
 from .trace import (
@@ -84,6 +84,19 @@ class _Raised(Exception):
 Encoder = Callable[[list[ForwardItem]], tuple[Rows | None, CallRecord]]
 
 
+def produced_tokens(trace: Trace, items: Sequence[Item]) -> list[int]:
+    """Return the merged tokens each item of a clean call yields: its produced rows (or, used as it is, its
+    eager feature's rows) over 4, the 2x2 merge."""
+    produced = {row.image: row.produced_rows for rank in trace.ranks for row in rank.images}
+    tokens = []
+    for g, item in enumerate(items):
+        rows = produced.get(g)
+        if rows is None:  # used as it is (eager): the feature's own rows
+            rows = int(item.feature.shape[0]) if item.feature.shape else 0
+        tokens.append(rows // 4)
+    return tokens
+
+
 def call_encoder(
     *, release: Release, tp_size: int, processor: dict[str, Any] | None, mode: str = "shapes", device: Any = "auto"
 ) -> Encoder:
@@ -106,14 +119,7 @@ def call_encoder(
         record = CallRecord([CallItem(i.source, i.key, i.tokens) for i in items], trace)
         if trace.error is not None:
             return None, record
-        produced = {row.image: row.produced_rows for rank in trace.ranks for row in rank.images}
-        tokens = []
-        for g, item in enumerate(batch.items):
-            rows = produced.get(g)
-            if rows is None:  # used as it is (eager): the feature's own rows
-                rows = int(item.feature.shape[0]) if item.feature.shape else 0
-            tokens.append(rows // 4)  # the 2x2 merge
-        record.produced = tokens
+        tokens = record.produced = produced_tokens(trace, batch.items)
         return Rows.cat(Rows.of(i.rows_source, n) for i, n in zip(items, tokens)), record
 
     return encode
@@ -202,19 +208,20 @@ class _Pass:
         return rows
 
 
-def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[tuple[int, Rows]]:
+def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
     """Replay ``_batch_encode_per_image_misses`` and ``_assemble_per_image_chunk``: one call for every request."""
     rules = state.rules
     found: dict[Any, Rows] = {}
     misses: dict[Any, ForwardItem] = {}
-    overlapping: dict[int, list[ForwardItem]] = {}
+    overlapping: dict[int, list[tuple[ForwardItem, Any]]] = {}  # each request's items in the window, with their key
     lookups = []
     for request in requests:
         start, stop = request.window
         touched = [i for i in request.items if request.extend > 0 and i.overlaps(start, stop)]
-        overlapping[request.index] = touched
-        for item in touched:
-            key: Any = (item.key, item.tokens) if rules.dedupe_by_tokens else item.key
+        overlapping[request.index] = [
+            (item, (item.key, item.tokens) if rules.dedupe_by_tokens else item.key) for item in touched
+        ]
+        for item, key in overlapping[request.index]:
             what = ""
             lookup: Lookup
             if key in found:
@@ -266,13 +273,12 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[tuple[int, 
         parts = state.split_back(rows, items)
         for k, item, part in zip(keys, items, parts):
             found[k] = state.store(item.key, item.tokens, part)
-    chunks: list[tuple[int, Rows]] = []
+    chunks: list[Rows] = []
     sliced = []
     for request in requests:
-        for item in overlapping[request.index]:
-            key = (item.key, item.tokens) if rules.dedupe_by_tokens else item.key
+        for item, key in overlapping[request.index]:
             part = _slice_item(found[key], item, request.prefix, request.extend)
-            chunks.append((request.index, part))
+            chunks.append(part)
             sliced.append({"request": request.rid, "image": item.source.image, "rows": len(part)})
     state.steps.append(
         Step(
@@ -447,21 +453,12 @@ def replay_forward(
 
 def _encoder_path(state: _Pass, requests: list[ForwardRequest], platform: Platform) -> Rows | None:
     """Replay ``_get_chunked_prefill_embedding``: per-image (one call for all) or per-request, request order."""
-    chunks: list[tuple[int, Rows]] = []
-    per_image = []
-    for request in requests:
-        if request.extend <= 0:
-            continue
-        if platform in state.rules.by_item_platforms:
-            chunks += [(request.index, part) for part in _by_item(state, request)]
-        else:
-            per_image.append(request)
-    if per_image:
-        chunks += _per_image(state, per_image)
-    chunks.sort(key=lambda pair: [r.index for r in requests].index(pair[0]))
-    if not chunks:
-        return None
-    return Rows.cat(part for _, part in chunks)
+    active = [r for r in requests if r.extend > 0]
+    if platform in state.rules.by_item_platforms:  # one call per request
+        chunks = [part for request in active for part in _by_item(state, request)]
+    else:  # one call for every request (no steps at all when none extends)
+        chunks = _per_image(state, active) if active else []
+    return Rows.cat(chunks) if chunks else None
 
 
 def adjust_embedding_length(
@@ -554,4 +551,4 @@ def _placements(positions: list[tuple[int, int, int]], embedding: Rows) -> list[
     return out
 
 
-__all__ = ["call_encoder", "adjust_embedding_length", "replay_forward"]
+__all__ = ["call_encoder", "adjust_embedding_length", "produced_tokens", "replay_forward"]

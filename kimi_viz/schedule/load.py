@@ -24,10 +24,10 @@ from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
 from ..request.prompt import Prompt, render_prompt
 from ..request.settings import ServerSettings
-from ..request.sides import BuiltRequest, build_request
+from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
 from ..split.trace import ErrorInfo, Trace
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
-from .forward import call_encoder, replay_forward
+from .forward import call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
@@ -227,7 +227,7 @@ def replay_workload(
         [r.arrival for r in workload.requests],
         chunked_prefill_size=load.chunked_prefill_size,
     )
-    items = _forward_items(workload, built, prompts, encoder_preprocesses(settings, release))
+    items = _forward_items(workload, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
@@ -276,15 +276,10 @@ def build_workload_request(
 ) -> BuiltRequest:
     """Return the items ``release``'s request side builds for ``request`` (with its stale eager rows, if any)."""
     built = build_request(list(request.images), settings, release.request_side, mode=mode)  # type: ignore[arg-type]
-    if request.stale and encoder_preprocesses(settings, release):
+    if request.stale and encoder_preprocesses(settings, release.request_side):
         note = "stale rows ignored: the EPD encoder preprocesses every image itself on the cpu backend"
         return replace(built, notes=[*built.notes, note])
     return _with_stale_rows(built, request, mode)
-
-
-def encoder_preprocesses(settings: ServerSettings, release: Release) -> bool:
-    """Return True when the EPD encoder preprocesses the raw images itself (no cached artifact reaches it)."""
-    return settings.epd and release.request_side.encoder_defers and settings.backend == "cpu"
 
 
 def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltRequest:
@@ -346,13 +341,8 @@ def _encode_server(
         trace = replay_call(call, release.version, mode=mode, device=device)
         tokens = [0] * len(b.items)
         if trace is not None and trace.error is None:
-            produced = {row.image: row.produced_rows for rank in trace.ranks for row in rank.images}
-            for g, position in enumerate(call.positions):
-                rows = produced.get(g)
-                if rows is None:
-                    feature = call.batch_for(0).items[g].feature
-                    rows = int(feature.shape[0]) if feature.shape else 0
-                tokens[position] = rows // 4
+            for position, n in zip(call.positions, produced_tokens(trace, call.batch_for(0).items)):
+                tokens[position] = n
         runs.append(EncoderRun(k, trace, tokens))
         out.append(tuple(replace(item, precomputed=Rows.of(item.rows_source, n)) for item, n in zip(items[k], tokens)))
         if trace is not None and trace.error is not None:

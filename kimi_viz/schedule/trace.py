@@ -176,6 +176,10 @@ class ForwardTrace:
         """Return ``"error"`` when the pass raises, else ``"ok"``."""
         return "error" if self.error is not None else "ok"
 
+    def request_at(self, index: int) -> ForwardRequest:
+        """Return the batch's request whose ``index`` (its place in the workload) is ``index``."""
+        return next(r for r in self.batch if r.index == index)
+
     def token_owner(self, request: int, position: int) -> tuple[Source, int] | None:
         """Return ``(source, row)`` of the feature row written on ``position`` of ``request``, or None."""
         for p in self.placements:
@@ -187,7 +191,7 @@ class ForwardTrace:
         """Return every placement whose rows are not the rows the pad tokens' own image would give there."""
         out = []
         for p in self.placements:
-            request = self.batch[[r.index for r in self.batch].index(p.request)]
+            request = self.request_at(p.request)
             item = next(i for i in request.items if i.offsets[0] <= p.start <= i.offsets[1])
             own_row = p.start - item.offsets[0]
             same_pixels = p.run.source == item.source or (item.key and p.run.source.key == item.key)
@@ -224,7 +228,7 @@ class ForwardTrace:
             ],
             "placements": [
                 {
-                    "request": self.batch[[r.index for r in self.batch].index(p.request)].rid,
+                    "request": self.request_at(p.request).rid,
                     "positions": [p.start, p.start + p.run.count],
                     "rows_of": {"request": p.run.source.rid, "image": p.run.source.image, "label": p.run.source.label},
                     "rows": [p.run.start, p.run.start + p.run.count],
