@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +58,7 @@ class TriageResult:
         """Return the primary code path's trace."""
         return self.traces[self.code_path]
 
-    @property
+    @cached_property
     def verdict(self) -> Verdict:
         """Return the primary verdict; with several code paths its ``code_paths`` hold the others'."""
         from .split.verdict import build_verdict
@@ -276,7 +277,7 @@ def triage_batch(
         reproduce=reproduce,
     )
     if out_dir is not None:
-        result = replace(result, outputs=write_triage_outputs(result, out_dir, title=title))
+        result.outputs = write_triage_outputs(result, out_dir, title=title)
     return result
 
 

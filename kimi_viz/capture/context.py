@@ -106,24 +106,22 @@ def _locate(calls: list, embedded: list[list[Any]]) -> list[tuple[int, int] | No
     """Return ``(request, image)`` of each call item: by identity, else by hash and offsets (each image once)."""
     where = {id(item): (r, i) for r, items in enumerate(embedded) for i, item in enumerate(items)}
     found: list[tuple[int, int] | None] = [where.get(id(item)) for item in calls]
+    missing = [k for k, place in enumerate(found) if place is None]
+    if not missing:
+        return found
+    # The rest by (hash, offsets): each embedded image once, the first free one in request order.
     used = {place for place in found if place is not None}
-    for k, item in enumerate(calls):
-        if found[k] is not None:
-            continue
-        key = (getattr(item, "hash", None), _runs(item))
-        for r, items in enumerate(embedded):
-            match = next(
-                (
-                    (r, i)
-                    for i, other in enumerate(items)
-                    if (r, i) not in used and key[0] is not None and (getattr(other, "hash", None), _runs(other)) == key
-                ),
-                None,
-            )
-            if match is not None:
-                found[k] = match
-                used.add(match)
-                break
+    free: dict[Any, list[tuple[int, int]]] = {}
+    for r, items in enumerate(embedded):
+        for i, other in enumerate(items):
+            digest = getattr(other, "hash", None)
+            if digest is not None and (r, i) not in used:
+                free.setdefault((digest, _runs(other)), []).append((r, i))
+    for k in missing:
+        item = calls[k]
+        places = free.get((getattr(item, "hash", None), _runs(item)))
+        if places:
+            found[k] = places.pop(0)
     return found
 
 

@@ -304,6 +304,18 @@ class KimiK3ImportHook:
         return spec
 
 
+def _forward_modules(now: Callable[[Any], Any], later: Callable[[Any], Any]) -> dict[str, Callable[[Any], Any]]:
+    """Call ``now`` on each forward-pass module already imported; return ``{name: later}`` for the others."""
+    others: dict[str, Callable[[Any], Any]] = {}
+    for name in FORWARD_MODULES:
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            now(loaded)
+        else:
+            others[name] = later
+    return others
+
+
 def install_import_hook(
     out_dir: str | os.PathLike,
     *,
@@ -316,13 +328,7 @@ def install_import_hook(
     def on_loaded(module):
         wrap_module(module, out_dir, redact=redact, all_calls=all_calls, on_record=on_record)
 
-    others = {}
-    for name in FORWARD_MODULES:
-        loaded = sys.modules.get(name)
-        if loaded is not None:
-            _wrap_forward_quietly(loaded)
-        else:
-            others[name] = wrap_forward_function
+    others = _forward_modules(now=_wrap_forward_quietly, later=wrap_forward_function)
     module = sys.modules.get(TARGET_MODULE)
     if module is not None:
         on_loaded(module)
@@ -393,13 +399,7 @@ class patch:
             self._wrapped.append(cls)
 
     def __enter__(self) -> CaptureSession:
-        others = {}
-        for name in FORWARD_MODULES:
-            loaded = sys.modules.get(name)
-            if loaded is not None:
-                self._on_forward_loaded(loaded)
-            else:
-                others[name] = self._on_forward_loaded
+        others = _forward_modules(now=self._on_forward_loaded, later=self._on_forward_loaded)
         module = sys.modules.get(TARGET_MODULE)
         if module is not None:
             self._on_loaded(module)

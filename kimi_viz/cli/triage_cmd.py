@@ -162,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
     if output == "json":
         emit(json.dumps(result.to_json(), indent=2, default=str))
     elif output == "markdown":
-        emit(result.markdown(figure="summary.png" if args.out else None).rstrip("\n"))
+        # With --out, issue.md is already written: print that file rather than render it again.
+        text = result.outputs["issue"].read_text(encoding="utf-8") if args.out else result.markdown(figure=None)
+        emit(text.rstrip("\n"))
     else:
         emit(result.text())
         if not args.out:

@@ -66,8 +66,7 @@ def forward_context_html(context: ForwardContext, first_image: int | None = None
     """
     from ..plots.call_requests import draw_call_requests
 
-    chunked = context.chunked_prefill_size
-    chunked_text = "not recorded" if chunked is None else "off (-1)" if chunked == -1 else str(chunked)
+    chunked_text = context.chunked_text()
     origin = None if first_image is None else context.origin(first_image)
     first = (
         ""

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..manifest.format import TENSOR_LAYOUTS
 from ..preprocess.config import get_config
 from ..releases import RELEASES, CodePath, release_for
-from ..split._replay import replay
+from ..split._replay import PROCESSOR_OUTPUTS, replay
 from ..split.batch import GRID_KEYS, Batch, Feature, Item
 from ..split.trace import Replayed
 
@@ -37,8 +38,6 @@ FORMAT = "kimi-viz-repro"
 VERSION = 1
 DEFERRED_FIELDS = ("backend", "image_mean", "image_std", "transparent_bg_config", "resize_config")
 BANDS_MODE = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
-TENSOR_LAYOUTS = ("chw", "hwc", "patches", "stacked")
-PROCESSOR_OUTPUTS = ("concatenated", "stacked", "list")
 
 RankOutcome = Literal["passes", "raises", "wrong-rows"]
 

@@ -20,6 +20,7 @@ is the sentence every view leads with: "this call held 2 images from 2 requests"
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,7 +40,7 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _runs_text(offsets: tuple[tuple[int, int], ...]) -> str:
+def _runs_text(offsets: Sequence[Sequence[int]]) -> str:
     return ", ".join(f"[{start}, {end}]" for start, end in offsets) or "(none)"
 
 
@@ -206,16 +207,14 @@ class ForwardContext:
             if image.status != "in-call"
         ]
 
+    def chunked_text(self) -> str:
+        """Return the chunked-prefill size as the views say it: a number, ``off (-1)`` or ``not recorded``."""
+        size = self.chunked_prefill_size
+        return "not recorded" if size is None else "off (-1)" if size == -1 else str(size)
+
     def lines(self) -> list[str]:
         """Return the summary, a table of the call's items, and the forward's other images (for a terminal)."""
-        chunked = (
-            "not recorded"
-            if self.chunked_prefill_size is None
-            else "off (-1)"
-            if self.chunked_prefill_size == -1
-            else str(self.chunked_prefill_size)
-        )
-        out = [f"forward pass: {self.summary()}; chunked-prefill size: {chunked}"]
+        out = [f"forward pass: {self.summary()}; chunked-prefill size: {self.chunked_text()}"]
         header = ("item", "request", "rid", "image", "pad tokens [start, end]", "prefix", "extend", "window")
         table = [header]
         for row in self.item_rows():
@@ -225,7 +224,7 @@ class ForwardContext:
                     "?" if row["request"] is None else str(row["request"]),
                     "-" if row["rid"] is None else str(row["rid"]),
                     "?" if row["image"] is None else str(row["image"]),
-                    "?" if row["offsets"] is None else _runs_text(tuple(tuple(r) for r in row["offsets"])),
+                    "?" if row["offsets"] is None else _runs_text(row["offsets"]),
                     "?" if row["prefix_len"] is None else str(row["prefix_len"]),
                     "?" if row["extend_len"] is None else str(row["extend_len"]),
                     "?" if row["window"] is None else f"[{row['window'][0]}, {row['window'][1]})",
