@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from itertools import accumulate
 from typing import Any
 
@@ -94,7 +94,6 @@ class KnownMessage:
     logged: bool = False  # SGLang logs it and goes on, never raises it
     template: str | None = None
     origin: str = "sglang"  # or "torch", "python": who raises the text; "kimi-viz" for the capture line
-    literal: int = 0  # characters of the template outside its fields: the more, the more specific
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -146,8 +145,6 @@ def pattern_for(message: Message) -> str:
     full stop always is. A template that starts with a letter or digit must start a word.
     """
     texts = (message.template, *message.aliases)
-    if message.aliases and message.fields:
-        raise ValueError(f"{message.key}: aliases are for messages without fields")
     return "|".join(_one_pattern(text, message.field_names, message.field_forms) for text in texts)
 
 
@@ -194,7 +191,6 @@ def _known(message: Message) -> KnownMessage:
         logged=message.logged,
         template=message.template,
         origin=message.origin,
-        literal=len(message.template.replace("{}", "")),
     )
 
 
@@ -211,7 +207,6 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "server's working folder): the batch, both grid keys, the deferred configs and the release.",
         next_step="kimi-viz triage MANIFEST names the image, both counts, the cause and the fixing release",
         origin="kimi-viz",
-        literal=len("kimi-viz capture: wrote "),
     ),
 )
 
@@ -364,42 +359,42 @@ def required_text(known: KnownMessage) -> list[list[str]]:
 
 def needle_of(known: KnownMessage) -> str | None:
     """Return the most specific needle every text of ``known`` holds in its own words (None: none does)."""
-    held = [n for n in NEEDLES if all(any(n in piece for piece in pieces) for pieces in required_text(known))]
+    variants = required_text(known)
+    held = [n for n in NEEDLES if all(any(n in piece for piece in pieces) for pieces in variants)]
     return max(held, key=len) if held else None
 
 
-_INDEX: dict[str, Any] = {}  # filled on first use: the messages of each needle, each message's longest pieces
-
-
-def _index() -> dict[str, Any]:
+@cache
+def _index() -> tuple[dict[str, list[KnownMessage]], dict[str, tuple[str, ...]]]:
     """Return, once: the messages each needle stands for (their most specific needle) and their longest pieces."""
-    if not _INDEX:
-        by_needle: dict[str, list[KnownMessage]] = {needle: [] for needle in NEEDLES}
-        pieces: dict[str, tuple[str, ...]] = {}
-        for known in KNOWN_MESSAGES:
-            needle = needle_of(known)
-            if needle is not None:
-                by_needle[needle].append(known)
-            pieces[known.key] = tuple(max(variant, key=len) for variant in required_text(known))
-        _INDEX.update(by_needle=by_needle, pieces=pieces, candidates={})
-    return _INDEX
+    by_needle: dict[str, list[KnownMessage]] = {needle: [] for needle in NEEDLES}
+    pieces: dict[str, tuple[str, ...]] = {}
+    for known in KNOWN_MESSAGES:
+        needle = needle_of(known)
+        if needle is not None:
+            by_needle[needle].append(known)
+        pieces[known.key] = tuple(max(variant, key=len) for variant in required_text(known))
+    return by_needle, pieces
 
 
+@cache
 def _candidates(needles: frozenset[str]) -> list[KnownMessage]:
     """Return the messages a line holding these needles may hold (cached per set of needles)."""
-    index = _index()
-    cached = index["candidates"].get(needles)
-    if cached is None:
-        cached = index["candidates"][needles] = [k for n in NEEDLES if n in needles for k in index["by_needle"][n]]
-    return cached
+    by_needle = _index()[0]
+    return [k for n in NEEDLES if n in needles for k in by_needle[n]]
 
 
 def _hit_lines(text: str) -> dict[int, set[str]]:
-    """Return the index of every line (as ``str.splitlines`` cuts them) holding a needle, with its needles."""
-    ends = list(accumulate(len(line) for line in text.splitlines(keepends=True)))
+    """Return the index of every line (as ``str.splitlines`` cuts them) holding a needle, with its needles.
+
+    The line ends are only worked out once a needle is found: most blocks of a long log hold none.
+    """
+    ends: list[int] = []
     hits: dict[int, set[str]] = {}
     for needle in NEEDLES:
         start = text.find(needle)
+        if start >= 0 and not ends:
+            ends = list(accumulate(len(line) for line in text.splitlines(keepends=True)))
         while start >= 0:
             line = bisect_right(ends, start)
             hits.setdefault(line, set()).add(needle)
@@ -409,11 +404,12 @@ def _hit_lines(text: str) -> dict[int, set[str]]:
 
 def _scan(text: str, first_line: int) -> list[Recognised]:
     found: list[Recognised] = []
-    if not any(needle in text for needle in NEEDLES):
+    hits = _hit_lines(text)
+    if not hits:
         return found
     lines = text.splitlines() or [text]
-    pieces = _index()["pieces"]
-    for index, needles in sorted(_hit_lines(text).items()):
+    pieces = _index()[1]
+    for index, needles in sorted(hits.items()):
         line, number = lines[index], first_line + index
         matches = []
         for known in _candidates(frozenset(needles)):

@@ -190,6 +190,8 @@ class Message:
     aliases: tuple[str, ...] = ()  # other texts of the same message (same fields)
 
     def __post_init__(self) -> None:
+        if self.aliases and self.fields:
+            raise ValueError(f"{self.key}: aliases are for messages without fields")
         for text in (self.template, *self.aliases):
             if text.count("{}") != len(self.fields):
                 raise ValueError(f"{self.key}: {text!r} has {text.count('{}')} fields, names {self.fields}")

@@ -84,7 +84,6 @@ LOG_LEVELS = {
 LOG_HELPERS = {"print_warning_once": "warning", "print_info_once": "info", "rank0_log": "info"}
 DEVICE_ASSERTS = {"maybe_assert_sum": 2, "_assert_async": 1}  # callee -> index of the message argument
 MESSAGE_KEYWORDS = ("msg", "message", "detail", "text", "reason")
-LOGGED = {"debug", "info", "warning", "error", "exception", "critical", "UserWarning"}
 
 
 @dataclass(frozen=True)
