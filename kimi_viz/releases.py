@@ -38,6 +38,7 @@ CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
 
 FIX_PRS = ("#35305", "#36265")
+FIX_PRS_TEXT = "SGLang PRs " + " / ".join(FIX_PRS)
 
 
 class PathSource(str, Enum):
@@ -136,7 +137,7 @@ _PRE_FIX = (
     "the deferred split without global_indices: the backend groups read grid_thws_host[indices] "
     "with shard-local positions (the S1 bug)"
 )
-_POST_FIX = "the deferred split with global_indices (SGLang PRs #35305 / #36265)"
+_POST_FIX = f"the deferred split with global_indices ({FIX_PRS_TEXT})"
 _WITH_XPU = ("hip", "npu", "xpu")
 
 SIDE_0_5_17 = RequestSide(
@@ -266,7 +267,7 @@ def _key(version: str) -> tuple[int, int, int]:
 PATH_CHANGES: dict[CodePath, str] = {
     "no-split": "the first Kimi-K3 model",
     "pre-fix": "deferred preprocessing in get_image_feature",
-    "post-fix": "SGLang PRs #35305 / #36265",
+    "post-fix": FIX_PRS_TEXT,
 }
 _ORDERED = sorted(RELEASES.values(), key=lambda r: _key(r.version))
 NEWEST = _ORDERED[-1].version
@@ -491,6 +492,7 @@ __all__ = [
     "PATH_INTRODUCED",
     "as_code_path",
     "FIX_PRS",
+    "FIX_PRS_TEXT",
     "ReleaseChoice",
     "FixRelease",
     "fix_release",

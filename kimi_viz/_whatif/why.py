@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..releases import FIX_PRS
+
 if TYPE_CHECKING:  # pragma: no cover
     from .run import WhatIf
 
@@ -116,8 +118,8 @@ def why_text(result: WhatIf) -> str:
         )
     if release.code_path == "post-fix":
         return (
-            f"SGLang {release.version} reads grid_thws_host at global_indices (PRs #35305 / #36265), so every rank "
-            "checks its deferred images against their own grids."
+            f"SGLang {release.version} reads grid_thws_host at global_indices (PRs {' / '.join(FIX_PRS)}), so "
+            "every rank checks its deferred images against their own grids."
         )
     return (
         f"SGLang {release.version} reads grid_thws_host at shard-local positions, but on every rank the grids at "

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..releases import FixRelease
 
 from ..preprocess.config import get_config
+from ..releases import FIX_PRS, PATH_INTRODUCED
 from .classes import ScenarioClass
 from .findings import Finding, collect_findings, no_split_findings
 from .trace import Cause, CauseKind, RankTrace, Replayed, Trace, prod
@@ -27,11 +28,14 @@ from .trace import Cause, CauseKind, RankTrace, Replayed, Trace, prod
 NONE = ScenarioClass.NONE
 UNCLASSIFIED = ScenarioClass.UNCLASSIFIED
 
+_PRE_FIX_RELEASE = PATH_INTRODUCED["pre-fix"][0]  # the first release with the deferred split
+_POST_FIX_RELEASE = PATH_INTRODUCED["post-fix"][0]  # the first with the S1 fix
+
 FIXES = {
     ScenarioClass.S1: (
-        "Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later): the backend groups must read"
-        " grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the shard-local "
-        "positions."
+        f"Upgrade SGLang to a version with PRs {' / '.join(FIX_PRS)} ({_POST_FIX_RELEASE} or later): the backend "
+        "groups must read grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the "
+        "shard-local positions."
     ),
     ScenarioClass.S2: (
         "Give each item one source of truth: drop the stale image_grid_thw (or rewrite it whenever the image "
@@ -72,7 +76,8 @@ FIXES = {
     ),
     ScenarioClass.SKEW: (
         "Run the same SGLang release on the producer (tokenizer / encoder) and the consumer; deferred items "
-        "need a consumer with the deferred split (0.5.18 or later, and 0.5.19 or later to avoid S1)."
+        f"need a consumer with the deferred split ({_PRE_FIX_RELEASE} or later, and {_POST_FIX_RELEASE} or later to "
+        "avoid S1)."
     ),
 }
 SKEW_EXPECTATION = "a deferred item sent to a consumer without the deferred split"
