@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from ..split.forward_context import ContextImage, ContextRequest, ForwardContext, plural
 from .palette import LINK_COLOR, color_for
-from .rows import LABEL_GAP_PT, LINE_HEIGHT_EM, draw_row_track, plan_labels, text_size_px
+from .rows import LABEL_GAP_PT, LINE_HEIGHT_EM, clip_text, draw_row_track, plan_labels, text_size_px
 
 FONT = 9.0  # run labels and request names (pt)
 TITLE_FONT = 10.5
@@ -52,14 +52,10 @@ def run_label(image: ContextImage) -> str:
 
 def request_label(index: int, request: ContextRequest) -> str:
     """Return a request's name on the left: ``"request 0 · rid a1"`` over ``"prefix 0, extend 22"``."""
-    head = f"request {index}" + ("" if request.rid is None else f" · rid {_clip(request.rid, 24)}")
+    head = f"request {index}" + ("" if request.rid is None else f" · rid {clip_text(request.rid, 24)}")
     prefix = "?" if request.prefix_len is None else str(request.prefix_len)
     extend = "?" if request.extend_len is None else str(request.extend_len)
     return f"{head}\nprefix {prefix}, extend {extend}"
-
-
-def _clip(text: str, size: int) -> str:
-    return text if len(text) <= size else text[: size - 1] + "…"
 
 
 def _extent(request: ContextRequest) -> int:

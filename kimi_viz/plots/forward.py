@@ -19,7 +19,6 @@ Every span carries its text, so colour is never the only signal.
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING
 
 from matplotlib.axes import Axes
@@ -28,15 +27,13 @@ from matplotlib.patches import Rectangle
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
+from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.rows import Source
     from ..schedule.trace import ForwardTrace
 
-TEXT_FILL = "#E6E6E6"
 OUTSIDE_FILL = "#BBBBBB"
-TRACK = 1.0  # track height (data units)
-GAP = 1.9  # room above a track for its outside labels
 _LOOKUP_WORDS = {
     "hit": "cache hit",
     "stale-hit": "cached, other length: used",
@@ -74,12 +71,7 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
         + [1]
     )
     top = tracks * (TRACK + GAP)
-    ax.set_xlim(-0.01 * width, width * 1.01)
-    ax.set_ylim(-1.4, top + 0.4)
-    ax.set_yticks([])
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
-    ax.set_xlabel("token position (prompt tracks) / feature row (call tracks)")
+    track_axes(ax, width, (-1.4, top + 0.4), "token position (prompt tracks) / feature row (call tracks)")
     y = top - TRACK - GAP + 0.2
     first_wrong = trace.misplaced()[:1]
     for request in requests:
@@ -144,23 +136,13 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
             if not ranks
             else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {trace.tp_size}: "
         )
-        message = "\n".join(textwrap.wrap(f"{where}{trace.error.type}: {trace.error.message}", 150))
-        ax.text(0, -1.2, message, fontsize=LABEL_FONT, color=DIVERGENCE_COLOR, va="bottom", gid="forward-error")
+        error_text(ax, -1.2, f"{where}{trace.error.type}: {trace.error.message}", "forward-error")
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
     return ax
 
 
 def _track_name(ax: Axes, y: float, text: str) -> None:
-    ax.text(
-        0,
-        y + TRACK + 0.08,
-        text,
-        fontsize=LABEL_FONT + 1,
-        fontweight="bold",
-        va="bottom",
-        color=TEXT_COLOR,
-        gid=f"track-{text.split(' ')[0]}",
-    )
+    track_name(ax, y, text, f"track-{text.split(' ')[0]}", color=TEXT_COLOR)
 
 
 def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float) -> None:

@@ -20,7 +20,6 @@ carries its text, so colour is never the only signal.
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 from matplotlib.axes import Axes
@@ -30,24 +29,18 @@ from ..request.prompt import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, M
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
+from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..request.checks import RequestOutcome
     from ..request.prompt import Prompt
 
-TEXT_FILL = "#E6E6E6"
 MARKER_FILL = "#56B4E9"  # sky blue: the renderer's own image marker
-TRACK = 1.0
-GAP = 1.9
 MAX_BLOCK_ROWS = 8
 # The block's parts, not to scale: share of the row's width.
 _PART_WIDTHS = (("media_begin", 0.16), ("caption", 0.18), ("media_content", 0.16), ("pads", 0.34), ("media_end", 0.16))
 _TOKEN_NAMES = {token: name for name, token in MEDIA_TOKEN_IDS.items()}
 _PART_TOKENS = {"media_begin": MEDIA_BEGIN, "media_content": MEDIA_CONTENT, "media_end": MEDIA_END}
-
-
-def _track_name(ax: Axes, y: float, text: str, gid: str) -> None:
-    ax.text(0, y + TRACK + 0.08, text, fontsize=LABEL_FONT + 1, fontweight="bold", va="bottom", gid=gid)
 
 
 def draw_prompt(prompt: Prompt | RequestOutcome, *, ax: Axes | None = None, title: str | None = None) -> Axes:
@@ -68,14 +61,10 @@ def draw_prompt(prompt: Prompt | RequestOutcome, *, ax: Axes | None = None, titl
     ax = sized_axes(ax, (11.0, 1.6 + 1.1 * (1 + rows)))
     width = max(drawn.length, 1)
     top = (1 + rows) * (TRACK + GAP)
-    ax.set_xlim(-0.01 * width, width * 1.01)
-    ax.set_ylim(-0.6 if len(blocks) <= rows else -1.2, top + 0.4)
-    ax.set_yticks([])
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
-    ax.set_xlabel("token position (the top track; the rows below are not to scale)")
+    ylim = (-0.6 if len(blocks) <= rows else -1.2, top + 0.4)
+    track_axes(ax, width, ylim, "token position (the top track; the rows below are not to scale)")
     y = top - TRACK - GAP + 0.2
-    _track_name(ax, y + GAP * 0.45, f"the prompt ({drawn.length} tokens, text counted)", "track-prompt")
+    track_name(ax, y + GAP * 0.45, f"the prompt ({drawn.length} tokens, text counted)", "track-prompt")
     spans: list[tuple[int, int]] = []
     names: list[str | None] = []
     colors: list[str] = []
@@ -146,7 +135,7 @@ def _draw_block(
     width: float,
 ) -> None:
     """Draw one image's block, its five parts side by side (not to scale), each with its id and position."""
-    _track_name(ax, y + GAP * 0.45, f"image {image}{': ' + label if label else ''} — its block", f"track-image-{image}")
+    track_name(ax, y + GAP * 0.45, f"image {image}{': ' + label if label else ''} — its block", f"track-image-{image}")
     spans, names, cursor = [], [], 0.0
     for kind, share in _PART_WIDTHS:
         start, end = parts.get(kind, (0, 0))
@@ -176,14 +165,9 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
     rendered = outcome.rendered
     ax = sized_axes(ax, (11.0, 3.2))
     width = max(rendered.length, 1)
-    ax.set_xlim(-0.01 * width, width * 1.01)
-    ax.set_ylim(-1.6, TRACK + GAP + 0.4)
-    ax.set_yticks([])
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
-    ax.set_xlabel("token position in the ids handed to process_mm_data_async")
+    track_axes(ax, width, (-1.6, TRACK + GAP + 0.4), "token position in the ids handed to process_mm_data_async")
     y = 0.2
-    _track_name(
+    track_name(
         ax,
         y + GAP * 0.45,
         f"the ids received ({rendered.length}, text counted): {rendered.placeholders} <|media_pad|> id(s) "
@@ -216,8 +200,7 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
         ax.text(0, y + TRACK / 2, "no ids at all (an empty prompt)", va="center", fontsize=LABEL_FONT)
     error = outcome.error
     assert error is not None
-    message = "\n".join(textwrap.wrap(f"{error.type}: {error.message} ({error.where})", 150))
-    ax.text(0, -1.4, message, fontsize=LABEL_FONT, color=DIVERGENCE_COLOR, va="bottom", gid="request-error")
+    error_text(ax, -1.4, f"{error.type}: {error.message} ({error.where})", "request-error")
     heading = title or f"SGLang {outcome.release.version}: the request side refuses the request"
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
     return ax

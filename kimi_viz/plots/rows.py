@@ -77,6 +77,11 @@ def text_size_px(text: str, fontsize: float, dpi: float) -> tuple[float, float]:
     return max(len(line) for line in lines) * CHAR_WIDTH_EM * em, len(lines) * LINE_HEIGHT_EM * em
 
 
+def clip_text(text: str, limit: int) -> str:
+    """Return ``text``, cut to ``limit`` characters with an ellipsis when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def plan_labels(
     spans: Sequence[tuple[float, float]],
     labels: Sequence[str | None],

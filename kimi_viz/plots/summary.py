@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
+from .rows import clip_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import ImageRow, RankTrace, Trace
@@ -44,7 +45,7 @@ def rank_heading(trace: Trace, rank: RankTrace) -> str:
     head = f"rank {rank.rank} of attention-TP {trace.tp_size}, {trace.release.label}"
     if rank.error is None:
         return f"{head}: ok"
-    return f"{head}: FAIL\n{_clip(f'{rank.error.type}: {rank.error.message}', 110)}"
+    return f"{head}: FAIL\n{clip_text(f'{rank.error.type}: {rank.error.message}', 110)}"
 
 
 def row_label(row: ImageRow, *, produced: bool = False) -> str:
@@ -250,21 +251,17 @@ def draw_verdict_banner(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
         0.27, 0.78, verdict.rank_summary, transform=ax.transAxes, fontsize=TITLE_FONT, va="center", fontweight="bold"
     )
     detail = verdict.headline().split(" — ", 1)[1] if " — " in verdict.headline() else style.wording
-    ax.text(0.01, 0.45, _clip(detail, 150), transform=ax.transAxes, fontsize=FONT, va="center")
+    ax.text(0.01, 0.45, clip_text(detail, 150), transform=ax.transAxes, fontsize=FONT, va="center")
     ax.text(
         0.01,
         0.15,
-        _clip(release_lines(verdict)[0], 150),
+        clip_text(release_lines(verdict)[0], 150),
         transform=ax.transAxes,
         fontsize=FONT,
         va="center",
         color="#333333",
     )
     return ax
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 __all__ = ["draw_rank_rows", "draw_rank_bars", "draw_grid_mismatch", "draw_verdict_banner", "rank_heading", "row_label"]

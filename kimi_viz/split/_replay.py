@@ -151,7 +151,7 @@ def _find_fix(trace: Replayed) -> FixRelease | None:
     rank = ranks[0] if len(ranks) == 1 and trace.tp_size > 1 else None
     for path in later_paths(trace.release.code_path):
         later = replay(trace.batch, tp_size=trace.tp_size, rank=rank, code_path=path, mode="shapes", find_fix=False)
-        if later.outcome == "ok" and not (later.divergence is not None and later.divergence.silent):
+        if later.outcome == "ok" and not later.divergence.silent:
             return fix_release(path)
     return None
 
