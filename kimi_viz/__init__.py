@@ -107,7 +107,7 @@ _EXPORTS = {
     "CacheSeed": "kimi_viz.schedule.workload",
     "together": "kimi_viz.schedule.workload",
     "read_workload": "kimi_viz.schedule.workload",
-    "LoadSettings": "kimi_viz.schedule.load",
+    "LoadSettings": "kimi_viz.schedule.workload_replay",
     "whatif_load": "kimi_viz._whatif.load",
     "LoadAnswer": "kimi_viz._whatif.load",
     "sweep_load": "kimi_viz._whatif._load_sweep",
@@ -119,7 +119,7 @@ _EXPORTS = {
     "whatif_chat": "kimi_viz._whatif.chat",
     "ChatAnswer": "kimi_viz._whatif.chat",
     "sweep_chat": "kimi_viz._whatif.chat",
-    "LOAD_SCENARIOS": "kimi_viz.scenarios.load",
+    "LOAD_SCENARIOS": "kimi_viz.scenarios.under_load",
     "run_load_scenario": "kimi_viz._whatif.load",
     "run_demo": "kimi_viz._demo",
     # the sample images

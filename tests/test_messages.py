@@ -26,7 +26,7 @@ def test_every_failing_scenario_message_is_recognised_and_points_back_to_it(name
 
 def test_every_listed_scenario_exists_and_keys_are_unique():
     assert len({m.key for m in KNOWN_MESSAGES}) == len(KNOWN_MESSAGES)
-    from kimi_viz.scenarios.load import LOAD_SCENARIOS
+    from kimi_viz.scenarios.under_load import LOAD_SCENARIOS
 
     for known in KNOWN_MESSAGES:
         assert set(known.scenarios) <= set(SCENARIOS) | set(LOAD_SCENARIOS), known.key

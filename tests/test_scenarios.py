@@ -159,7 +159,7 @@ def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path)
 def test_cli_list_json(capsys):
     assert main(["scenario", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    from kimi_viz.scenarios.load import LOAD_SCENARIOS
+    from kimi_viz.scenarios.under_load import LOAD_SCENARIOS
 
     assert [s["name"] for s in listed] == list(SCENARIOS) + list(LOAD_SCENARIOS)
     s13 = next(s for s in listed if s["name"] == "s13-zero-size")

@@ -18,7 +18,7 @@ from kimi_viz.cli import main
 from kimi_viz.errors import WhatIfError
 from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from kimi_viz.request.images import as_request_image
-from kimi_viz.schedule.load import LoadSettings
+from kimi_viz.schedule.workload_replay import LoadSettings
 from kimi_viz.schedule.workload import Request, Workload, together
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..report.tables import Table
 from ..request.settings import ServerSettings
-from ..schedule.load import LoadSettings
+from ..schedule.workload_replay import LoadSettings
 from ..schedule.workload import Workload
 from ._minimize import ddmin
 from .load import LoadAnswer, whatif_load, with_fix

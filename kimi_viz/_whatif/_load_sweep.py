@@ -21,7 +21,7 @@ from ..report.tables import Table
 from ..request.images import RequestImage, probe_images
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest
-from ..schedule.load import LoadSettings, build_workload_request, replay_workload
+from ..schedule.workload_replay import LoadSettings, build_workload_request, replay_workload
 from ..schedule.workload import Request, Workload
 from ..split.ranks import check_tp_size
 from ._sweep import SWEEP_TP_SIZES

@@ -20,7 +20,7 @@ from ..request.checks import RequestOutcome, check_releases, check_request
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
-from ..schedule.load import LoadSettings, check_workload_settings
+from ..schedule.workload_replay import LoadSettings, check_workload_settings
 from ..schedule.workload import Request, Workload
 from ._sweep import SWEEP_TP_SIZES
 from .load import LoadAnswer, whatif_load

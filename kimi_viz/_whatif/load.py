@@ -1,7 +1,7 @@
 """What-ifs under load: several requests prefilled together, chunked prefill, the embedding cache.
 
 :func:`whatif_load` answers for a whole workload (``kimi-viz whatif --requests FILE`` or ``--together``):
-every prefill pass replayed on one release and attention-TP size (:func:`~kimi_viz.schedule.load.replay_workload`),
+every prefill pass replayed on one release and attention-TP size (:func:`~kimi_viz.schedule.workload_replay.replay_workload`),
 the first error with the requests and images of the call that raised it, and why. :func:`pair_hint`
 is what a single-request what-if adds when the request is clean alone: the smallest sample image that
 makes it fail once the two are prefilled together (on 0.5.18 at attention-TP >= 2, any image whose
@@ -19,7 +19,7 @@ from ..releases import PATH_INTRODUCED, RELEASES, FixRelease, Release, release_f
 from ..request.images import RequestImage, probe_image
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..schedule.load import LoadResult, LoadSettings, replay_workload
+from ..schedule.workload_replay import LoadResult, LoadSettings, replay_workload
 from ..schedule.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..schedule.workload import Request, Workload
 from ..split.verdict import EXIT_CODES, Verdict, build_verdict
@@ -426,7 +426,7 @@ def pair_hint(
 
 def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> LoadAnswer:
     """Return the :class:`LoadAnswer` of load scenario ``name`` (S14 onward) on its own deployment by default."""
-    from ..scenarios.load import get_load_scenario
+    from ..scenarios.under_load import get_load_scenario
 
     scenario = get_load_scenario(name)
     return whatif_load(

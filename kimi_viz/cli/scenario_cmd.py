@@ -76,7 +76,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """Print the catalogue (a table, or JSON with ``--json``); return 0."""
     from ..scenarios.catalogue import SCENARIOS
-    from ..scenarios.load import LOAD_SCENARIOS
+    from ..scenarios.under_load import LOAD_SCENARIOS
 
     if args.json:
         listed = [s.to_json() for s in SCENARIOS.values()] + [s.to_json() for s in LOAD_SCENARIOS.values()]
@@ -111,7 +111,7 @@ def _run_load(args: argparse.Namespace) -> int:
     """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
     from .._whatif.load import run_load_scenario
     from ..errors import ScenarioError
-    from ..scenarios.load import get_load_scenario
+    from ..scenarios.under_load import get_load_scenario
 
     scenario = get_load_scenario(args.name)
     if args.manifest_out or args.code_path:
@@ -133,7 +133,7 @@ def _run_load(args: argparse.Namespace) -> int:
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
     from ..scenarios.catalogue import get_scenario
-    from ..scenarios.load import LOAD_SCENARIOS
+    from ..scenarios.under_load import LOAD_SCENARIOS
     from ..split._replay import replay
     from ..split.verdict import build_verdict, format_verdict
 

@@ -195,9 +195,9 @@ def _is_workload(args: argparse.Namespace) -> bool:
 
 
 def load_settings_from_args(args: argparse.Namespace) -> Any:
-    """Return the :class:`~kimi_viz.schedule.load.LoadSettings` the load options ask for."""
+    """Return the :class:`~kimi_viz.schedule.workload_replay.LoadSettings` the load options ask for."""
     from ..schedule.cache import DEFAULT_CACHE_MB
-    from ..schedule.load import LoadSettings
+    from ..schedule.workload_replay import LoadSettings
     from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
     from ..schedule.trace import PLATFORMS
 

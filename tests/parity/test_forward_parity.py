@@ -52,7 +52,7 @@ from kimi_viz.request.sides import BuiltRequest, build_request
 from kimi_viz.schedule import forward as kit_forward
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import call_encoder, replay_forward
-from kimi_viz.schedule.load import _forward_items, _tokens
+from kimi_viz.schedule.workload_replay import _forward_items, _tokens
 from kimi_viz.schedule.rows import RowRun, Rows, Source
 from kimi_viz.schedule.scheduler import Window, plan_passes
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, Platform

@@ -17,7 +17,7 @@ from ..errors import ScenarioError
 from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
-from ..schedule.load import LoadSettings, LoadStatus
+from ..schedule.workload_replay import LoadSettings, LoadStatus
 from ..schedule.workload import CacheSeed, Request, Workload
 from ..split.classes import ScenarioClass
 
