@@ -277,229 +277,222 @@ def _ok(cls: ScenarioClass = ScenarioClass.NONE, silent: bool = False, tp: int =
     return ExpectedOutcome("ok", ranks=dict.fromkeys(range(tp), ("ok", None, None)), scenario_class=cls, silent=silent)
 
 
-def _catalogue() -> dict[str, Scenario]:
-    s: list[Scenario] = []
+def _healthy_scenario(tp: int) -> Scenario:
+    """Return the healthy mixed-batch scenario replayed at attention-TP size ``tp``."""
     healthy = ", ".join(f"{n} ({b})" for n, b in HEALTHY_IMAGES)
-    for tp in (1, 2, 4):
-        s.append(
-            Scenario(
-                f"healthy-tp{tp}",
-                f"Healthy mixed batch at attention-TP {tp}",
-                f"Five sample images, gpu and cpu backends mixed ({healthy}), replayed with the fixed code at "
-                f"attention-TP size {tp}: every rank's rows match its grids.",
-                ScenarioClass.NONE,
-                _healthy,
-                tp,
-                "post-fix",
-                _ok(tp=tp),
-            )
-        )
-    for backend, msg in (("cpu", MSG_LENGTH), ("gpu", MSG_GPU_WRONG_GRIDS)):
-        s.append(
-            Scenario(
-                f"s1-{backend}",
-                f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
-                "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
-                "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
-                ScenarioClass.S1,
-                _s1(backend),
-                2,
-                "pre-fix",
-                ExpectedOutcome(
-                    "error",
-                    "ValueError",
-                    msg,
-                    ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)},
-                    scenario_class=ScenarioClass.S1,
-                ),
-            )
-        )
-    for backend, msg in (("cpu", MSG_LENGTH), ("gpu", MSG_GPU_WRONG_GRIDS)):
-        s.append(
-            Scenario(
-                f"s2-{backend}",
-                f"S2: stale image_grid_thw, {backend} backend",
-                "chelsea.png carries both grid keys; image_grid_thw was written for a 451x340 upload and never "
-                "updated, grid_thws and resize_config follow the 451x300 image. SGLang reads image_grid_thw.",
-                ScenarioClass.S2,
-                _s2(backend),
-                1,
-                "post-fix",
-                _err("ValueError", msg, ScenarioClass.S2),
-            )
-        )
-    s.append(
-        Scenario(
-            "s3-mixed-local",
-            "S3: local preprocessed and deferred images on one rank",
-            "astronaut_tiny_20x5.png was preprocessed on the encoder (encoder_local_preprocessed) while "
-            "microaneurysms.png stayed deferred; both land on the same rank.",
-            ScenarioClass.S3,
-            _s3,
-            1,
-            "post-fix",
-            _err("ValueError", MSG_MIX_LOCAL, ScenarioClass.S3),
-        )
+    return Scenario(
+        f"healthy-tp{tp}",
+        f"Healthy mixed batch at attention-TP {tp}",
+        f"Five sample images, gpu and cpu backends mixed ({healthy}), replayed with the fixed code at "
+        f"attention-TP size {tp}: every rank's rows match its grids.",
+        ScenarioClass.NONE,
+        _healthy,
+        tp,
+        "post-fix",
+        _ok(tp=tp),
     )
-    s.append(
-        Scenario(
-            "s4-cpu",
-            "S4: Kimi-K2.5 limits on a Kimi-K3 image, cpu backend",
-            "rocket_4200x3150.jpg (65712 patches under K3) was sized by a producer with Kimi-K2.5 limits "
-            "(in_patch_limit 16384); the consumer's checkpoint processor uses Kimi-K3's 65536 and resizes differently.",
-            ScenarioClass.S4,
-            _s4("cpu"),
-            1,
-            "post-fix",
-            _err("ValueError", MSG_CPU_WRONG_GRIDS, ScenarioClass.S4),
-        )
+
+
+def _s1_scenario(backend: str, msg: str) -> Scenario:
+    """Return the S1 scenario (shard-local grid index, pre-fix, TP 2) on ``backend``, rank 1 raising ``msg``."""
+    return Scenario(
+        f"s1-{backend}",
+        f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
+        "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
+        "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
+        ScenarioClass.S1,
+        _s1(backend),
+        2,
+        "pre-fix",
+        ExpectedOutcome(
+            "error",
+            "ValueError",
+            msg,
+            ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)},
+            scenario_class=ScenarioClass.S1,
+        ),
     )
-    s.append(
-        Scenario(
-            "s4-gpu",
-            "S4: Kimi-K2.5 limits on a Kimi-K3 image, gpu backend (silent)",
-            "rocket_4200x3150.jpg sized with Kimi-K2.5 limits; SGLang's gpu path resizes with the item's own "
-            "resize_config, so its grid matches and nothing is raised: the image is encoded at K2.5 resolution.",
-            ScenarioClass.S4,
-            _s4("gpu"),
-            1,
-            "post-fix",
-            _ok(ScenarioClass.S4, silent=True),
-        )
+
+
+def _s2_scenario(backend: str, msg: str) -> Scenario:
+    """Return the S2 scenario (a stale image_grid_thw) on ``backend``, raising ``msg``."""
+    return Scenario(
+        f"s2-{backend}",
+        f"S2: stale image_grid_thw, {backend} backend",
+        "chelsea.png carries both grid keys; image_grid_thw was written for a 451x340 upload and never "
+        "updated, grid_thws and resize_config follow the 451x300 image. SGLang reads image_grid_thw.",
+        ScenarioClass.S2,
+        _s2(backend),
+        1,
+        "post-fix",
+        _err("ValueError", msg, ScenarioClass.S2),
     )
-    s.append(
-        Scenario(
-            "s6-stacked",
-            "S6: the processor returns stacked [B, N, ...] rows",
-            "The checkpoint processor returns pixel_values stacked per image ([2, N, 3, 14, 14]) instead of "
-            "concatenated; SGLang reads pixel_values.shape[0] = 2 as the row count.",
-            ScenarioClass.S6,
-            _s6_output("stacked"),
-            1,
-            "post-fix",
-            _err("ValueError", MSG_LENGTH, ScenarioClass.S6),
-        )
-    )
-    s.append(
-        Scenario(
-            "s6-list",
-            "S6: the processor returns a per-image list",
-            "The checkpoint processor returns pixel_values as a list of per-image tensors.",
-            ScenarioClass.S6,
-            _s6_output("list"),
-            1,
-            "post-fix",
-            _err("AttributeError", "'list' object has no attribute 'shape'", ScenarioClass.S6),
-        )
-    )
-    s.append(
-        Scenario(
-            "s6-stacked-feature",
-            "S6: an eager feature stacked as [B, N, 3, 14, 14]",
-            "An eager item's feature holds two images' rows stacked on a batch axis instead of concatenated.",
-            ScenarioClass.S6,
-            _s6_feature,
-            1,
-            "post-fix",
-            _err(
-                "ValueError",
-                MSG_TRAILING_SHAPES.format("torch.Size([3, 14, 14])", "torch.Size([2, 64, 3, 14, 14])"),
-                ScenarioClass.S6,
+
+
+# The message each backend raises when a rank's rows do not match the grids it reads (S1, S2).
+_WRONG_GRID_MESSAGES = (("cpu", MSG_LENGTH), ("gpu", MSG_GPU_WRONG_GRIDS))
+
+# The consumer's patch side in pixels: the trailing sides of every pixel row.
+_PATCH = get_config(CONSUMER).patch_size
+
+# Every scenario, one row each, in the order they are listed.
+_SCENARIO_ROWS: tuple[Scenario, ...] = (
+    *(_healthy_scenario(tp) for tp in (1, 2, 4)),
+    *(_s1_scenario(backend, msg) for backend, msg in _WRONG_GRID_MESSAGES),
+    *(_s2_scenario(backend, msg) for backend, msg in _WRONG_GRID_MESSAGES),
+    Scenario(
+        "s3-mixed-local",
+        "S3: local preprocessed and deferred images on one rank",
+        "astronaut_tiny_20x5.png was preprocessed on the encoder (encoder_local_preprocessed) while "
+        "microaneurysms.png stayed deferred; both land on the same rank.",
+        ScenarioClass.S3,
+        _s3,
+        1,
+        "post-fix",
+        _err("ValueError", MSG_MIX_LOCAL, ScenarioClass.S3),
+    ),
+    Scenario(
+        "s4-cpu",
+        "S4: Kimi-K2.5 limits on a Kimi-K3 image, cpu backend",
+        "rocket_4200x3150.jpg (65712 patches under K3) was sized by a producer with Kimi-K2.5 limits "
+        "(in_patch_limit 16384); the consumer's checkpoint processor uses Kimi-K3's 65536 and resizes differently.",
+        ScenarioClass.S4,
+        _s4("cpu"),
+        1,
+        "post-fix",
+        _err("ValueError", MSG_CPU_WRONG_GRIDS, ScenarioClass.S4),
+    ),
+    Scenario(
+        "s4-gpu",
+        "S4: Kimi-K2.5 limits on a Kimi-K3 image, gpu backend (silent)",
+        "rocket_4200x3150.jpg sized with Kimi-K2.5 limits; SGLang's gpu path resizes with the item's own "
+        "resize_config, so its grid matches and nothing is raised: the image is encoded at K2.5 resolution.",
+        ScenarioClass.S4,
+        _s4("gpu"),
+        1,
+        "post-fix",
+        _ok(ScenarioClass.S4, silent=True),
+    ),
+    Scenario(
+        "s6-stacked",
+        "S6: the processor returns stacked [B, N, ...] rows",
+        f"The checkpoint processor returns pixel_values stacked per image ([2, N, 3, {_PATCH}, {_PATCH}]) instead of "
+        "concatenated; SGLang reads pixel_values.shape[0] = 2 as the row count.",
+        ScenarioClass.S6,
+        _s6_output("stacked"),
+        1,
+        "post-fix",
+        _err("ValueError", MSG_LENGTH, ScenarioClass.S6),
+    ),
+    Scenario(
+        "s6-list",
+        "S6: the processor returns a per-image list",
+        "The checkpoint processor returns pixel_values as a list of per-image tensors.",
+        ScenarioClass.S6,
+        _s6_output("list"),
+        1,
+        "post-fix",
+        _err("AttributeError", "'list' object has no attribute 'shape'", ScenarioClass.S6),
+    ),
+    Scenario(
+        "s6-stacked-feature",
+        f"S6: an eager feature stacked as [B, N, 3, {_PATCH}, {_PATCH}]",
+        "An eager item's feature holds two images' rows stacked on a batch axis instead of concatenated.",
+        ScenarioClass.S6,
+        _s6_feature,
+        1,
+        "post-fix",
+        _err(
+            "ValueError",
+            MSG_TRAILING_SHAPES.format(
+                f"torch.Size([3, {_PATCH}, {_PATCH}])", f"torch.Size([2, 64, 3, {_PATCH}, {_PATCH}])"
             ),
-        )
-    )
-    s.append(
-        Scenario(
-            "s8-t2",
-            "S8: t > 1 on a deferred image",
-            "microaneurysms.png declares grid_thws [2, 8, 8]; the gpu path always produces t = 1.",
-            ScenarioClass.S8,
-            _s8,
-            1,
-            "post-fix",
-            _err("ValueError", MSG_GPU_WRONG_GRIDS, ScenarioClass.S8),
-        )
-    )
-    s.append(
-        Scenario(
-            "s9-two-grids",
-            "S9: two grid rows in one item",
-            "One item aggregates microaneurysms.png and astronaut_tiny_20x5.png: two grid rows.",
-            ScenarioClass.S9,
-            _s9,
-            1,
-            "post-fix",
-            _err("ValueError", MSG_ONE_GRID, ScenarioClass.S9),
-        )
-    )
-    s.append(
-        Scenario(
-            "s10-stale-eager",
-            "S10: a stale eager feature (silent here)",
-            "A cached eager feature of 4 rows sits under microaneurysms.png's 64-patch grid; get_image_feature "
-            "copies it unchecked and the tower fails later.",
-            ScenarioClass.S10,
-            _s10,
-            1,
-            "post-fix",
-            _ok(ScenarioClass.S10, silent=True),
-        )
-    )
-    s.append(
-        Scenario(
-            "s11-two-channels",
-            "S11: a 2-channel tensor, gpu backend",
-            "camera_vignette_la.png (LA) sent as a [2, 512, 512] tensor; SGLang's background fill fails on it.",
+            ScenarioClass.S6,
+        ),
+    ),
+    Scenario(
+        "s8-t2",
+        "S8: t > 1 on a deferred image",
+        "microaneurysms.png declares grid_thws [2, 8, 8]; the gpu path always produces t = 1.",
+        ScenarioClass.S8,
+        _s8,
+        1,
+        "post-fix",
+        _err("ValueError", MSG_GPU_WRONG_GRIDS, ScenarioClass.S8),
+    ),
+    Scenario(
+        "s9-two-grids",
+        "S9: two grid rows in one item",
+        "One item aggregates microaneurysms.png and astronaut_tiny_20x5.png: two grid rows.",
+        ScenarioClass.S9,
+        _s9,
+        1,
+        "post-fix",
+        _err("ValueError", MSG_ONE_GRID, ScenarioClass.S9),
+    ),
+    Scenario(
+        "s10-stale-eager",
+        "S10: a stale eager feature (silent here)",
+        "A cached eager feature of 4 rows sits under microaneurysms.png's 64-patch grid; get_image_feature "
+        "copies it unchecked and the tower fails later.",
+        ScenarioClass.S10,
+        _s10,
+        1,
+        "post-fix",
+        _ok(ScenarioClass.S10, silent=True),
+    ),
+    Scenario(
+        "s11-two-channels",
+        "S11: a 2-channel tensor, gpu backend",
+        "camera_vignette_la.png (LA) sent as a [2, 512, 512] tensor; SGLang's background fill fails on it.",
+        ScenarioClass.S11,
+        _s11("gpu"),
+        1,
+        "post-fix",
+        _err(
+            "RuntimeError",
+            "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
             ScenarioClass.S11,
-            _s11("gpu"),
-            1,
-            "post-fix",
-            _err(
-                "RuntimeError",
-                "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
-                ScenarioClass.S11,
-            ),
-        )
-    )
-    s.append(
-        Scenario(
-            "s11-cpu-two-channels",
-            "S11: a 2-channel tensor, cpu backend",
-            "The same [2, 512, 512] tensor on the cpu backend: its first axis is not 1, 3 or 4, so SGLang reads it "
-            "as HWC with 512 channels.",
-            ScenarioClass.S11,
-            _s11("cpu"),
-            1,
-            "post-fix",
-            _err("ValueError", MSG_CHANNEL_COUNT.format(512), ScenarioClass.S11),
-        )
-    )
-    s.append(
-        Scenario(
-            "s12-hwc",
-            "S12: an HWC tensor read as CHW (silent)",
-            "chelsea.png sent as a [300, 451, 3] HWC tensor; producer and gpu path both read it as a "
-            "300-channel 3x451 image, so sizes agree and the encoder sees garbage.",
-            ScenarioClass.S12,
-            _s12,
-            1,
-            "post-fix",
-            _ok(ScenarioClass.S12, silent=True),
-        )
-    )
-    s.append(
-        Scenario(
-            "s13-zero-size",
-            "S13: a zero-sized image",
-            "An empty 0x5 image reaches the cpu backend; the checkpoint processor's resize divides by its width.",
-            ScenarioClass.S13,
-            _s13,
-            1,
-            "post-fix",
-            _err("ZeroDivisionError", "division by zero", ScenarioClass.S13),
-        )
-    )
-    return {sc.name: sc for sc in s}
+        ),
+    ),
+    Scenario(
+        "s11-cpu-two-channels",
+        "S11: a 2-channel tensor, cpu backend",
+        "The same [2, 512, 512] tensor on the cpu backend: its first axis is not 1, 3 or 4, so SGLang reads it "
+        "as HWC with 512 channels.",
+        ScenarioClass.S11,
+        _s11("cpu"),
+        1,
+        "post-fix",
+        _err("ValueError", MSG_CHANNEL_COUNT.format(512), ScenarioClass.S11),
+    ),
+    Scenario(
+        "s12-hwc",
+        "S12: an HWC tensor read as CHW (silent)",
+        "chelsea.png sent as a [300, 451, 3] HWC tensor; producer and gpu path both read it as a "
+        "300-channel 3x451 image, so sizes agree and the encoder sees garbage.",
+        ScenarioClass.S12,
+        _s12,
+        1,
+        "post-fix",
+        _ok(ScenarioClass.S12, silent=True),
+    ),
+    Scenario(
+        "s13-zero-size",
+        "S13: a zero-sized image",
+        "An empty 0x5 image reaches the cpu backend; the checkpoint processor's resize divides by its width.",
+        ScenarioClass.S13,
+        _s13,
+        1,
+        "post-fix",
+        _err("ZeroDivisionError", "division by zero", ScenarioClass.S13),
+    ),
+)
+
+
+def _catalogue() -> dict[str, Scenario]:
+    """Return the scenarios of :data:`_SCENARIO_ROWS` by name."""
+    return {sc.name: sc for sc in _SCENARIO_ROWS}
 
 
 SCENARIOS: dict[str, Scenario] = _catalogue()

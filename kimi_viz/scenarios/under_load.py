@@ -17,8 +17,8 @@ from ..errors import ScenarioError
 from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
-from ..schedule.workload_replay import LoadSettings, LoadStatus
 from ..schedule.workload import CacheSeed, Request, Workload
+from ..schedule.workload_replay import LoadSettings, LoadStatus
 from ..split.classes import ScenarioClass
 
 
@@ -111,104 +111,106 @@ def _s17(stale: str) -> Callable[[], Workload]:
 EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
 
 
+# The load scenarios, one row each, in the order they are listed.
+_LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
+    LoadScenario(
+        "s14-two-requests-one-call",
+        "S14: two single-image requests prefilled together on 0.5.18 at TP 2",
+        "rocket.jpg and astronaut.png arrive as two requests of one image each. The scheduler prefills them "
+        "together, so their images reach get_image_feature in one two-image call; at attention-TP 2 rank 1 "
+        "reads rocket.jpg's grid for astronaut.png (S1 across requests) and raises, killing the scheduler.",
+        ScenarioClass.S14,
+        _s14,
+        "0.5.18",
+        2,
+        LoadExpectation(
+            "error-reproduced", "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
+        ),
+    ),
+    LoadScenario(
+        "s15-straddling-image",
+        "S15: an image straddling two prefill chunks",
+        "chelsea.png's 187 pad tokens sit at positions 108..294 and --chunked-prefill-size is 150: the first "
+        "chunk [0, 150) encodes the whole image and takes its first 42 rows; the second chunk [150, 300) "
+        "takes the other 145 from the embedding cache. Nothing fails; with the cache off "
+        "(--mm-embedding-cache-size 0) the image is encoded twice.",
+        ScenarioClass.S15,
+        _s15,
+        "0.5.23",
+        2,
+        LoadExpectation("clean", calls=1, passes=3),
+        load=LoadSettings(chunked_prefill_size=150),
+    ),
+    LoadScenario(
+        "s16-stale-cache-entry",
+        "S16: an embedding-cache entry of another length",
+        "The embedding cache holds 120 rows under chelsea.png's hash (left by a request that sized it "
+        "differently); chelsea.png needs 187. 0.5.18 keys the cache by item.hash alone and uses the entry as it "
+        "is: too few rows for the pad tokens. 0.5.19 discards it with a warning and encodes the image.",
+        ScenarioClass.S16,
+        _s16,
+        "0.5.18",
+        1,
+        LoadExpectation(
+            "error-reproduced",
+            "RuntimeError",
+            MSG_INSUFFICIENT.format(187, 120),
+            warnings=(MSG_TOKEN_MISMATCH.format(187, 120),),
+            fixed_in="0.5.19",
+            calls=0,
+            passes=1,
+        ),
+    ),
+    LoadScenario(
+        "s17-stale-eager-split",
+        "S17: S10 followed to the splice (per-image path)",
+        "microaneurysms.png's item carries astronaut_tiny_20x5.png's 4 eager rows under its own 64-patch grid "
+        "(a stale preprocessing-cache artifact, S10). get_image_feature copies them unchecked (1 token for 16 "
+        "pad tokens); splitting the call's 113 rows by the pad counts [112, 16] makes torch raise.",
+        ScenarioClass.S17,
+        _s17("astronaut_tiny_20x5.png"),
+        "0.5.23",
+        1,
+        LoadExpectation("error-reproduced", "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1),
+    ),
+    LoadScenario(
+        "s17-stale-eager-epd-fewer",
+        "S17: S10 on the EPD precomputed path, fewer rows",
+        "The same stale item on an EPD deployment (gpu backend): the encode server sends 1 row for "
+        "microaneurysms.png's 16 pad tokens; the language server logs the token-count warning (128 in the "
+        "text, 113 from the embeddings) and raises.",
+        ScenarioClass.S17,
+        _s17("astronaut_tiny_20x5.png"),
+        "0.5.23",
+        1,
+        LoadExpectation(
+            "error-reproduced",
+            "RuntimeError",
+            MSG_INSUFFICIENT.format(128, 113),
+            warnings=(MSG_TOKEN_MISMATCH.format(128, 113),),
+            calls=0,
+            passes=1,
+        ),
+        settings=EPD_GPU,
+    ),
+    LoadScenario(
+        "s17-stale-eager-epd-more",
+        "S17: S10 on the EPD precomputed path, more rows (silent)",
+        "The stale rows are chelsea.png's 187: the language server cuts microaneurysms.png's part to the first "
+        "16 rows without a word, so its pad tokens receive rows 0..15 of chelsea.png.",
+        ScenarioClass.S17,
+        _s17("chelsea.png"),
+        "0.5.23",
+        1,
+        LoadExpectation("silent-mismatch", calls=0, passes=1),
+        settings=EPD_GPU,
+    ),
+)
+
+
 def _catalogue() -> dict[str, LoadScenario]:
-    s = [
-        LoadScenario(
-            "s14-two-requests-one-call",
-            "S14: two single-image requests prefilled together on 0.5.18 at TP 2",
-            "rocket.jpg and astronaut.png arrive as two requests of one image each. The scheduler prefills them "
-            "together, so their images reach get_image_feature in one two-image call; at attention-TP 2 rank 1 "
-            "reads rocket.jpg's grid for astronaut.png (S1 across requests) and raises, killing the scheduler.",
-            ScenarioClass.S14,
-            _s14,
-            "0.5.18",
-            2,
-            LoadExpectation(
-                "error-reproduced", "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
-            ),
-        ),
-        LoadScenario(
-            "s15-straddling-image",
-            "S15: an image straddling two prefill chunks",
-            "chelsea.png's 187 pad tokens sit at positions 108..294 and --chunked-prefill-size is 150: the first "
-            "chunk [0, 150) encodes the whole image and takes its first 42 rows; the second chunk [150, 300) "
-            "takes the other 145 from the embedding cache. Nothing fails; with the cache off "
-            "(--mm-embedding-cache-size 0) the image is encoded twice.",
-            ScenarioClass.S15,
-            _s15,
-            "0.5.23",
-            2,
-            LoadExpectation("clean", calls=1, passes=3),
-            load=LoadSettings(chunked_prefill_size=150),
-        ),
-        LoadScenario(
-            "s16-stale-cache-entry",
-            "S16: an embedding-cache entry of another length",
-            "The embedding cache holds 120 rows under chelsea.png's hash (left by a request that sized it "
-            "differently); chelsea.png needs 187. 0.5.18 keys the cache by item.hash alone and uses the entry as it "
-            "is: too few rows for the pad tokens. 0.5.19 discards it with a warning and encodes the image.",
-            ScenarioClass.S16,
-            _s16,
-            "0.5.18",
-            1,
-            LoadExpectation(
-                "error-reproduced",
-                "RuntimeError",
-                MSG_INSUFFICIENT.format(187, 120),
-                warnings=(MSG_TOKEN_MISMATCH.format(187, 120),),
-                fixed_in="0.5.19",
-                calls=0,
-                passes=1,
-            ),
-        ),
-        LoadScenario(
-            "s17-stale-eager-split",
-            "S17: S10 followed to the splice (per-image path)",
-            "microaneurysms.png's item carries astronaut_tiny_20x5.png's 4 eager rows under its own 64-patch grid "
-            "(a stale preprocessing-cache artifact, S10). get_image_feature copies them unchecked (1 token for 16 "
-            "pad tokens); splitting the call's 113 rows by the pad counts [112, 16] makes torch raise.",
-            ScenarioClass.S17,
-            _s17("astronaut_tiny_20x5.png"),
-            "0.5.23",
-            1,
-            LoadExpectation(
-                "error-reproduced", "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1
-            ),
-        ),
-        LoadScenario(
-            "s17-stale-eager-epd-fewer",
-            "S17: S10 on the EPD precomputed path, fewer rows",
-            "The same stale item on an EPD deployment (gpu backend): the encode server sends 1 row for "
-            "microaneurysms.png's 16 pad tokens; the language server logs the token-count warning (128 in the "
-            "text, 113 from the embeddings) and raises.",
-            ScenarioClass.S17,
-            _s17("astronaut_tiny_20x5.png"),
-            "0.5.23",
-            1,
-            LoadExpectation(
-                "error-reproduced",
-                "RuntimeError",
-                MSG_INSUFFICIENT.format(128, 113),
-                warnings=(MSG_TOKEN_MISMATCH.format(128, 113),),
-                calls=0,
-                passes=1,
-            ),
-            settings=EPD_GPU,
-        ),
-        LoadScenario(
-            "s17-stale-eager-epd-more",
-            "S17: S10 on the EPD precomputed path, more rows (silent)",
-            "The stale rows are chelsea.png's 187: the language server cuts microaneurysms.png's part to the first "
-            "16 rows without a word, so its pad tokens receive rows 0..15 of chelsea.png.",
-            ScenarioClass.S17,
-            _s17("chelsea.png"),
-            "0.5.23",
-            1,
-            LoadExpectation("silent-mismatch", calls=0, passes=1),
-            settings=EPD_GPU,
-        ),
-    ]
-    return {sc.name: sc for sc in s}
+    """Return the load scenarios of :data:`_LOAD_SCENARIO_ROWS` by name."""
+    return {sc.name: sc for sc in _LOAD_SCENARIO_ROWS}
 
 
 LOAD_SCENARIOS: dict[str, LoadScenario] = _catalogue()
