@@ -1,12 +1,15 @@
-"""The on-call path stays light: what ``kimi-viz --help``, ``explain`` and a shapes-mode ``triage`` import.
+"""The on-call path stays light: what ``kimi-viz --help``, ``explain``, shapes-mode ``triage`` and ``whatif`` import.
 
 Each command runs in a fresh interpreter (``python -c``) that then lists the heavy libraries it
-loaded. ``--help`` and ``explain`` load none of numpy, torch, matplotlib or Pillow; ``triage --json``
-of a redacted (shape-only) manifest loads neither torch, matplotlib, Pillow nor jsonschema (every part
-of the manifest takes the validation's fast path); with ``--out`` only matplotlib joins, never its
-pyplot. Structure, not wall time, is what is asserted, so the tests hold on a slow CI machine; one
-generous wall-clock bound (three times the target, scaled by the same machine's bare start-up) catches
-a gross regression. ``benchmarks/bench_cli.py`` measures the figures themselves.
+loaded. ``--help`` and ``explain`` load none of numpy, torch, matplotlib, Pillow or jsonschema;
+``triage --json`` of a redacted (shape-only) manifest loads neither torch, matplotlib, Pillow nor
+jsonschema (every part of the manifest takes the validation's fast path); with ``--out`` only matplotlib
+joins, never its pyplot, and still no torch. A shapes-mode ``whatif`` loads neither torch, matplotlib nor
+jsonschema: for two photos (one what-if, a sweep, an EPD encoder), and for a transparent palette, an
+opaque palette, a greyscale and a greyscale-with-alpha PNG each clean alone on 0.5.18 at TP 2, so that
+the under-load pair hint's replays run too. Structure, not wall time, is what is asserted; the one
+figure checked is the CPU time (not wall time) of the child running the shapes ``triage --json``, under
+``CPU_BOUND_S``. ``benchmarks/bench_cli.py`` measures the wall times, as ratios to a bare interpreter.
 """
 
 from __future__ import annotations
@@ -127,4 +130,29 @@ def test_a_shapes_whatif_loads_no_torch_nor_matplotlib(extra):
     rc, out, loaded, _ = _probe(["whatif", *images, *deployment, *extra])
     assert rc in (0, 1), out
     assert "SGLang" in out
-    assert {name for name in ("torch", "matplotlib", "jsonschema") if loaded[name]} == set()
+    assert {lib for lib in ("torch", "matplotlib", "jsonschema") if loaded[lib]} == set()
+
+
+@pytest.fixture(scope="module")
+def palette_png(tmp_path_factory) -> Path:
+    """An opaque palette (``P``) PNG: the coffee photo quantised to 256 colours."""
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("latency-images") / "coffee_palette.png"
+    with Image.open(ROOT / "data" / "images" / "coffee.png") as image:
+        image.convert("P", palette=Image.Palette.ADAPTIVE).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["coffee_palette_transparent.png", "palette", "camera.png", "camera_vignette_la.png"],
+    ids=["transparent-palette", "palette", "greyscale", "greyscale-alpha"],
+)
+def test_a_shapes_whatif_with_its_under_load_hint_loads_no_torch(name, palette_png):
+    """A request clean alone on 0.5.18 at TP 2 gets the under-load pair hint; its replays take no torch either."""
+    image = palette_png if name == "palette" else ROOT / "data" / "images" / name
+    rc, out, loaded, _ = _probe(["whatif", str(image), "--sglang-version", "0.5.18", "--tp", "2"])
+    assert rc == 0, out
+    assert "status: clean" in out and "under load: clean alone" in out and "Smallest failing pair" in out
+    assert {lib for lib in ("torch", "matplotlib", "jsonschema") if loaded[lib]} == set()

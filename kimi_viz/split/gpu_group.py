@@ -206,32 +206,47 @@ def _resize_probe(feature: Feature, channels: int, resize: ResizeConfig, image: 
 
 
 def _fill_probe(channels: int, background: dict[str, Any] | None, image: int) -> None:
-    """Raise what ``fill_transparent_bg`` and the normalisation raise for an odd channel count."""
+    """Raise what ``fill_transparent_bg`` and the normalisation raise for an odd channel count.
+
+    The shapes SGLang's torch operations see are broadcast here by torch's own rule (:func:`_broadcast`),
+    so the type and text are torch's without importing it.
+    """
     if channels == 3:
         return
-    import torch
-
     rgb = min(channels, 3)
     if background is not None:
         pattern = background.get("pattern", "black")
         if pattern not in ("chessboard", "white", "black", "gray"):
             raise raises("ValueError", MSG_BG_PATTERN.format(pattern), CauseKind.BACKGROUND, image)
-        alpha = max(0, min(channels, 4) - 3)
-        x_alpha, x_rgb, bg = torch.zeros(1, alpha, 1, 1), torch.zeros(1, rgb, 1, 1), torch.zeros(3, 1, 1)
-        probe = probe_torch(lambda: alpha_composite(x_alpha, x_rgb, bg), CauseKind.CHANNELS, image, channels=channels)
-        if probe is not None:
-            raise probe
-        out = alpha_composite(x_alpha, x_rgb, bg).shape[1]
-    else:
-        out = rgb
-    probe = probe_torch(
-        lambda: torch.addcmul(torch.zeros(1, 3, 1, 1), torch.zeros(1, out, 1, 1), torch.zeros(1, 3, 1, 1)),
-        CauseKind.CHANNELS,
-        image,
-        channels=channels,
-    )
-    if probe is not None:
-        raise probe
+    try:
+        if background is not None:
+            # alpha_composite: alpha * rgb + (1 - alpha) * background, evaluated left to right
+            alpha, x_rgb, bg = (1, max(0, min(channels, 4) - 3), 1, 1), (1, rgb, 1, 1), (3, 1, 1)
+            out = _broadcast(_broadcast(alpha, x_rgb), _broadcast(alpha, bg))[1]
+        else:
+            out = rgb
+        # the normalisation: torch.addcmul(1x3 mean, image, 1x3 scale)
+        _broadcast(_broadcast((1, 3, 1, 1), (1, out, 1, 1)), (1, 3, 1, 1))
+    except _BroadcastError as exc:
+        raise raises("RuntimeError", str(exc), CauseKind.CHANNELS, image, channels=channels) from None
+
+
+class _BroadcastError(Exception):
+    """Torch's broadcasting failure, with its message."""
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Return the shape torch broadcasts ``a`` (the left operand) and ``b`` to; raise torch's text when they clash."""
+    ndim = max(len(a), len(b))
+    a, b = (1,) * (ndim - len(a)) + a, (1,) * (ndim - len(b)) + b
+    for i in reversed(range(ndim)):  # torch checks the trailing dimension first
+        size_a, size_b = a[i], b[i]
+        if size_a != size_b and 1 not in (size_a, size_b):
+            raise _BroadcastError(
+                f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b})"
+                f" at non-singleton dimension {i}"
+            )
+    return tuple(size_b if size_a == 1 else size_a for size_a, size_b in zip(a, b))
 
 
 def alpha_composite(alpha: torch.Tensor, rgb: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
