@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 
 from ..preprocess.layout import BatchLayout, LayoutLookupError, layout_of
-from ..preprocess.records import ImageRecord, ProcessorOutput
+from ..preprocess.records import ImageRecord, ImageSpan, ProcessorOutput
 from .axes import PATCH, patch_ticks, picture_axes
 from .palette import LINK_COLOR, color_for
 from .patches import (
@@ -129,49 +129,57 @@ def _units_per_pt(ax: Axes, frame: _GridToRowsFrame, height: float) -> float:
     return (frame.x1 - frame.x0) / (ax.bbox.width * 72.0 / ax.figure.dpi)
 
 
-def draw_grid_to_rows(
-    record_or_output: ImageRecord | ProcessorOutput,
-    layout: BatchLayout | ProcessorOutput | None = None,
-    rows: Iterable[int] | None = None,
-    *,
-    index: int = 0,
-    ax: Axes | None = None,
-) -> Axes:
-    """Return an Axes linking chosen patches of an image to their rows of ``pixel_values``.
+@dataclass(frozen=True)
+class _ImageInBatch:
+    """The batch a draw_grid_to_rows figure shows, the image's own span in it, and whether a layout was given."""
 
-    One Axes in image-pixel coordinates holds the image's patch grid, below it a track of the
-    image's own rows ``[start, end)`` (row-major: ``row = start + y*w + x``) with its caption and
-    the link labels underneath, and below that the whole batch's row track with this image's
-    span zoomed out of it (``gid="zoom-lines"``). Each chosen row (global row numbers, default:
-    corners, second patch row and centre) is linked from its patch to its position on the track by
-    one LineCollection (``gid="row-links"``). No line crosses a label. Given a lone record and no
-    layout, the batch track shows only where that record's rows sit. Tracks are coloured by the
-    images' numbers (``ImageSpan.number``).
-    """
-    record = record_of(record_or_output, index)
-    t, h, w = record.grid_thw
+    batch: BatchLayout
+    own_span: ImageSpan
+    layout_given: bool
+
+
+def _image_in_batch(
+    record: ImageRecord, record_or_output: ImageRecord | ProcessorOutput, layout: BatchLayout | ProcessorOutput | None
+) -> _ImageInBatch:
+    """Return the batch and ``record``'s span in it; LayoutLookupError when the layout does not hold the record."""
     if layout is None:
         layout = record_or_output if isinstance(record_or_output, ProcessorOutput) else None
     if layout is None:  # a lone record: the batch track shows where its own rows sit
         batch = BatchLayout([record.span])
-        own_span = batch.spans[0]
-    else:
-        batch = layout_of(layout)
-        if not 0 <= record.index < len(batch):
-            raise LayoutLookupError(
-                f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
-                "pass the layout of the batch this record came from"
-            )
-        own_span = batch.spans[record.index]
-        if own_span.grid_thw != tuple(record.grid_thw) or own_span.rows != tuple(record.rows):
-            raise LayoutLookupError(
-                f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
-                f"rows {list(record.rows)}, but the layout's image {record.index} has grid {own_span.grid_text} and "
-                f"rows {list(own_span.rows)}; pass the layout of the batch this record came from"
-            )
+        return _ImageInBatch(batch, batch.spans[0], False)
+    batch = layout_of(layout)
+    if not 0 <= record.index < len(batch):
+        raise LayoutLookupError(
+            f"image {record.index} ({record_label(record)}) is outside the layout's {len(batch)} images; "
+            "pass the layout of the batch this record came from"
+        )
+    own_span = batch.spans[record.index]
+    if own_span.grid_thw != tuple(record.grid_thw) or own_span.rows != tuple(record.rows):
+        raise LayoutLookupError(
+            f"image {record.index} ({record_label(record)}) has grid {'×'.join(map(str, record.grid_thw))} and "
+            f"rows {list(record.rows)}, but the layout's image {record.index} has grid {own_span.grid_text} and "
+            f"rows {list(own_span.rows)}; pass the layout of the batch this record came from"
+        )
+    return _ImageInBatch(batch, own_span, True)
+
+
+@dataclass(frozen=True)
+class _RowLinks:
+    """The linked rows of draw_grid_to_rows: global rows, their (t, y, x) patches, track positions and labels."""
+
+    rows: np.ndarray
+    frames: np.ndarray
+    ys: np.ndarray
+    xs: np.ndarray
+    positions: np.ndarray  # x of each row on the image's track, in image pixels
+    texts: list[str]
+
+
+def _row_links(record: ImageRecord, rows: Iterable[int] | None, width: float) -> _RowLinks:
+    """Return the rows to link (``rows``, or the default patches') with their patches, positions and labels."""
+    t, h, w = record.grid_thw
     start, end = (int(v) for v in record.rows)
     patches = end - start
-    width, height = w * PATCH, h * PATCH
     if rows is None:
         rows_arr, frames, ys, xs = patches_to_rows(record, _default_link_patches(h, w))
     else:
@@ -181,15 +189,28 @@ def draw_grid_to_rows(
         f"row {rows_arr[k]} ← ({frames[k]}, {ys[k]}, {xs[k]})" if t > 1 else f"row {rows_arr[k]} ← ({ys[k]}, {xs[k]})"
         for k in range(len(rows_arr))
     ]
-    caption = f"rows [{start}, {end}) of image {own_span.number} · row = {start} + y·{w} + x"
+    return _RowLinks(rows_arr, frames, ys, xs, positions, texts)
 
-    # The label band is sized in points, the picture in pixels: settle the scale (data units per
-    # point) by fixed-point iteration; with equal aspect it converges in a few steps.
+
+def _settled_frame(
+    ax: Axes | None, width: float, height: float, links: _RowLinks, caption: str
+) -> tuple[Axes, _GridToRowsFrame]:
+    """Return the Axes (``ax``, or a new one sized for the frame) and the frame drawn at its settled scale.
+
+    The label band is sized in points, the picture in pixels: the scale (data units per point) is
+    settled by fixed-point iteration; with equal aspect it converges in a few steps.
+    """
     own_figure = ax is None
     units_per_pt = 1.04 * width / (7.0 * 72.0)  # a width-bound 7-inch plot, to start
     for _ in range(8):
         frame = _grid_to_rows_frame(
-            width, height, positions, texts, caption, units_per_pt, ax.figure.dpi if ax is not None else 100.0
+            width,
+            height,
+            links.positions,
+            links.texts,
+            caption,
+            units_per_pt,
+            ax.figure.dpi if ax is not None else 100.0,
         )
         if own_figure:
             ax = picture_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
@@ -200,20 +221,20 @@ def draw_grid_to_rows(
         if settled:
             break
     assert ax is not None  # the loop ran at least once
-    frame = _grid_to_rows_frame(width, height, positions, texts, caption, units_per_pt, ax.figure.dpi)
+    frame = _grid_to_rows_frame(width, height, links.positions, links.texts, caption, units_per_pt, ax.figure.dpi)
     _units_per_pt(ax, frame, height)
-    # The frame is fixed, so the image is downsampled for the final on-screen size.
-    draw_image_with_lattice(ax, record, merge_lines=max(h, w) <= 128)
-    ax.set_xlim(frame.x0, frame.x1)
-    ax.set_ylim(frame.y1, -0.02 * height)
+    return ax, frame
 
-    # The image's own rows, then the batch.
-    track_h = frame.band_top - frame.track_y
+
+def _draw_image_track(
+    ax: Axes, frame: _GridToRowsFrame, own_span: ImageSpan, width: float, patches: int, caption: str
+) -> None:
+    """Draw the image's own row track and its caption below it; returns nothing."""
     draw_row_track(
         ax,
         [(0, patches)],
         y=frame.track_y,
-        height=track_h,
+        height=frame.band_top - frame.track_y,
         style_indices=[own_span.shown_number],
         x_scale=width / max(patches, 1),
         gid_prefix="image-rows",
@@ -230,6 +251,15 @@ def draw_grid_to_rows(
         annotation_clip=False,
         gid="image-rows-caption",
     )
+
+
+def _draw_batch_track(
+    ax: Axes, frame: _GridToRowsFrame, shown: _ImageInBatch, own_rows: tuple[int, int], width: float
+) -> None:
+    """Draw the whole batch's row track, the zoom lines to the image's rows ``own_rows`` and the batch caption;
+    returns nothing."""
+    batch = shown.batch
+    start, end = own_rows
     total = max(batch.total_rows, 1)
     draw_row_track(
         ax,
@@ -264,8 +294,8 @@ def draw_grid_to_rows(
     )
     batch_text = (
         f"whole batch: {len(batch)} images, rows [0, {batch.total_rows})"
-        if layout is not None
-        else f"the batch: rows [0, {end}) or more; only image {own_span.number} is known here"
+        if shown.layout_given
+        else f"the batch: rows [0, {end}) or more; only image {shown.own_span.number} is known here"
     )
     ax.annotate(
         batch_text,
@@ -279,9 +309,11 @@ def draw_grid_to_rows(
         gid="batch-rows-caption",
     )
 
-    # Links: patch centre → row position on the image's track.
-    centres = np.stack([(xs + 0.5) * PATCH, (ys + 0.5) * PATCH], 1)
-    targets = np.stack([positions, np.full(len(positions), frame.track_y)], 1)
+
+def _draw_row_links(ax: Axes, frame: _GridToRowsFrame, links: _RowLinks) -> None:
+    """Draw the links from patch centres to their rows, the row ticks and the linked patches; returns nothing."""
+    centres = np.stack([(links.xs + 0.5) * PATCH, (links.ys + 0.5) * PATCH], 1)
+    targets = np.stack([links.positions, np.full(len(links.positions), frame.track_y)], 1)
     ax.add_collection(
         LineCollection(
             cast(Sequence[np.ndarray], np.stack([centres, targets], 1)),  # stubs: a Sequence; arrays work
@@ -294,8 +326,8 @@ def draw_grid_to_rows(
     )
     ticks = np.stack(
         [
-            np.stack([positions, np.full(len(positions), frame.track_y)], 1),
-            np.stack([positions, np.full(len(positions), frame.band_top)], 1),
+            np.stack([links.positions, np.full(len(links.positions), frame.track_y)], 1),
+            np.stack([links.positions, np.full(len(links.positions), frame.band_top)], 1),
         ],
         1,
     )
@@ -305,7 +337,7 @@ def draw_grid_to_rows(
     )
     ax.add_collection(
         PolyCollection(
-            cast(Sequence[np.ndarray], patch_squares(ys, xs)),
+            cast(Sequence[np.ndarray], patch_squares(links.ys, links.xs)),
             facecolors=color_for(4),
             alpha=0.6,
             edgecolors="#000000",
@@ -315,12 +347,16 @@ def draw_grid_to_rows(
         ),
         autolim=False,
     )
+
+
+def _draw_link_labels(ax: Axes, frame: _GridToRowsFrame, links: _RowLinks, caption: str) -> None:
+    """Draw each link's label in the band under the image's track, below the caption; returns nothing."""
     line_pt = LINE_HEIGHT_EM * LINK_FONT
     first_pt = 3.0 + (caption.count("\n") + 1) * line_pt + 3.0
     for k, place in enumerate(frame.placements):
         ax.annotate(
             place.text,
-            xy=(positions[k], frame.band_top),
+            xy=(links.positions[k], frame.band_top),
             ha=place.ha,
             va="top",
             xytext=(place.dx_pt, -first_pt - place.level * (line_pt + 2.0)),
@@ -329,8 +365,45 @@ def draw_grid_to_rows(
             color=LINK_COLOR,
             zorder=8,
             annotation_clip=False,
-            gid=f"link-label-{rows_arr[k]}",
+            gid=f"link-label-{links.rows[k]}",
         )
+
+
+def draw_grid_to_rows(
+    record_or_output: ImageRecord | ProcessorOutput,
+    layout: BatchLayout | ProcessorOutput | None = None,
+    rows: Iterable[int] | None = None,
+    *,
+    index: int = 0,
+    ax: Axes | None = None,
+) -> Axes:
+    """Return an Axes linking chosen patches of an image to their rows of ``pixel_values``.
+
+    One Axes in image-pixel coordinates holds the image's patch grid, below it a track of the
+    image's own rows ``[start, end)`` (row-major: ``row = start + y*w + x``) with its caption and
+    the link labels underneath, and below that the whole batch's row track with this image's
+    span zoomed out of it (``gid="zoom-lines"``). Each chosen row (global row numbers, default:
+    corners, second patch row and centre) is linked from its patch to its position on the track by
+    one LineCollection (``gid="row-links"``). No line crosses a label. Given a lone record and no
+    layout, the batch track shows only where that record's rows sit. Tracks are coloured by the
+    images' numbers (``ImageSpan.number``).
+    """
+    record = record_of(record_or_output, index)
+    t, h, w = record.grid_thw
+    shown = _image_in_batch(record, record_or_output, layout)
+    start, end = (int(v) for v in record.rows)
+    width, height = w * PATCH, h * PATCH
+    links = _row_links(record, rows, width)
+    caption = f"rows [{start}, {end}) of image {shown.own_span.number} · row = {start} + y·{w} + x"
+    ax, frame = _settled_frame(ax, width, height, links, caption)
+    # The frame is fixed, so the image is downsampled for the final on-screen size.
+    draw_image_with_lattice(ax, record, merge_lines=max(h, w) <= 128)
+    ax.set_xlim(frame.x0, frame.x1)
+    ax.set_ylim(frame.y1, -0.02 * height)
+    _draw_image_track(ax, frame, shown.own_span, width, end - start, caption)
+    _draw_batch_track(ax, frame, shown, (start, end), width)
+    _draw_row_links(ax, frame, links)
+    _draw_link_labels(ax, frame, links, caption)
     patch_ticks(ax, h, w)
     ax.set_xticks([t_ for t_ in ax.get_xticks() if 0 <= t_ <= width])
     ax.set_yticks([t_ for t_ in ax.get_yticks() if 0 <= t_ <= height])
