@@ -129,7 +129,8 @@ def batch() -> Batch:
         code_path="pre-fix",
         note="free text",
         created_by="a test",
-        extra={"processor_output": "stacked"},
+        processor_output="stacked",
+        extra={"origin": "a unit test"},
     )
 
 
@@ -148,7 +149,8 @@ def _assert_same(got: Batch, want: Batch) -> None:
         "a test",
     )
     assert got.processor == want.processor
-    assert got.extra == {"processor_output": "stacked"}
+    assert got.processor_output == "stacked"
+    assert got.extra == {"origin": "a unit test"}
     assert len(got.items) == len(want.items)
     for g, w in zip(got.items, want.items):
         assert g.grids == w.grids
@@ -206,6 +208,8 @@ def test_folder_layout_and_manifest_json(batch, tmp_path):
     assert obj["items"][8]["feature"]["shape"] == [3, 5, 0]
     assert obj["items"][6]["feature"]["dtype"] == "bfloat16"
     assert obj["runtime"] == {"attn_tp_size": 4, "attn_tp_rank": 3, "image_indices": [4, 0]}
+    # the processor output is written into extra, first, as before it was a field of the batch
+    assert obj["extra"] == {"processor_output": "stacked", "origin": "a unit test"}
     assert obj["source"] == {
         "sglang_version": "0.5.23",
         "code_variant": "pre-fix",

@@ -152,7 +152,7 @@ def test_manifest_round_trip_replays_to_the_same_verdict(name, redact, tmp_path)
     assert replayed["error"] == direct["error"]
     assert replayed["ranks"] == direct["ranks"]
     assert replayed["divergence"]["scenario_class"] == scenario.scenario_class
-    assert again.extra.get("processor_output") == batch.extra.get("processor_output")
+    assert again.processor_output == batch.processor_output
 
 
 # --- the CLI -----------------------------------------------------------------------------------------

@@ -226,6 +226,8 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
     runtime = obj.get("runtime") or {}
     source_info = obj.get("source") or {}
     indices = runtime.get("image_indices")
+    extra = dict(obj.get("extra") or {})
+    output = extra.pop("processor_output", "concatenated")
     return Batch(
         items=items,
         processor=obj.get("processor"),
@@ -240,7 +242,8 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
         recorded=_recorded_outcome(source_info.get("recorded")),
         note=source_info.get("note", ""),
         created_by=obj.get("created_by", ""),
-        extra=obj.get("extra") or {},
+        processor_output=output,
+        extra=extra,
         forward_context=_forward_context(obj.get("forward_context")),
     )
 

@@ -177,8 +177,9 @@ def manifest_payload(batch: Batch, *, redact: bool = False) -> tuple[dict, dict[
         "processor": jsonable(batch.processor),
         "items": items,
     }
-    if batch.extra:
-        obj["extra"] = jsonable(batch.extra)
+    extra = batch.manifest_extra()
+    if extra:
+        obj["extra"] = jsonable(extra)
     if batch.forward_context is not None:
         obj["forward_context"] = batch.forward_context.to_json()
     return obj, files

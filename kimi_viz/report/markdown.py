@@ -261,7 +261,7 @@ def _settings(trace: Trace) -> list[str]:
     if context is not None:
         size = context.chunked_prefill_size
         items.append(("chunked-prefill size", "not recorded" if size is None else "off" if size == -1 else size))
-    for key, value in list(batch.extra.items())[:12]:
+    for key, value in list(batch.manifest_extra().items())[:12]:
         items.append((f"extra: {key}", value))
     if batch.created_by:
         items.append(("recorded by", batch.created_by))

@@ -30,8 +30,8 @@ from ..errors import ConfigError
 from ..manifest.format import TENSOR_LAYOUTS
 from ..preprocess.config import get_config
 from ..releases import RELEASES, CodePath, release_for
-from ..split._replay import PROCESSOR_OUTPUTS, replay
-from ..split.batch import GRID_KEYS, Batch, Feature, Item
+from ..split._replay import replay
+from ..split.batch import GRID_KEYS, Batch, Feature, Item, check_processor_output
 from ..split.trace import Replayed
 
 FORMAT = "kimi-viz-repro"
@@ -290,9 +290,7 @@ def processor_spec(batch: Batch) -> tuple[dict[str, Any] | None, int]:
     if batch.processor is None:
         return None, 14
     config = get_config(batch.processor)
-    output = batch.extra.get("processor_output", "concatenated")
-    if output not in PROCESSOR_OUTPUTS:
-        raise ConfigError(f"batch.extra['processor_output']: expected one of {list(PROCESSOR_OUTPUTS)}, got {output!r}")
+    output = check_processor_output(batch)
     spec = {
         "patch_size": config.patch_size,
         "merge_kernel_size": config.merge_kernel_size,

@@ -35,7 +35,7 @@ from ..request.images import as_request_image
 from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_item, grid_row
 from ..request.producer import eager_rows as producer_rows
 from ..split._replay import replay
-from ..split.batch import Batch, Feature, Item
+from ..split.batch import Batch, Feature, Item, ProcessorOutputForm
 from ..split.classes import ScenarioClass
 from ..split.trace import Trace
 
@@ -122,8 +122,8 @@ def eager_rows(name: str, preset: str = CONSUMER) -> torch.Tensor:
     return producer_rows(image, resize_config(image.width, image.height, config), config)
 
 
-def _batch(items: list[Item], **extra: Any) -> Batch:
-    return Batch(items=items, processor=get_config(CONSUMER).to_media_proc_cfg(), extra=dict(extra))
+def _batch(items: list[Item], processor_output: ProcessorOutputForm = "concatenated") -> Batch:
+    return Batch(items=items, processor=get_config(CONSUMER).to_media_proc_cfg(), processor_output=processor_output)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def _s4(backend: str) -> Callable[[], Batch]:
     return build
 
 
-def _s6_output(output: str) -> Callable[[], Batch]:
+def _s6_output(output: ProcessorOutputForm) -> Callable[[], Batch]:
     def build() -> Batch:
         return _batch(
             [deferred_item("chelsea.png", "cpu"), deferred_item("microaneurysms.png", "cpu")], processor_output=output

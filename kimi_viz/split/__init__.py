@@ -1,11 +1,12 @@
 """SGLang's deferred split in ``KimiK3ForConditionalGeneration.get_image_feature``, replayed on every rank.
 
 Read in pipeline order: :mod:`.batch` (the items of one call; :mod:`.forward_context` the forward
-pass around it, when captured), :mod:`.trace` (what the replay records), :mod:`.grids` →
-:mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` → :mod:`.length_check` (SGLang's own seams,
-driven by :mod:`._replay`, which holds :func:`replay`), then :mod:`.findings` and :mod:`.divergence`
-(why) and :mod:`.verdict` (the status). Which release runs which code path is
-:mod:`kimi_viz.releases`. Names are imported lazily.
+pass around it, when captured), :mod:`.cause` (what SGLang raises, and why), :mod:`.trace` (what the
+replay records), :mod:`.grids` → :mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` →
+:mod:`.length_check` (SGLang's own seams, driven by :mod:`._replay`, which holds :func:`replay`),
+then :mod:`.findings` and :mod:`.divergence` (why, reported as :mod:`.diagnosis`) and
+:mod:`.verdict` (the status). Which release runs which code path is :mod:`kimi_viz.releases`.
+Names are imported lazily.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ _EXPORTS = {
     "RankTrace": "trace",
     "Step": "trace",
     "ImageRow": "trace",
-    "Cause": "trace",
-    "CauseKind": "trace",
-    "ErrorInfo": "trace",
+    "Cause": "cause",
+    "CauseKind": "cause",
+    "ErrorInfo": "cause",
     "Outcome": "trace",
     "assign_ranks": "ranks",
     "replay": "_replay",

@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
 from ..releases import FixRelease, choose_release, fix_release, later_paths
-from .batch import Batch, Item
+from .batch import Batch, Item, check_processor_output
 from .cpu_group import preprocess_cpu
 from .divergence import with_divergence
 from .gpu_group import preprocess_gpu
@@ -50,7 +50,6 @@ from .trace import (
     prod,
 )
 
-PROCESSOR_OUTPUTS = ("concatenated", "stacked", "list")
 MODES = ("pixels", "shapes", "auto")
 
 
@@ -107,11 +106,7 @@ def replay(
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
         raise ConfigError(f"rank: expected an int in 0..{tp - 1} for tp_size {tp}, got {rank!r}")
     mode = _pick_mode(batch, mode)
-    processor_output = batch.extra.get("processor_output", "concatenated")
-    if processor_output not in PROCESSOR_OUTPUTS:
-        raise ConfigError(
-            f"batch.extra['processor_output']: expected one of {list(PROCESSOR_OUTPUTS)}, got {processor_output!r}"
-        )
+    processor_output = check_processor_output(batch)
     if mode == "pixels":
         device = resolve_device(device)
     consumer = None if batch.processor is None else get_config(batch.processor)
@@ -386,4 +381,4 @@ def _read_grids(ctx: ReplayContext, state: RankState, group: BackendGroup) -> No
         state.rows[k].expected_grid = list(ctx.grid_thws_host[row_index])
 
 
-__all__ = ["replay", "MODES", "PROCESSOR_OUTPUTS"]
+__all__ = ["replay", "MODES"]

@@ -8,9 +8,11 @@ read and write exactly this model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from ..errors import ConfigError
 from ..releases import CodePath, PathSource
 
 if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither torch nor Pillow
@@ -23,6 +25,16 @@ GRID_KEYS = ("image_grid_thw", "grid_thws")  # image_grid_thw wins when both are
 DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
 
 FeatureKind = Literal["image", "tensor", "shape_only"]
+
+#: How the checkpoint processor returns ``pixel_values``: one concatenation (what SGLang expects), a
+#: stacked ``[B, N, 3, 14, 14]`` tensor or a per-image list (the S6 shapes).
+ProcessorOutputForm = Literal["concatenated", "stacked", "list"]
+PROCESSOR_OUTPUTS: tuple[ProcessorOutputForm, ...] = get_args(ProcessorOutputForm)
+
+
+def prod(values: Any) -> int:
+    """Return the product of a grid's entries as an int."""
+    return math.prod(int(v) for v in values)
 
 
 @dataclass
@@ -129,8 +141,23 @@ class Batch:
     recorded: RecordedOutcome | None = None  # what the captured call did (None: not recorded)
     note: str = ""
     created_by: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    processor_output: ProcessorOutputForm = "concatenated"  # the manifest's extra.processor_output
+    extra: dict[str, Any] = field(default_factory=dict)  # the manifest's other extra facts
     forward_context: ForwardContext | None = None  # the forward pass around the call, when a capture recorded it
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def manifest_extra(self) -> dict[str, Any]:
+        """Return the manifest's ``extra`` object: ``processor_output`` (unless the default) first, then ``extra``."""
+        if self.processor_output == "concatenated":
+            return dict(self.extra)
+        return {"processor_output": self.processor_output, **self.extra}
+
+
+def check_processor_output(batch: Batch) -> ProcessorOutputForm:
+    """Return ``batch.processor_output`` when it is one of :data:`PROCESSOR_OUTPUTS`; raise ConfigError otherwise."""
+    output = batch.processor_output
+    if output not in PROCESSOR_OUTPUTS:
+        raise ConfigError(f"batch.processor_output: expected one of {list(PROCESSOR_OUTPUTS)}, got {output!r}")
+    return output

@@ -14,9 +14,8 @@ from typing import Any
 
 from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
-from .batch import Batch, Feature, Item
+from .batch import Batch, Feature, Item, prod
 from .classes import ScenarioClass
-from .trace import prod
 
 
 @dataclass
@@ -79,7 +78,7 @@ def _channels(feature: Feature) -> int | None:
 def collect_findings(batch: Batch, *, consumer: ProcessorConfig | None = None) -> list[Finding]:
     """Return every anomaly of ``batch`` that §7 names, in image order."""
     found: list[Finding] = []
-    output = batch.extra.get("processor_output", "concatenated")
+    output = batch.processor_output
     for i, item in enumerate(batch.items):
         rows = _rows_of(item)
         feature = item.feature

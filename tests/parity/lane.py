@@ -154,9 +154,7 @@ def real_model(batch):
     model.vision_tower = TowerStub()
     model.mm_projector = lambda embeds: embeds
     if batch.processor is not None:
-        model._encoder_image_processor = CheckpointImageProcessor(
-            batch.processor, batch.extra.get("processor_output", "concatenated")
-        )
+        model._encoder_image_processor = CheckpointImageProcessor(batch.processor, batch.processor_output)
     return model
 
 
