@@ -7,7 +7,9 @@ text, whatever the release that printed it. For each it returns the stage, where
 (file, function, releases), what it means, the numbers it carries read out, what SGLang did next (for
 a logged warning: that the request went on, and with which features), the scenario classes and
 catalogue scenarios behind it, and what to run next. The patterns are derived from the catalogue's
-templates, so the replay, the catalogue and recognition never disagree on a string.
+templates, so the replay, the catalogue and recognition never disagree on a string. Only the literal
+text around the fields decides a match: a field may hold anything a release prints there; it is read
+as numbers where it can be, and the answer notes each field that holds no number where one belongs.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class Recognised:
     line: int  # 1-based line number in the input
     values: dict[str, Any] = field(default_factory=dict)
     reading: str = ""  # the numbers put into words, when the message has any
+    numbers: dict[str, Any] = field(default_factory=dict)  # each field read as a number or a list of numbers
+    notes: tuple[str, ...] = ()  # the fields that hold no number where SGLang prints one ("field X holds ...")
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready description of this match."""
@@ -121,6 +125,8 @@ class Recognised:
             "line": self.line,
             "values": self.values,
             "reading": self.reading,
+            "numbers": self.numbers,
+            "notes": list(self.notes),
             "raised_in": known.raised_in,
             "meaning": known.meaning,
             "classes": list(known.classes),
@@ -137,37 +143,63 @@ class Recognised:
 
 
 def pattern_for(message: Message) -> str:
-    """Return the regular expression that finds ``message`` in a log line, whatever its values.
+    """Return the regular expression that finds ``message`` in a log line, whatever its fields hold.
 
-    Each ``{}`` becomes a named group of its form (FIELD_FORMS). A text field matches up to the next
-    literal part (the rest of the line when last); a sentence after the last field of a bounded form
-    (``... {}. This is an internal error``) is optional, as a quoted line often drops it, and a final
-    full stop always is. A template that starts with a letter or digit must start a word.
+    Only the literal text around the fields decides a match: each ``{}`` becomes a named group that
+    takes any value (a number, a list, a shape, an id, ``None``, text with colons). A field's form
+    (FIELD_FORMS) is only tried first, so the value read out ends where that form ends when the line
+    goes on after it. A field that starts the template takes the word (or bracketed value) before the
+    text; a field after another with only spaces between them may be empty (a release that prints
+    nothing there). A sentence after the last field of a bounded form (``... {}. This is an internal
+    error``) is optional, as a quoted line often drops it, and a final full stop always is. A template
+    that starts with a letter or digit must start a word.
     """
     texts = (message.template, *message.aliases)
     return "|".join(_one_pattern(text, message.field_names, message.field_forms) for text in texts)
 
 
+_VALUE_END = "(?=\\s*$|[\"'])"  # a last value read by its form: at the line's end, or a quote closes it
+
+
+_BRACKETED = r"(?:\[[^\[\]]*\]|\([^()]*\)|[^\[(])*?"  # any text whose brackets, if any, close again
+
+
 def _one_pattern(text: str, names: tuple[str, ...], forms: tuple[str, ...]) -> str:
     parts = text.split("{}")
     last = len(names) - 1
+    tail = parts[-1]
+    if tail.endswith("."):
+        tail_regex = re.escape(tail[:-1]) + r"\.?"
+    else:
+        tail_regex = re.escape(tail)
+    optional_tail = not tail or tail == "." or (tail.startswith(". ") and bool(names) and forms[last] != "text")
+    if tail.startswith(". ") and optional_tail:
+        tail_regex = f"(?:{tail_regex})?"  # a sentence after the last number: a quoted line often drops it
     pattern = "(?<!\\w)" if re.match(r"\w", text) else ""
-    for index, part in enumerate(parts):
-        is_tail = index == len(parts) - 1
-        if is_tail and part.endswith("."):
-            literal = re.escape(part[:-1]) + r"\.?"
-        else:
-            literal = re.escape(part)
-        if is_tail and part.startswith(". ") and names and forms[last] != "text":
-            literal = f"(?:{literal})?"  # a sentence after the last number: a quoted line often drops it
-        pattern += literal
-        if not is_tail:
-            form = forms[index]
-            regex = FIELD_FORMS[form][0]
-            if form == "text":
-                regex = ".*" if index == last and not parts[-1] else (r"\S+" if index == 0 and not part else ".*?")
-            pattern += f"(?P<{names[index]}>{regex})"
-    return pattern
+    for index, part in enumerate(parts[:-1]):
+        joined = index > 0 and _joined(part)
+        if not joined:
+            pattern += re.escape(part)
+        form = forms[index]
+        bounded = "" if form == "text" else FIELD_FORMS[form][0]
+        if index == 0 and not part:  # the template starts with this field: the word before the text
+            regex = f"(?:{bounded})|\\S+" if bounded else "\\S+"
+        elif index == 0 and not re.search(r"\w", part):  # "[{}] ...": no opening bracket of its own in it
+            regex = f"(?:{bounded})|{_BRACKETED}" if bounded else _BRACKETED
+        elif index == last and optional_tail:  # the rest of the line, less the optional tail
+            rest = f".*?(?={tail_regex}\\s*$)" if tail else ".*?(?=\\s*$)"
+            end = f"(?={tail_regex}(?:\\s*$|[\"']))" if tail else _VALUE_END
+            regex = f"(?:{bounded}){end}|{rest}" if bounded else rest
+        else:  # a value whose brackets close is tried before any text up to the next literal part
+            regex = f"(?:{bounded})|{_BRACKETED}|.*?" if bounded else f"{_BRACKETED}|.*?"
+        group = f"(?P<{names[index]}>{regex})"
+        pattern += f"(?:\\s+{group})?" if joined else group
+    return pattern + tail_regex
+
+
+def _joined(before: str) -> bool:
+    """Whether a field follows the one before it after spaces only (and so may be left out)."""
+    return bool(before) and not before.strip()
 
 
 def _known(message: Message) -> KnownMessage:
@@ -299,6 +331,35 @@ def _value(text: str | None) -> Any:
     return text
 
 
+# What a field of each numeric form holds when SGLang prints it: the words for a note when it holds else.
+NUMERIC_FORMS = {"n": "a number", "list": "a list of numbers", "shape": "a shape"}
+_NUMBER_LIST = re.compile(r"(?:torch\.Size\()?[\[(]\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*,?\s*[\])]\)?")
+
+
+def read_numbers(forms: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Return each field's value read as numbers where its form promises them, and a note for each that is not.
+
+    A count (form ``n``) reads as an int or a float; a list or a shape (``[2, 1]``, ``(2, 1)``,
+    ``torch.Size([3, 14])``) as a list of ints. A field that holds something else (``None``, an id,
+    text) keeps its text in the values and gets a note: "field layout holds '111', not a list of numbers".
+    """
+    numbers: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, value in values.items():
+        form = forms.get(name, "text")
+        if form not in NUMERIC_FORMS:
+            continue
+        if value is None or value == "":
+            notes.append(f"field {name} is empty, not {NUMERIC_FORMS[form]}")
+        elif form == "n" and isinstance(value, (int, float)):
+            numbers[name] = value
+        elif form != "n" and (match := _NUMBER_LIST.fullmatch(str(value))):
+            numbers[name] = [int(x) for x in (match.group(1) or "").replace(" ", "").split(",") if x]
+        else:
+            notes.append(f"field {name} holds {str(value)!r}, not {NUMERIC_FORMS[form]}")
+    return numbers, tuple(notes)
+
+
 def explain(text: str) -> list[Recognised]:
     """Return every known message found in ``text`` (a log line, a traceback or a whole log)."""
     return _drop_repeats(_scan(text, 1) if text else [])
@@ -424,8 +485,17 @@ def _scan(text: str, first_line: int) -> list[Recognised]:
                 kept.append(entry)
         for _, known, match, _ in sorted(kept, key=lambda m: m[2].start()):
             values = {name: _value(value) for name, value in match.groupdict().items()}
-            found.append(Recognised(known, match.group(0), number, values, _reading(known.key, values)))
+            numbers, notes = read_numbers(_forms(known.key), values)
+            reading = _reading(known.key, values)
+            found.append(Recognised(known, match.group(0), number, values, reading, numbers, notes))
     return found
+
+
+@cache
+def _forms(key: str) -> dict[str, str]:
+    """Return the form of each field of the message ``key`` (none for the kit's capture line)."""
+    message = message_catalogue.BY_KEY.get(key)
+    return dict(zip(message.field_names, message.field_forms)) if message else {}
 
 
 def _compatible(one: tuple, other: tuple) -> bool:
@@ -514,6 +584,7 @@ def format_explanations(found: list[Recognised]) -> str:
         lines.append(f"  meaning:   {known.meaning}")
         if item.reading:
             lines.append(f"  numbers:   {item.reading}")
+        lines += [f"  note:      {note}" for note in item.notes]
         lines.append(f"  then:      {known.after}")
         if known.classes:
             lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7, §10)")
