@@ -11,9 +11,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
+from ..preprocess.config import get_config
 from .rows import text_size_px
 
-PATCH = 14  # pixels per patch side
+PATCH = get_config().patch_size  # pixels per patch side, the default processor config's
 NICE_STEPS = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128)
 
 
@@ -58,7 +59,7 @@ def patch_ticks(ax: Axes, h: int, w: int) -> None:
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_locator(MultipleLocator(step * PATCH))
         axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value / PATCH:g}"))
-    ax.set_xlabel("x (patch column, 14 px)")
+    ax.set_xlabel(f"x (patch column, {PATCH} px)")
     ax.set_ylabel("y (patch row)")
 
 

@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 from PIL import Image
 
+from ..preprocess.config import get_config
 from ..preprocess.layout import LayoutLookupError
 from ..preprocess.records import (
     PATCH_FULLY_PADDING,
@@ -40,7 +41,7 @@ from .palette import (
 )
 from .rows import text_size_px
 
-MERGE = 2  # patches per merge group side
+MERGE = get_config().merge_kernel_size  # patches per merge group side, the default processor config's
 OVERLAY_SUBPIXELS = 4  # padding overlay resolution: texture cells per patch side
 BLANK_GRAY = 235
 LABEL_FONT = 8.5  # highlight labels, legend and notes of draw_patch_grid
@@ -344,6 +345,168 @@ def _free_label_spot(
     return first
 
 
+def _chosen_patches(
+    record: ImageRecord, highlight_rows: Iterable[int] | None, highlight_patches: Iterable[Sequence[int]] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Return the (rows, t, y, x) arrays of the highlighted patches (rows first, then patches), or None."""
+    chosen = []
+    if highlight_rows is not None:
+        chosen.append(rows_to_patches(record, highlight_rows))
+    if highlight_patches is not None:
+        chosen.append(patches_to_rows(record, highlight_patches))
+    if not chosen:
+        return None
+    rows, frames, ys, xs = (np.concatenate(parts) for parts in zip(*chosen))
+    return rows, frames, ys, xs
+
+
+def _draw_highlight_labels(
+    ax: Axes,
+    record: ImageRecord,
+    chosen: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    row_boxes: list[tuple[float, float, float, float]],
+    max_highlight_labels: int,
+) -> list[tuple[float, float, float, float]]:
+    """Draw the first ``max_highlight_labels`` highlight labels; return their boxes in display pixels.
+
+    The labels avoid each other and the first and last row numbers (always shown).
+    """
+    t, h, w = record.grid_thw
+    rows, frames, ys_h, xs_h = chosen
+    box = dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=HIGHLIGHT_COLOR, alpha=0.9)
+    anchors_px = ax.transData.transform(np.stack([(xs_h + 0.5) * PATCH, (ys_h + 0.5) * PATCH], 1))
+    placed: list[tuple[float, float, float, float]] = list(row_boxes[:2])  # label boxes in display pixels
+    px_per_pt = ax.figure.dpi / 72.0
+    for k in range(min(len(rows), max_highlight_labels)):
+        where = f"({frames[k]}, {ys_h[k]}, {xs_h[k]})" if t > 1 else f"({ys_h[k]}, {xs_h[k]})"
+        text = f"row {rows[k]} → {where}"
+        width, height = (v + 6 for v in text_size_px(text, LABEL_FONT, ax.figure.dpi))
+        right_half, top_half, dx, dy, box_px = _free_label_spot(
+            anchors_px[k],
+            width,
+            height,
+            right_first=xs_h[k] > w / 2,
+            top_first=ys_h[k] < h / 2,
+            taken=placed,
+            frame=ax.bbox.extents,
+            px_per_pt=px_per_pt,
+            steps=2 * max_highlight_labels,
+        )
+        placed.append(box_px)
+        ax.annotate(
+            text,
+            xy=((xs_h[k] + 0.5) * PATCH, (ys_h[k] + 0.5) * PATCH),
+            xytext=(dx, dy),
+            textcoords="offset points",
+            ha="right" if right_half else "left",
+            va="top" if top_half else "bottom",
+            fontsize=LABEL_FONT,
+            bbox=box,
+            zorder=8,
+            arrowprops=dict(arrowstyle="-", color="#000000", linewidth=0.7),
+            gid=f"highlight-label-{rows[k]}",
+        )
+    return placed[len(row_boxes[:2]) :]
+
+
+def _draw_highlights(
+    ax: Axes,
+    record: ImageRecord,
+    chosen: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    row_labels: list[tuple[int, int]],
+    row_boxes: list[tuple[float, float, float, float]],
+    max_highlight_labels: int,
+) -> tuple[list[tuple[int, int]], str]:
+    """Draw the highlighted patches and their labels; return the row-number patches that stay clear of
+    the labels (the first and last always stay) and the title's note on unlabelled highlights."""
+    rows, _frames, ys_h, xs_h = chosen
+    ax.add_collection(
+        PolyCollection(
+            cast(Sequence[np.ndarray], patch_squares(ys_h, xs_h)),
+            facecolors=HIGHLIGHT_COLOR,
+            alpha=0.55,
+            edgecolors="#000000",
+            linewidths=1.2,
+            zorder=7,
+            gid="highlight",
+        ),
+        autolim=False,
+    )
+    # The other row numbers make way for the highlight labels.
+    highlight_boxes = _draw_highlight_labels(ax, record, chosen, row_boxes, max_highlight_labels)
+    keep = [k for k, b in enumerate(row_boxes) if k < 2 or not any(_boxes_overlap(b, o) for o in highlight_boxes)]
+    note = ""
+    if len(rows) > max_highlight_labels:
+        note = f"\n{len(rows)} highlighted patches, first {max_highlight_labels} labelled"
+    return [row_labels[k] for k in keep], note
+
+
+def _draw_row_numbers(ax: Axes, row_labels: list[tuple[int, int]], start: int, w: int, row_font: float) -> None:
+    """Draw the global row number on each patch ``(y, x)`` of ``row_labels``; returns nothing."""
+    text_box = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.75)
+    for y, x in sorted(row_labels):
+        row = start + int(y) * w + int(x)
+        ax.text(
+            (x + 0.5) * PATCH,
+            (y + 0.5) * PATCH,
+            str(row),
+            ha="center",
+            va="center",
+            fontsize=row_font,
+            bbox=text_box,
+            zorder=6,
+            gid=f"row-label-{row}",
+        )
+
+
+def _draw_patch_legend(ax: Axes, record: ImageRecord) -> None:
+    """Draw the legend of lattice, merge groups and padding counts under the x label; returns nothing."""
+    t, h, w = record.grid_thw
+    pad = np.asarray(record.pad_mask) if record.pad_mask is not None else np.zeros((h, w), np.int8)
+    handles = [
+        Line2D([], [], color="0.4", linewidth=0.8, label=f"patch {PATCH} px"),
+        Line2D([], [], color=MERGE_COLOR, linewidth=1.8, label=f"merge group {MERGE}×{MERGE} (one token)"),
+        Patch(
+            facecolor=PAD_FULL_RGBA,
+            edgecolor="0.3",
+            label=f"fully padding: {int((pad == PATCH_FULLY_PADDING).sum())} patches",
+        ),
+        Patch(
+            facecolor=PAD_PARTIAL_RGBA,
+            edgecolor="0.3",
+            label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches",
+        ),
+    ]
+    # Under the x label. offset_copy reads only fig.dpi_scale_trans, which a SubFigure has too; its stub
+    # asks for a Figure.
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")  # type: ignore[arg-type]
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=below,
+        ncol=2,
+        fontsize=LABEL_FONT,
+        frameon=False,
+    )
+
+
+def _patch_grid_title(record: ImageRecord, note: str) -> str:
+    """Return the title of draw_patch_grid: grid, rows, patches, tokens, frames, resize and ``note``."""
+    t, h, w = record.grid_thw
+    start, end = record.rows
+    frames_note = f", frame 0 of {t}" if t > 1 else ""
+    resize = record.resize
+    size_note = (
+        f"\nresized {resize.new_width}×{resize.new_height} px + pad {resize.pad_width}×{resize.pad_height}"
+        f" (source {record.source_size[0]}×{record.source_size[1]})"
+    )
+    return (
+        f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
+        f"{record.num_tokens} tokens{frames_note}{size_note}{note}"
+    )
+
+
 def draw_patch_grid(
     record_or_output: ImageRecord | ProcessorOutput,
     index: int = 0,
@@ -378,120 +541,12 @@ def draw_patch_grid(
         ys, xs = row_label_positions(h, w, max_labels)
         row_labels, row_boxes = _separated_labels(ax, start, w, ys, xs, row_font)
 
-    chosen = []
-    if highlight_rows is not None:
-        chosen.append(rows_to_patches(record, highlight_rows))
-    if highlight_patches is not None:
-        chosen.append(patches_to_rows(record, highlight_patches))
+    chosen = _chosen_patches(record, highlight_rows, highlight_patches)
     note = ""
-    if chosen:
-        rows, frames, ys_h, xs_h = (np.concatenate(parts) for parts in zip(*chosen))
-        ax.add_collection(
-            PolyCollection(
-                cast(Sequence[np.ndarray], patch_squares(ys_h, xs_h)),
-                facecolors=HIGHLIGHT_COLOR,
-                alpha=0.55,
-                edgecolors="#000000",
-                linewidths=1.2,
-                zorder=7,
-                gid="highlight",
-            ),
-            autolim=False,
-        )
-        box = dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=HIGHLIGHT_COLOR, alpha=0.9)
-        anchors_px = ax.transData.transform(np.stack([(xs_h + 0.5) * PATCH, (ys_h + 0.5) * PATCH], 1))
-        # Highlight labels avoid each other and the first and last row numbers (always shown);
-        # the other row numbers then make way for them.
-        placed: list[tuple[float, float, float, float]] = list(row_boxes[:2])  # label boxes in display pixels
-        px_per_pt = ax.figure.dpi / 72.0
-        for k in range(min(len(rows), max_highlight_labels)):
-            where = f"({frames[k]}, {ys_h[k]}, {xs_h[k]})" if t > 1 else f"({ys_h[k]}, {xs_h[k]})"
-            text = f"row {rows[k]} → {where}"
-            width, height = (v + 6 for v in text_size_px(text, LABEL_FONT, ax.figure.dpi))
-            right_half, top_half, dx, dy, box_px = _free_label_spot(
-                anchors_px[k],
-                width,
-                height,
-                right_first=xs_h[k] > w / 2,
-                top_first=ys_h[k] < h / 2,
-                taken=placed,
-                frame=ax.bbox.extents,
-                px_per_pt=px_per_pt,
-                steps=2 * max_highlight_labels,
-            )
-            placed.append(box_px)
-            ax.annotate(
-                text,
-                xy=((xs_h[k] + 0.5) * PATCH, (ys_h[k] + 0.5) * PATCH),
-                xytext=(dx, dy),
-                textcoords="offset points",
-                ha="right" if right_half else "left",
-                va="top" if top_half else "bottom",
-                fontsize=LABEL_FONT,
-                bbox=box,
-                zorder=8,
-                arrowprops=dict(arrowstyle="-", color="#000000", linewidth=0.7),
-                gid=f"highlight-label-{rows[k]}",
-            )
-        highlight_boxes = placed[len(row_boxes[:2]) :]
-        keep = [k for k, b in enumerate(row_boxes) if k < 2 or not any(_boxes_overlap(b, o) for o in highlight_boxes)]
-        row_labels = [row_labels[k] for k in keep]
-        if len(rows) > max_highlight_labels:
-            note = f"\n{len(rows)} highlighted patches, first {max_highlight_labels} labelled"
-
-    text_box = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.75)
-    for y, x in sorted(row_labels):
-        row = start + int(y) * w + int(x)
-        ax.text(
-            (x + 0.5) * PATCH,
-            (y + 0.5) * PATCH,
-            str(row),
-            ha="center",
-            va="center",
-            fontsize=row_font,
-            bbox=text_box,
-            zorder=6,
-            gid=f"row-label-{row}",
-        )
-
-    pad = np.asarray(record.pad_mask) if record.pad_mask is not None else np.zeros((h, w), np.int8)
-    handles = [
-        Line2D([], [], color="0.4", linewidth=0.8, label="patch 14 px"),
-        Line2D([], [], color=MERGE_COLOR, linewidth=1.8, label="merge group 2×2 (one token)"),
-        Patch(
-            facecolor=PAD_FULL_RGBA,
-            edgecolor="0.3",
-            label=f"fully padding: {int((pad == PATCH_FULLY_PADDING).sum())} patches",
-        ),
-        Patch(
-            facecolor=PAD_PARTIAL_RGBA,
-            edgecolor="0.3",
-            label=f"partly padding (striped): {int((pad == PATCH_PARTLY_PADDING).sum())} patches",
-        ),
-    ]
-    # Under the x label. offset_copy reads only fig.dpi_scale_trans, which a SubFigure has too; its stub
-    # asks for a Figure.
-    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")  # type: ignore[arg-type]
-    ax.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, 0.0),
-        bbox_transform=below,
-        ncol=2,
-        fontsize=LABEL_FONT,
-        frameon=False,
-    )
+    if chosen is not None:
+        row_labels, note = _draw_highlights(ax, record, chosen, row_labels, row_boxes, max_highlight_labels)
+    _draw_row_numbers(ax, row_labels, start, w, row_font)
+    _draw_patch_legend(ax, record)
     patch_ticks(ax, h, w)
-    frames_note = f", frame 0 of {t}" if t > 1 else ""
-    resize = record.resize
-    size_note = (
-        f"\nresized {resize.new_width}×{resize.new_height} px + pad {resize.pad_width}×{resize.pad_height}"
-        f" (source {record.source_size[0]}×{record.source_size[1]})"
-    )
-    ax.set_title(
-        f"{record_label(record)}: grid {t}×{h}×{w}, rows [{start}, {end}) — {end - start} patches, "
-        f"{record.num_tokens} tokens{frames_note}{size_note}{note}",
-        fontsize=9,
-        pad=12,
-    )
+    ax.set_title(_patch_grid_title(record, note), fontsize=9, pad=12)
     return ax
