@@ -94,6 +94,16 @@ def test_the_docstring_names_release_scenario_manifest_and_the_outcome_per_relea
     assert case.release == "0.5.18" and case.code_path == "pre-fix" and case.tp_size == 2
 
 
+def test_a_scenarios_batch_names_its_scenario_and_keeps_the_name_through_a_manifest(tmp_path):
+    batch = _s1()
+    assert (batch.scenario, batch.created_by) == ("s1-cpu", "kimi-viz scenario s1-cpu")
+    again = read_manifest(write_manifest(batch, tmp_path / "capture"))
+    assert (again.scenario, again.created_by) == ("s1-cpu", "kimi-viz scenario s1-cpu")
+    case = _case(emit_repro(again, tmp_path / "out"))
+    assert case.source["kind"] == "scenario" and case.source["scenario"] == "s1-cpu"
+    assert case.source["title"] == SCENARIOS["s1-cpu"].title
+
+
 def test_the_expectations_are_the_kits_verdict_per_release(tmp_path):
     case = _case(emit_repro(_s1("s1-gpu"), tmp_path))
     assert case.ranks == [0, 1]

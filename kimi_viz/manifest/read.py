@@ -204,7 +204,7 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
     _check_payloads(obj, source, max_elements, max_pixels, max_bytes)
     if not load:
         return None
-    from ..split.batch import GRID_KEYS, Batch, Item
+    from ..split.batch import GRID_KEYS, Batch, Item, scenario_named_by
 
     items = []
     for i, raw in enumerate(obj["items"]):
@@ -242,6 +242,7 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
         recorded=_recorded_outcome(source_info.get("recorded")),
         note=source_info.get("note", ""),
         created_by=obj.get("created_by", ""),
+        scenario=scenario_named_by(obj.get("created_by", "")),
         processor_output=output,
         extra=extra,
         forward_context=_forward_context(obj.get("forward_context")),

@@ -65,9 +65,7 @@ def _from_batch(
     tp = batch.attn_tp_size if tp_size is None else tp_size
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 64:
         raise ArgumentError(f"tp_size: expected an attention-TP size from 1 to 64, got {tp!r}")
-    name = scenario
-    if name is None and batch.created_by.startswith("kimi-viz scenario "):
-        name = batch.created_by.removeprefix("kimi-viz scenario ").strip()
+    name = scenario if scenario is not None else batch.scenario
     origin: dict[str, Any] = {"kind": "scenario" if name else "batch"}
     if name:
         from ..scenarios import SCENARIOS

@@ -95,6 +95,7 @@ class Scenario:
         batch.code_path_source = PathSource.SCENARIO
         batch.note = self.description
         batch.created_by = f"kimi-viz scenario {self.name}"
+        batch.scenario = self.name
         return batch
 
     def to_json(self) -> dict[str, Any]:

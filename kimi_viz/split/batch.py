@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither to
 
     from .forward_context import ForwardContext
 
+#: How a scenario's batch says who made it in ``created_by`` (and so in its manifest): this, then its name.
+SCENARIO_CREATOR = "kimi-viz scenario "
+
 GRID_KEYS = ("image_grid_thw", "grid_thws")  # image_grid_thw wins when both are present
 DEFERRED_KEY = "kimi_k3_deferred_preprocessing"
 
@@ -141,6 +144,7 @@ class Batch:
     recorded: RecordedOutcome | None = None  # what the captured call did (None: not recorded)
     note: str = ""
     created_by: str = ""
+    scenario: str | None = None  # the catalogue scenario that built this batch (its created_by names it too)
     processor_output: ProcessorOutputForm = "concatenated"  # the manifest's extra.processor_output
     extra: dict[str, Any] = field(default_factory=dict)  # the manifest's other extra facts
     forward_context: ForwardContext | None = None  # the forward pass around the call, when a capture recorded it
@@ -161,3 +165,10 @@ def check_processor_output(batch: Batch) -> ProcessorOutputForm:
     if output not in PROCESSOR_OUTPUTS:
         raise ConfigError(f"batch.processor_output: expected one of {list(PROCESSOR_OUTPUTS)}, got {output!r}")
     return output
+
+
+def scenario_named_by(created_by: str) -> str | None:
+    """Return the scenario a ``created_by`` text names (``"kimi-viz scenario NAME"``), or None."""
+    if not created_by.startswith(SCENARIO_CREATOR):
+        return None
+    return created_by.removeprefix(SCENARIO_CREATOR).strip() or None
