@@ -187,6 +187,95 @@ def _track_height_px(ax: Axes, height: float) -> float:
     return abs(height / (y1 - y0)) * ax.bbox.height
 
 
+def _track_polygons(
+    spans: Sequence[tuple[float, float]], *, y: float, height: float, x_scale: float, x_offset: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the spans' on-screen starts and ends (data units) and their ``[n, 4, 2]`` rectangles."""
+    n = len(spans)
+    bounds = np.asarray(spans, dtype=float).reshape(n, 2)
+    starts = bounds[:, 0] * x_scale + x_offset
+    ends = bounds[:, 1] * x_scale + x_offset
+    verts = np.empty((n, 4, 2))
+    verts[:, 0, 0] = verts[:, 3, 0] = starts
+    verts[:, 1, 0] = verts[:, 2, 0] = ends
+    verts[:, :2, 1] = y
+    verts[:, 2:, 1] = y + height
+    return starts, ends, verts
+
+
+def _draw_track_fills(
+    ax: Axes, verts: np.ndarray, styles: list[int], fills: list[str], *, zorder: float, gid_prefix: str
+) -> list[PolyCollection]:
+    """Draw the span rectangles as two PolyCollections (even and odd style index); return those drawn."""
+    collections = []
+    for parity in (0, 1):
+        chosen = [i for i in range(len(styles)) if styles[i] % 2 == parity]
+        if not chosen:
+            continue
+        collection = PolyCollection(
+            cast(Sequence[np.ndarray], verts[chosen]),  # stubs: a Sequence; arrays work
+            facecolors=[fills[i] for i in chosen],
+            edgecolors="#000000",
+            linewidths=0.8,
+            linestyles=edge_style_for(parity),
+            hatch=hatch_for(parity) or None,
+            zorder=zorder,
+            gid=f"{gid_prefix}-fills-{'even' if parity == 0 else 'odd'}",
+        )
+        ax.add_collection(collection, autolim=False)
+        collections.append(collection)
+    return collections
+
+
+def _draw_track_label(
+    ax: Axes,
+    place: LabelPlacement,
+    middle: float,
+    *,
+    y: float,
+    height: float,
+    fontsize: float,
+    level_height_pt: float,
+    zorder: float,
+    gid: str,
+) -> Text:
+    """Draw one span's label, inside the span or above the track with a leader line; return its Text."""
+    box = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)
+    if place.inside:
+        return ax.text(
+            middle,
+            y + height / 2,
+            place.text,
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+            bbox=box,
+            zorder=zorder + 1,
+            gid=gid,
+        )
+    return ax.annotate(
+        place.text,
+        xy=(middle, y + height),
+        xytext=(place.dx_pt, LABEL_GAP_PT + place.level * level_height_pt),
+        textcoords="offset points",
+        ha=place.ha,
+        va="bottom",
+        fontsize=fontsize,
+        bbox=box,
+        arrowprops=dict(
+            arrowstyle="-",
+            color="0.25",
+            linewidth=0.6,
+            shrinkA=0,
+            shrinkB=0,
+            relpos=(0.0, 0.0) if place.ha == "left" else (1.0, 0.0),
+        ),
+        zorder=zorder + 1,
+        annotation_clip=False,
+        gid=gid,
+    )
+
+
 def draw_row_track(
     ax: Axes,
     spans: Sequence[tuple[float, float]],
@@ -219,85 +308,34 @@ def draw_row_track(
     ``gid=f"{gid_prefix}-label-{i}"``.
     """
     n = len(spans)
-    bounds = np.asarray(spans, dtype=float).reshape(n, 2)
-    starts = bounds[:, 0] * x_scale + x_offset
-    ends = bounds[:, 1] * x_scale + x_offset
+    starts, ends, verts = _track_polygons(spans, y=y, height=height, x_scale=x_scale, x_offset=x_offset)
     styles = list(range(n)) if style_indices is None else [int(v) for v in style_indices]
     fills = [colors[i] if colors is not None else color_for(styles[i]) for i in range(n)]
-    verts = np.empty((n, 4, 2))
-    verts[:, 0, 0] = verts[:, 3, 0] = starts
-    verts[:, 1, 0] = verts[:, 2, 0] = ends
-    verts[:, :2, 1] = y
-    verts[:, 2:, 1] = y + height
-
-    collections = []
-    for parity in (0, 1):
-        chosen = [i for i in range(n) if styles[i] % 2 == parity]
-        if not chosen:
-            continue
-        collection = PolyCollection(
-            cast(Sequence[np.ndarray], verts[chosen]),  # stubs: a Sequence; arrays work
-            facecolors=[fills[i] for i in chosen],
-            edgecolors="#000000",
-            linewidths=0.8,
-            linestyles=edge_style_for(parity),
-            hatch=hatch_for(parity) or None,
-            zorder=zorder,
-            gid=f"{gid_prefix}-fills-{'even' if parity == 0 else 'odd'}",
-        )
-        ax.add_collection(collection, autolim=False)
-        collections.append(collection)
+    collections = _draw_track_fills(ax, verts, styles, fills, zorder=zorder, gid_prefix=gid_prefix)
 
     texts: list[Text | None] = [None] * n
     label_list = list(labels) if labels is not None else [None] * n
-    dpi = ax.figure.dpi
     placements, levels = plan_labels(
-        [tuple(b) for b in bounds],
+        [tuple(b) for b in np.asarray(spans, dtype=float).reshape(n, 2)],
         label_list,
         x_to_px=_x_to_px(ax, x_scale, x_offset),
         axes_width_px=ax.bbox.width,
         track_height_px=_track_height_px(ax, height),
         fontsize=fontsize,
-        dpi=dpi,
+        dpi=ax.figure.dpi,
     )
     level_height_pt = LINE_HEIGHT_EM * fontsize + 3.0
-    box = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)
     for i, place in enumerate(placements):
-        if place is None:
-            continue
-        middle = (starts[i] + ends[i]) / 2
-        if place.inside:
-            texts[i] = ax.text(
-                middle,
-                y + height / 2,
-                place.text,
-                ha="center",
-                va="center",
+        if place is not None:
+            texts[i] = _draw_track_label(
+                ax,
+                place,
+                (starts[i] + ends[i]) / 2,
+                y=y,
+                height=height,
                 fontsize=fontsize,
-                bbox=box,
-                zorder=zorder + 1,
-                gid=f"{gid_prefix}-label-{i}",
-            )
-        else:
-            texts[i] = ax.annotate(
-                place.text,
-                xy=(middle, y + height),
-                xytext=(place.dx_pt, LABEL_GAP_PT + place.level * level_height_pt),
-                textcoords="offset points",
-                ha=place.ha,
-                va="bottom",
-                fontsize=fontsize,
-                bbox=box,
-                arrowprops=dict(
-                    arrowstyle="-",
-                    color="0.25",
-                    linewidth=0.6,
-                    shrinkA=0,
-                    shrinkB=0,
-                    relpos=(0.0, 0.0) if place.ha == "left" else (1.0, 0.0),
-                ),
-                zorder=zorder + 1,
-                annotation_clip=False,
+                level_height_pt=level_height_pt,
+                zorder=zorder,
                 gid=f"{gid_prefix}-label-{i}",
             )
     return TrackArtists(collections, texts, placements, levels, level_height_pt)
@@ -423,19 +461,47 @@ def draw_row_spans(
     if ax is None:
         own_figure = Figure(figsize=(11.0, 3.0))
         ax = own_figure.add_subplot()
-    fig = ax.figure
     plan = _plan_row_spans(layout, produced, ax, fontsize, max_label_levels)
     comparison = plan.comparison
-    needed_pt = plan.needed_pt
     if own_figure is not None:
-        top_in, bottom_in = 0.45, 0.55
-        height_in = needed_pt / 72.0 + top_in + bottom_in
-        own_figure.set_size_inches(11.0, height_in)
-        own_figure.subplots_adjust(left=0.11, right=0.98, bottom=bottom_in / height_in, top=1 - top_in / height_in)
-    axes_height_pt = ax.bbox.height * 72.0 / fig.dpi
-    ax.set_ylim(0.0, max(needed_pt, axes_height_pt))
+        _fit_figure_height(own_figure, plan.needed_pt)
+    axes_height_pt = ax.bbox.height * 72.0 / ax.figure.dpi
+    ax.set_ylim(0.0, max(plan.needed_pt, axes_height_pt))
+    drawn = _draw_row_span_tracks(ax, plan, fontsize)
+    if comparison is not None and not comparison.equal:
+        assert produced is not None  # there is a comparison only with produced
+        _mark_divergence(ax, layout, produced, comparison, drawn.placed, drawn.top, fontsize)
 
-    # Second pass: draw bottom-up so each track sits above the previous track's labels.
+    ax.set_yticks(drawn.centres, drawn.names, fontsize=fontsize + 1)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(_row_spans_title(layout, produced, comparison), fontsize=fontsize + 3)
+    return ax
+
+
+def _fit_figure_height(figure: Figure, needed_pt: float) -> None:
+    """Size an 11-inch-wide figure so its Axes is ``needed_pt`` points tall between fixed margins; returns nothing."""
+    top_in, bottom_in = 0.45, 0.55
+    height_in = needed_pt / 72.0 + top_in + bottom_in
+    figure.set_size_inches(11.0, height_in)
+    figure.subplots_adjust(left=0.11, right=0.98, bottom=bottom_in / height_in, top=1 - top_in / height_in)
+
+
+@dataclass
+class _DrawnTracks:
+    """What :func:`_draw_row_span_tracks` drew: the y-tick centres and names, each track's
+    ``(y, height)`` by kind, and the y above the top track's labels."""
+
+    centres: list[float]
+    names: list[str]
+    placed: dict[str, tuple[float, float]]
+    top: float
+
+
+def _draw_row_span_tracks(ax: Axes, plan: _RowSpansPlan, fontsize: float) -> _DrawnTracks:
+    """Draw the planned tracks bottom-up, each above the previous track's labels; return where they went."""
     y = 4.0
     centres, names = [], []
     placed: dict[str, tuple[float, float]] = {}
@@ -459,22 +525,16 @@ def draw_row_spans(
         else:
             names.append(f"{kind} rows\n{source.total_rows} in all")
         y += height_pt + room + TRACK_GAP_PT
+    return _DrawnTracks(centres, names, placed, y)
 
-    if comparison is not None and not comparison.equal:
-        assert produced is not None  # there is a comparison only with produced
-        _mark_divergence(ax, layout, produced, comparison, placed, y, fontsize)
 
-    ax.set_yticks(centres, names, fontsize=fontsize + 1)
-    ax.tick_params(axis="y", length=0)
-    ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+def _row_spans_title(layout: BatchLayout, produced: BatchLayout | None, comparison: LayoutComparison | None) -> str:
+    """Return the title of draw_row_spans: images, rows and tokens, and whether ``produced`` agrees."""
     images = f"{len(layout)} image{'s' if len(layout) != 1 else ''}"
     title = f"pixel_values rows: {images}, {layout.total_rows} rows, {layout.total_tokens} merged tokens"
     if comparison is not None and produced is not None:  # produced is given whenever there is a comparison
         title += " — produced " + ("agrees" if comparison.equal else f"{produced.total_rows} rows")
-    ax.set_title(title, fontsize=fontsize + 3)
-    return ax
+    return title
 
 
 def _mark_divergence(
