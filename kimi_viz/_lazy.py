@@ -2,7 +2,7 @@
 
 Every package of the kit exports its public names this way, so ``import kimi_viz`` (or any of its
 sub-packages) imports nothing heavy until a name is used. One naming rule makes this safe: no
-function shares its name with a module beside it (a verb's own module is private, ``_replay.py``),
+function shares its name with a module beside it (a verb's own module is private, ``split/_replay.py``),
 so a name kept on the package is never replaced by a submodule of the same name when that submodule
 is imported.
 """

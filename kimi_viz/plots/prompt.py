@@ -1,7 +1,7 @@
 """A request's prompt drawn: its text, and each image's block of media tokens as the request side builds it.
 
 :func:`draw_prompt` draws a :class:`~kimi_viz.request.prompt.Prompt` (or the
-:class:`~kimi_viz.request.chat.RequestOutcome` of a client's request, which also names each image and
+:class:`~kimi_viz.request.checks.RequestOutcome` of a client's request, which also names each image and
 its original size) on one Axes:
 
 * **the prompt, to scale** (x counts tokens): text in light grey, each image's whole block

@@ -3,8 +3,8 @@
 Each :class:`LoadScenario` is a workload of sample images on one deployment (release, attention-TP
 size, server and load settings) and what SGLang does with it: the status, the exception and its exact
 message, the ranks that raise, the warnings SGLang logs, and the release that fixes it.
-:func:`kimi_viz.run_load_scenario` replays one with :func:`~kimi_viz._whatif.load.whatif_load`; the
-CLI is ``kimi-viz scenario run NAME`` (the same command as the single-call scenarios).
+:func:`kimi_viz.run_load_scenario` replays one on its own deployment; the CLI is
+``kimi-viz scenario run NAME`` (the same command as the single-call scenarios).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ checkpoint processor, which computes its *own* resize from the image size (:mod:
 the rows produced are checked against the grids (:mod:`.length_check`). When they disagree SGLang
 raises "Kimi-K3 deferred feature length does not match image grids" with no numbers.
 
-:func:`replay` walks the code path of one SGLang release (:mod:`.releases`: 0.5.17 has no split,
+:func:`replay` walks the code path of one SGLang release (:mod:`kimi_viz.releases`: 0.5.17 has no split,
 0.5.18 the pre-fix split, 0.5.19 and later the fixed one) on a :class:`~kimi_viz.split.batch.Batch`,
 records every variable at every step for every rank (:mod:`.trace`), and ends with the exact
 exception SGLang would raise (type and message) or ``ok``; :mod:`.divergence` then names the

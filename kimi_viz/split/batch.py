@@ -2,7 +2,7 @@
 
 These mirror the fields of SGLang's ``MultimodalDataItem`` that decide the row counts:
 both grid keys, the ``kimi_k3_deferred_preprocessing`` config, the
-``encoder_local_preprocessed`` flag and the feature itself. Manifests (``kimi_viz.manifest.io``)
+``encoder_local_preprocessed`` flag and the feature itself. Manifests (:mod:`kimi_viz.manifest`)
 read and write exactly this model.
 """
 

@@ -1,6 +1,6 @@
 """§7's anomalies, found in a batch alone: what each item carries that SGLang's checks will trip over.
 
-:func:`findings` lists every anomaly of a batch whether or not the replay fails — a stale
+:func:`collect_findings` lists every anomaly of a batch whether or not the replay fails — a stale
 ``image_grid_thw`` (S2), K2.5 limits on a K3 consumer (S4), a stacked feature (S6), t > 1 (S8),
 several grid rows (S9), a stale eager feature (S10), odd channel counts (S11), an HWC tensor (S12),
 an empty image (S13), a mixture of local and deferred items (S3) — and, for 0.5.17's code, every
