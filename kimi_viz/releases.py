@@ -397,6 +397,14 @@ def as_code_path(value: object, name: str = "code_path") -> CodePath:
     raise ConfigError(f"{name}: expected one of {list(CODE_PATHS)}, got {value!r}")
 
 
+#: How a batch's own code path was found, as the verdict's sentence says it (its JSON says the key).
+_RECORDED_PATH_WORDS: dict[PathSource, str] = {
+    PathSource.DETECTED: "detected from SGLang's source by the capture",
+    PathSource.SCENARIO: "the scenario's code",
+    PathSource.RECORDED: "recorded in the manifest",
+}
+
+
 def choose_release(
     *,
     sglang_version: str | None = None,
@@ -454,15 +462,14 @@ def choose_release(
     if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
         path = as_code_path(recorded_code_path)
         release = RELEASES[PATH_RELEASE[path]]
-        what = {
-            PathSource.DETECTED: "detected from SGLang's source by the capture",
-            PathSource.SCENARIO: "the scenario's code",
-        }.get(recorded_source or PathSource.RECORDED, "recorded in the manifest")
+        known = recorded_source is not None and recorded_source in _RECORDED_PATH_WORDS
+        how = recorded_source if known and recorded_source is not None else PathSource.RECORDED
+        what = _RECORDED_PATH_WORDS[how]
         unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
         return ReleaseChoice(
             path,
             release,
-            PathSource.DETECTED,
+            how,
             recorded_version,
             f"{unknown}the {path} code path, {what}, as in SGLang {release.version}",
         )

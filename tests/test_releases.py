@@ -131,6 +131,20 @@ def test_fixed_in_names_the_next_path_change():
     assert fixed_in("post-fix") is None
 
 
+def test_a_batchs_own_code_path_is_chosen_by_how_it_was_found_and_the_sentence_agrees():
+    words = {
+        PathSource.DETECTED: "detected from SGLang's source by the capture",
+        PathSource.SCENARIO: "the scenario's code",
+        PathSource.RECORDED: "recorded in the manifest",
+    }
+    for source, sentence in words.items():
+        choice = choose_release(recorded_code_path="pre-fix", recorded_source=source)
+        assert choice.chosen_by is source and sentence in choice.note
+        assert choice.to_json()["chosen_by"] == source.value
+    unsaid = choose_release(recorded_code_path="pre-fix", recorded_source=None)
+    assert unsaid.chosen_by is PathSource.RECORDED and "recorded in the manifest" in unsaid.note
+
+
 def test_choice_order_asked_then_recorded_then_detected_then_assumed():
     asked = choose_release(sglang_version="0.5.18", recorded_version="0.5.23")
     assert (asked.code_path, asked.chosen_by, asked.release.version) == ("pre-fix", "asked", "0.5.18")

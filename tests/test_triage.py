@@ -78,7 +78,10 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
     }
     path_release = {"pre-fix": "0.5.18", "post-fix": "0.5.23"}[scenario.code_path]
     assert (verdict["release"]["code_path"], verdict["release"]["sglang_version"]) == (scenario.code_path, path_release)
-    assert verdict["release"]["chosen_by"] == "detected"  # the manifest records the scenario's code, no version
+    # the manifest records the scenario's code and no version: chosen by the scenario (it said "detected" before,
+    # which is for a code path a capture read from SGLang's source)
+    assert verdict["release"]["chosen_by"] == "scenario"
+    assert "the scenario's code" in verdict["release"]["note"]
     assert code == verdict["exit_code"] == (1 if expected.outcome == "error" else 3 if expected.silent else 0)
     assert verdict["outcome"] == expected.outcome
     if expected.type is None:
