@@ -139,8 +139,7 @@ def _source_entry(batch: Batch) -> dict:
     }
     recorded = batch.recorded
     if recorded is not None:
-        error = None if recorded.type is None else {"type": recorded.type, "message": recorded.message or ""}
-        entry["recorded"] = {"outcome": recorded.outcome, "error": error}
+        entry["recorded"] = recorded.to_json()
     return entry
 
 

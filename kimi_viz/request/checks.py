@@ -41,6 +41,7 @@ from ..messages import (
 from ..preprocess.config import get_config
 from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
+from ..split.cause import ErrorInfo
 from .chat import KIMI_IMAGE_PLACEHOLDER, ChatRequest, Rendered, Renderer, render_request
 from .images import RequestImage
 from .prompt import (
@@ -154,9 +155,14 @@ class RequestOutcome:
         """Return the name of the check that raised (``"one-to-one"``, ``"caller identities"``, ...), or None."""
         return self.checks[-1].name if self.error is not None else None
 
+    def error_info(self) -> ErrorInfo | None:
+        """Return what the request side raises as an :class:`~kimi_viz.split.cause.ErrorInfo`, or None."""
+        return None if self.error is None else ErrorInfo(self.error.type, self.error.message)
+
     def error_key(self) -> tuple[str, str] | None:
-        """Return ``(type, message)`` of what the request side raises, or None."""
-        return None if self.error is None else (self.error.type, self.error.message)
+        """Return ``(type, message)`` of what the request side raises, or None (the what-if's comparison key)."""
+        info = self.error_info()
+        return None if info is None else (info.type, info.message)
 
     def media_spans(self) -> list[MediaSpan]:
         """Return each image's block in the expanded prompt (empty when a check raised)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..errors import ConfigError
 from ..releases import CodePath, PathSource
+from .cause import ErrorInfo
 
 if TYPE_CHECKING:  # pragma: no cover - a batch of shapes alone needs neither torch nor Pillow
     import torch
@@ -123,10 +124,15 @@ class RecordedOutcome:
     type: str | None = None
     message: str | None = None
 
+    @property
+    def error(self) -> ErrorInfo | None:
+        """Return the recorded exception as an :class:`~kimi_viz.split.cause.ErrorInfo`, or None when none was."""
+        return None if self.type is None else ErrorInfo(self.type, self.message or "")
+
     def to_json(self) -> dict[str, Any]:
         """Return ``{"outcome", "error": {"type", "message"} | null}``."""
-        error = None if self.type is None else {"type": self.type, "message": self.message or ""}
-        return {"outcome": self.outcome, "error": error}
+        error = self.error
+        return {"outcome": self.outcome, "error": None if error is None else error.to_json()}
 
 
 @dataclass
