@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from .errors import DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+DeviceChoice = Literal["auto", "cpu", "cuda"]  # what a command-line --device takes
+DEVICES: tuple[DeviceChoice, ...] = get_args(DeviceChoice)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:

@@ -1,19 +1,44 @@
 """The package's import graph: no cycles anywhere, and every sub-package points only downward.
 
-Every ``import`` and ``from ... import`` in ``kimi_viz`` counts — module level and inside
-functions alike (a deferred import is still a dependency) — except those under
-``if TYPE_CHECKING:``. The layers below are the pipeline a newcomer reads: a module may import
-its own layer's lower modules and anything in a lower layer, never a higher one.
+Every ``import`` and ``from ... import`` in ``kimi_viz`` counts — module level, inside functions
+(a deferred import is still a dependency) and under ``if TYPE_CHECKING:`` alike (a circle closed
+only for the type checker is still a circle of the design: the two modules cannot be read, or
+split, apart). The layers below are the pipeline a newcomer reads: a module may import its own
+layer's lower modules and anything in a lower layer, never a higher one.
+
+Imports inside functions are kept to a short list (:data:`DEFERRED_ALLOWED`): a heavy third-party
+library that only some paths need, or a CLI sub-command's own verb, imported when the sub-command
+runs so that ``kimi-viz --help`` stays light. Every other import sits at the top of its module.
 """
 
 from __future__ import annotations
 
 import ast
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kimi_viz"
+
+# What a function body may import; every other import sits at the top of its module.
+# A heavy third-party library, imported by the function that uses it: at the top it would load on every path
+# through the module, `kimi-viz --help`, `explain` and a shapes triage among them (tests/test_cli_latency.py).
+DEFERRED_LIBRARIES = {
+    "numpy": "about 50 ms to import; --help and explain load none of it",
+    "torch": "seconds to import; only pixels, the encoder and a live capture need it",
+    "matplotlib": "only a figure needs it; --help, explain and a shapes triage without --out draw none",
+    "PIL": "only decoded pixels need it; --help, explain and a shapes triage read none",
+    "jsonschema": "only a manifest off the fast path is validated with it",
+    "safetensors": "only a checkpoint or a manifest's tensors file is read with it",
+    "transformers": "optional: only the comparison with the Hugging Face processor uses it",
+    "tqdm": "the encoder's progress bar, shown only for a long interactive encode; tqdm.auto probes for Jupyter",
+    "IPython": "optional: only the stepper's notebook display uses it",
+    "ipywidgets": "optional: only the stepper's notebook widgets use it",
+    "sglang": "present only inside the SGLang process a capture wraps",
+}
+# A kit or standard-library module that one place imports late on purpose: (file under kimi_viz/, module) -> why.
+DEFERRED_PLACES = {}
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.
 LAYERS = [
@@ -22,7 +47,7 @@ LAYERS = [
     {"encoder", "split"},
     {"request"},
     {"schedule"},
-    {"scenarios", "manifest", "plots"},
+    {"scenarios", "manifest", "plots", "answer"},
     {"capture", "report"},
     {"_explain", "_triage", "_whatif", "_demo", "repro"},
     {"cli", "__main__", "__init__"},
@@ -30,32 +55,21 @@ LAYERS = [
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """Return the kimi_viz modules ``path`` imports (resolved, outside TYPE_CHECKING blocks)."""
-    name = _module_name(path)
+def _imports(path: Path, modules: set[str], root: Path = PACKAGE) -> set[str]:
+    """Return the kimi_viz modules ``path`` imports (resolved; TYPE_CHECKING blocks included)."""
+    name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("kimi_viz"):
@@ -85,10 +99,15 @@ def _known(name: str, modules: set[str]) -> str:
     return name
 
 
-def _graph() -> dict[str, set[str]]:
-    files = [p for p in PACKAGE.rglob("*.py") if "_shim" not in p.parts]
-    modules = {_module_name(p) for p in files}
-    return {_module_name(p): _imports(p, modules) for p in files}
+def _graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    files = [p for p in root.rglob("*.py") if "_shim" not in p.parts]
+    modules = {_module_name(p, root) for p in files}
+    return {_module_name(p, root): _imports(p, modules, root) for p in files}
+
+
+def _pruned(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    # A module importing its own package's __init__ is how Python loads it anyway: not a cycle of the design.
+    return {m: {t for t in targets if t not in _parents(m)} for m, targets in graph.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -134,14 +153,33 @@ def _parents(module: str) -> set[str]:
 
 
 def test_no_import_cycles():
-    graph = _graph()
-    # A module importing its own package's __init__ is how Python loads it anyway: not a cycle of the design.
-    pruned = {m: {t for t in targets if t not in _parents(m)} for m, targets in graph.items()}
-    assert _cycles(pruned) == []
+    assert _cycles(_pruned(_graph())) == []
 
 
 def test_the_cycle_finder_finds_a_planted_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_cycle_closed_under_type_checking_is_a_cycle(tmp_path):
+    """A planted package: ``a`` imports ``b`` at run time, ``b`` imports ``a`` only for the type checker."""
+    root = tmp_path / "kimi_viz"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "sub" / "__init__.py").write_text("")
+    (root / "sub" / "a.py").write_text("from .b import B\n")
+    (root / "sub" / "b.py").write_text(
+        "from __future__ import annotations\n"
+        "import typing\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from .a import A\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    import kimi_viz.sub.a\n"
+        "class B: ...\n"
+    )
+    graph = _graph(root)
+    assert graph["kimi_viz.sub.b"] == {"kimi_viz.sub.a"}
+    assert _cycles(_pruned(graph)) == [["kimi_viz.sub.a", "kimi_viz.sub.b"]]
 
 
 def _layer(module: str) -> int:
@@ -198,3 +236,81 @@ def test_every_kit_module_the_ci_scripts_name_exists():
             if not (parent and hasattr(importlib.import_module(parent), attr)):
                 missing.append(name)
     assert not missing, missing
+
+
+def _module_of(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """Return the absolute module names ``node`` imports (a relative import resolved against ``package``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not node.level:
+        return [node.module or ""]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    target = ".".join(base + ([node.module] if node.module else []))
+    return [target] if node.module else [f"{target}.{alias.name}" for alias in node.names]
+
+
+def _deferred_imports(root: Path = PACKAGE) -> list[tuple[str, int, str]]:
+    """Return (file under the package, line, module) for every import inside a function body."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = _module_name(path, root)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        rel = path.relative_to(root).as_posix()
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    found.extend((rel, child.lineno, module) for module in _module_of(child, package))  # noqa: B023
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _deferred_reason(rel: str, module: str) -> str | None:
+    top = module.partition(".")[0]
+    if top in DEFERRED_LIBRARIES:
+        return DEFERRED_LIBRARIES[top]
+    for (pattern, allowed), why in DEFERRED_PLACES.items():
+        if fnmatch(rel, pattern) and _within(module, allowed):
+            return why
+    return None
+
+
+def test_every_import_inside_a_function_is_on_the_deferred_list():
+    late = [
+        f"kimi_viz/{rel}:{line}: {module}"
+        for rel, line, module in _deferred_imports()
+        if not _deferred_reason(rel, module)
+    ]
+    assert late == [], (
+        "import these at the top of the module (or add the module, with why, to DEFERRED_*):\n" + "\n".join(late)
+    )
+
+
+def test_every_deferred_place_is_still_used():
+    used = {
+        key
+        for rel, _, module in _deferred_imports()
+        for key in DEFERRED_PLACES
+        if fnmatch(rel, key[0]) and _within(module, key[1])
+    }
+    assert set(DEFERRED_PLACES) - used == set()
+
+
+def test_the_deferred_list_catches_a_planted_import(tmp_path):
+    root = tmp_path / "kimi_viz"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text(
+        "import json\n\n\ndef f():\n    import torch\n    from . import b\n    import re\n    return torch, b, re\n"
+    )
+    (root / "b.py").write_text("")
+    found = _deferred_imports(root)
+    assert found == [("a.py", 5, "torch"), ("a.py", 6, "kimi_viz.b"), ("a.py", 7, "re")]
+    assert [module for rel, _, module in found if not _deferred_reason(rel, module)] == ["kimi_viz.b", "re"]

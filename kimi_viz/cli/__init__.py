@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from typing import Any, NoReturn
 
+from .. import __version__
 from ..errors import KimiVizError
 from ..terminal import escape_value, safe_text, setup_streams
 
@@ -32,8 +34,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every sub-command registered."""
-    from .. import __version__
-
     parser = OneLineParser(
         prog="kimi-viz",
         description="Investigate how SGLang turns images into Kimi-K3 vision features.",
@@ -79,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (`kimi-viz explain --json LOG | head`): stop quietly, as a shell tool does,
         # and point stdout at /dev/null so the interpreter's final flush does not raise again.
-        import os
-
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._demo import DEMO_SCENARIOS, run_demo
+from ..files import check_folder
 from . import emit
 
 
@@ -29,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the demo and print where it is; return 0."""
-    from ..files import check_folder
     from ..scenarios.catalogue import get_scenario
 
     check_folder(args.out, what="--out")

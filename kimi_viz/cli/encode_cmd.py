@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
+from ..devices import DEVICES, resolve_device
+from ..errors import CheckpointError
+from ..preprocess.config import read_checkpoint_config, read_json_file
 from ..terminal import escape_value
 from . import emit
 
@@ -40,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="checkpoint folder: config.json, model.safetensors.index.json and the vision shards",
     )
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default auto")
+    parser.add_argument("--device", default="auto", choices=DEVICES, help="default auto")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="default bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
@@ -55,12 +60,6 @@ def _sync(device: Any) -> None:
 
 def _precheck_checkpoint(folder: str) -> None:
     """Refuse a checkpoint whose config.json or shard index is not strict JSON, before importing torch."""
-    import os
-    from pathlib import Path
-
-    from ..errors import CheckpointError
-    from ..preprocess.config import read_checkpoint_config, read_json_file
-
     root = Path(folder)
     if not root.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist; pass the folder holding config.json")
@@ -80,7 +79,6 @@ def encode_images(args: argparse.Namespace) -> dict[str, Any]:
     loaded = [load_image(path) for path in args.images]
     if args.checkpoint:
         _precheck_checkpoint(args.checkpoint)
-    from ..devices import resolve_device
     from ..encoder import VisionEncoder, processor_preset_for, resolve_dtype
     from ..preprocess.processor import Processor
 

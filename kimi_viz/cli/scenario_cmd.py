@@ -6,6 +6,12 @@ import argparse
 import json
 import sys
 
+from ..errors import ScenarioError
+from ..files import check_output
+from ..manifest import write_manifest
+from ..releases import CODE_PATHS
+from ..request.settings import MODES
+from ..split.verdict import build_verdict, format_verdict
 from . import emit
 
 
@@ -46,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     running.add_argument(
         "--mode",
-        choices=("pixels", "shapes"),
+        choices=MODES,
         default="pixels",
         help="materialize pixels (default) or derive rows from shapes only",
     )
@@ -60,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--code-path",
         "--variant",  # the option's earlier name, still accepted
         dest="code_path",
-        choices=("post-fix", "pre-fix", "no-split"),
+        choices=tuple(reversed(CODE_PATHS)),  # newest first
         default=None,
         help="lower-level switch: replay this code path whatever the release",
     )
@@ -110,7 +116,6 @@ def run_list(args: argparse.Namespace) -> int:
 def _run_load(args: argparse.Namespace) -> int:
     """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
     from .._whatif.load import run_load_scenario
-    from ..errors import ScenarioError
     from ..scenarios.under_load import get_load_scenario
 
     scenario = get_load_scenario(args.name)
@@ -135,19 +140,14 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
     from ..scenarios.catalogue import get_scenario
     from ..scenarios.under_load import LOAD_SCENARIOS
     from ..split._replay import replay
-    from ..split.verdict import build_verdict, format_verdict
 
     if str(args.name).strip().lower() in LOAD_SCENARIOS:
         return _run_load(args)
     scenario = get_scenario(args.name)
     if args.manifest_out:
-        from ..files import check_output
-
         check_output(args.manifest_out, what="--manifest-out")  # refused before the replay runs
     batch = scenario.build()
     if args.manifest_out:
-        from ..manifest import write_manifest
-
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         emit(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", err=True)
     trace = replay(

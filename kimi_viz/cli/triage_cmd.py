@@ -10,13 +10,18 @@ import argparse
 import json
 import os
 
+from ..devices import DEVICES
 from ..errors import ArgumentError
+from ..files import check_folder
+from ..manifest import check_manifest
+from ..releases import CODE_PATHS
+from ..request.settings import MODES
 from . import emit
 
-# kimi_viz._triage's CODE_PATH_CHOICES and MODE_CHOICES, named here so that building the parser does not
-# import the replay (and torch); tests/test_hostile_scale.py checks they agree.
-CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
-MODE_CHOICES = ("auto", "pixels", "shapes")
+# kimi_viz._triage's CODE_PATH_CHOICES and MODE_CHOICES, from the tables that define them so that building
+# the parser does not import the replay (and torch); tests/test_hostile_scale.py checks they agree.
+CODE_PATH_CHOICES = (*reversed(CODE_PATHS), "both")  # newest first, then both sides of the S1 fix
+MODE_CHOICES = ("auto", *MODES)
 FORMATS = ("text", "json", "markdown")
 
 
@@ -77,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="code_path",
         choices=CODE_PATH_CHOICES,
         default=None,
-        help="lower-level switch: replay this code path (post-fix, pre-fix, no-split) whatever "
+        help=f"lower-level switch: replay this code path ({', '.join(reversed(CODE_PATHS))}) whatever "
         "the release, or 'both' (the chosen path and the other side of the S1 fix)",
     )
     parser.add_argument("--tp", type=_positive, metavar="N", help="attention-TP size (default: the recorded one)")
@@ -96,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--device",
-        choices=("auto", "cpu", "cuda"),
+        choices=DEVICES,
         default="auto",
         help="where gpu-backend items are materialized (default auto: CUDA when present)",
     )
@@ -125,8 +130,6 @@ def _output_format(args: argparse.Namespace) -> str:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse a bad --out or --emit-repro before anything is replayed."""
-    from ..files import check_folder
-
     if args.out:
         check_folder(args.out, what="--out")
     if args.emit_repro is not None:
@@ -142,8 +145,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Triage the manifest; return the verdict's exit code (0 clean, 1 error reproduced, 3, 4 or 5)."""
-    from ..manifest import check_manifest
-
     output = _output_format(args)
     _check_outputs(args)
     check_manifest(args.manifest)  # every check, before the replay and torch are imported: a bad manifest fails fast

@@ -22,13 +22,13 @@ from ..preprocess.config import ProcessorConfig, get_config
 from ..preprocess.resize import ResizeConfig, resize_config
 from ..split.batch import Feature, Item
 from .images import RequestImage, as_request_image
+from .settings import Mode
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 CONSUMER = "kimi-k3"  # the model's own checkpoint processor (the cpu backend's consumer)
 GridKey = Literal["image_grid_thw", "grid_thws"]
-Mode = Literal["pixels", "shapes"]
 
 
 def deferred_config(backend: str, resize: ResizeConfig, preset: Any = CONSUMER) -> dict[str, Any]:

@@ -12,7 +12,7 @@ command-line option and the SGLang flag or environment variable it stands for (t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..errors import WhatIfError
 
@@ -20,12 +20,21 @@ Serving = Literal["normal", "epd-encoder"]
 EpdBackend = Literal["cpu", "gpu"]
 Transport = Literal["auto", "cpu", "cuda_ipc", "cuda_vmm"]
 Defer = Literal["auto", "off"]
+# How a replay builds the items' features: the real pixels, or their shapes from the image headers alone.
+# Here, beside the settings, so that the CLI reads it without importing the producer (and Pillow).
+Mode = Literal["pixels", "shapes"]
 
-SERVINGS: tuple[Serving, ...] = ("normal", "epd-encoder")
-EPD_BACKENDS: tuple[EpdBackend, ...] = ("cpu", "gpu")
-TRANSPORTS: tuple[Transport, ...] = ("auto", "cpu", "cuda_ipc", "cuda_vmm")
-DEFERS: tuple[Defer, ...] = ("auto", "off")
+SERVINGS: tuple[Serving, ...] = get_args(Serving)
+EPD_BACKENDS: tuple[EpdBackend, ...] = get_args(EpdBackend)
+TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
+DEFERS: tuple[Defer, ...] = get_args(Defer)
+MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_CONFIG = "kimi-k3"
+
+
+def choices_metavar(choices: tuple[str, ...]) -> str:
+    """Return ``{a,b,c}``: how argparse shows an option's choices, for an option that checks its own."""
+    return "{" + ",".join(choices) + "}"
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "serving",
-        "--serving {normal,epd-encoder}",
+        f"--serving {choices_metavar(SERVINGS)}",
         "normal: a plain `python -m sglang.launch_server`; epd-encoder: the encode server of an EPD "
         "deployment (`--encoder-only`, with a `--language-only` server beside it)",
         "who builds the items: the request side (multimodal/processors/kimi_k3.py) or the EPD encoder "
@@ -49,7 +58,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "epd_backend",
-        "--epd-backend {cpu,gpu}",
+        f"--epd-backend {choices_metavar(EPD_BACKENDS)}",
         "env SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU (0: cpu, the default; 1: gpu, unless "
         "--image-processor-backend pil)",
         "the EPD encoder's deferred backend: cpu keeps the PIL image and preprocesses each rank's own "
@@ -57,14 +66,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "transport",
-        "--mm-feature-transport {auto,cpu,cuda_ipc,cuda_vmm}",
+        f"--mm-feature-transport {choices_metavar(TRANSPORTS)}",
         "--mm-feature-transport (auto: the flag unset; 0.5.17 resolves it to cuda_ipc on a one-node CUDA "
         "server, 0.5.18 and later to cpu; --encoder-only always to cpu)",
         "only the cpu transport lets the request side defer GPU preprocessing",
     ),
     Option(
         "defer",
-        "--defer {auto,off}",
+        f"--defer {choices_metavar(DEFERS)}",
         "no flag: `sglang.srt.utils.is_cuda()` (auto: a CUDA server, where SGLang defers an image when its "
         "raw bytes are at most its processed float32 bytes; off: a non-CUDA server, which never defers)",
         "whether _should_defer_gpu_preprocessing can say yes",
@@ -261,6 +270,9 @@ __all__ = [
     "EPD_BACKENDS",
     "TRANSPORTS",
     "DEFERS",
+    "Mode",
+    "MODES",
+    "choices_metavar",
     "Option",
     "OPTIONS",
     "OPTION_OF",
