@@ -133,10 +133,19 @@ def _source(
     raise ArgumentError(f"emit_repro: expected a kimi_viz Batch, WhatIf or Minimized, got {type(source).__name__}")
 
 
+ARCHIVE_SUFFIX = ".zip"  # the one suffix a manifest's name loses: a zipped capture
+MAX_SLUG = 160  # a file name stays well under the 255 bytes a file system allows, with prefix and suffixes
+
+
 def _manifest_name(origin: Mapping[str, Any]) -> str | None:
+    """Return the manifest's whole folder (or file) name, less ``.zip``; None when the origin has none.
+
+    Only a zipped capture's suffix goes: ``real-0.5.18-tp4-rank3`` stays whole (its dots are not a suffix).
+    """
     if "manifest" not in origin:
         return None
-    return Path(str(origin["manifest"])).stem
+    name = Path(str(origin["manifest"])).name or str(origin["manifest"])
+    return name[: -len(ARCHIVE_SUFFIX)] if name.lower().endswith(ARCHIVE_SUFFIX) and name != ARCHIVE_SUFFIX else name
 
 
 # --- the output folder -----------------------------------------------------------------------------
@@ -158,7 +167,8 @@ def check_repro_folder(out_dir: str | os.PathLike[str]) -> Path:
 
 
 def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:48].strip("_")
+    """Return ``text`` as a part of a Python module name: every run of other characters (dots too) one ``_``."""
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:MAX_SLUG].strip("_")
     return slug or "batch"
 
 
