@@ -113,6 +113,94 @@ def _add_boxes(
     ax.add_collection(collection, autolim=False)
 
 
+_Run = tuple[list[tuple[float, float]], list[str], list[int], list[str]]  # one request's runs, as _runs returns
+
+
+def _label_room(names: list[str], runs: list[_Run], x0: float, x1: float) -> tuple[float, list[int]]:
+    """Return the left margin (inches) the request names need on a new figure, and each strip's
+    number of outside-label levels at that figure's width."""
+    left_in = max([1.0, *(text_size_px(name, FONT, DPI)[0] / DPI + 0.25 for name in names)])
+    width_px = (WIDTH_IN - left_in - RIGHT_IN) * DPI
+
+    def to_px(x: float) -> float:
+        return (x - x0) / (x1 - x0) * width_px
+
+    levels = [
+        plan_labels(
+            spans,
+            labels,
+            x_to_px=to_px,
+            axes_width_px=width_px,
+            track_height_px=STRIP_PT * DPI / 72.0,
+            fontsize=FONT,
+            dpi=DPI,
+        )[1]
+        for spans, labels, _, _ in runs
+    ]
+    return left_in, levels
+
+
+def _strips_axes(left_in: float, total: float) -> Axes:
+    """Return a new Axes ``total`` points tall on a Figure sized for it, the names' ``left_in`` margin and the title."""
+    top_in = (2 * LINE_HEIGHT_EM * TITLE_FONT + 10.0) / 72.0
+    height_in = total / 72.0 + top_in + BOTTOM_IN
+    figure = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
+    figure.subplots_adjust(
+        left=left_in / WIDTH_IN,
+        right=1 - RIGHT_IN / WIDTH_IN,
+        bottom=BOTTOM_IN / height_in,
+        top=1 - top_in / height_in,
+    )
+    return figure.add_subplot()
+
+
+def _strip_bottoms(rooms: list[float], total: float) -> list[float]:
+    """Return each request strip's bottom (points), top down, leaving each strip's label room above it."""
+    bottoms, cursor = [], total
+    for room in rooms:
+        cursor -= room + WINDOW_PAD_PT + STRIP_PT
+        bottoms.append(cursor)
+        cursor -= WINDOW_PAD_PT + ROW_GAP_PT
+    return bottoms
+
+
+def _draw_prompt_boxes(ax: Axes, requests: list[ContextRequest], bottoms: list[float]) -> None:
+    """Draw each request's prompt strip, its cached prefix band and its window box; returns nothing."""
+    prompts, prefixes, windows = [], [], []
+    for request, bottom in zip(requests, bottoms):
+        prompts.append((0.0, float(_extent(request)), bottom, bottom + STRIP_PT))
+        window = request.window
+        if window is None:
+            continue
+        if window[0] > 0:
+            prefixes.append((0.0, float(window[0]), bottom, bottom + STRIP_PT))
+        windows.append((float(window[0]), float(window[1]), bottom - WINDOW_PAD_PT, bottom + STRIP_PT + WINDOW_PAD_PT))
+    _add_boxes(ax, prompts, "prompt-strips", face=PROMPT_COLOR, edge="#000000", width=0.6, zorder=1.0)
+    _add_boxes(ax, prefixes, "prefix-bands", face=PREFIX_COLOR, edge="none", width=0.0, zorder=1.2, hatch="..")
+    _add_boxes(ax, windows, "windows", face="none", edge=LINK_COLOR, width=1.8, zorder=1.5)
+
+
+def _draw_call_requests_text(
+    ax: Axes, context: ForwardContext, names: list[str], bottoms: list[float], shown: int
+) -> None:
+    """Name each strip on the y axis and write the x label (with the requests not drawn) and the title;
+    returns nothing."""
+    ax.set_yticks([bottom + STRIP_PT / 2 for bottom in bottoms], names, fontsize=FONT)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    note = ""
+    if len(context.requests) > shown:
+        note = f"\n{plural(len(context.requests) - shown, 'more request')} not drawn (see the table)"
+    ax.set_xlabel(f"token position in the request's prompt (images: SGLang's item.offsets){note}", fontsize=FONT)
+    ax.set_title(
+        f"get_image_feature: {context.summary()}\nblue box: this forward's window [prefix, prefix + extend); "
+        "dotted grey: the prefix already in the KV cache",
+        loc="left",
+        fontsize=TITLE_FONT,
+    )
+
+
 def draw_call_requests(context: ForwardContext, *, ax: Axes | None = None) -> Axes:
     """Return an Axes with each request's prompt as a strip: its window, its images' runs, the call's items numbered.
 
@@ -125,61 +213,15 @@ def draw_call_requests(context: ForwardContext, *, ax: Axes | None = None) -> Ax
     names = [request_label(r, request) for r, request in shown]
     runs = [_runs(request) for _, request in shown]
     level_pt = LINE_HEIGHT_EM * FONT + 3.0
-
-    if ax is None:
-        left_in = max([1.0, *(text_size_px(name, FONT, DPI)[0] / DPI + 0.25 for name in names)])
-        width_px = (WIDTH_IN - left_in - RIGHT_IN) * DPI
-
-        def to_px(x: float) -> float:
-            return (x - x0) / (x1 - x0) * width_px
-
-        levels = [
-            plan_labels(
-                spans,
-                labels,
-                x_to_px=to_px,
-                axes_width_px=width_px,
-                track_height_px=STRIP_PT * DPI / 72.0,
-                fontsize=FONT,
-                dpi=DPI,
-            )[1]
-            for spans, labels, _, _ in runs
-        ]
-    else:
-        levels = [0] * len(shown)
+    left_in, levels = _label_room(names, runs, x0, x1) if ax is None else (0.0, [0] * len(shown))
     rooms = [0.0 if n == 0 else LABEL_GAP_PT + n * level_pt for n in levels]
     total = sum(room + STRIP_PT + 2 * WINDOW_PAD_PT + ROW_GAP_PT for room in rooms) + ROW_GAP_PT / 2
     if ax is None:
-        top_in = (2 * LINE_HEIGHT_EM * TITLE_FONT + 10.0) / 72.0
-        height_in = total / 72.0 + top_in + BOTTOM_IN
-        figure = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
-        figure.subplots_adjust(
-            left=left_in / WIDTH_IN,
-            right=1 - RIGHT_IN / WIDTH_IN,
-            bottom=BOTTOM_IN / height_in,
-            top=1 - top_in / height_in,
-        )
-        ax = figure.add_subplot()
+        ax = _strips_axes(left_in, total)
     ax.set_xlim(x0, x1)
     ax.set_ylim(0.0, total)
-
-    bottoms, cursor = [], total
-    for room in rooms:
-        cursor -= room + WINDOW_PAD_PT + STRIP_PT
-        bottoms.append(cursor)
-        cursor -= WINDOW_PAD_PT + ROW_GAP_PT
-    prompts, prefixes, windows = [], [], []
-    for (_, request), bottom in zip(shown, bottoms):
-        prompts.append((0.0, float(_extent(request)), bottom, bottom + STRIP_PT))
-        window = request.window
-        if window is None:
-            continue
-        if window[0] > 0:
-            prefixes.append((0.0, float(window[0]), bottom, bottom + STRIP_PT))
-        windows.append((float(window[0]), float(window[1]), bottom - WINDOW_PAD_PT, bottom + STRIP_PT + WINDOW_PAD_PT))
-    _add_boxes(ax, prompts, "prompt-strips", face=PROMPT_COLOR, edge="#000000", width=0.6, zorder=1.0)
-    _add_boxes(ax, prefixes, "prefix-bands", face=PREFIX_COLOR, edge="none", width=0.0, zorder=1.2, hatch="..")
-    _add_boxes(ax, windows, "windows", face="none", edge=LINK_COLOR, width=1.8, zorder=1.5)
+    bottoms = _strip_bottoms(rooms, total)
+    _draw_prompt_boxes(ax, [request for _, request in shown], bottoms)
     for (r, _), (spans, labels, styles, fills), bottom in zip(shown, runs, bottoms):
         if spans:
             draw_row_track(
@@ -193,20 +235,7 @@ def draw_call_requests(context: ForwardContext, *, ax: Axes | None = None) -> Ax
                 fontsize=FONT,
                 gid_prefix=f"request{r}",
             )
-    ax.set_yticks([bottom + STRIP_PT / 2 for bottom in bottoms], names, fontsize=FONT)
-    ax.tick_params(axis="y", length=0)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    note = ""
-    if len(context.requests) > len(shown):
-        note = f"\n{plural(len(context.requests) - len(shown), 'more request')} not drawn (see the table)"
-    ax.set_xlabel(f"token position in the request's prompt (images: SGLang's item.offsets){note}", fontsize=FONT)
-    ax.set_title(
-        f"get_image_feature: {context.summary()}\nblue box: this forward's window [prefix, prefix + extend); "
-        "dotted grey: the prefix already in the KV cache",
-        loc="left",
-        fontsize=TITLE_FONT,
-    )
+    _draw_call_requests_text(ax, context, names, bottoms, len(shown))
     return ax
 
 

@@ -171,14 +171,8 @@ def draw_feature_map(
     return ax
 
 
-def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str = "features") -> Axes:
-    """Return Axes with the L2 norm of every token along the packed token sequence; each image's
-    span is shaded (alternating colour and hatch) and labelled with its index and token grid.
-
-    ``source="features"`` plots the output rows; ``"merged"`` the projector's input (the four
-    merged patches of each token, needs ``return_intermediates=True``) — useful when the output
-    norms are flat, as they are after the K3 post-norm with unit weights.
-    """
+def _token_norms(encoder_output: Any, source: str) -> np.ndarray:
+    """Return the L2 norm of every token's ``source`` row (output features or merged projector input)."""
     if source not in ("features", "merged"):
         raise ArgumentError(f"source: expected 'features' or 'merged', got {source!r}")
     values = encoder_output.features if source == "features" else encoder_output.merged
@@ -187,15 +181,11 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
             "source='merged' needs an EncoderOutput made with return_intermediates=True; encode again with it"
         )
     features = _to_numpy(values).reshape(values.shape[0], -1)
-    norms = np.linalg.norm(features, axis=1)
-    spans = [tuple(s) for s in encoder_output.token_spans]
-    grids = encoder_output.grid_thws.tolist()
-    ax = sized_axes(ax, (9.0, 3.6))
-    total = max(len(norms), 1)
-    low, high = (float(norms.min()), float(norms.max())) if len(norms) else (0.0, 1.0)
-    pad = max(high - low, 0.05 * max(abs(high), 1e-6))
-    bottom, top = max(0.0, low - 0.1 * pad), high + 0.6 * pad  # room above the data for the labels
+    return np.linalg.norm(features, axis=1)
 
+
+def _draw_span_shading(ax: Axes, spans: list[tuple[int, int]]) -> None:
+    """Shade each image's token span in its colour, hatching every other one; returns nothing."""
     shade = PolyCollection(
         [[(start, 0), (end, 0), (end, 1), (start, 1)] for start, end in spans],
         transform=ax.get_xaxis_transform(),
@@ -218,6 +208,10 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
                 gid="token-norms-hatch",
             )
         )
+
+
+def _draw_norm_lines(ax: Axes, spans: list[tuple[int, int]], norms: np.ndarray) -> None:
+    """Draw one line of token norms per image span (a one-token span as a flat step); returns nothing."""
     lines = []
     for start, end in spans:
         x = np.arange(start, end) + 0.5
@@ -235,6 +229,10 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
             gid="token-norms-lines",
         )
     )
+
+
+def _draw_span_labels(ax: Axes, spans: list[tuple[int, int]], grids: list[list[int]], total: int) -> None:
+    """Label each span wide enough with its image index and token grid; returns nothing."""
     for i, ((start, end), (_, h, w)) in enumerate(zip(spans, grids)):
         if (end - start) / total < 0.04 and len(spans) > 1:
             continue  # too narrow to hold a label; its shading still marks it
@@ -249,6 +247,27 @@ def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str
             color=TEXT_COLOR,
             gid=f"token-norms-label-{i}",
         )
+
+
+def draw_token_norms(encoder_output: Any, *, ax: Axes | None = None, source: str = "features") -> Axes:
+    """Return Axes with the L2 norm of every token along the packed token sequence; each image's
+    span is shaded (alternating colour and hatch) and labelled with its index and token grid.
+
+    ``source="features"`` plots the output rows; ``"merged"`` the projector's input (the four
+    merged patches of each token, needs ``return_intermediates=True``) — useful when the output
+    norms are flat, as they are after the K3 post-norm with unit weights.
+    """
+    norms = _token_norms(encoder_output, source)
+    spans = [tuple(s) for s in encoder_output.token_spans]
+    grids = encoder_output.grid_thws.tolist()
+    ax = sized_axes(ax, (9.0, 3.6))
+    total = max(len(norms), 1)
+    low, high = (float(norms.min()), float(norms.max())) if len(norms) else (0.0, 1.0)
+    pad = max(high - low, 0.05 * max(abs(high), 1e-6))
+    bottom, top = max(0.0, low - 0.1 * pad), high + 0.6 * pad  # room above the data for the labels
+    _draw_span_shading(ax, spans)
+    _draw_norm_lines(ax, spans, norms)
+    _draw_span_labels(ax, spans, grids, total)
     ax.set_xlim(0, total)
     ax.set_ylim(bottom, top)
     ax.set_xlabel("merged token (feature row; one per <|media_pad|>)")

@@ -31,7 +31,7 @@ from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.rows import Source
-    from ..schedule.trace import ForwardTrace
+    from ..schedule.trace import CallItem, ForwardTrace, Lookup
 
 OUTSIDE_FILL = "#BBBBBB"
 _LOOKUP_WORDS = {
@@ -79,6 +79,18 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
         y -= TRACK + GAP
         _draw_landed(ax, trace, request.index, styles, y, first_wrong)
         y -= TRACK + GAP
+    _draw_call_track(ax, trace, call_items, styles, y)
+    y -= TRACK + GAP
+    _draw_outside_track(ax, trace, outside, tokens, y)
+    _draw_forward_heading(ax, trace, len(requests), title)
+    return ax
+
+
+def _draw_call_track(
+    ax: Axes, trace: ForwardTrace, call_items: list[CallItem], styles: dict[tuple[int, int], int], y: float
+) -> None:
+    """Draw the call's items in order, sized by the tokens each should yield, or why there is no call;
+    returns nothing."""
     _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
     if call_items:
         spans, start = [], 0
@@ -101,7 +113,13 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
             else "no call: every overlapping image was found"
         )
         ax.text(0, y + TRACK / 2, none, va="center", fontsize=LABEL_FONT)
-    y -= TRACK + GAP
+
+
+def _draw_outside_track(
+    ax: Axes, trace: ForwardTrace, outside: list[Lookup], tokens: dict[tuple[int, int], int], y: float
+) -> None:
+    """Draw the looked-up images that stayed out of the call, grey and labelled with what they are;
+    returns nothing."""
     _track_name(ax, y, "not in the call")
     if outside:
         spans, start = [], 0
@@ -123,9 +141,14 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
             "none: nothing is looked up" if trace.path == "precomputed" else "none: every overlapping image is a miss"
         )
         ax.text(0, y + TRACK / 2, none, va="center", fontsize=LABEL_FONT)
+
+
+def _draw_forward_heading(ax: Axes, trace: ForwardTrace, requests: int, title: str | None) -> None:
+    """Set the pass's title (release, TP size, requests, path, what it raises) and print its error;
+    returns nothing."""
     heading = title or (
         f"SGLang {trace.release.version}, attention-TP {trace.tp_size}: one forward pass, "
-        f"{len(requests)} request{'s' if len(requests) != 1 else ''}, {trace.path} path"
+        f"{requests} request{'s' if requests != 1 else ''}, {trace.path} path"
     )
     if trace.error is not None:
         heading += f" — raises {trace.error.type} ({trace.stage})"
@@ -138,7 +161,6 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
         )
         error_text(ax, -1.2, f"{where}{trace.error.type}: {trace.error.message}", "forward-error")
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
-    return ax
 
 
 def _track_name(ax: Axes, y: float, text: str) -> None:
