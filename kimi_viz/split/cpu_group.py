@@ -12,32 +12,27 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..messages import MSG_CHANNEL_COUNT, MSG_CPU_INPUT_TYPE, MSG_CPU_WRONG_GRIDS
-from ..preprocess.resize import resize_config
+from ..preprocess.config import ProcessorConfig
+from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
 from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, raises
 from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
 
-if TYPE_CHECKING:  # pragma: no cover - Pillow and the checkpoint processor load only for pixels
+if TYPE_CHECKING:  # pragma: no cover - Pillow, torch and the checkpoint processor load only for pixels
+    import torch
     from PIL import Image
+
+
+CPU_TITLE = "Preprocess the cpu group (the checkpoint processor)"
+CPU_NOTE = (
+    "The checkpoint processor computes its own resize from each image's size and the consumer's "
+    "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws."
+)
 
 
 def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Produced:
     """Replay the cpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
-    inputs: list[dict[str, Any]] = []
-    step = Step(
-        PREPROCESS_CPU,
-        "Preprocess the cpu group (the checkpoint processor)",
-        "§6.5",
-        {
-            **group.variables(),
-            "inputs": inputs,
-            "processor": None if ctx.consumer is None else ctx.consumer.to_media_proc_cfg(),
-        },
-        "",
-        rows=state.tracks(),
-    )
-    steps.append(step)
     consumer = ctx.consumer
     if consumer is None:
         raise ConfigError(
@@ -45,73 +40,47 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             "consumer's checkpoint processor, so its media_proc_cfg is needed (set Batch.processor, or "
             "'processor' in the manifest)"
         )
-    staged = []
+    variables: dict[str, Any] = {**group.variables(), "inputs": [], "processor": consumer.to_media_proc_cfg()}
     try:
-        for item, g in zip(group.items, group.global_indices):
-            staged.append(_stage(item.feature, g))
-        resizes = []
-        for (width, height, _mode), g in zip(staged, group.global_indices):
-            if width == 0 or height == 0:
-                # The checkpoint's navit_resize_image divides by the width, then by the height.
-                raise raises("ZeroDivisionError", "division by zero", CauseKind.EMPTY_IMAGE, g, size=[width, height])
-            resizes.append(resize_config(width, height, consumer))
+        staged, resizes = _resize_all(group, consumer)
     except SGLangRaise:
-        step.note = "The checkpoint processor cannot take this image."
+        note = "The checkpoint processor cannot take this image."
+        steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, rows=state.tracks()))
         raise
     grids = [r.grid for r in resizes]
     rows = [prod(gr) for gr in grids]
-    for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes):
-        inputs.append(
-            {
-                "image": g,
-                "feature": feature_json(item.feature),
-                "size": [width, height],
-                "mode": mode_name,
-                "own_resize": {k: v for k, v in resize.to_sglang().items() if k != "num_tokens"},
-                "item_resize_config": (item.deferred or {}).get("resize_config"),
-            }
-        )
+    variables["inputs"] = _inputs(group, staged, resizes)
     for k, grid, n in zip(group.indices, grids, rows):
         state.rows[k].produced_grid = list(grid)
         state.rows[k].produced_rows = n
     missing = next((g for item, g in zip(group.items, group.global_indices) if "grid_thws" not in item.grids), None)
     expected = (
-        []
+        None
         if missing is not None
         else [[int(v) for v in row] for item in group.items for row in item.grids["grid_thws"]]
     )
     produced = [list(g) for g in grids]
     passed = missing is None and produced == expected
-    tensors = None
-    note = (
-        "The checkpoint processor computes its own resize from each image's size and the consumer's "
-        "media_proc_cfg (not the item's resize_config), then compares its grids with each item's grid_thws."
-    )
+    tensors, note = None, CPU_NOTE
     if ctx.mode == "pixels" and passed:
-        from ..preprocess.pixels_checkpoint import checkpoint_pixels
-
-        tensors = [
-            checkpoint_pixels(_image_of(item.feature), resize, consumer)[1]
-            for item, resize in zip(group.items, resizes)
-        ]
+        tensors = _pixels(group, resizes, consumer)
         rows = [int(t.shape[0]) for t in tensors]
     elif ctx.mode == "pixels":
         note += " Pixels not materialized: the grid check fails on sizes alone."
     output = ctx.processor_output
     pixel_rows = None if output == "list" else (len(group.items) if output == "stacked" else sum(rows))
-    step.variables.update(
+    variables.update(
         {
             "produced_grids": produced,
             "produced_rows": rows,
-            "expected_grids": None if missing is not None else expected,
+            "expected_grids": expected,
             "expected_from": "each item's grid_thws",
             "processor_output": output,
             "pixel_values_rows": pixel_rows,
         }
     )
-    step.rows = state.tracks()
-    step.check = Check("checkpoint grids == cat(item grid_thws)", step.variables["expected_grids"], produced, passed)
-    step.note = note
+    check = Check("checkpoint grids == cat(item grid_thws)", expected, produced, passed)
+    steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, check, rows=state.tracks()))
     if missing is not None:
         raise raises("KeyError", repr("grid_thws"), CauseKind.MISSING_GRID_THWS, missing)
     if not passed:
@@ -125,6 +94,45 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             produced=list(grids[bad]),
         )
     return Produced(grids, rows, tensors, pixel_rows, output)
+
+
+_Staged = tuple[int, int, str]  # (width, height, PIL mode) of what the checkpoint processor receives
+
+
+def _resize_all(group: BackendGroup, consumer: ProcessorConfig) -> tuple[list[_Staged], list[ResizeConfig]]:
+    """Return what the checkpoint processor receives of each image and its own resize; raise SGLang's errors."""
+    staged = [_stage(item.feature, g) for item, g in zip(group.items, group.global_indices)]
+    resizes = []
+    for (width, height, _mode), g in zip(staged, group.global_indices):
+        if width == 0 or height == 0:
+            # The checkpoint's navit_resize_image divides by the width, then by the height.
+            raise raises("ZeroDivisionError", "division by zero", CauseKind.EMPTY_IMAGE, g, size=[width, height])
+        resizes.append(resize_config(width, height, consumer))
+    return staged, resizes
+
+
+def _inputs(group: BackendGroup, staged: list[_Staged], resizes: list[ResizeConfig]) -> list[dict[str, Any]]:
+    """Return the step's ``inputs``: each image's feature, size, mode, own resize and the item's resize_config."""
+    return [
+        {
+            "image": g,
+            "feature": feature_json(item.feature),
+            "size": [width, height],
+            "mode": mode_name,
+            "own_resize": {k: v for k, v in resize.to_sglang().items() if k != "num_tokens"},
+            "item_resize_config": (item.deferred or {}).get("resize_config"),
+        }
+        for (width, height, mode_name), item, g, resize in zip(staged, group.items, group.global_indices, resizes)
+    ]
+
+
+def _pixels(group: BackendGroup, resizes: list[ResizeConfig], consumer: ProcessorConfig) -> list[torch.Tensor]:
+    """Return each image's rows through the kit's checkpoint-processor path."""
+    from ..preprocess.pixels_checkpoint import checkpoint_pixels
+
+    return [
+        checkpoint_pixels(_image_of(item.feature), resize, consumer)[1] for item, resize in zip(group.items, resizes)
+    ]
 
 
 def _first_grid_mismatch(items: list[Item], grids: list[tuple[int, int, int]]) -> int:

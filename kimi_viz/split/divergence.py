@@ -4,7 +4,7 @@
 :class:`Divergence`: expected against produced rows per image (global index), the first diverging
 image with both counts, which grid key or index mapping produced the wrong expectation, the
 scenario class of the pipeline spec's §7 (``S1`` … ``S13``, from the anomalies
-:func:`~kimi_viz.split.findings.collect_findings` lists; ``skew`` for a producer newer than the consumer;
+:func:`~kimi_viz.split.findings.findings` lists; ``skew`` for a producer newer than the consumer;
 ``none`` when nothing diverges; ``unclassified`` when no class fits, explained then by the cause
 itself), a short explanation and the fix. A batch can also diverge *silently* (SGLang raises
 nothing but the tower gets the wrong rows or the wrong resolution); those are reported with
@@ -193,24 +193,7 @@ def _explain_error(
         )
         return
     if kind is CauseKind.CHANNELS:
-        channels = cause.channels
-        feature = trace.batch.items[image].feature if image is not None else None
-        shape = [int(s) for s in feature.shape] if feature is not None and feature.layout in ("chw", "hwc") else []
-        hwc = _first(found, ScenarioClass.S12, image)
-        if hwc is not None and shape and channels == shape[0]:  # the HWC tensor's height taken as channels
-            report.scenario_class = ScenarioClass.S12
-            report.explanation = hwc.text + "; SGLang then fails on its channels."
-        else:
-            report.scenario_class = ScenarioClass.S11
-            read_as = (
-                f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
-                if len(shape) == 3 and channels != shape[0]
-                else ""
-            )
-            report.explanation = (
-                f"Image {image} reaches preprocessing with {channels} channels{read_as}; "
-                "SGLang handles 1, 3 or 4 and fails on this one."
-            )
+        _explain_channels(trace, cause, found, report)
         return
     if kind is CauseKind.PROCESSOR_OUTPUT:
         report.scenario_class = ScenarioClass.S6
@@ -227,22 +210,7 @@ def _explain_error(
         report.explanation = skew.text + f"; it raises {error} on {where}."
         return
     if kind is CauseKind.TRAILING_SHAPE:
-        skew = _first(found, ScenarioClass.SKEW, image) or _first(found, ScenarioClass.SKEW)
-        if skew is not None:
-            report.scenario_class = ScenarioClass.SKEW
-            report.wrong_expectation = SKEW_EXPECTATION
-            report.explanation = (
-                skew.text + f"; on {where} image {image}'s feature {cause.shape} "
-                f"cannot be concatenated with trailing shape {cause.expected_trailing}."
-            )
-            return
-        stacked = _first(found, ScenarioClass.S6) is not None
-        report.scenario_class = ScenarioClass.S6 if stacked else UNCLASSIFIED
-        report.explanation = (
-            f"On {where}, image {image}'s feature has shape {cause.shape} while the "
-            f"others have trailing shape {cause.expected_trailing}: the features "
-            "cannot be concatenated into one [rows, 3, 14, 14] buffer."
-        )
+        _explain_trailing(cause, found, where, report)
         return
     if kind in (CauseKind.GPU_GRIDS, CauseKind.CPU_GRIDS, CauseKind.LENGTH):
         _explain_count(trace, rank, cause, found, by_image, report)
@@ -257,6 +225,50 @@ def _explain_error(
     subject = f"image {image}" if image is not None else "the batch"
     report.explanation = f"On {where}, {subject}: {text.explanation}; SGLang raises {error}."
     report.fix = text.fix
+
+
+def _explain_channels(trace: Replayed, cause: Cause, found: list[Finding], report: Divergence) -> None:
+    """Explain a channel-count error: an HWC tensor read as CHW (S12), else an odd channel count (S11)."""
+    image = cause.image
+    channels = cause.channels
+    feature = trace.batch.items[image].feature if image is not None else None
+    shape = [int(s) for s in feature.shape] if feature is not None and feature.layout in ("chw", "hwc") else []
+    hwc = _first(found, ScenarioClass.S12, image)
+    if hwc is not None and shape and channels == shape[0]:  # the HWC tensor's height taken as channels
+        report.scenario_class = ScenarioClass.S12
+        report.explanation = hwc.text + "; SGLang then fails on its channels."
+    else:
+        report.scenario_class = ScenarioClass.S11
+        read_as = (
+            f" (the cpu backend reads its {shape} tensor as HWC, its first axis not being 1, 3 or 4)"
+            if len(shape) == 3 and channels != shape[0]
+            else ""
+        )
+        report.explanation = (
+            f"Image {image} reaches preprocessing with {channels} channels{read_as}; "
+            "SGLang handles 1, 3 or 4 and fails on this one."
+        )
+
+
+def _explain_trailing(cause: Cause, found: list[Finding], where: str, report: Divergence) -> None:
+    """Explain features that cannot be concatenated: a release skew, a stacked feature (S6), or unclassified."""
+    image = cause.image
+    skew = _first(found, ScenarioClass.SKEW, image) or _first(found, ScenarioClass.SKEW)
+    if skew is not None:
+        report.scenario_class = ScenarioClass.SKEW
+        report.wrong_expectation = SKEW_EXPECTATION
+        report.explanation = (
+            skew.text + f"; on {where} image {image}'s feature {cause.shape} "
+            f"cannot be concatenated with trailing shape {cause.expected_trailing}."
+        )
+        return
+    stacked = _first(found, ScenarioClass.S6) is not None
+    report.scenario_class = ScenarioClass.S6 if stacked else UNCLASSIFIED
+    report.explanation = (
+        f"On {where}, image {image}'s feature has shape {cause.shape} while the "
+        f"others have trailing shape {cause.expected_trailing}: the features "
+        "cannot be concatenated into one [rows, 3, 14, 14] buffer."
+    )
 
 
 def _explain_count(

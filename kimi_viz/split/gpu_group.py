@@ -38,19 +38,18 @@ if TYPE_CHECKING:  # pragma: no cover - torch loads for a probe or for pixels, n
 RESIZE_KEYS = ("new_width", "new_height", "pad_width", "pad_height")
 
 
+GPU_TITLE = "Preprocess the gpu group (SGLang's torch path)"
+GPU_NOTE = (
+    "Each image is resized with its own resize_config, so the produced grid follows the "
+    "resize config; mean, std and background come from the group's first config."
+)
+
+
 def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Produced:
     """Replay the gpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
     first = group.items[0].deferred or {}
     inputs: list[dict[str, Any]] = []
-    step = Step(
-        PREPROCESS_GPU,
-        "Preprocess the gpu group (SGLang's torch path)",
-        "§6.5",
-        {**group.variables(), "inputs": inputs},
-        "",
-        rows=state.tracks(),
-    )
-    steps.append(step)
+    variables: dict[str, Any] = {**group.variables(), "inputs": inputs}
     try:
         mean, std = _deferred_value(first, "image_mean"), _deferred_value(first, "image_std")
         background = first.get("transparent_bg_config")
@@ -58,28 +57,7 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             _resize_keys((item.deferred or {}).get("resize_config"), g, ctx.patch_size)
             for item, g in zip(group.items, group.global_indices)
         ]
-        channels_in: list[int] = [0] * len(group.items)
-        for item, g, resize in zip(group.items, group.global_indices, resizes):
-            inputs.append({"image": g, "feature": feature_json(item.feature), "resize_config": _sizes(resize)})
-        # _gpu_preprocess_images groups images by target size; a group of one is staged, resized and
-        # filled on its own, a larger group is staged as a whole before it is resized and filled.
-        targets: dict[tuple[int, ...], list[int]] = {}
-        for position, r in enumerate(resizes):
-            key = (r.new_height, r.new_width, r.padded_size[1], r.padded_size[0])
-            targets.setdefault(key, []).append(position)
-        for members in targets.values():
-            for position in members:
-                channels_in[position] = _stage(group.items[position].feature, group.global_indices[position])
-                inputs[position]["channels"] = channels_in[position]
-            for position in members:
-                _resize_probe(
-                    group.items[position].feature,
-                    channels_in[position],
-                    resizes[position],
-                    group.global_indices[position],
-                )
-            for position in members:
-                _fill_probe(channels_in[position], background, group.global_indices[position])
+        _stage_and_probe(group, resizes, background, inputs)
         grids = [r.grid for r in resizes]
         rows = [prod(gr) for gr in grids]
         tensors = None
@@ -87,7 +65,8 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             tensors = _pixels(ctx, group.items, resizes, mean, std, background)
             rows = [int(t.shape[0]) for t in tensors]
     except SGLangRaise:
-        step.note = "SGLang fails while staging or resizing these images."
+        note = "SGLang fails while staging or resizing these images."
+        steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, note, rows=state.tracks()))
         raise
     for k, grid, n in zip(group.indices, grids, rows):
         state.rows[k].produced_grid = list(grid)
@@ -95,7 +74,7 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     expected = [ctx.grid_thws_host[i] for i in group.grid_rows_read]
     produced = [list(g) for g in grids]
     passed = produced == expected
-    step.variables.update(
+    variables.update(
         {
             "produced_grids": produced,
             "produced_rows": rows,
@@ -103,12 +82,8 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             "expected_from": f"grid_thws_host[{ctx.index_mapping}]",
         }
     )
-    step.rows = state.tracks()
-    step.check = Check("produced grids == grid_thws_host[...]", expected, produced, passed)
-    step.note = (
-        "Each image is resized with its own resize_config, so the produced grid follows the "
-        "resize config; mean, std and background come from the group's first config."
-    )
+    check = Check("produced grids == grid_thws_host[...]", expected, produced, passed)
+    steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, GPU_NOTE, check, rows=state.tracks()))
     if not passed:
         bad = next(k for k, (g, e) in enumerate(zip(produced, expected)) if g != e)
         raise raises(
@@ -120,6 +95,38 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             produced=produced[bad],
         )
     return Produced(grids, rows, tensors, sum(rows))
+
+
+def _stage_and_probe(
+    group: BackendGroup, resizes: list[ResizeConfig], background: Any, inputs: list[dict[str, Any]]
+) -> None:
+    """Stage, resize and fill the group's images as SGLang does, filling ``inputs``; raise SGLang's errors.
+
+    ``inputs`` gets each image's feature and resize config first, then its channel count once staged,
+    so a step made after a raise shows how far staging got.
+    """
+    channels_in: list[int] = [0] * len(group.items)
+    for item, g, resize in zip(group.items, group.global_indices, resizes):
+        inputs.append({"image": g, "feature": feature_json(item.feature), "resize_config": _sizes(resize)})
+    # _gpu_preprocess_images groups images by target size; a group of one is staged, resized and
+    # filled on its own, a larger group is staged as a whole before it is resized and filled.
+    targets: dict[tuple[int, ...], list[int]] = {}
+    for position, r in enumerate(resizes):
+        key = (r.new_height, r.new_width, r.padded_size[1], r.padded_size[0])
+        targets.setdefault(key, []).append(position)
+    for members in targets.values():
+        for position in members:
+            channels_in[position] = _stage(group.items[position].feature, group.global_indices[position])
+            inputs[position]["channels"] = channels_in[position]
+        for position in members:
+            _resize_probe(
+                group.items[position].feature,
+                channels_in[position],
+                resizes[position],
+                group.global_indices[position],
+            )
+        for position in members:
+            _fill_probe(channels_in[position], background, group.global_indices[position])
 
 
 def _deferred_value(config: dict[str, Any], key: str) -> Any:
