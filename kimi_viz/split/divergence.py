@@ -4,7 +4,7 @@
 :class:`Divergence`: expected against produced rows per image (global index), the first diverging
 image with both counts, which grid key or index mapping produced the wrong expectation, the
 scenario class of the pipeline spec's §7 (``S1`` … ``S13``, from the anomalies
-:func:`~kimi_viz.split.findings.findings` lists; ``skew`` for a producer newer than the consumer;
+:func:`~kimi_viz.split.findings.collect_findings` lists; ``skew`` for a producer newer than the consumer;
 ``none`` when nothing diverges; ``unclassified`` when no class fits, explained then by the cause
 itself), a short explanation and the fix. A batch can also diverge *silently* (SGLang raises
 nothing but the tower gets the wrong rows or the wrong resolution); those are reported with
