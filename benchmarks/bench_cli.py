@@ -146,7 +146,7 @@ def check_output(case: dict[str, Any], argv: list[str], code: int, stdout: str) 
 
 def bench(all_cases: list[dict[str, Any]], runs: int, env: dict[str, str], old_path: bool) -> dict[str, Any]:
     """Return every run's seconds per series (``bare``, each case, each case's old path), interleaved."""
-    series = [("bare", None, "")]
+    series: list[tuple[str, dict[str, Any] | None, str]] = [("bare", None, "")]
     for case in all_cases:
         series.append((case["name"], case, ""))
         if old_path and case.get("old"):
@@ -155,13 +155,13 @@ def bench(all_cases: list[dict[str, Any]], runs: int, env: dict[str, str], old_p
     codes: dict[str, set[int]] = {name: set() for name, _, _ in series}
     for run in range(runs + 1):  # run 0 warms the file and bytecode caches
         shift = run % len(series)
-        for name, case, prelude in series[shift:] + series[:shift]:
-            if case is None:
+        for name, timed, prelude in series[shift:] + series[:shift]:
+            if timed is None:
                 elapsed, _, _ = run_once(command(None), env)
             else:
-                argv = [a.replace("{run}", f"{run}-{time.monotonic_ns()}") for a in case["argv"]]
+                argv = [a.replace("{run}", f"{run}-{time.monotonic_ns()}") for a in timed["argv"]]
                 elapsed, code, stdout = run_once(command(argv, prelude), env)
-                check_output(case, argv, code, stdout)
+                check_output(timed, argv, code, stdout)
                 codes[name].add(code)
             if run:
                 times[name].append(elapsed)
