@@ -7,12 +7,27 @@ import json
 import os
 import stat
 import sys
+import time
+from collections.abc import Callable
+from typing import BinaryIO
 
-from .._explain import KNOWN_MESSAGES, MAX_LOG_BYTES, explain, explain_stream, format_explanations
+from .._explain import (
+    KNOWN_MESSAGES,
+    MAX_LINE,
+    MAX_LOG_BYTES,
+    LiveEvent,
+    LiveExplainer,
+    explain,
+    explain_stream,
+    format_explanations,
+)
 from ..errors import KimiVizError
 from ..files import file_kind
 from ..terminal import escape_value
 from . import emit
+
+STDIN = "-"
+POLL_S = 0.2  # how often a followed file is checked for new lines, rotation and truncation
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,11 +39,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(arguments, --file, or standard input), by its text whatever the release: its stage (request, "
         "processor, call, split, encoder, splice, EPD transfer), where SGLang emits it and in which releases, "
         "what it means, the numbers it carries, what SGLang did next (a logged warning: the request went on), "
-        "the scenario classes and catalogue scenarios behind it, and what to run next. Exit status: 0 "
+        "the scenario classes and catalogue scenarios behind it, and what to run next. With --follow, each "
+        "message is explained as its line arrives (one answer per incident, repeats folded with a count, a "
+        "traceback joined to its final line) until the input ends or Ctrl-C, then a summary. Exit status: 0 "
         "something known was found, 1 nothing known, 2 bad input.",
     )
     parser.add_argument("text", nargs="*", metavar="TEXT", help="log text (quote it); omit to read --file or stdin")
     parser.add_argument("--file", metavar="LOG", help="read the text from this log file")
+    parser.add_argument(
+        "--follow",
+        nargs="?",
+        const=STDIN,
+        metavar="LOG",
+        help="explain a live log as it grows: standard input (no LOG) or the file LOG, followed through rotation "
+        "and truncation like tail -F; Ctrl-C ends it with a summary of the incidents",
+    )
     parser.add_argument("--list", action="store_true", help="list the messages the kit recognises, by stage")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
@@ -54,6 +79,96 @@ def _explain_file(name: str) -> list:
             return explain_stream(handle, source=f"--file {shown}")
     except OSError as exc:
         raise KimiVizError(f"--file {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
+
+
+def _open_log(name: str) -> tuple[BinaryIO, os.stat_result]:
+    """Return the log file ``name`` opened for reading, with its status; a bad path raises KimiVizError."""
+    shown = repr(escape_value(name))
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):
+        raise KimiVizError(f"--follow {shown}: no such file; expected a log file to follow") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = file_kind(info.st_mode, fifo="pipe it into stdin instead: kimi-viz explain --follow < FIFO")
+        raise KimiVizError(f"--follow {shown}: is {kind}; expected a regular log file")
+    try:
+        handle = open(name, "rb", buffering=0)  # noqa: SIM115 - kept open while the file is followed
+    except OSError as exc:
+        raise KimiVizError(f"--follow {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
+    return handle, os.fstat(handle.fileno())  # type: ignore[return-value]
+
+
+def _follow_file(name: str, live: LiveExplainer, show: Callable[[list[LiveEvent]], None], shown: str) -> None:
+    """Explain the file ``name`` from its start and as it grows, through rotation and truncation (tail -F)."""
+    handle, info = _open_log(name)
+    emit(f"kimi-viz explain: following {shown}; Ctrl-C ends it with a summary", err=True)
+    try:
+        while True:
+            block = handle.read(MAX_LINE)
+            if block:
+                show(live.feed(block))
+                continue
+            try:
+                now = os.stat(name)
+            except OSError:
+                now = None  # renamed away and not made again yet: keep the old file
+            if now is not None and (now.st_ino, now.st_dev) != (info.st_ino, info.st_dev):
+                try:
+                    fresh = open(name, "rb", buffering=0)  # noqa: SIM115 - kept open while followed
+                except OSError:  # made again but not readable yet: try again after a pause
+                    time.sleep(POLL_S)
+                    continue
+                show(live.restart())  # the old file is read to its end: take the new one from its start
+                handle.close()
+                handle, info = fresh, os.fstat(fresh.fileno())
+                emit(f"kimi-viz explain: {shown} was replaced; following the new file", err=True)
+                continue
+            if os.fstat(handle.fileno()).st_size < handle.tell():
+                show(live.restart())
+                handle.seek(0)
+                emit(f"kimi-viz explain: {shown} was truncated; reading it from its start", err=True)
+                continue
+            time.sleep(POLL_S)
+    finally:
+        handle.close()
+
+
+def _follow_stream(stream: BinaryIO, live: LiveExplainer, show: Callable[[list[LiveEvent]], None]) -> None:
+    """Explain a stream (standard input) as its lines arrive, to its end."""
+    read = getattr(stream, "read1", None) or stream.read
+    while block := read(MAX_LINE):
+        if isinstance(block, str):  # a text stream (e.g. a replaced sys.stdin)
+            block = block.encode("utf-8", "surrogateescape")
+        show(live.feed(block))
+    show(live.close())
+
+
+def _follow(args: argparse.Namespace) -> int:
+    """Explain a live log until it ends or Ctrl-C, then print the summary; return 0 when something was found."""
+    if args.text or args.file:
+        raise KimiVizError("--follow reads a live log; pass the file as --follow LOG, without TEXT or --file")
+    live = LiveExplainer()
+
+    def show(events: list[LiveEvent]) -> None:
+        for event in events:
+            emit(json.dumps(event.to_json()) if args.json else event.text() + ("" if event.repeat else "\n"))
+        if events:
+            sys.stdout.flush()
+
+    what = "standard input" if args.follow == STDIN else repr(escape_value(args.follow))
+    try:
+        if args.follow == STDIN:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise KimiVizError("--follow: nothing piped into stdin; pipe the log in or name it: --follow LOG")
+            emit(f"kimi-viz explain: following {what}; Ctrl-C ends it with a summary", err=True)
+            _follow_stream(getattr(sys.stdin, "buffer", sys.stdin), live, show)
+        else:
+            _follow_file(args.follow, live, show, what)
+    except KeyboardInterrupt:
+        show(live.close())
+    emit(json.dumps(live.summary_json()) if args.json else live.summary())
+    sys.stdout.flush()
+    return 0 if live.found else 1
 
 
 def _find(args: argparse.Namespace) -> list:
@@ -116,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_list(rows)
         return 0
+    if args.follow is not None:
+        return _follow(args)
     found = _find(args)
     if args.json:
         emit(json.dumps([item.to_json() for item in found], indent=2))
