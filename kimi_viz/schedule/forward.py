@@ -44,6 +44,7 @@ from ..messages import (
     MSG_SPLIT_SIZES,
     MSG_TOKEN_MISMATCH,
 )
+from ..preprocess.config import get_config
 from ..releases import Release
 from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
@@ -83,17 +84,23 @@ class _Raised(Exception):
 
 Encoder = Callable[[list[ForwardItem]], tuple[Rows | None, CallRecord]]
 
+# Patches per merged-token side when no processor config is given: the default config's.
+DEFAULT_MERGE_KERNEL_SIZE = get_config().merge_kernel_size
 
-def produced_tokens(trace: Trace, items: Sequence[Item]) -> list[int]:
+
+def produced_tokens(
+    trace: Trace, items: Sequence[Item], *, merge_kernel_size: int = DEFAULT_MERGE_KERNEL_SIZE
+) -> list[int]:
     """Return the merged tokens each item of a clean call yields: its produced rows (or, used as it is, its
-    eager feature's rows) over 4, the 2x2 merge."""
+    eager feature's rows) over ``merge_kernel_size**2``, the merge (2x2 by default)."""
     produced = {row.image: row.produced_rows for rank in trace.ranks for row in rank.images}
+    patches_per_token = merge_kernel_size**2
     tokens = []
     for g, item in enumerate(items):
         rows = produced.get(g)
         if rows is None:  # used as it is (eager): the feature's own rows
             rows = int(item.feature.shape[0]) if item.feature.shape else 0
-        tokens.append(rows // 4)
+        tokens.append(rows // patches_per_token)
     return tokens
 
 
@@ -103,9 +110,12 @@ def call_encoder(
     """Return the encoder of a pass: one ``get_image_feature`` call replayed on every rank, rows ``h·w/4`` per image.
 
     The call's items are the misses in order; its output holds each image's merged tokens (its produced
-    rows / 4), in the order of the items (the DP runner gathers every rank's images back into place).
+    rows over the processor's ``merge_kernel_size**2``), in the order of the items (the DP runner gathers
+    every rank's images back into place).
     """
     from ..split._replay import replay
+
+    merge_kernel_size = DEFAULT_MERGE_KERNEL_SIZE if processor is None else get_config(processor).merge_kernel_size
 
     def encode(items: list[ForwardItem]) -> tuple[Rows | None, CallRecord]:
         batch = Batch(
@@ -119,7 +129,7 @@ def call_encoder(
         record = CallRecord([CallItem(i.source, i.key, i.tokens) for i in items], trace)
         if trace.error is not None:
             return None, record
-        tokens = record.produced = produced_tokens(trace, batch.items)
+        tokens = record.produced = produced_tokens(trace, batch.items, merge_kernel_size=merge_kernel_size)
         return Rows.cat(Rows.of(i.rows_source, n) for i, n in zip(items, tokens)), record
 
     return encode
@@ -208,6 +218,57 @@ class _Pass:
         return rows
 
 
+def _look_up(
+    state: _Pass, item: ForwardItem, key: Any, found: dict[Any, Rows], misses: dict[Any, ForwardItem]
+) -> tuple[str, Lookup]:
+    """Look one overlapping item up (``found`` and ``misses`` are updated); return what happened, in words
+    and as a :class:`Lookup`."""
+    rules = state.rules
+    if key in found:
+        return "already found in this pass", Lookup(item.source, "found")
+    cached = state.cache.get(item.key)
+    if cached is not None and rules.discards_stale_cache and len(cached) != item.tokens:
+        state.warn(MSG_DISCARD.format(item.key, item.tokens, len(cached)))
+        state.cache.free(item.key)
+        misses[key] = item
+        what = f"stale cache entry ({len(cached)} rows for {item.tokens} tokens): discarded, a miss"
+        return what, Lookup(item.source, "discarded", len(cached))
+    if cached is not None:
+        found[key] = cached
+        what = "cache hit" + ("" if len(cached) == item.tokens else f" ({len(cached)} rows, used as is)")
+        return what, Lookup(item.source, "hit" if len(cached) == item.tokens else "stale-hit", len(cached))
+    if key in misses:
+        return f"a duplicate of {misses[key].source.name}: encoded once", Lookup(item.source, "duplicate")
+    misses[key] = item
+    return "miss", Lookup(item.source, "miss")
+
+
+def _slice_chunks(
+    state: _Pass,
+    requests: list[ForwardRequest],
+    overlapping: dict[int, list[tuple[ForwardItem, Any]]],
+    found: dict[Any, Rows],
+) -> list[Rows]:
+    """Return each request's part of its overlapping images for its window, in request order (with its step)."""
+    chunks: list[Rows] = []
+    sliced = []
+    for request in requests:
+        for item, key in overlapping[request.index]:
+            part = _slice_item(found[key], item, request.prefix, request.extend)
+            chunks.append(part)
+            sliced.append({"request": request.rid, "image": item.source.image, "rows": len(part)})
+    state.steps.append(
+        Step(
+            SLICE_CHUNKS,
+            "Cut each request's part of its images for this window",
+            "§10.3",
+            {"slices": sliced},
+            "_slice_item_chunk keeps rows max(start, prefix) - start .. min(end + 1, prefix + extend) - start.",
+        )
+    )
+    return chunks
+
+
 def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
     """Replay ``_batch_encode_per_image_misses`` and ``_assemble_per_image_chunk``: one call for every request."""
     rules = state.rules
@@ -222,30 +283,7 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
             (item, (item.key, item.tokens) if rules.dedupe_by_tokens else item.key) for item in touched
         ]
         for item, key in overlapping[request.index]:
-            what = ""
-            lookup: Lookup
-            if key in found:
-                what = "already found in this pass"
-                lookup = Lookup(item.source, "found")
-            else:
-                cached = state.cache.get(item.key)
-                if cached is not None and rules.discards_stale_cache and len(cached) != item.tokens:
-                    state.warn(MSG_DISCARD.format(item.key, item.tokens, len(cached)))
-                    state.cache.free(item.key)
-                    misses[key] = item
-                    what = f"stale cache entry ({len(cached)} rows for {item.tokens} tokens): discarded, a miss"
-                    lookup = Lookup(item.source, "discarded", len(cached))
-                elif cached is not None:
-                    found[key] = cached
-                    what = "cache hit" + ("" if len(cached) == item.tokens else f" ({len(cached)} rows, used as is)")
-                    lookup = Lookup(item.source, "hit" if len(cached) == item.tokens else "stale-hit", len(cached))
-                elif key in misses:
-                    what = f"a duplicate of {misses[key].source.name}: encoded once"
-                    lookup = Lookup(item.source, "duplicate")
-                else:
-                    misses[key] = item
-                    what = "miss"
-                    lookup = Lookup(item.source, "miss")
+            what, lookup = _look_up(state, item, key, found, misses)
             state.lookups.append(lookup)
             lookups.append(
                 {
@@ -273,23 +311,7 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
         parts = state.split_back(rows, items)
         for k, item, part in zip(keys, items, parts):
             found[k] = state.store(item.key, item.tokens, part)
-    chunks: list[Rows] = []
-    sliced = []
-    for request in requests:
-        for item, key in overlapping[request.index]:
-            part = _slice_item(found[key], item, request.prefix, request.extend)
-            chunks.append(part)
-            sliced.append({"request": request.rid, "image": item.source.image, "rows": len(part)})
-    state.steps.append(
-        Step(
-            SLICE_CHUNKS,
-            "Cut each request's part of its images for this window",
-            "§10.3",
-            {"slices": sliced},
-            "_slice_item_chunk keeps rows max(start, prefix) - start .. min(end + 1, prefix + extend) - start.",
-        )
-    )
-    return chunks
+    return _slice_chunks(state, requests, overlapping, found)
 
 
 def _by_item(state: _Pass, request: ForwardRequest) -> list[Rows]:
@@ -346,6 +368,79 @@ def _precomputed(state: _Pass, requests: list[ForwardRequest]) -> Rows | None:
     return None
 
 
+def _batch_step(batch: list[ForwardRequest]) -> Step:
+    """Return the pass's first step: every request's items and window."""
+    return Step(
+        FORWARD_BATCH,
+        "The forward batch: every request's items and window",
+        "§10",
+        {
+            "requests": [
+                {
+                    "rid": r.rid,
+                    "window": list(r.window),
+                    "items": [{"image": i.source.image, "offsets": list(i.offsets), "hash": i.key} for i in r.items],
+                }
+                for r in batch
+            ],
+        },
+        "get_embedding_and_mask receives the items of every request in the batch at once.",
+    )
+
+
+def _choose_path(state: _Pass, requests: list[ForwardRequest], platform: Platform) -> tuple[PathName, Rows | None]:
+    """Return the pass's path and, on the precomputed path, its rows (the choice recorded as a step)."""
+    embedding = _precomputed(state, requests)
+    path: PathName
+    if embedding is not None:
+        path = "precomputed"
+    else:
+        path = "by-item" if platform in state.rules.by_item_platforms else "per-image"
+    state.steps.append(
+        Step(
+            CHOOSE_PATH,
+            "Precomputed rows, or the encoder",
+            "§10.1",
+            {"path": path, "platform": platform},
+            "Every item carries precomputed_embeddings (EPD): they are cut per window; otherwise the encoder runs."
+            if path == "precomputed"
+            else f"On {platform} the per-{'request' if path == 'by-item' else 'image'} path encodes the misses.",
+        )
+    )
+    return path, embedding
+
+
+def _place_rows(
+    state: _Pass,
+    requests: list[ForwardRequest],
+    embedding: Rows,
+    count: int,
+    chunked_prefill_size: int,
+    async_assert: bool,
+) -> list[Placement]:
+    """Count the window's ``count`` pad tokens, fit the rows to them and write them on; return where each run landed."""
+    rules = state.rules
+    mask_count = count  # the request side writes one pad value per <|media_pad|> of the run
+    expected = count if rules.count_from_offsets else mask_count
+    state.steps.append(
+        Step(
+            COUNT_TOKENS,
+            "Count the window's pad tokens",
+            "§10.4",
+            {
+                "from": "offsets" if rules.count_from_offsets else "the input ids' mask",
+                "tokens": expected,
+                "rows": len(embedding),
+            },
+            "_count_mm_tokens_in_extend counts every run's overlap with its request's window.",
+        )
+    )
+    if async_assert and rules.async_assert and mask_count != expected:
+        raise _Raised(ErrorInfo("RuntimeError", MSG_ASYNC_ASSERT), "adjust")
+    embedding = _adjust(state, embedding, expected, chunked_prefill_size)
+    return _scatter(state, requests, embedding, mask_count, rules.index_copy_scatter)
+
+
 def replay_forward(
     batch: list[ForwardRequest],
     *,
@@ -364,28 +459,8 @@ def replay_forward(
     chunked prefill is off (it only changes a warning); ``async_assert`` is ``SGLANG_ENABLE_ASYNC_ASSERT``.
     """
     state = _Pass(release, cache, encode)
-    rules = release.forward
     requests = [r for r in batch if r.items]
-    state.steps.append(
-        Step(
-            FORWARD_BATCH,
-            "The forward batch: every request's items and window",
-            "§10",
-            {
-                "requests": [
-                    {
-                        "rid": r.rid,
-                        "window": list(r.window),
-                        "items": [
-                            {"image": i.source.image, "offsets": list(i.offsets), "hash": i.key} for i in r.items
-                        ],
-                    }
-                    for r in batch
-                ],
-            },
-            "get_embedding_and_mask receives the items of every request in the batch at once.",
-        )
-    )
+    state.steps.append(_batch_step(batch))
     path: PathName = "none"
     embedding: Rows | None = None
     error: ErrorInfo | None = None
@@ -393,44 +468,11 @@ def replay_forward(
     placements: list[Placement] = []
     count = sum(hi - lo for r in requests for lo, hi in r.pad_positions())
     try:
-        embedding = _precomputed(state, requests)
-        if embedding is not None:
-            path = "precomputed"
-        else:
-            path = "by-item" if platform in rules.by_item_platforms else "per-image"
-        state.steps.append(
-            Step(
-                CHOOSE_PATH,
-                "Precomputed rows, or the encoder",
-                "§10.1",
-                {"path": path, "platform": platform},
-                "Every item carries precomputed_embeddings (EPD): they are cut per window; otherwise the encoder runs."
-                if path == "precomputed"
-                else f"On {platform} the per-{'request' if path == 'by-item' else 'image'} path encodes the misses.",
-            )
-        )
+        path, embedding = _choose_path(state, requests, platform)
         if path != "precomputed":
             embedding = _encoder_path(state, requests, platform)
         if embedding is not None:
-            mask_count = count  # the request side writes one pad value per <|media_pad|> of the run
-            expected = count if rules.count_from_offsets else mask_count
-            state.steps.append(
-                Step(
-                    COUNT_TOKENS,
-                    "Count the window's pad tokens",
-                    "§10.4",
-                    {
-                        "from": "offsets" if rules.count_from_offsets else "the input ids' mask",
-                        "tokens": expected,
-                        "rows": len(embedding),
-                    },
-                    "_count_mm_tokens_in_extend counts every run's overlap with its request's window.",
-                )
-            )
-            if async_assert and rules.async_assert and mask_count != expected:
-                raise _Raised(ErrorInfo("RuntimeError", MSG_ASYNC_ASSERT), "adjust")
-            embedding = _adjust(state, embedding, expected, chunked_prefill_size)
-            placements = _scatter(state, requests, embedding, mask_count, rules.index_copy_scatter)
+            placements = _place_rows(state, requests, embedding, count, chunked_prefill_size, async_assert)
     except _Raised as raised:
         error, stage = raised.error, raised.stage
         if state.steps and state.steps[-1].error is None:
