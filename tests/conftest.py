@@ -29,3 +29,48 @@ def sample():
     from kimi_viz.data import sample_path
 
     return sample_path
+
+
+# ------------------------------------------------------------------------------------------------
+# Why tests were skipped: the run ends naming each reason, how many tests it skipped and what enables them.
+# ------------------------------------------------------------------------------------------------
+DEV_EXTRAS = "pip install -e '.[dev]' (make test installs them into .venv)"
+#: (a word the skip reason holds, lower case) -> the command that would run those tests; first match wins.
+ENABLE_BY_REASON: tuple[tuple[str, str], ...] = (
+    ("chromium", "apt-get install -y chromium (KIMI_VIZ_REQUIRE_BROWSER=1 turns this skip into a failure)"),
+    ("playwright", DEV_EXTRAS),
+    ("ipywidgets", DEV_EXTRAS),
+    ("ruff", DEV_EXTRAS),
+    ("torch", "make test (its .venv has a CPU torch from constraints/cpu-torch.txt)"),
+    ("real-sglang lane", "make parity (a venv per SGLang release under .venv-sglang/)"),
+    ("without kimi_viz installed", "run from a venv whose base interpreter does not have kimi_viz installed"),
+    ("/proc", "run on Linux"),
+)
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """Return the reason a skipped test report gives, without pytest's ``Skipped:`` prefix."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
+    return text.removeprefix("Skipped: ").strip() or "no reason given"
+
+
+def enabling_command(reason: str) -> str:
+    """Return the command that would run the tests skipped for ``reason`` (or a pointer to the reason itself)."""
+    lowered = reason.lower()
+    return next((command for word, command in ENABLE_BY_REASON if word in lowered), "see the reason above")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """End the run by naming what was skipped and why, grouped by reason, with the command that enables it."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts: dict[str, int] = {}
+    for report in skipped:
+        reason = skip_reason(report)
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.write_sep("=", f"{len(skipped)} skipped, by reason")
+    for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{count} skipped: {reason}")
+        terminalreporter.write_line(f"    to run them: {enabling_command(reason)}")
