@@ -12,10 +12,12 @@ import html
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .split.verdict import Verdict
+from . import __version__
+from .files import prepare_folder, write_file
+from .manifest import write_manifest
+from .report.page import badge_html, page_css
+from .split.verdict import STATUS_STYLES, Verdict
 
 DEMO_SCENARIOS = (
     "healthy-tp2",
@@ -49,8 +51,6 @@ def run_demo(
 ) -> Path:
     """Write a report per scenario, the figure gallery and ``index.html`` under ``out_dir``; return the index path."""
     from ._triage import triage_batch
-    from .files import prepare_folder, write_file
-    from .manifest import write_manifest
     from .scenarios.catalogue import get_scenario
 
     say = progress or (lambda _message: None)
@@ -97,17 +97,12 @@ def run_demo(
 
 def _outcome_text(verdict: Verdict) -> str:
     """Return the status (symbol and badge, so a silent mismatch never reads as "ok") and the error, if any."""
-    from .split.verdict import STATUS_STYLES
-
     style = STATUS_STYLES[verdict.status]
     badge = f"{style.symbol} {style.badge}"
     return badge if verdict.error is None else f"{badge}: {verdict.error}"
 
 
 def _index_html(rows, gallery_index: Path | None, root: Path) -> str:
-    from . import __version__
-    from .report.page import badge_html, page_css
-
     body = []
     for scenario, verdict, matches in rows:
         div = verdict.divergence

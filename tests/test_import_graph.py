@@ -38,7 +38,37 @@ DEFERRED_LIBRARIES = {
     "sglang": "present only inside the SGLang process a capture wraps",
 }
 # A kit or standard-library module that one place imports late on purpose: (file under kimi_viz/, module) -> why.
-DEFERRED_PLACES = {}
+_TORCH_AT_TOP = "imports torch at its top"
+DEFERRED_PLACES = {
+    # The CLI's sub-commands: `kimi-viz --help` imports every *_cmd.py, so each loads its verb when it runs.
+    ("cli/*.py", "kimi_viz._triage"): "triage's verb: the replay, the verdict and the report",
+    ("cli/*.py", "kimi_viz._whatif"): "whatif's verbs (and a load scenario's): the request sides and the replay",
+    ("cli/*.py", "kimi_viz.repro"): "--emit-repro's writer, loaded only when a repro is asked for",
+    ("cli/*.py", "kimi_viz.split._replay"): "scenario run's replay",
+    ("cli/*.py", "kimi_viz.scenarios.catalogue"): f"the scenario catalogue {_TORCH_AT_TOP} (and Pillow)",
+    ("cli/*.py", "kimi_viz.scenarios.under_load"): "the load scenarios import Pillow and numpy (the request side)",
+    ("cli/*.py", "kimi_viz.preprocess.images"): "the image loader imports Pillow and numpy at its top",
+    ("cli/*.py", "kimi_viz.preprocess.processor"): f"the processor {_TORCH_AT_TOP}",
+    ("cli/*.py", "kimi_viz.encoder"): f"the vision encoder {_TORCH_AT_TOP}",
+    # The capture: its shim and hook load in every Python process the captured command starts.
+    ("capture/_shim/sitecustomize.py", "importlib.machinery"): "the shim imports nothing it can do without",
+    ("capture/_shim/sitecustomize.py", "kimi_viz.capture.hook"): "installed only when KIMI_VIZ_CAPTURE_DIR is set",
+    ("capture/hook.py", "kimi_viz.capture.record"): "the recorder (manifest writer, torch): when a call is recorded",
+    ("capture/hook.py", "pathlib"): "the hook imports only modules the interpreter loaded at start-up",
+    ("capture/run.py", "subprocess"): "capture.run loads at every `kimi-viz --help`: about 6 ms",
+    ("capture/run.py", "shutil"): "capture.run loads at every `kimi-viz --help`: about 3 ms",
+    ("capture/run.py", "signal"): "capture.run loads at every `kimi-viz --help`",
+    # `kimi-viz --help` reads DEMO_SCENARIOS from _demo (demo_cmd): the demo's work loads when it runs.
+    ("_demo.py", "kimi_viz._triage"): "the triage's replay and report",
+    ("_demo.py", "kimi_viz.scenarios.catalogue"): f"the scenario catalogue {_TORCH_AT_TOP}",
+    ("_demo.py", "kimi_viz.report.gallery"): "the gallery imports matplotlib at its top",
+    # A module on a light path that reaches, on one branch, a module importing a heavy library at its top.
+    ("manifest/sources.py", "kimi_viz.preprocess.images"): "Pillow and numpy; a shapes triage opens no image",
+    ("report/context.py", "kimi_viz.plots.call_requests"): "matplotlib; a report draws its figure only with --out",
+    ("report/summary.py", "kimi_viz.plots.summary"): "matplotlib; a triage draws summary.png only with --out",
+    ("request/producer.py", "kimi_viz.preprocess.pixels_torch"): f"the torch pixel path {_TORCH_AT_TOP}",
+    ("request/producer.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the checkpoint pixel path {_TORCH_AT_TOP}",
+}
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.
 LAYERS = [

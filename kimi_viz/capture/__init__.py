@@ -7,6 +7,8 @@ kit's batch, the manifest written), :mod:`.context` (the forward context of a ca
 (running a command under capture) are imported on first use of one of their names.
 """
 
+from importlib import import_module
+
 from .hook import (
     ENV_ALL,
     ENV_DIR,
@@ -88,7 +90,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kimi_viz.capture' has no attribute {name!r}")
-    from importlib import import_module
 
     value = getattr(import_module(f"{__name__}.{module}"), name)
     globals()[name] = value

@@ -10,15 +10,23 @@ Imported only when a call is recorded, never at start-up (see :mod:`kimi_viz.cap
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 import os
 import sys
 import threading
 import time
+import traceback
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
+from ..manifest import DTYPES, jsonable, write_manifest
 from ..releases import CodePath, PathSource
+from ..split.batch import DEFERRED_KEY, GRID_KEYS, Batch, Feature, Item, RecordedOutcome
+from .context import context_from_call
 from .names import ENV_TP_RANK, ENV_TP_SIZE, TARGET_MODULE, log
 
 _counter = itertools.count()
@@ -42,8 +50,6 @@ def _item_value(item: Any, data: dict, key: str) -> Any:
 
 
 def _grid_rows(value: Any) -> list[list[int]] | None:
-    from ..manifest import jsonable
-
     value = jsonable(value)
     if value is None:
         return None
@@ -68,9 +74,6 @@ def _feature_of(value: Any, backend: str | None):
     import torch
     from PIL import Image
 
-    from ..manifest import DTYPES
-    from ..split.batch import Feature
-
     if isinstance(value, Image.Image):
         return Feature.from_image(value.copy())  # copy() loads the pixels and copies .info
     if value is not None and not isinstance(value, torch.Tensor) and hasattr(value, "__array__"):
@@ -94,9 +97,6 @@ def _feature_of(value: Any, backend: str | None):
 
 def item_from_sglang(item: Any, index: int):
     """Return the kit :class:`~kimi_viz.split.batch.Item` for one SGLang ``MultimodalDataItem``."""
-    from ..manifest import jsonable
-    from ..split.batch import DEFERRED_KEY, GRID_KEYS, Item
-
     data = _model_data(item)
     grids = {}
     for key in GRID_KEYS:
@@ -158,8 +158,6 @@ def _attention_tp(model: Any) -> tuple[int, int | None, str]:
 
 def _sglang_version() -> str | None:
     try:
-        from importlib.metadata import version
-
         return version("sglang")
     except Exception:
         module = sys.modules.get("sglang")
@@ -175,9 +173,6 @@ def _code_path(function: Any) -> tuple[CodePath, PathSource, str]:
     requires every feature to be a tensor (no-split). The method's own source decides; the module's
     source is read only when the method's cannot be.
     """
-    import contextlib
-    import inspect
-
     text = ""
     with contextlib.suppress(Exception):
         text = inspect.getsource(function)
@@ -196,8 +191,6 @@ def _code_path(function: Any) -> tuple[CodePath, PathSource, str]:
 
 def _processor_config(model: Any) -> dict | None:
     """Return the ``media_proc_cfg`` of the model's checkpoint image processor as plain JSON, or None."""
-    from ..manifest import jsonable
-
     for name in ("_encoder_image_processor", "image_processor", "_image_processor"):
         processor = getattr(model, name, None) if model is not None else None
         config = getattr(processor, "media_proc_cfg", None)
@@ -217,10 +210,6 @@ def batch_from_call(
     (:func:`~kimi_viz.capture.hook.running_forward`); ``batch.forward_context`` is what it tells
     (:func:`~kimi_viz.capture.context.context_from_call`), None when there is none.
     """
-    from .. import __version__
-    from ..split.batch import Batch, RecordedOutcome
-    from .context import context_from_call
-
     size, rank, tp_source = _attention_tp(model)
     code_path, path_source, how = _code_path(function)
     processor = _processor_config(model)
@@ -280,10 +269,6 @@ def record_call(
     ``forward``: the running ``get_embedding_and_mask`` (see :func:`batch_from_call`).
     """
     try:
-        import traceback
-
-        from ..manifest import write_manifest
-
         batch = batch_from_call(model, list(items), error=error, function=function, forward=forward)
         folder = _new_folder(Path(out_dir))
         try:

@@ -7,9 +7,13 @@ signals, and returns its exit code; :func:`captured_manifests` lists what it rec
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
+from ..errors import CaptureError
+from ..files import prepare_folder
+from ..terminal import escape_value
 from .names import ENV_ALL, ENV_DIR, ENV_PACKAGE_ROOT, ENV_REDACT, log
 
 
@@ -38,8 +42,6 @@ def command_problem(command: list[str], env: dict[str, str] | None = None) -> tu
     The codes are the shell's; the message names the program and says what to do. None: it can run.
     """
     import shutil
-
-    from ..terminal import escape_value
 
     program = command[0]
     shown = repr(escape_value(program))
@@ -74,12 +76,8 @@ def run_captured(
     command: list[str], out_dir: str | os.PathLike, *, redact: bool = False, all_calls: bool = False
 ) -> int:
     """Run ``command`` with capture on; return its exit code (128+N when killed by signal N)."""
-    import contextlib
     import signal
     import subprocess
-
-    from ..errors import CaptureError
-    from ..files import prepare_folder
 
     if not command:
         raise CaptureError("no command to run; usage: kimi-viz capture --out DIR -- COMMAND [ARGS...]")

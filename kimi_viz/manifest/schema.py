@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError
+from .fastcheck import document_is_plainly_valid, item_is_plainly_valid
 from .format import FORMAT, MAX_ITEMS, VERSION
 
 
@@ -90,8 +92,6 @@ def schema_path() -> Path:
 def _import_jsonschema():
     """Import jsonschema without its optional ``rfc3987_syntax`` format checker (it builds a grammar at
     import, about 2.5 s; the manifest schema uses no ``format``). A later import of it still works."""
-    import sys
-
     blocked = "rfc3987_syntax" not in sys.modules
     if blocked:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
@@ -300,8 +300,6 @@ def validate_manifest_json(obj: Any) -> list[str]:
     document = obj
     plain = False  # every part plainly follows the schema: nothing for jsonschema to find
     if isinstance(items, list):
-        from .fastcheck import document_is_plainly_valid, item_is_plainly_valid
-
         slow = [i for i, item in enumerate(items) if not item_is_plainly_valid(item)]
         document = {**obj, "items": [items[i] for i in slow]}
         plain = not slow and document_is_plainly_valid(obj)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from ..errors import ManifestError
+from ..errors import ImageLoadError, ManifestError
 from .format import DTYPES, MANIFEST_NAME
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # manifest.json itself (4096 items take about 4 MiB)
@@ -424,7 +424,6 @@ def _as_manifest_error(exc: Exception, where: str) -> ManifestError:
 
 def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
     """Return a lazily opened PIL image (header only) after checking its format, pixel count and decoded size."""
-    from ..errors import ImageLoadError
     from ..preprocess.images import open_header
 
     try:
@@ -437,7 +436,6 @@ def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = 
 
 def decode_image(data: bytes, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
     """Return a loaded PIL image from bytes after checking its format, pixel count and decoded size."""
-    from ..errors import ImageLoadError
     from ..preprocess.images import decode
 
     image = open_image(io.BytesIO(data), name, where, max_pixels, max_bytes)

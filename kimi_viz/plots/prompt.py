@@ -20,20 +20,17 @@ carries its text, so colour is never the only signal.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from matplotlib.axes import Axes
 
 from ..request.chat import KIMI_IMAGE_PLACEHOLDER
-from ..request.prompt import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, MEDIA_PAD_ID, MEDIA_TOKEN_IDS
+from ..request.checks import RequestOutcome
+from ..request.prompt import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, MEDIA_PAD_ID, MEDIA_TOKEN_IDS, Prompt
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
 from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..request.checks import RequestOutcome
-    from ..request.prompt import Prompt
 
 MARKER_FILL = "#56B4E9"  # sky blue: the renderer's own image marker
 MAX_BLOCK_ROWS = 8
@@ -45,8 +42,6 @@ _PART_TOKENS = {"media_begin": MEDIA_BEGIN, "media_content": MEDIA_CONTENT, "med
 
 def draw_prompt(prompt: Prompt | RequestOutcome, *, ax: Axes | None = None, title: str | None = None) -> Axes:
     """Draw a prompt: the text and each image's media block to scale, then each block's tokens; return the Axes."""
-    from ..request.checks import RequestOutcome
-
     outcome = prompt if isinstance(prompt, RequestOutcome) else None
     if outcome is not None and outcome.prompt is None:
         return _draw_refused(outcome, ax=ax, title=title)

@@ -20,12 +20,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from ..preprocess.layout import BatchLayout
+from ..split.verdict import Verdict, release_lines
 from .palette import DIVERGENCE_COLOR, color_for, edge_style_for, hatch_for
-from .rows import clip_text
+from .rows import clip_text, draw_row_spans
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import ImageRow, RankTrace, Trace
-    from ..split.verdict import Verdict
 
 FONT = 10.0
 TITLE_FONT = 11.5
@@ -65,9 +66,6 @@ def draw_rank_rows(
     mismatch's image is expected at the consumer's grid, as the verdict says, not at the grid SGLang read.
     Falls back to :func:`draw_rank_bars` when a grid is not a valid ``[t, h, w]``.
     """
-    from ..preprocess.layout import BatchLayout
-    from .rows import draw_row_spans
-
     rows = list(rank.images)
     expected = [(expected_grids or {}).get(r.image, r.expected_grid) for r in rows]
     produced = [r.produced_grid if r.produced_grid is not None else None for r in rows]
@@ -228,8 +226,6 @@ def draw_grid_mismatch(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
 
 def draw_verdict_banner(verdict: Verdict, *, ax: Axes | None = None) -> Axes:
     """Return an Axes holding the status badge, the headline, the release line and the rank summary."""
-    from ..split.verdict import release_lines
-
     style = verdict.style
     if ax is None:
         figure = Figure(figsize=(11.0, 1.25))

@@ -9,6 +9,7 @@ images and why the call did not hold them, where each fact was read, and the con
 
 from __future__ import annotations
 
+from ..plots.palette import color_for
 from ..split.forward_context import ForwardContext
 from .page import escape, figure_png, json_for_script, png_data_uri
 
@@ -21,8 +22,6 @@ def _cell(value: object, *, mono: bool = False, num: bool = False) -> str:
 
 def call_items_html(context: ForwardContext) -> str:
     """Return the table of the call's items: where each came from in the forward pass."""
-    from ..plots.palette import color_for
-
     head = (
         "<tr><th>call item</th><th>request</th><th>rid</th><th>image of the request</th>"
         "<th>pad tokens [start, end]</th><th>tokens</th><th>prefix</th><th>extend</th><th>window</th></tr>"

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..split.verdict import Verdict, format_verdict, image_sentence
+from .html import verdict_html
 from .page import escape, verdict_css
+from .rows import image_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.batch import Batch
     from ..split.trace import Trace
-    from ..split.verdict import Verdict
 
 
 def cell_text(value: Any, *, digits: int = 1, limit: int = 12) -> str:
@@ -95,8 +97,6 @@ def ranks_table(verdict: Verdict) -> Table:
 
 def images_table(verdict: Verdict) -> Table:
     """Return one row per image: its identity, rank, the grid row read, expected and produced rows, match."""
-    from .rows import image_lines
-
     lines = image_lines(verdict)
     rows = [
         [
@@ -120,8 +120,6 @@ def images_table(verdict: Verdict) -> Table:
 
 def divergence_table(verdict: Verdict) -> Table:
     """Return the divergence's key facts as two columns: what, and its value."""
-    from ..split.verdict import image_sentence
-
     div = verdict.divergence
     facts = [
         ("status", f"{verdict.style.badge} (exit {verdict.exit_code})"),
@@ -179,13 +177,9 @@ class VerdictView:
         self.heading = heading
 
     def _repr_html_(self) -> str:
-        from .html import verdict_html
-
         return f"<style>{verdict_css()}</style>" + verdict_html(self.verdict, heading=self.heading)
 
     def __repr__(self) -> str:
-        from ..split.verdict import format_verdict
-
         return format_verdict(self.verdict)
 
 

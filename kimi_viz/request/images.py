@@ -18,6 +18,7 @@ from typing import Any
 
 from PIL import Image
 
+from ..data import images_dir
 from ..errors import DecompressionBombError, NotAnImageError, WhatIfError
 from ..preprocess.images import SIXTEEN_BIT_MODES, check_size, has_alpha, load_image, open_header, read_file
 from ..preprocess.limits import DEFAULT_MAX_PIXELS
@@ -142,8 +143,6 @@ def as_request_image(source: Any, *, label: str | None = None) -> RequestImage:
 
 def image_sources(names: Any) -> list[Any]:
     """Return each source as given, except a name that is no file but a sample image's, which becomes its path."""
-    from ..data import images_dir
-
     items = [names] if isinstance(names, (str, Path)) else list(names)
     out: list[Any] = []
     for item in items:

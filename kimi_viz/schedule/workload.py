@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WhatIfError
+from ..preprocess.config import read_json_file
 from ..request.images import RequestImage, image_sources, probe_image, resolve_image
 
 MAX_REQUESTS = 256
@@ -196,8 +197,6 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
 
 def read_workload(path: str | os.PathLike) -> Workload:
     """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits."""
-    from ..preprocess.config import read_json_file
-
     path = Path(path)
     data = read_json_file(path, error=WhatIfError, limit=1 << 20)
     return parse_workload(data, folder=path.parent, source=str(path))

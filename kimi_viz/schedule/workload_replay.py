@@ -22,11 +22,14 @@ from typing import Any, Literal
 from ..errors import WhatIfError
 from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
+from ..request.producer import eager_feature
 from ..request.prompt import Prompt, render_prompt
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
+from ..split.ranks import check_tp_size
 from ..split.trace import ErrorInfo, Trace
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
+from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
@@ -208,8 +211,6 @@ def replay_workload(
     built them with this release's request side (a sweep builds each once). Raises
     :class:`~kimi_viz.errors.WhatIfError` for settings the release refuses or contradictory ones.
     """
-    from ..split.ranks import check_tp_size
-
     release, sentence = release_for(sglang_version)
     tp = check_tp_size(tp_size, "tp")
     settings = settings if settings is not None else ServerSettings()
@@ -286,7 +287,6 @@ def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltReque
     """Return ``built`` with every stale image's item holding the other image's eager rows under its own grid (S10)."""
     if not request.stale:
         return built
-    from ..request.producer import eager_feature
 
     items = list(built.items)
     for k, other in request.stale:
@@ -333,8 +333,6 @@ def _encode_server(
     device: Any,
 ) -> tuple[list[EncoderRun], list[tuple[ForwardItem, ...]]]:
     """Return the encode server's runs and the items with their rows as ``precomputed_embeddings``."""
-    from .call import model_call, replay_call
-
     runs, out = [], []
     for k, b in enumerate(built):
         call = model_call(b, tp, release.version)
