@@ -25,7 +25,7 @@ media span.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import WhatIfError
@@ -56,7 +56,7 @@ from .prompt import (
     caption_tokens,
 )
 from .settings import ServerSettings
-from .sides import build_path
+from .sides import BuildPath, build_path
 
 CheckOutcome = Literal["passed", "raised", "skipped"]
 
@@ -292,6 +292,144 @@ def _placeholder_story(outcome: RequestOutcome, n: int, m: int) -> str:
     )
 
 
+@dataclass
+class _Checking:
+    """One request's checks while they run: what its outcome is built from, and the checks and notes so far."""
+
+    request: ChatRequest
+    release: Release
+    renderer: Renderer
+    rendered: Rendered
+    tokens: tuple[int, ...]  # each image's num_tokens under the producer's config
+    notes: list[str]
+    checks: list[Check] = field(default_factory=list)
+
+    def done(self, error: RequestError | None, prompt: Prompt | None, processed: bool = True) -> RequestOutcome:
+        """Return the outcome of the checks so far, with SGLang's ``error`` or the ``prompt``."""
+        return RequestOutcome(
+            self.request,
+            self.release,
+            self.renderer,
+            self.rendered,
+            tuple(self.checks),
+            error,
+            prompt,
+            self.tokens,
+            tuple(self.notes),
+            processed,
+        )
+
+    def raised(self, name: str, where: str, message: str) -> RequestOutcome:
+        """Return the outcome of check ``name`` raising SGLang's ValueError ``message`` at ``where``."""
+        self.checks.append(Check(name, where, "raised", f"ValueError: {message}"))
+        return self.done(RequestError("ValueError", message, where), None)
+
+
+def _stop_before_loading(run: _Checking) -> RequestOutcome | None:
+    """Run the checks before any image loads; return the outcome when one of them ends the request, else None."""
+    request, release, rendered = run.request, run.release, run.rendered
+    side = release.request_side
+    n, m = len(request.images), rendered.placeholders
+    where_fn = f"{_K3_FILE} KimiK3ImageProcessor.process_mm_data_async"
+    if request.entry == "chat":
+        images_parts = sum(1 for msg in request.messages for p in msg.parts if p.kind == "image")
+        run.checks.append(
+            Check(
+                "image prompts",
+                f"{_CHAT_FILE} _prepare_kimi_k3_messages / _encode_messages",
+                "passed",
+                f"{images_parts} image part(s): apply_chat_template is asked for token ids with image_prompts = "
+                f"['<|media_pad|>'] × {images_parts}; the rendered ids carry {m} <|media_pad|> id(s)",
+            )
+        )
+    if not (request.images or request.videos or request.audios):
+        run.checks.append(
+            Check(
+                "multimodal input",
+                "managers/tokenizer_manager.py _tokenize_one_request",
+                "skipped",
+                "no image, video or audio data: contains_mm_input() is False and the image processor is never called",
+            )
+        )
+        return run.done(None, _unexpanded(rendered), processed=False)
+    if request.videos or request.audios:
+        return run.raised("image input only", where_fn, MSG_IMAGE_ONLY)
+    run.checks.append(Check("image input only", where_fn, "passed", "no video or audio data"))
+    if side.rejects_caller_identity:
+        identity_where = "multimodal/processors/kimi_common.py reject_caller_image_identity"
+        if request.mm_hashes:
+            return run.raised("caller identities", identity_where, MSG_CALLER_MM_HASHES)
+        run.checks.append(Check("caller identities", identity_where, "passed", "no mm_hashes and no dict image items"))
+    elif request.mm_hashes:
+        run.notes.append(
+            f"SGLang {release.version} has no reject_caller_image_identity (it came in 0.5.23): the mm_hashes are "
+            "taken as the items' hashes"
+        )
+    one_to_one = f"{_K3_FILE}:{side.one_to_one_line} KimiK3ImageProcessor.process_mm_data_async"
+    if m != n:
+        return run.raised("one-to-one", one_to_one, MSG_ONE_TO_ONE.format(n, m))
+    run.checks.append(Check("one-to-one", one_to_one, "passed", f"{m} <|media_pad|> id(s) for {n} image(s)"))
+    return None
+
+
+def _record_loading(run: _Checking, path: BuildPath) -> None:
+    """Record the images loading on the request side's ``path`` (it never raises once the counts agree)."""
+    n = len(run.request.images)
+    if path == "cached":
+        run.checks.append(
+            Check("load", f"{_K3_FILE} prepare_media_artifacts", "passed", f"{n} image(s) decoded (headers read)")
+        )
+    else:
+        where = "process_mm_data_async" if path == "no-cache" else "_process_mm_data_uncached"
+        run.checks.append(
+            Check(
+                "images loaded",
+                f"{_K3_FILE} KimiK3ImageProcessor.{where}",
+                "passed",
+                f"{n} of {n} image(s) loaded: '{MSG_ONE_TO_ONE_LOADED.format(n, n)}' is not raised",
+            )
+        )
+
+
+def _expand_prompt(run: _Checking, path: BuildPath) -> RequestOutcome:
+    """Return the outcome of expanding the placeholders into media spans and checking one pad run per image."""
+    request, rendered, tokens = run.request, run.rendered, run.tokens
+    images = request.images
+    n, m = len(images), rendered.placeholders
+    expand = f"{_K3_FILE} _expand_k3_image_prompt_token_ids"
+    if len(tokens) != len(images):  # pragma: no cover - one count per image by construction
+        return run.raised("original sizes", expand, MSG_ORIGINAL_SIZES)
+    if m != len(tokens):  # pragma: no cover - equal once the one-to-one check passed
+        return run.raised("placeholder tokens", expand, MSG_PLACEHOLDER_TOKENS.format(len(tokens), m))
+    run.checks.append(
+        Check(
+            "placeholder tokens",
+            expand,
+            "passed",
+            f"{len(tokens)} original size(s), {m} placeholder id(s): each framed as "
+            "<|media_begin|>image WxH<|media_content|> + num_tokens × <|media_pad|> + <|media_end|>",
+        )
+    )
+    prompt = _expanded(rendered, images, tokens)
+    if (
+        request.entry == "chat"
+        and run.renderer.image_prompts
+        and not any("written" in o for o in rendered.pad_origins())
+    ):
+        run.notes.append(
+            "no <|media_pad|> has to be written for a chat request: SGLang asks the renderer for one per image part. "
+            "'expected N, found 0 token(s)' comes from a renderer that ignores image_prompts (--image-prompts "
+            "ignored) or from /generate text or input_ids without <|media_pad|>"
+        )
+    runs = len(_pad_runs(prompt))
+    if run.release.request_side.checks_spans and path == "cached":
+        where = f"{_K3_FILE} KimiK3ImageProcessor.compose_request"
+        if runs != n:  # pragma: no cover - framing keeps every image's run apart
+            return run.raised("image spans", where, MSG_K3_SPANS)
+        run.checks.append(Check("image spans", where, "passed", f"{runs} <|media_pad|> run(s) for {n} image(s)"))
+    return run.done(None, prompt)
+
+
 def check_request(
     request: ChatRequest,
     sglang_version: str,
@@ -311,107 +449,18 @@ def check_request(
             "side builds its ids from the encoder's grids); drop --serving, or replay the images without a request"
         )
     rendered = rendered if rendered is not None else render_request(request, renderer)
-    side = release.request_side
-    images = request.images
-    n, m = len(images), rendered.placeholders
     producer = get_config(settings.producer_config)
-    tokens = tuple(resize_config(im.width, im.height, producer).tokens for im in images)
+    tokens = tuple(resize_config(im.width, im.height, producer).tokens for im in request.images)
     notes = list(rendered.notes)
     if sglang_version.strip() != release.version:
         notes.insert(0, sentence)
-    checks: list[Check] = []
-    where_fn = f"{_K3_FILE} KimiK3ImageProcessor.process_mm_data_async"
-
-    def done(error: RequestError | None, prompt: Prompt | None, processed: bool = True) -> RequestOutcome:
-        return RequestOutcome(
-            request, release, renderer, rendered, tuple(checks), error, prompt, tokens, tuple(notes), processed
-        )
-
-    def raised(name: str, where: str, message: str) -> RequestOutcome:
-        checks.append(Check(name, where, "raised", f"ValueError: {message}"))
-        return done(RequestError("ValueError", message, where), None)
-
-    if request.entry == "chat":
-        images_parts = sum(1 for msg in request.messages for p in msg.parts if p.kind == "image")
-        checks.append(
-            Check(
-                "image prompts",
-                f"{_CHAT_FILE} _prepare_kimi_k3_messages / _encode_messages",
-                "passed",
-                f"{images_parts} image part(s): apply_chat_template is asked for token ids with image_prompts = "
-                f"['<|media_pad|>'] × {images_parts}; the rendered ids carry {m} <|media_pad|> id(s)",
-            )
-        )
-    if not (images or request.videos or request.audios):
-        checks.append(
-            Check(
-                "multimodal input",
-                "managers/tokenizer_manager.py _tokenize_one_request",
-                "skipped",
-                "no image, video or audio data: contains_mm_input() is False and the image processor is never called",
-            )
-        )
-        return done(None, _unexpanded(rendered), processed=False)
-    if request.videos or request.audios:
-        return raised("image input only", where_fn, MSG_IMAGE_ONLY)
-    checks.append(Check("image input only", where_fn, "passed", "no video or audio data"))
-    if side.rejects_caller_identity:
-        identity_where = "multimodal/processors/kimi_common.py reject_caller_image_identity"
-        if request.mm_hashes:
-            return raised("caller identities", identity_where, MSG_CALLER_MM_HASHES)
-        checks.append(Check("caller identities", identity_where, "passed", "no mm_hashes and no dict image items"))
-    elif request.mm_hashes:
-        notes.append(
-            f"SGLang {release.version} has no reject_caller_image_identity (it came in 0.5.23): the mm_hashes are "
-            "taken as the items' hashes"
-        )
-    one_to_one = f"{_K3_FILE}:{side.one_to_one_line} KimiK3ImageProcessor.process_mm_data_async"
-    if m != n:
-        return raised("one-to-one", one_to_one, MSG_ONE_TO_ONE.format(n, m))
-    checks.append(Check("one-to-one", one_to_one, "passed", f"{m} <|media_pad|> id(s) for {n} image(s)"))
+    run = _Checking(request, release, renderer, rendered, tokens, notes)
+    stopped = _stop_before_loading(run)
+    if stopped is not None:
+        return stopped
     path = build_path(release.request_side, settings)
-    if path == "cached":
-        checks.append(
-            Check("load", f"{_K3_FILE} prepare_media_artifacts", "passed", f"{n} image(s) decoded (headers read)")
-        )
-    else:
-        where = "process_mm_data_async" if path == "no-cache" else "_process_mm_data_uncached"
-        checks.append(
-            Check(
-                "images loaded",
-                f"{_K3_FILE} KimiK3ImageProcessor.{where}",
-                "passed",
-                f"{n} of {n} image(s) loaded: '{MSG_ONE_TO_ONE_LOADED.format(n, n)}' is not raised",
-            )
-        )
-    expand = f"{_K3_FILE} _expand_k3_image_prompt_token_ids"
-    if len(tokens) != len(images):  # pragma: no cover - one count per image by construction
-        return raised("original sizes", expand, MSG_ORIGINAL_SIZES)
-    if m != len(tokens):  # pragma: no cover - equal once the one-to-one check passed
-        return raised("placeholder tokens", expand, MSG_PLACEHOLDER_TOKENS.format(len(tokens), m))
-    checks.append(
-        Check(
-            "placeholder tokens",
-            expand,
-            "passed",
-            f"{len(tokens)} original size(s), {m} placeholder id(s): each framed as "
-            "<|media_begin|>image WxH<|media_content|> + num_tokens × <|media_pad|> + <|media_end|>",
-        )
-    )
-    prompt = _expanded(rendered, images, tokens)
-    if request.entry == "chat" and renderer.image_prompts and not any("written" in o for o in rendered.pad_origins()):
-        notes.append(
-            "no <|media_pad|> has to be written for a chat request: SGLang asks the renderer for one per image part. "
-            "'expected N, found 0 token(s)' comes from a renderer that ignores image_prompts (--image-prompts "
-            "ignored) or from /generate text or input_ids without <|media_pad|>"
-        )
-    runs = len(_pad_runs(prompt))
-    if side.checks_spans and path == "cached":
-        where = f"{_K3_FILE} KimiK3ImageProcessor.compose_request"
-        if runs != n:  # pragma: no cover - framing keeps every image's run apart
-            return raised("image spans", where, MSG_K3_SPANS)
-        checks.append(Check("image spans", where, "passed", f"{runs} <|media_pad|> run(s) for {n} image(s)"))
-    return done(None, prompt)
+    _record_loading(run, path)
+    return _expand_prompt(run, path)
 
 
 def _pad_runs(prompt: Prompt) -> list[tuple[int, int]]:
