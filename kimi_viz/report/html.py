@@ -18,9 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
+from ..files import prepare_folder, write_file
+from ..plots.palette import color_for
 from ..split.batch import Batch
 from ..split.verdict import Status, Verdict, image_sentence, release_lines
+from .context import forward_context_html
 from .page import badge_html, defuse_urls, escape, json_for_script, page_css, png_data_uri
+from .rows import image_lines
 
 SCRIPT = """
 (function () {
@@ -175,9 +180,6 @@ def _thumbnail(batch: Batch, image: int) -> str:
 
 def images_table_html(verdict: Verdict, batch: Batch | None = None) -> str:
     """Return one row per image: identity (number, file, size, mode, backend, thumbnail), rank, grids and rows."""
-    from ..plots.palette import color_for
-    from .rows import image_lines
-
     head = (
         "<tr><th>image</th><th></th><th>file / label</th><th>source</th><th>backend</th><th>rank</th>"
         "<th>grid source</th><th>grid row read</th><th>expected grid</th><th>expected rows</th>"
@@ -255,8 +257,6 @@ def render_report(
     reproduce: str = "",
 ) -> str:
     """Return the whole report page as a string (self-contained HTML5, no network references)."""
-    from .. import __version__
-
     style = verdict.style
     parts = [
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -278,8 +278,6 @@ def render_report(
             "the rows produced, the first divergence marked.</figcaption></figure>"
         )
     if batch.forward_context is not None:
-        from .context import forward_context_html
-
         parts.append(forward_context_html(batch.forward_context, verdict.divergence.first_image))
     parts.append("<h2>Every image</h2>")
     parts.append(images_table_html(verdict, batch))
@@ -309,8 +307,6 @@ def render_report(
 
 def write_report(path: str | Path, **kwargs: Any) -> Path:
     """Write :func:`render_report` to ``path`` (a file, or ``report.html`` inside a folder); return it."""
-    from ..files import prepare_folder, write_file
-
     path = Path(path)
     if path.is_dir() or not path.suffix:
         path = path / "report.html"

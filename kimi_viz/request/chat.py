@@ -42,6 +42,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
 from ..errors import WhatIfError
+from ..preprocess.config import read_json_file
 from .images import RequestImage, decode_data_url, probe_image, resolve_image
 from .prompt import MEDIA_PAD_ID, MEDIA_TOKEN_IDS
 
@@ -349,8 +350,6 @@ def parse_request(data: Any, *, folder: Path | None = None, source: str = "the r
 
 def read_request(path: str | os.PathLike) -> ChatRequest:
     """Return the :class:`ChatRequest` of a JSON file (``--chat FILE``), read strictly and within limits."""
-    from ..preprocess.config import read_json_file
-
     path = Path(path)
     data = read_json_file(path, error=WhatIfError, limit=MAX_CHAT_BYTES)
     return parse_request(data, folder=path.parent, source=str(path))
