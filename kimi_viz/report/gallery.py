@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +20,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..data import SAMPLE_PHOTOS, images_dir, sample_path
+from ..plots import (
+    draw_grid_to_rows,
+    draw_patch_grid,
+    draw_pixel_diff,
+    draw_processor_output,
+    draw_row_spans,
+)
 from ..preprocess.layout import BatchLayout, compare_layouts
+from ..preprocess.processor import Processor, resize_config
+from ..preprocess.records import ProcessorOutput
 from .tables import Table
 
 BIG_SAMPLE = "rocket_4200x3150.jpg"
@@ -63,54 +72,42 @@ def _resized_index(records: Sequence[Any]) -> int:
     return 0
 
 
-def write_gallery(
-    out_dir: str | Path, images: Sequence[Any] | None = None, *, preset: str = "kimi-k3", dpi: int = 80
-) -> list[Path]:
-    """Write the figures for ``images`` (default: the sample images) and ``index.html`` into ``out_dir``.
+@dataclass
+class _GalleryWriter:
+    """Where a gallery's figures go and the figures written so far, in page order."""
 
-    Returns the written paths: the PNGs in page order, then ``index.html``.
-    """
-    from ..plots import (
-        draw_grid_to_rows,
-        draw_patch_grid,
-        draw_pixel_diff,
-        draw_processor_output,
-        draw_row_spans,
-    )
-    from ..preprocess.processor import Processor, resize_config
+    out: Path
+    dpi: int
+    figures: list[GalleryFigure] = field(default_factory=list)
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    sources = list(images) if images is not None else default_images()
-    checkpoint_processor = Processor(preset, backend="checkpoint")
-    output = checkpoint_processor.preprocess(sources)
-    layout = BatchLayout.from_output(output)
-    figures: list[GalleryFigure] = []
+    def add(self, ax: Axes, file: str, title: str, caption: str) -> None:
+        """Save ``ax``'s figure as ``file`` and list it with its title and caption; returns nothing."""
+        _save(ax, self.out / file, self.dpi)
+        self.figures.append(GalleryFigure(file, title, caption))
 
-    def add(ax: Axes, file: str, title: str, caption: str) -> None:
-        _save(ax, out / file, dpi)
-        figures.append(GalleryFigure(file, title, caption))
 
-    add(
+def _add_row_views(gallery: _GalleryWriter, output: ProcessorOutput, layout: BatchLayout, preset: str) -> None:
+    """Add the batch overview, the row spans and, for a known preset, the rows a consumer with the other
+    preset's limits would expect; returns nothing."""
+    gallery.add(
         draw_processor_output(output),
         "batch.png",
         "The batch",
         f"{len(layout)} images under {preset}: each on its patch grid, above the packed pixel_values rows "
         f"({layout.total_rows} rows, {layout.total_tokens} merged tokens).",
     )
-    add(
+    gallery.add(
         draw_row_spans(layout),
         "row_spans.png",
         "Row spans",
         "Every image's rows [start, end) of pixel_values with its grid and patch count, and its merged tokens.",
     )
-
     other = OTHER_PRESET.get(preset)
     if other is not None:
         grids = [resize_config(*record.source_size, other).grid for record in output.records]
         produced = BatchLayout.from_grids(grids, labels=[s.label for s in layout.spans])
         comparison = compare_layouts(layout, produced)
-        add(
+        gallery.add(
             draw_row_spans(layout, produced=produced),
             "row_spans_vs_other_preset.png",
             f"{preset} rows against a {other} consumer",
@@ -118,9 +115,12 @@ def write_gallery(
             + (comparison.message if not comparison.equal else "The two layouts agree for these images."),
         )
 
+
+def _add_patch_grids(gallery: _GalleryWriter, output: ProcessorOutput, layout: BatchLayout) -> None:
+    """Add every image on its patch grid, its first merged token's rows highlighted; returns nothing."""
     for span in layout.spans:
         first_token: Iterable[int] = layout.token_to_rows(span.token_span[0]) if span.num_tokens else []
-        add(
+        gallery.add(
             draw_patch_grid(output, span.index, highlight_rows=first_token),
             f"patch_grid_{span.index:02d}_{_slug(span.label)}.png",
             f"{span.label} on its patch grid",
@@ -128,28 +128,57 @@ def write_gallery(
             f"token (token {span.token_span[0]}) are highlighted.",
         )
 
-    if len(layout):
-        add(
-            draw_grid_to_rows(output, layout, index=0),
-            f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
-            f"{layout.spans[0].label}: patches to rows",
-            "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.",
-        )
-        index = _resized_index(output.records)
-        source = sources[index]
-        checkpoint = checkpoint_processor.preprocess([source])
-        torch_path = Processor(preset, backend="torch", device="cpu").preprocess([source])
-        name = layout.spans[index].label
-        add(
-            draw_pixel_diff(checkpoint, torch_path),
-            f"pixel_diff_{_slug(name)}.png",
-            f"{name}: checkpoint vs torch pixels",
-            "Per-patch max |difference| between the checkpoint (CPU, PIL) path and SGLang's torch path.",
-        )
 
+def _add_pixel_views(
+    gallery: _GalleryWriter,
+    output: ProcessorOutput,
+    layout: BatchLayout,
+    sources: Sequence[Any],
+    checkpoint_processor: Processor,
+    preset: str,
+) -> None:
+    """Add the first image's patches linked to their rows and the checkpoint-vs-torch pixel difference of the
+    first resized image; returns nothing."""
+    gallery.add(
+        draw_grid_to_rows(output, layout, index=0),
+        f"grid_to_rows_{_slug(layout.spans[0].label)}.png",
+        f"{layout.spans[0].label}: patches to rows",
+        "Chosen patches linked to their rows: row = start + y·w + x, images packed one after another.",
+    )
+    index = _resized_index(output.records)
+    source = sources[index]
+    checkpoint = checkpoint_processor.preprocess([source])
+    torch_path = Processor(preset, backend="torch", device="cpu").preprocess([source])
+    name = layout.spans[index].label
+    gallery.add(
+        draw_pixel_diff(checkpoint, torch_path),
+        f"pixel_diff_{_slug(name)}.png",
+        f"{name}: checkpoint vs torch pixels",
+        "Per-patch max |difference| between the checkpoint (CPU, PIL) path and SGLang's torch path.",
+    )
+
+
+def write_gallery(
+    out_dir: str | Path, images: Sequence[Any] | None = None, *, preset: str = "kimi-k3", dpi: int = 80
+) -> list[Path]:
+    """Write the figures for ``images`` (default: the sample images) and ``index.html`` into ``out_dir``.
+
+    Returns the written paths: the PNGs in page order, then ``index.html``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sources = list(images) if images is not None else default_images()
+    checkpoint_processor = Processor(preset, backend="checkpoint")
+    output = checkpoint_processor.preprocess(sources)
+    layout = BatchLayout.from_output(output)
+    gallery = _GalleryWriter(out, dpi)
+    _add_row_views(gallery, output, layout, preset)
+    _add_patch_grids(gallery, output, layout)
+    if len(layout):
+        _add_pixel_views(gallery, output, layout, sources, checkpoint_processor, preset)
     page = out / "index.html"
-    page.write_text(_html(figures, preset, layout), encoding="utf-8")
-    return [out / f.file for f in figures] + [page]
+    page.write_text(_html(gallery.figures, preset, layout), encoding="utf-8")
+    return [out / f.file for f in gallery.figures] + [page]
 
 
 def _html(figures: Sequence[GalleryFigure], preset: str, layout: BatchLayout) -> str:

@@ -40,7 +40,7 @@ from ..messages import (
 )
 from ..preprocess.config import get_config
 from ..preprocess.resize import resize_config
-from ..releases import Release, release_for
+from ..releases import RELEASES, Release, release_for
 from ..split.cause import ErrorInfo
 from .chat import KIMI_IMAGE_PLACEHOLDER, ChatRequest, Rendered, Renderer, render_request
 from .images import RequestImage
@@ -523,8 +523,6 @@ def check_releases(
     request: ChatRequest, *, renderer: Renderer | None = None, settings: ServerSettings | None = None
 ) -> dict[str, RequestOutcome]:
     """Return the :class:`RequestOutcome` of ``request`` on every known release, oldest first."""
-    from ..releases import RELEASES
-
     renderer = renderer if renderer is not None else Renderer()
     rendered = render_request(request, renderer)
     return {

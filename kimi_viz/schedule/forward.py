@@ -46,6 +46,7 @@ from ..messages import (
 )
 from ..preprocess.config import get_config
 from ..releases import Release
+from ..split._replay import replay
 from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
 from .cache import EmbeddingCache
@@ -113,8 +114,6 @@ def call_encoder(
     rows over the processor's ``merge_kernel_size**2``), in the order of the items (the DP runner gathers
     every rank's images back into place).
     """
-    from ..split._replay import replay
-
     merge_kernel_size = DEFAULT_MERGE_KERNEL_SIZE if processor is None else get_config(processor).merge_kernel_size
 
     def encode(items: list[ForwardItem]) -> tuple[Rows | None, CallRecord]:
