@@ -401,6 +401,8 @@ NEEDLES = (
     "Number of elements",
     "background pattern",
     "'list' object has no attribute",
+    "input_ids",
+    "retokenize",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 _BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces

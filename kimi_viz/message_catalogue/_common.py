@@ -25,6 +25,7 @@ ENCODE_RECEIVER = "disaggregation/encode_receiver.py"
 SERVER = "disaggregation/encoder/server.py"  # the EPD encoder since 0.5.19
 PREPROCESSOR = "disaggregation/encoder/preprocessor.py"
 RECEIVER = "disaggregation/encoder/receiver.py"
+TOKENIZER_MANAGER = "managers/tokenizer_manager.py"  # the language server's front end (HTTP answers)
 
 # What follows a raise, by where it happens (an entry says more when it knows more).
 REFUSED = "The request fails with this error; the client gets it back and the server goes on."

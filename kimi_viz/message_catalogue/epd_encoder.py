@@ -423,4 +423,17 @@ MESSAGES: tuple[Message, ...] = (
         meaning="Writing the request's new embeddings into the global embedding cache failed.",
         after="Logged, not raised: the embeddings are not cached; the request goes on with the right features.",
     ),
+    Message(
+        "epd-delivery-failed",
+        "[{}] embedding delivery failed: {}",
+        Stage.EPD,
+        (site(SERVER, "MMEncoder.send_with_url", "MMError", "0.5.21-0.5.23"),),
+        fields=("request:word", "failure"),
+        meaning="The encode server computed the request's embedding but could not deliver it to the language "
+        "server(s): 'delivery failed for [URLs]' (a send raised) or 'timed out after Ns with k/n destination(s) "
+        "initiated' (the language side never registered where to send it). The images themselves were encoded.",
+        after="The encode server fails the request (HTTP 502, 504 for the time-out) and the language server gets "
+        "no embedding for it: in language-only mode the request fails with 'The encoder did not return "
+        "multimodal embeddings' (HTTP 503).",
+    ),
 )

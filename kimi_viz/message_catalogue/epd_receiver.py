@@ -5,7 +5,7 @@ embedding in parts, assembles it, rebuilds the prompt's ``<|media_pad|>`` runs f
 from __future__ import annotations
 
 from ..messages import Message, Stage
-from ._common import BASE, COMMON, ENCODE_RECEIVER, K3, RECEIVE_FAILS, RECEIVER, REFUSED, site
+from ._common import BASE, COMMON, ENCODE_RECEIVER, K3, RECEIVE_FAILS, RECEIVER, REFUSED, TOKENIZER_MANAGER, site
 
 VALIDATE = "BaseMultimodalProcessor._validate_precomputed_embedding_layout"
 PART = "_validate_embedding_part"
@@ -412,5 +412,16 @@ MESSAGES: tuple[Message, ...] = (
         fields=("modality",),
         meaning="A request with video or audio was sent to a gRPC encode server, which takes images only.",
         after=REFUSED,
+    ),
+    Message(
+        "epd-no-embeddings-language-only",
+        "The encoder did not return multimodal embeddings. The request was not run locally in language-only mode.",
+        Stage.EPD,
+        (site(TOKENIZER_MANAGER, "_reject_missing_dispatched_encoder_embedding", "HTTPException", "0.5.17-0.5.23"),),
+        meaning="A language-only server (encoder disaggregation, zmq_to_tokenizer transfer) waited for the "
+        "request's embedding from the encode server and got none: the encoder failed, timed out or could not "
+        "deliver. The language server has no vision tower to fall back on; the encode server's log holds the "
+        "cause (look for the request id there).",
+        after="The request fails with HTTP 503 (Service Unavailable); the server goes on.",
     ),
 )

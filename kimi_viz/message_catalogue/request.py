@@ -11,6 +11,20 @@ from .. import messages as m
 from ..messages import Message, Stage
 from ._common import BASE, COMMON, K3, K25, REFUSED, site
 
+EXPAND = "BaseMultimodalProcessor._expand_input_ids"
+COMBINE = "BaseMultimodalProcessor.process_and_combine_mm_data"
+NOT_KIMI_K3 = (
+    "Kimi-K3 and Kimi-K2.5 never run this check (their processors keep their own input_ids: "
+    "preserve_processor_input_ids, every release 0.5.17-0.5.23), so on a Kimi-K3 server it comes from another "
+    "processor: Kimi-VL's (kimi_vl.py) or another model served by the same process, with SGLANG_MM_AVOID_RETOKENIZE "
+    "on. "
+)
+FALLS_BACK = (
+    "Caught where it is raised (process_and_combine_mm_data) and logged as the warning 'Due to <this>, falling "
+    "back to decode+retokenize ...': the request goes on with its prompt decoded and tokenized again, which can "
+    "change its length (token drift)."
+)
+
 PLACEHOLDER_RULE = (
     "The Kimi chat template writes one <|media_pad|> per image part of a chat message; a prompt built "
     "another way (raw text, hand-made input_ids, a template without the image parts) can hold another count."
@@ -182,5 +196,63 @@ MESSAGES: tuple[Message, ...] = (
         meaning="The request mixes a preprocessed input (processor_output or precomputed_embedding) with other "
         "items of the same modality; such an input must be the only item.",
         after=REFUSED,
+    ),
+    Message(
+        "retokenize-placeholders",
+        "prompt has {} image placeholder token(s) but {} image(s) were provided",
+        Stage.REQUEST,
+        (site(BASE, EXPAND, "ValueError", "0.5.17-0.5.23"),),
+        fields=("placeholders:n", "images:n"),
+        meaning="The request's token-id prompt holds another number of image placeholder ids than the images "
+        "the processor resolved, so the prompt cannot be expanded in place. " + NOT_KIMI_K3,
+        after=FALLS_BACK,
+    ),
+    Message(
+        "retokenize-no-token-id",
+        "placeholder_token_id is not set for this processor",
+        Stage.REQUEST,
+        (site(BASE, EXPAND, "ValueError", "0.5.17-0.5.23"),),
+        meaning="The processor has no image placeholder token id, so the token-id prompt cannot be expanded in "
+        "place. " + NOT_KIMI_K3,
+        after=FALLS_BACK,
+    ),
+    Message(
+        "retokenize-no-image-token-id",
+        "image placeholder token id is not set for this processor",
+        Stage.REQUEST,
+        (site(BASE, COMBINE, "ValueError", "0.5.17-0.5.23"),),
+        meaning="The processor's multimodal tokens have no image token id, so the user's token ids cannot be "
+        "kept. " + NOT_KIMI_K3,
+        after=FALLS_BACK,
+    ),
+    Message(
+        "retokenize-count",
+        "processor image placeholder count mismatch: processor={}, resolved={}",
+        Stage.REQUEST,
+        (site(BASE, COMBINE, "ValueError", "0.5.17-0.5.23"),),
+        fields=("processor:n", "resolved:n"),
+        meaning="The HF processor's expanded prompt holds another number of image pad tokens than the images' "
+        "token counts add up to (processor= the pads it wrote, resolved= the sum the grids give). " + NOT_KIMI_K3,
+        after=FALLS_BACK,
+    ),
+    Message(
+        "retokenize-input-ids",
+        "expected list[int] input_ids, got {}",
+        Stage.REQUEST,
+        (site(BASE, COMBINE, "AssertionError", "0.5.17-0.5.23"),),
+        fields=("type:type",),
+        meaning="The request's prompt ids are not a list of ints where the user's token ids are kept. " + NOT_KIMI_K3,
+        after=FALLS_BACK,
+    ),
+    Message(
+        "retokenize-fallback",
+        "Due to {}, falling back to decode+retokenize, which may change prompt length (token drift).",
+        Stage.REQUEST,
+        (site(BASE, COMBINE, "warning", "0.5.17-0.5.23"),),
+        fields=("error",),
+        meaning="Keeping the user's token ids failed with the error named (one of the retokenize checks above) "
+        "and the processor's re-tokenized prompt is used instead. " + NOT_KIMI_K3,
+        after="Logged, not raised: the request goes on with the decoded and re-tokenized prompt, whose length "
+        "can differ from the ids the client sent (token drift).",
     ),
 )

@@ -28,9 +28,10 @@ in :data:`OFF_PATH` (or the kind rule) says otherwise, so a function a new relea
 file shows up as a missing message, never as a silent gap. The rules take out, each with its reason:
 progress logs (``info``, ``debug``); messages without literal text; startup-only code (the vision
 tower's construction, weight mapping, kernel precompile, the processor's constructor); code the Kimi
-processors and models never reach (the base class's retokenize block and get_mm_data, frame
+processors and models never reach (the base class's get_mm_data prompt building, frame
 estimates, the artifact cache's abstract methods, token-pair padding, the LLaVA helpers); the Kimi
-language model; shared-memory and buffer housekeeping;
+language model; the tokenizer manager's model-agnostic request handling (only the EPD language-only
+refusal is scanned as on the path); shared-memory and buffer housekeeping;
 and, in the model-agnostic EPD encoder, everything but the image features themselves: the control
 plane (bootstrap, registration, health, launch, the DP dispatcher), transport plumbing (sockets,
 Mooncake pools and memory registration, gRPC / HTTP wrappers), the encode API's request-format
@@ -66,6 +67,7 @@ SCANNED = (
     "disaggregation/encode_server.py",
     "disaggregation/encode_receiver.py",
     "disaggregation/encode_grpc_server.py",
+    "managers/tokenizer_manager.py",
 )
 SCANNED_FOLDERS = ("disaggregation/encoder",)
 
@@ -487,16 +489,9 @@ OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
     ),
     (
         r"multimodal/processors/base_processor\.py",
-        r"BaseMultimodalProcessor\.(_expand_input_ids|build_input_ids)",
+        r"BaseMultimodalProcessor\.build_input_ids",
         None,
-        "the base get_mm_data and retokenize path; the Kimi processors override get_mm_data and keep their ids",
-    ),
-    (
-        r"multimodal/processors/base_processor\.py",
-        r"BaseMultimodalProcessor\.process_and_combine_mm_data",
-        r"expected list\[int\] input_ids.*|image placeholder token id is not set.*"
-        r"|processor image placeholder count mismatch.*|Due to .*decode\+retokenize.*",
-        "the retokenize-avoiding block: the Kimi processors keep their input_ids (preserve_processor_input_ids)",
+        "the base get_mm_data's prompt building; the Kimi processors override get_mm_data",
     ),
     (
         r"multimodal/processors/base_processor\.py",
@@ -573,7 +568,7 @@ OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
         r"|MMReceiverBase\.__init__|MMReceiverBase\._init_mm_processor|WaitingImageRequest\.__init__"
         r"|.*_run_encode_in_thread|.*_run_receive_in_thread|.*_publish_pipeline_error|send_staged_embedding"
         r"|EncoderMetaRegistry\..*|_resolve_embedding_part_request_id|MMReceiverBase\._drain_scheduler_embeddings"
-        r"|MMEncoder\.send(_with_url|_to_destination)?|MMEncoder\.register_embedding_destinations"
+        r"|MMEncoder\.send(_to_destination)?|MMEncoder\.register_embedding_destinations"
         r"|MMEncoder\._require_active_encode_state|MMEncoder\._stage_errors|MMEncoder\.encode"
         r"|MMEncoder\.encode_with_.*|MMEncoder\._batch_set_error",
         None,
@@ -582,11 +577,24 @@ OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
     ),
     (
         _EPD,
+        r"MMEncoder\.send_with_url",
+        r"(?!\[\{\}\] embedding delivery failed).*",
+        "EPD send bookkeeping; only the delivery failure reaches the request",
+    ),
+    (
+        _EPD,
         r"MMReceiverBase\.(recv_mm_data|_recv_mm_data|_process_waiting_requests)|MMEncoder\._send",
         r"(?!Timed out waiting for image embeddings|\[\{\}\] Embedding recv timeout|\[\{\}\] Encoder dispatch"
         r"|Encoder error for req_id|Waiting request \{\} failed|Failed to receive encoder embeddings"
         r"|No embedding available|Embedding size mismatch|Mooncake transfer_sync failed|VIT forward failed).*",
         "EPD receive and send bookkeeping: sockets, buffers and resources, not the features",
+    ),
+    (
+        r"managers/tokenizer_manager\.py",
+        r"(?!_reject_missing_dispatched_encoder_embedding$).*",
+        None,
+        "the tokenizer manager's request handling common to every model; only the EPD language-only refusal "
+        "is about the images",
     ),
 )
 KIND_OFF = {"info": "progress log, reports no failure", "debug": "debug trace, off by default"}
