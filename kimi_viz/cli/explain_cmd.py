@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from .._explain import (
     KNOWN_MESSAGES,
@@ -81,7 +82,7 @@ def _explain_file(name: str) -> list:
         raise KimiVizError(f"--file {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
 
 
-def _open_log(name: str) -> tuple[BinaryIO, os.stat_result]:
+def _open_log(name: str) -> tuple[io.FileIO, os.stat_result]:
     """Return the log file ``name`` opened for reading, with its status; a bad path raises KimiVizError."""
     shown = repr(escape_value(name))
     try:
@@ -95,7 +96,7 @@ def _open_log(name: str) -> tuple[BinaryIO, os.stat_result]:
         handle = open(name, "rb", buffering=0)  # noqa: SIM115 - kept open while the file is followed
     except OSError as exc:
         raise KimiVizError(f"--follow {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
-    return handle, os.fstat(handle.fileno())  # type: ignore[return-value]
+    return handle, os.fstat(handle.fileno())
 
 
 def _follow_file(name: str, live: LiveExplainer, show: Callable[[list[LiveEvent]], None], shown: str) -> None:
@@ -133,7 +134,7 @@ def _follow_file(name: str, live: LiveExplainer, show: Callable[[list[LiveEvent]
         handle.close()
 
 
-def _follow_stream(stream: BinaryIO, live: LiveExplainer, show: Callable[[list[LiveEvent]], None]) -> None:
+def _follow_stream(stream: BinaryIO | TextIO, live: LiveExplainer, show: Callable[[list[LiveEvent]], None]) -> None:
     """Explain a stream (standard input) as its lines arrive, to its end."""
     read = getattr(stream, "read1", None) or stream.read
     while block := read(MAX_LINE):
@@ -161,7 +162,7 @@ def _follow(args: argparse.Namespace) -> int:
             if sys.stdin is None or sys.stdin.isatty():
                 raise KimiVizError("--follow: nothing piped into stdin; pipe the log in or name it: --follow LOG")
             emit(f"kimi-viz explain: following {what}; Ctrl-C ends it with a summary", err=True)
-            _follow_stream(getattr(sys.stdin, "buffer", sys.stdin), live, show)
+            _follow_stream(getattr(sys.stdin, "buffer", None) or sys.stdin, live, show)
         else:
             _follow_file(args.follow, live, show, what)
     except KeyboardInterrupt:
