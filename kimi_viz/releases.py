@@ -28,6 +28,7 @@ release it stands for and a sentence saying how it was chosen, which every verdi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal
@@ -484,6 +485,36 @@ def choose_release(
     )
 
 
+
+def what_changed(old: Release, new: Release) -> str:
+    """Return what ``new`` changed over ``old``: its code path, else its request side, else its forward pass."""
+    if new.code_path != old.code_path:
+        return PATH_INTRODUCED[new.code_path][1]
+    if new.request_side is not old.request_side:
+        return f"its request side builds other items ({new.request_side.changes})"
+    return new.forward.changes
+
+
+def first_fixing_release(
+    current: Release, runs_clean: Callable[[Release], bool], seen_as: Callable[[Release], Hashable]
+) -> FixRelease | None:
+    """Return the first release after ``current`` on which ``runs_clean`` holds, with what changed there, or None.
+
+    The one fix search every question uses. ``seen_as`` says what of a release the question sees
+    (its code path for a captured batch; request side, code path and forward pass for a workload):
+    a release that looks like one already tried, or like ``current``, is not asked again.
+    ``runs_clean`` returns False for a release that refuses the question's settings.
+    """
+    tried = {seen_as(current)}
+    for release in _ORDERED[_ORDERED.index(current) + 1 :]:
+        key = seen_as(release)
+        if key in tried:
+            continue
+        tried.add(key)
+        if runs_clean(release):
+            return FixRelease(release.version, what_changed(current, release), release.code_path)
+    return None
+
 __all__ = [
     "CodePath",
     "CODE_PATHS",
@@ -506,6 +537,8 @@ __all__ = [
     "choose_release",
     "release_for",
     "fixed_in",
+    "what_changed",
+    "first_fixing_release",
     "later_paths",
     "parse_version",
 ]

@@ -27,7 +27,7 @@ from ..devices import resolve_device
 from ..errors import ConfigError
 from ..messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
-from ..releases import FixRelease, choose_release, fix_release, later_paths
+from ..releases import FixRelease, Release, choose_release, first_fixing_release
 from .batch import Batch, Item, check_processor_output
 from .cpu_group import preprocess_cpu
 from .divergence import with_divergence
@@ -144,11 +144,14 @@ def _find_fix(trace: Replayed) -> FixRelease | None:
         return None
     ranks = [r.rank for r in trace.ranks]
     rank = ranks[0] if len(ranks) == 1 and trace.tp_size > 1 else None
-    for path in later_paths(trace.release.code_path):
-        later = replay(trace.batch, tp_size=trace.tp_size, rank=rank, code_path=path, mode="shapes", find_fix=False)
-        if later.outcome == "ok" and not later.divergence.silent:
-            return fix_release(path)
-    return None
+
+    def clean_on(release: Release) -> bool:
+        later = replay(
+            trace.batch, tp_size=trace.tp_size, rank=rank, code_path=release.code_path, mode="shapes", find_fix=False
+        )
+        return later.outcome == "ok" and not later.divergence.silent
+
+    return first_fixing_release(trace.release.release, clean_on, lambda release: release.code_path)
 
 
 # --- one rank -----------------------------------------------------------------------------------
