@@ -16,8 +16,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import ConfigError
+from ..preprocess.config import get_config
 
 Grid = tuple[int, int, int]
+
+# The default processor config: the tower consumes its patches, so its patch size and merge kernel are the tower's.
+_PROCESSOR = get_config()
 
 # nn.RMSNorm(dim) with eps=None: the accumulation type's epsilon, torch.finfo(torch.float32).eps,
 # for fp32, bf16 and fp16 inputs alike (the tests check the two agree).
@@ -57,7 +61,7 @@ class VisionConfig:
     """Shapes and choices of one vision tower + projector (field names follow SGLang's config)."""
 
     name: str = "kimi-k3"
-    patch_size: int = 14
+    patch_size: int = _PROCESSOR.patch_size
     hidden_size: int = 1024  # vt_hidden_size (D)
     num_heads: int = 12  # vt_num_attention_heads
     num_layers: int = 27  # vt_num_hidden_layers
@@ -73,7 +77,7 @@ class VisionConfig:
     linear_bias: bool = False  # MLP biases
     patch_embed_bias: bool = False  # patch_embed_proj_bias
     activation: str = "gelu_pytorch_tanh"  # activation_func
-    merge_kernel_size: int = 2
+    merge_kernel_size: int = _PROCESSOR.merge_kernel_size
     projector_type: str = "patchmergerv2"  # mm_projector_type ("patchmerger" in K2.5)
     mm_hidden_size: int | None = None  # defaults to hidden_size
     projector_ln_eps: float = 1e-5
@@ -182,50 +186,16 @@ class VisionConfig:
             raise ConfigError(
                 f"vision_config: expected a JSON object, got {type(vision_config).__name__}; fix {source}"
             )
-        d = dict(vision_config)
+        keys = _VisionKeys(dict(vision_config), source)
+        d = keys.values
         family = str(model_type or d.get("model_type") or "").lower()
         is_k25 = "k25" in family or "k2_5" in family or d.get("mm_projector_type") == "patchmerger"
         base = ENCODER_PRESETS["kimi-k25" if is_k25 else "kimi-k3"]
-
-        def pick(*keys: str, default: Any) -> Any:
-            for key in keys:
-                if d.get(key) is not None:
-                    return d[key]
-            return default
-
-        def fixed(key: str, allowed: str) -> None:
-            if key in d and d[key] != allowed:
-                raise ConfigError(f"vision_config.{key}: expected {allowed!r}, got {d[key]!r}; fix {source}")
-
-        fixed("pos_emb_type", "divided_fixed")
-        fixed("merge_type", "sd2_tpool")
-        fixed("mlp_type", "mlp2")
-        fixed("projector_hidden_act", "gelu")
-
-        def number(*keys: str, default: float) -> float:
-            value = pick(*keys, default=default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"vision_config.{keys[0]}: expected a number, got {_shown(value)}; fix {source}")
-            return float(value)
-
-        def flag(key: str, default: bool) -> bool:
-            value = pick(key, default=default)
-            if not isinstance(value, bool):
-                raise ConfigError(f"vision_config.{key}: expected true or false, got {_shown(value)}; fix {source}")
-            return value
-
-        merge = pick("merge_kernel_size", default=base.merge_kernel_size)
-        if isinstance(merge, (list, tuple)):
-            if len(merge) != 2 or merge[0] != merge[1]:
-                raise ConfigError(
-                    f"vision_config.merge_kernel_size: expected k or [k, k], got {_shown(merge)}; fix {source}"
-                )
-            merge = merge[0]
-        hidden = pick("vt_hidden_size", "hidden_size", default=base.hidden_size)
-        if isinstance(hidden, bool) or not isinstance(hidden, int):
-            raise ConfigError(
-                f"vision_config.vt_hidden_size: expected a positive int, got {_shown(hidden)}; fix {source}"
-            )
+        for key, allowed in _FIXED_CHOICES:
+            keys.fixed(key, allowed)
+        merge = keys.merge_kernel_size(base.merge_kernel_size)
+        hidden = keys.hidden_size(base.hidden_size)
+        pick, number, flag = keys.pick, keys.number, keys.flag
         config = replace(
             base,
             name=str(pick("name", default=f"{base.name} ({source})")),
@@ -254,6 +224,69 @@ class VisionConfig:
         if config.norm_type == "layernorm" and "norm_eps" not in d:
             config = replace(config, norm_eps=1e-5)  # nn.LayerNorm's default
         return config.validate(source)
+
+
+# Keys of a vision_config that name a fixed choice: Kimi's tower supports only this value.
+_FIXED_CHOICES = (
+    ("pos_emb_type", "divided_fixed"),
+    ("merge_type", "sd2_tpool"),
+    ("mlp_type", "mlp2"),
+    ("projector_hidden_act", "gelu"),
+)
+
+
+@dataclass(frozen=True)
+class _VisionKeys:
+    """A checkpoint's ``vision_config`` dict read key by key, each fault named with ``source``."""
+
+    values: dict[str, Any]
+    source: str
+
+    def pick(self, *keys: str, default: Any) -> Any:
+        """Return the value of the first of ``keys`` that is set (not null), else ``default``."""
+        for key in keys:
+            if self.values.get(key) is not None:
+                return self.values[key]
+        return default
+
+    def fixed(self, key: str, allowed: str) -> None:
+        """Raise ConfigError when ``key`` is present with another value than ``allowed``; returns nothing."""
+        if key in self.values and self.values[key] != allowed:
+            raise ConfigError(f"vision_config.{key}: expected {allowed!r}, got {self.values[key]!r}; fix {self.source}")
+
+    def number(self, *keys: str, default: float) -> float:
+        """Return the picked value as a finite float (ConfigError otherwise)."""
+        value = self.pick(*keys, default=default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"vision_config.{keys[0]}: expected a number, got {_shown(value)}; fix {self.source}")
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """Return the picked value as a bool (ConfigError unless it is true or false)."""
+        value = self.pick(key, default=default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"vision_config.{key}: expected true or false, got {_shown(value)}; fix {self.source}")
+        return value
+
+    def merge_kernel_size(self, default: int) -> Any:
+        """Return the merge kernel from ``k`` or ``[k, k]`` (a non-square pair raises ConfigError)."""
+        merge = self.pick("merge_kernel_size", default=default)
+        if isinstance(merge, (list, tuple)):
+            if len(merge) != 2 or merge[0] != merge[1]:
+                raise ConfigError(
+                    f"vision_config.merge_kernel_size: expected k or [k, k], got {_shown(merge)}; fix {self.source}"
+                )
+            merge = merge[0]
+        return merge
+
+    def hidden_size(self, default: int) -> int:
+        """Return the tower width (``vt_hidden_size`` or ``hidden_size``); ConfigError unless it is an int."""
+        hidden = self.pick("vt_hidden_size", "hidden_size", default=default)
+        if isinstance(hidden, bool) or not isinstance(hidden, int):
+            raise ConfigError(
+                f"vision_config.vt_hidden_size: expected a positive int, got {_shown(hidden)}; fix {self.source}"
+            )
+        return hidden
 
 
 ENCODER_PRESETS: dict[str, VisionConfig] = {
