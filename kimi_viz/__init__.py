@@ -6,7 +6,8 @@ the pipeline: :mod:`.preprocess` (images to ``pixel_values``), :mod:`.encoder` (
 call), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:`.scenarios`,
 :mod:`.manifest`, :mod:`.plots`, :mod:`.capture` and :mod:`.report`; :mod:`.releases` says which
 release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sweep`,
-:func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here.
+:func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here;
+every question they answer gets one :class:`Answer` (:mod:`.answer`).
 
 One naming rule holds everywhere: no function shares its name with a module beside it. A module
 that implements a verb is private and named after it (``_explain.py``, ``split/_replay.py``), so
@@ -94,13 +95,25 @@ _EXPORTS = {
     "triage": "kimi_viz._triage",
     "TriageResult": "kimi_viz._triage",
     "write_triage_outputs": "kimi_viz._triage",
-    "whatif": "kimi_viz._whatif.run",
-    "WhatIf": "kimi_viz._whatif.run",
-    "sweep": "kimi_viz._whatif._sweep",
-    "Sweep": "kimi_viz._whatif._sweep",
-    "minimize": "kimi_viz._whatif._minimize",
-    "Minimized": "kimi_viz._whatif._minimize",
+    # the one answer, to every question: a request, a workload, a client's request, a captured batch
+    "Answer": "kimi_viz.answer",
+    "Sweep": "kimi_viz.answer",
+    "Minimized": "kimi_viz.answer",
+    "whatif": "kimi_viz._whatif.ask",
+    "sweep": "kimi_viz._whatif.ask",
+    "minimize": "kimi_viz._whatif.ask",
+    "run_load_scenario": "kimi_viz._whatif.ask",
+    "sweep_pairs": "kimi_viz._whatif.pairs",
+    "answer_text": "kimi_viz._whatif.text",
+    "answer_json": "kimi_viz._whatif.documents",
+    "sweep_text": "kimi_viz._whatif.text",
+    "sweep_table": "kimi_viz._whatif.text",
+    "minimized_text": "kimi_viz._whatif.text",
     "request_table": "kimi_viz._whatif.text",
+    "pass_table": "kimi_viz._whatif.text",
+    "workload_table": "kimi_viz._whatif.text",
+    "check_table": "kimi_viz._whatif.text",
+    "prompt_table": "kimi_viz._whatif.text",
     # under load: workloads of several requests, the forward pass
     "Workload": "kimi_viz.schedule.workload",
     "Request": "kimi_viz.schedule.workload",
@@ -108,19 +121,10 @@ _EXPORTS = {
     "together": "kimi_viz.schedule.workload",
     "read_workload": "kimi_viz.schedule.workload",
     "LoadSettings": "kimi_viz.schedule.workload_replay",
-    "whatif_load": "kimi_viz._whatif.load",
-    "LoadAnswer": "kimi_viz._whatif.load",
-    "sweep_load": "kimi_viz._whatif._load_sweep",
-    "sweep_pairs": "kimi_viz._whatif._load_sweep",
-    "minimize_load": "kimi_viz._whatif._load_minimize",
+    "LOAD_SCENARIOS": "kimi_viz.scenarios.under_load",
     # a client's own request: its checks on the request side, then the same replay
     "parse_request": "kimi_viz.request.chat",
     "read_request": "kimi_viz.request.chat",
-    "whatif_chat": "kimi_viz._whatif.chat",
-    "ChatAnswer": "kimi_viz._whatif.chat",
-    "sweep_chat": "kimi_viz._whatif.chat",
-    "LOAD_SCENARIOS": "kimi_viz.scenarios.under_load",
-    "run_load_scenario": "kimi_viz._whatif.load",
     "run_demo": "kimi_viz._demo",
     # the sample images
     "SAMPLE_PHOTOS": "kimi_viz.data",

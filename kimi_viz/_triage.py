@@ -21,17 +21,30 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import __version__
+from .answer import Answer, batch_answer
 from .errors import ArgumentError, ConfigError
+from .files import prepare_folder, write_file
+from .manifest import read_manifest
+from .manifest.digest import manifest_digest
+from .preprocess.config import get_config
+from .releases import choose_release
+from .report.html import ReportFigure, write_report
+from .report.markdown import issue_markdown
+from .report.stepper import Stepper
+from .report.summary import summary_png
+from .repro import emit_repro
+from .split._replay import replay
 from .split.batch import Batch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .split.trace import Trace
-    from .split.verdict import Verdict
+from .split.ranks import check_tp_size
+from .split.trace import Trace
+from .split.verdict import Verdict, build_verdict, format_verdict, trace_document
 
 CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
@@ -61,15 +74,18 @@ class TriageResult:
     @cached_property
     def verdict(self) -> Verdict:
         """Return the primary verdict; with several code paths its ``code_paths`` hold the others'."""
-        from .split.verdict import build_verdict
-
         others = {name: trace for name, trace in self.traces.items() if name != self.code_path}
         return build_verdict(self.trace, others=others)
 
+    @cached_property
+    def answer(self) -> Answer:
+        """Return the primary replay as the kit's one answer: status, errors, why, fixing release, exit code."""
+        return batch_answer(self.trace, self.trace.release.release, self.verdict)
+
     @property
     def exit_code(self) -> int:
-        """Return the primary verdict's exit code (0, 1, 3, 4 or 5)."""
-        return self.verdict.exit_code
+        """Return the answer's exit code (0, 1, 3, 4 or 5)."""
+        return self.answer.exit_code
 
     def to_json(self) -> dict[str, Any]:
         """Return what ``triage --json`` prints: the verdict's JSON, plus ``"forward_context"`` (the forward pass
@@ -93,8 +109,6 @@ class TriageResult:
 
     def facts(self) -> dict[str, Any]:
         """Return where the batch comes from and how it was replayed (``report.html``'s "Where it comes from")."""
-        from . import __version__
-
         batch = self.batch
         return {
             "replay": self.describe(),
@@ -109,12 +123,8 @@ class TriageResult:
 
     def environment(self) -> dict[str, Any]:
         """Return what ``issue.md`` says of the environment: kit version, manifest name and SHA-256, SGLang."""
-        from . import __version__
-
         env: dict[str, Any] = {"kimi-viz": __version__}
         if self.manifest is not None:
-            from .manifest.digest import manifest_digest
-
             try:
                 name, digest = manifest_digest(self.manifest)
                 env["manifest"] = f"{name}, sha256 {digest}"
@@ -140,8 +150,6 @@ class TriageResult:
 
         ``figure``: the PNG beside it to drag into the issue (``None``: say how to write one).
         """
-        from .report.markdown import issue_markdown
-
         return issue_markdown(
             self.verdict,
             self.trace,
@@ -156,8 +164,6 @@ class TriageResult:
 
         See :func:`kimi_viz.repro.emit_repro`: no pixels unless ``pixels``, never for a redacted manifest.
         """
-        from .repro import emit_repro
-
         return emit_repro(
             self.batch,
             out_dir,
@@ -169,8 +175,6 @@ class TriageResult:
 
     def text(self) -> str:
         """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
-        from .split.verdict import format_verdict
-
         verdict = self.verdict
         blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
         blocks += [f"assumed: {text}" for text in self.assumptions]
@@ -191,8 +195,6 @@ class TriageResult:
 
 def _pick_paths(code_path: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
     """Return the code paths to replay, the primary first; ``both`` adds the other side of the S1 fix."""
-    from .releases import choose_release
-
     if code_path is not None and code_path not in CODE_PATH_CHOICES:
         raise ConfigError(f"code_path: expected one of {list(CODE_PATH_CHOICES)}, got {code_path!r}")
     choice = choose_release(
@@ -245,9 +247,6 @@ def triage_batch(
     ``manifest``: the manifest ``batch`` was read from (its digest goes in ``issue.md`` and the repro);
     ``reproduce``: the command that replays it again.
     """
-    from .split._replay import replay
-    from .split.ranks import check_tp_size
-
     if mode not in MODE_CHOICES:
         raise ConfigError(f"mode: expected one of {list(MODE_CHOICES)}, got {mode!r}")
     tp_size = check_tp_size(batch.attn_tp_size if tp is None else tp, "--tp")
@@ -289,8 +288,6 @@ def _fill_missing_processor(batch: Batch) -> list[str]:
     """
     if batch.processor is not None or not any(item.backend == "cpu" for item in batch.items):
         return []
-    from .preprocess.config import get_config
-
     batch.processor = get_config("kimi-k3").to_media_proc_cfg()
     return [
         "the manifest records no processor config for its cpu-backend items; the consumer's checkpoint "
@@ -310,8 +307,6 @@ def triage(
     sglang_version: str | None = None,
 ) -> TriageResult:
     """Return the :class:`TriageResult` of a manifest (folder, manifest.json or .zip); see :func:`triage_batch`."""
-    from .manifest import read_manifest
-
     batch = read_manifest(manifest_path)
     args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
     if sglang_version:
@@ -342,16 +337,18 @@ def triage(
 
 
 def write_triage_outputs(
-    result: TriageResult, out_dir: str | os.PathLike, *, title: str | None = None, reproduce: str | None = None
+    result: TriageResult,
+    out_dir: str | os.PathLike,
+    *,
+    title: str | None = None,
+    reproduce: str | None = None,
+    question: str = "",
+    figures: Sequence[ReportFigure] = (),
 ) -> dict[str, Path]:
     """Write ``report.html``, ``summary.png``, ``trace.json`` (plus ``trace-<path>.json`` for other code paths)
-    and ``issue.md``; ``reproduce`` (default: the result's own) is the command that replays it again."""
-    from .files import prepare_folder, write_file
-    from .report.html import write_report
-    from .report.stepper import Stepper
-    from .report.summary import summary_png
-    from .split.verdict import trace_document
-
+    and ``issue.md``; return their paths. ``reproduce`` (default: the result's own) is the command that
+    replays it again; ``question`` and ``figures`` (a what-if's answer text, a workload's forward pass) go in
+    the report too."""
     if reproduce is not None and reproduce != result.reproduce:
         result = replace(result, reproduce=reproduce)
     out = prepare_folder(out_dir)
@@ -373,6 +370,8 @@ def write_triage_outputs(
         title=title or f"kimi-viz triage — {result.trace.release.label}",
         facts=result.facts(),
         reproduce=result.reproduce,
+        question=question,
+        figures=figures,
     )
     outputs["issue"] = write_file(out / "issue.md", result.markdown(figure="summary.png").encode("utf-8"))
     return outputs

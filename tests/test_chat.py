@@ -190,23 +190,25 @@ def test_text_is_counted_by_the_documented_rule():
 
 
 def test_a_chat_prompt_becomes_a_workload_with_its_own_gaps_and_the_same_pad_runs():
-    from kimi_viz._whatif.chat import chat_workload, whatif_chat
+    from kimi_viz import whatif
+    from kimi_viz._whatif.questions import chat_workload
+    from kimi_viz.split.cause import ErrorInfo
 
     body = chat("first", image(CHELSEA), "and a much longer text between the two images", image(data_url(64, 64)), "?")
     request = parse_request(body)
-    answer = whatif_chat(request, sglang_version="0.5.18", tp_size=2)
-    outcome = answer.outcome
+    answer = whatif(request, sglang_version="0.5.18", tp_size=2)
+    outcome = answer.replay.outcome
     before, gaps, after = outcome.workload_text()
     workload = chat_workload(outcome)
     assert workload.requests[0].gaps == tuple(gaps) and len(gaps) == 1
     assert before + sum(gaps) + after + sum(len(range(*s)) for s in _blocks(outcome)) == outcome.prompt.length
-    assert answer.load is not None
-    assert answer.load.result.prompts[0].pad_runs == outcome.prompt.pad_runs
-    assert answer.load.result.prompts[0].length == outcome.prompt.length
+    assert answer.replay.load is not None
+    assert answer.replay.load.prompts[0].pad_runs == outcome.prompt.pad_runs
+    assert answer.replay.load.prompts[0].length == outcome.prompt.length
     # two images of different grids in one call: 0.5.18's deferred split fails on rank 1 (S1); 0.5.19 reads its own
     assert (answer.stage, answer.exit_code) == ("forward pass", 1)
-    assert answer.error_key() == ("ValueError", MSG_GPU_WRONG_GRIDS)
-    assert whatif_chat(request, sglang_version="0.5.19", tp_size=2).status.value == "clean"
+    assert answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert whatif(request, sglang_version="0.5.19", tp_size=2).status.value == "clean"
 
 
 def _blocks(outcome):
@@ -297,7 +299,10 @@ def test_cli_chat_prints_the_exact_message_and_exits_1(tmp_path, capsys):
     assert "to fix: put one <|media_pad|> where each image goes" in out
     assert main(["whatif", "--chat", str(path), "--sweep"]) == 1
     out = capsys.readouterr().out
-    assert out.count(MSG_ONE_TO_ONE.format(1, 0)) == len(RELEASES)
+    # every release group refuses it at every TP size, each row saying why with its own site
+    assert out.count("✗ A (request side)") == 5 * 4 and f"A: ValueError: {MSG_ONE_TO_ONE.format(1, 0)}" in out
+    assert out.count(MSG_ONE_TO_ONE.format(1, 0)) == 1 + 5
+    assert "fails on 0.5.17 at every TP size (A)" in out
 
 
 def test_cli_chat_json_and_the_load_replay(tmp_path, capsys):
@@ -355,14 +360,16 @@ def test_draw_prompt_labels_every_block_and_the_refused_ids():
 
 
 def test_dropping_an_image_keeps_the_text_gaps_around_it():
-    from kimi_viz._whatif._load_minimize import subset
+    from kimi_viz._whatif.questions import WorkloadQuestion
     from kimi_viz.request.images import as_request_image
+    from kimi_viz.request.settings import ServerSettings
     from kimi_viz.schedule.workload import Request, Workload
 
     images = tuple(as_request_image(n) for n in ("chelsea.png", "coffee.png", "rocket.jpg"))
     workload = Workload((Request("r1", images, gaps=(3, 5)),))
-    assert subset(workload, [(0, 0), (0, 2)]).requests[0].gaps == (8,)
-    assert subset(workload, [(0, 1)]).requests[0].gaps == ()
+    question = WorkloadQuestion(workload, ServerSettings())
+    assert question.subset([0, 2]).workload.requests[0].gaps == (8,)
+    assert question.subset([1]).workload.requests[0].gaps == ()
     assert workload.to_json()["requests"][0]["text"]["between"] == [3, 5]
     with pytest.raises(WhatIfError, match="2 text gaps for 2 images"):
         Request("r1", images[:2], gaps=(3, 5))

@@ -78,12 +78,12 @@ def test_s1_rank1_reads_shard_local_grid_rows(s1_trace):
         "preprocess_cpu",
         "length_check_cpu",
     ]
-    group = steps["group_backends"].variables["backend_groups"]["cpu"]
+    group = steps["group_backends"].variables.backend_groups["cpu"]
     assert group == {"indices": [0, 1], "global_indices": [1, 2], "grid_rows_read": [0, 1]}
     length = steps["length_check_cpu"].variables
-    assert length["patch_counts"] == [748, 64]  # images 0 and 1's grids, read for images 1 and 2
-    assert length["sum_patch_counts"] == 812
-    assert length["pixel_values_rows"] == 68  # 64 + 4: what the checkpoint processor produced
+    assert length.patch_counts == [748, 64]  # images 0 and 1's grids, read for images 1 and 2
+    assert length.sum_patch_counts == 812
+    assert length.pixel_values_rows == 68  # 64 + 4: what the checkpoint processor produced
     assert steps["length_check_cpu"].check == Check("sum(patch_counts) == pixel_values.shape[0]", 812, 68, False)
     assert steps["length_check_cpu"].error.message == MSG_LENGTH
     assert steps["preprocess_cpu"].check.passed is True  # the cpu grid check uses the items' own grid_thws
@@ -122,7 +122,7 @@ def test_s1_the_wrong_read_is_drawn_at_the_grouping_step_that_makes_it(s1_trace)
 def test_the_fixed_code_passes_the_same_batch():
     trace = replay(get_scenario("s1-cpu").build(), tp_size=2, code_path="post-fix", mode="shapes")
     assert trace.outcome == "ok"
-    group = trace.rank_trace(1).steps[3].variables["backend_groups"]["cpu"]
+    group = trace.rank_trace(1).steps[3].variables.backend_groups["cpu"]
     assert group["grid_rows_read"] == [1, 2]
     assert trace.divergence.scenario_class == "none"
 
@@ -132,13 +132,13 @@ def test_tp1_materializes_every_image_in_index_order():
     (rank,) = trace.ranks
     assert rank.image_indices == [0, 1, 2, 3, 4]
     assign = rank.steps[1].variables
-    assert assign["order_largest_first"] is None and assign["assignment"] == [[0, 1, 2, 3, 4]]
-    groups = rank.steps[3].variables["backend_groups"]
+    assert assign.order_largest_first is None and assign.assignment == [[0, 1, 2, 3, 4]]
+    groups = rank.steps[3].variables.backend_groups
     assert list(groups) == ["gpu", "cpu"]  # first-appearance order, as SGLang's dict
     assert groups["gpu"]["global_indices"] == [0, 2, 4] and groups["cpu"]["global_indices"] == [1, 3]
     names = [s.name for s in rank.steps]
     assert names[4:] == ["preprocess_gpu", "length_check_gpu", "preprocess_cpu", "length_check_cpu", "concatenate"]
-    assert rank.steps[-1].variables["total_rows"] == 748 + 64 + 720 + 448 + 4
+    assert rank.steps[-1].variables.total_rows == 748 + 64 + 720 + 448 + 4
 
 
 def test_replay_one_rank_only():
@@ -161,8 +161,8 @@ def test_recorded_image_indices_that_differ_are_noted():
     batch = get_scenario("healthy-tp2").build()
     batch.attn_tp_rank, batch.image_indices = 1, [3, 2]
     step = replay(batch, rank=1, mode="shapes").ranks[0].steps[1]
-    assert step.variables["recorded_image_indices"] == [3, 2]
-    assert step.variables["image_indices"] == [2, 3]
+    assert step.variables.recorded_image_indices == [3, 2]
+    assert step.variables.image_indices == [2, 3]
     assert "differ" in step.note
 
 
@@ -391,14 +391,16 @@ def test_findings_name_each_anomaly_once_and_correctly():
 def test_the_verdict_schema_file_names_every_status_exit_code_and_code_path():
     """``verdict-v3.schema.json`` is a file like the manifest's; its enums are the kit's own values."""
     from kimi_viz.releases import CODE_PATHS, PathSource
-    from kimi_viz.split.verdict import EXIT_CODES, VERDICT_VERSION, Status, verdict_schema_path
+    from kimi_viz.split.verdict import VERDICT_VERSION, Status, verdict_schema_path
 
     schema = json.loads(verdict_schema_path().read_text(encoding="utf-8"))
     assert verdict_schema_path().name == f"verdict-v{VERDICT_VERSION}.schema.json"
     props = schema["properties"]
     assert props["verdict_version"] == {"const": VERDICT_VERSION}
-    assert props["status"]["enum"] == [s.value for s in Status]
-    assert props["exit_code"]["enum"] == sorted(EXIT_CODES.values())
+    # a verdict is the replay of a call: "no-call" and "not-applicable" are answers without one
+    with_a_call = [s for s in Status if s not in (Status.NO_CALL, Status.NOT_APPLICABLE)]
+    assert props["status"]["enum"] == [s.value for s in with_a_call]
+    assert props["exit_code"]["enum"] == sorted({s.style.exit_code for s in with_a_call})
     release = props["release"]["properties"]
     assert release["code_path"]["enum"] == list(CODE_PATHS)
     chosen = set(PathSource)

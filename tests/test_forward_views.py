@@ -18,7 +18,7 @@ def _texts(ax, prefix: str) -> list[str]:
 
 def _failing_pass(name: str):
     answer = run_load_scenario(name)
-    result = answer.result
+    result = answer.replay
     return result.passes[result.failing_pass if result.failing_pass is not None else 0]
 
 
@@ -44,7 +44,7 @@ def test_the_first_wrong_pad_token_is_marked_with_both_images():
 
 def test_cache_hits_are_drawn_outside_the_call_with_their_word():
     answer = run_load_scenario("s15-straddling-image")
-    ax = draw_forward_pass(answer.result.passes[1])
+    ax = draw_forward_pass(answer.replay.passes[1])
     assert _texts(ax, "call-label") == []
     assert _texts(ax, "outside-label") == ["r1:0 chelsea.png  cache hit"]
     assert _texts(ax, "landed-r1-label") == ["r1:0 chelsea.png  rows 42..186"]
@@ -53,7 +53,7 @@ def test_cache_hits_are_drawn_outside_the_call_with_their_word():
 @pytest.mark.parametrize("name", ["s14-two-requests-one-call", "s15-straddling-image", "s17-stale-eager-epd-more"])
 def test_forward_figures_text_is_readable_and_never_overlaps(name):
     answer = run_load_scenario(name)
-    for trace in answer.result.passes:
+    for trace in answer.replay.passes:
         ax = draw_forward_pass(trace)
         boxes = _text_boxes(ax.figure)
         assert [t.get_text() for t, _ in boxes if t.get_fontsize() < 8] == []

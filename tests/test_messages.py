@@ -99,7 +99,7 @@ def test_every_load_scenario_message_is_recognised_with_its_numbers_and_points_t
 
     for name, scenario in LOAD_SCENARIOS.items():
         answer = run_load_scenario(name)
-        lines = [w for p in answer.result.passes for w in p.warnings]
+        lines = [w for p in answer.replay.passes for w in p.warnings]
         if scenario.expected.type is not None:
             lines.append(f"{scenario.expected.type}: {scenario.expected.message}")
         for line in lines:

@@ -116,36 +116,42 @@ CALLS: dict[str, str] = {
         "assert 'report' in kv.write_triage_outputs(kv.triage(manifest, mode='shapes'), fresh('out'))"
     ),
     "whatif": "assert kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1).status.value == 'clean'",
-    "WhatIf": "assert replace(kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1)).failed is False",
-    "request_table": "assert kv.request_table(kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1).built)",
+    "Answer": "assert replace(kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1)).failed is False",
+    "answer_text": "assert 'CLEAN REPLAY' in kv.answer_text(kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1))",
+    "answer_json": "assert kv.answer_json(kv.whatif(pair, sglang_version='0.5.18', tp_size=2))['exit_code'] == 1",
+    "request_table": ("assert kv.request_table(kv.whatif([chelsea], sglang_version='0.5.23', tp_size=1).replay.built)"),
     "sweep": "assert len(kv.sweep(pair).cells) == 16",
-    "Sweep": "assert replace(kv.sweep(pair, tp_sizes=(2,))).summary()",
-    "minimize": "assert kv.minimize(pair, sglang_version='0.5.18', tp_size=2).images",
-    "Minimized": "assert replace(kv.minimize(pair, sglang_version='0.5.18', tp_size=2)).images",
-    # under load
+    "Sweep": "assert replace(kv.sweep(pair, tp_sizes=(2,))).exit_code == 1",
+    "sweep_text": "assert 'clean from 0.5.19' in kv.sweep_text(kv.sweep(pair, tp_sizes=(2,)))",
+    "sweep_table": "assert len(kv.sweep_table(kv.sweep(kv.together(pair), tp_sizes=(2,))).rows) == 5",
+    "minimize": "assert kv.minimize(pair, sglang_version='0.5.18', tp_size=2).kept == (0, 1)",
+    "Minimized": "assert replace(kv.minimize(pair, sglang_version='0.5.18', tp_size=2)).units",
+    "minimized_text": (
+        "assert 'minimal set: 2 of 2' in kv.minimized_text(kv.minimize(kv.together(pair), sglang_version='0.5.18', "
+        "tp_size=2))"
+    ),
+    "pass_table": "assert kv.pass_table(kv.whatif(kv.together(pair), sglang_version='0.5.18', tp_size=2).replay).rows",
+    "workload_table": (
+        "assert len(kv.workload_table(kv.whatif(kv.together(pair), sglang_version='0.5.19', tp_size=2).replay).rows)"
+        " == 2"
+    ),
     "Workload": "assert len(replace(kv.together(pair)).requests) == 2",
     "Request": "assert kv.Request('r', kv.together([chelsea]).requests[0].images).to_json()['id'] == 'r'",
     "CacheSeed": "assert kv.CacheSeed(kv.together([chelsea]).requests[0].images[0], 120).tokens == 120",
     "together": "assert [r.rid for r in kv.together(pair).requests] == ['r1', 'r2']",
     "read_workload": "assert kv.read_workload(workload_file).images == 2",
     "LoadSettings": "assert kv.LoadSettings(cache_mb=0).flags().endswith('SGLANG_VLM_CACHE_SIZE_MB=0 (cuda)')",
-    "whatif_load": "assert kv.whatif_load(kv.together(pair), sglang_version='0.5.18', tp_size=2).failing_ranks == [1]",
-    "LoadAnswer": "assert replace(kv.whatif_load(kv.together(pair), sglang_version='0.5.19', tp_size=2)).why",
-    "sweep_load": "assert len(kv.sweep_load(kv.together(pair), tp_sizes=(2,)).cells) == 5",
     "sweep_pairs": "assert len(kv.sweep_pairs(pair, tp_sizes=(2,)).failing()) == 1",
-    "minimize_load": (
-        "assert kv.minimize_load(kv.together(pair), sglang_version='0.5.18', tp_size=2).minimal.images == 2"
-    ),
-    # a client's own request
     "parse_request": ("assert kv.parse_request({'text': 'x', 'image_data': [str(chelsea)]}).entry == 'generate-text'"),
     "read_request": "assert kv.read_request(chat_file).images[0].size == (451, 300)",
-    "whatif_chat": (
-        "assert kv.whatif_chat(kv.read_request(chat_file), sglang_version='0.5.23', tp_size=1).status.value == 'clean'"
+    "check_table": (
+        "assert kv.check_table(kv.whatif(kv.read_request(chat_file), sglang_version='0.5.23', tp_size=1)"
+        ".replay.outcome).rows"
     ),
-    "ChatAnswer": (
-        "assert replace(kv.whatif_chat(kv.read_request(chat_file), sglang_version='0.5.18', tp_size=1)).failed is False"
+    "prompt_table": (
+        "assert len(kv.prompt_table(kv.whatif(kv.read_request(chat_file), sglang_version='0.5.18', tp_size=1)"
+        ".replay.outcome).rows) == 1"
     ),
-    "sweep_chat": "assert kv.sweep_chat(kv.read_request(chat_file), tp_sizes=(1,)).failed is False",
     "LOAD_SCENARIOS": "assert 's14-two-requests-one-call' in kv.LOAD_SCENARIOS",
     "run_load_scenario": "assert kv.run_load_scenario('s15-straddling-image').status.value == 'clean'",
     "run_demo": (

@@ -148,12 +148,20 @@ def test_a_text_table_has_no_padding_after_its_last_column():
     assert text.splitlines() == ["name  detail", "----  -------------", "a     a long detail", "bb    x"]
 
 
-def test_every_status_has_a_distinct_badge_colour_symbol_and_exit_code():
+def test_every_status_has_a_distinct_badge_colour_symbol_and_word_and_its_exit_code():
     styles = list(STATUS_STYLES.values())
-    for attribute in ("badge", "symbol", "color", "exit_code"):
+    for attribute in ("badge", "symbol", "color", "word", "mark"):
         values = [getattr(s, attribute) for s in styles]
         assert len(set(values)) == len(values), attribute
-    assert sorted(s.exit_code for s in styles) == [0, 1, 3, 4, 5]
+    assert {status.value: style.exit_code for status, style in STATUS_STYLES.items()} == {
+        "clean": 0,
+        "error-reproduced": 1,
+        "silent-mismatch": 3,
+        "not-reproduced": 4,
+        "recorded-ok-replay-fails": 5,
+        "no-call": 0,  # nothing reaches get_image_feature: nothing can fail there
+        "not-applicable": 0,  # a sweep's cell whose release refuses a setting
+    }
 
 
 # --- writing files -------------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import json
 import pytest
 from PIL import Image
 
-from kimi_viz._whatif._minimize import ddmin, minimize
-from kimi_viz._whatif._sweep import sweep
-from kimi_viz._whatif.run import whatif
+from kimi_viz._whatif.ask import ddmin, minimize, sweep, whatif
+from kimi_viz._whatif.documents import cell_json
+from kimi_viz._whatif.text import answer_text, culprit_unit, minimized_text, sweep_summary, sweep_text
 from kimi_viz.cli import main
 from kimi_viz.data import SAMPLE_PHOTOS, sample_images, sample_path
 from kimi_viz.errors import KimiVizError, SettingNotInReleaseError, WhatIfError
@@ -24,6 +24,7 @@ from kimi_viz.request.images import probe_image, probe_images
 from kimi_viz.request.settings import OPTIONS, ServerSettings
 from kimi_viz.request.sides import build_request, item_json, request_side_for
 from kimi_viz.schedule.call import model_call
+from kimi_viz.split.cause import ErrorInfo
 
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
 SEED = "Kimi-K3 deferred feature length does not match image grids"
@@ -182,16 +183,16 @@ def test_releases_refuse_flags_they_lack():
 def test_duplicates_and_embedding_cache_hits_do_not_reach_get_image_feature():
     images = paths(["chelsea.png", "chelsea.png", "coffee.png", "text.png"])
     answer = whatif(images, sglang_version="0.5.23", tp_size=2, settings=ServerSettings(embedding_cache_hits=(3,)))
-    assert answer.call.positions == [0, 2]
-    assert {s.image for s in answer.call.skipped} == {1, 3}
+    assert answer.replay.call.positions == [0, 2]
+    assert {s.image for s in answer.replay.call.skipped} == {1, 3}
     every = whatif(images, sglang_version="0.5.18", tp_size=2, settings=ServerSettings(embedding_cache_hits=(0, 2, 3)))
     assert every.status == "no-call" and "Nothing reaches" in every.why
 
 
 # --- what it must show ---------------------------------------------------------------------------------
 def _failures(result, tp):
-    cell = result.cell(result.sides[1].releases[0], tp)
-    return [(r.rank, r.error.message) for r in cell.result.verdict.ranks if r.error is not None]
+    cell = result.cell(result.rows[1][0].version, tp)
+    return [(r.rank, r.error.message) for r in cell.answer.verdict.ranks if r.error is not None]
 
 
 @pytest.mark.parametrize(
@@ -199,45 +200,49 @@ def _failures(result, tp):
 )
 def test_gpu_backend_two_grids_fail_on_0518_at_tp2_and_up_and_are_clean_from_0519(settings):
     result = sweep(paths(TWO), settings=settings)
-    assert result.summary() == "fails on 0.5.18 at TP ≥ 2 (A); clean from 0.5.19"
+    assert sweep_summary(result) == "fails on 0.5.18 at TP ≥ 2 (A); clean from 0.5.19"
     for tp in (2, 4, 8):
         assert _failures(result, tp) == [(1, GPU_GRIDS)]  # rank 1 holds image 1: not the prefix
     assert result.cell("0.5.18", 1).status == "clean"
-    assert all(c.status == "clean" for c in result.cells if c.side.version in ("0.5.17", "0.5.19", "0.5.23"))
-    assert "✗ A rank 1" in result.text() and f"A: ValueError: {GPU_GRIDS}" in result.text()
+    assert all(
+        c.status == "clean"
+        for c in result.cells
+        if c.releases[0].request_side.version in ("0.5.17", "0.5.19", "0.5.23")
+    )
+    assert "✗ A rank 1" in sweep_text(result) and f"A: ValueError: {GPU_GRIDS}" in sweep_text(result)
 
 
 def test_epd_cpu_backend_fails_with_the_seed_message_when_cache_hits_move_an_owner():
     settings = ServerSettings(serving="epd-encoder", embedding_cache_hits=(1, 2))
     result = sweep(paths(EPD_CPU_HITS), settings=settings)
-    assert result.summary() == "fails on 0.5.18 at TP ≥ 2 (A); clean from 0.5.19"
+    assert sweep_summary(result) == "fails on 0.5.18 at TP ≥ 2 (A); clean from 0.5.19"
     assert _failures(result, 2) == [(1, SEED)]
-    why = result.cell("0.5.18", 2).result.why
+    why = result.cell("0.5.18", 2).answer.why
     assert "Image 3 reaches rank 1 raw" in why and "S3" in why
 
 
 def test_epd_cpu_backend_without_hits_is_clean_and_says_why():
     result = sweep(paths(TWO), settings=ServerSettings(serving="epd-encoder"))
     assert all(c.status == "clean" for c in result.cells)
-    assert "materialize_for_rank" in result.cell("0.5.18", 2).result.why
+    assert "materialize_for_rank" in result.cell("0.5.18", 2).answer.why
 
 
 def test_eager_features_never_fail_and_the_sweep_says_why():
     result = sweep(paths(TWO), settings=ServerSettings(transport="cuda_ipc"))
-    assert result.summary() == "clean on every release and attention-TP size"
-    why = result.cell("0.5.18", 2).result.why
+    assert sweep_summary(result) == "clean on every release and attention-TP size"
+    why = result.cell("0.5.18", 2).answer.why
     assert "eager" in why and "cuda_ipc transport never defers" in why and "deferred split never runs" in why
-    assert "no deferred preprocessing" in result.cell("0.5.17", 8).result.why
+    assert "no deferred preprocessing" in result.cell("0.5.17", 8).answer.why
 
 
 def test_a_refused_setting_makes_its_row_not_applicable():
     result = sweep(paths(TWO), settings=ServerSettings(transport="cuda_vmm"))
-    assert {c.status for c in result.cells if c.side.version == "0.5.17"} == {"not-applicable"}
-    assert "0.5.17 refuses these settings" in result.summary()
+    assert {c.status for c in result.cells if c.releases[0].request_side.version == "0.5.17"} == {"not-applicable"}
+    assert "0.5.17 refuses these settings" in sweep_summary(result)
 
 
 def test_sweep_json_is_one_object_per_cell():
-    cells = sweep(paths(TWO)).to_json()
+    cells = [cell_json(c) for c in sweep(paths(TWO)).cells]
     assert len(cells) == 16
     assert {(c["release"], c["tp_size"]) for c in cells} == {
         (r, t) for r in ("0.5.17", "0.5.18", "0.5.19", "0.5.23") for t in (1, 2, 4, 8)
@@ -260,8 +265,8 @@ def test_pixels_and_shapes_give_the_same_outcome():
 def test_a_failing_whatif_names_the_fix_release_and_the_image_to_look_at():
     answer = whatif(paths(TWO), sglang_version="0.5.18", tp_size=2)
     assert answer.verdict.fixed_in is not None and answer.verdict.fixed_in.release == "0.5.19"
-    assert answer.culprit() == 1
-    text = answer.text()
+    assert answer.replay.culprit(answer.verdict) == 1
+    text = answer_text(answer)
     assert "look at: image 1 (microaneurysms.png" in text and "image_grid_thw=[1, 22, 34]" in text
 
 
@@ -277,21 +282,21 @@ def test_minimize_shrinks_a_six_image_request_to_the_two_its_failure_needs():
     found = minimize(
         paths(names), sglang_version="0.5.18", tp_size=2, settings=ServerSettings(embedding_cache_hits=(0, 2, 3, 5))
     )
-    assert found.target == ("ValueError", GPU_GRIDS)
-    assert found.kept == [1, 4] and found.culprit == 4
-    assert "minimal set: 2 of 6 images" in found.text()
+    assert found.target == ErrorInfo("ValueError", GPU_GRIDS)
+    assert found.kept == (1, 4) and culprit_unit(found) == 4
+    assert "minimal set: 2 of 6 images" in minimized_text(found)
 
 
 def test_minimize_keeps_the_cache_hits_a_failure_needs():
     settings = ServerSettings(serving="epd-encoder", embedding_cache_hits=(1, 2))
     found = minimize(paths(EPD_CPU_HITS), sglang_version="0.5.18", tp_size=2, settings=settings)
-    assert found.target == ("ValueError", SEED) and found.kept == [0, 1, 2, 3] and found.culprit == 3
+    assert found.target == ErrorInfo("ValueError", SEED) and found.kept == (0, 1, 2, 3) and culprit_unit(found) == 3
     assert found.order_matters is True
 
 
 def test_minimize_of_a_passing_request_says_so():
     found = minimize(paths(TWO), sglang_version="0.5.23", tp_size=2)
-    assert found.target is None and "no failure to shrink" in found.text()
+    assert found.target is None and "no failure to shrink" in minimized_text(found)
 
 
 # --- the command line ------------------------------------------------------------------------------------

@@ -10,16 +10,19 @@ import json
 
 import pytest
 
-from kimi_viz import LOAD_SCENARIOS, minimize_load, run_load_scenario, sweep_load, sweep_pairs, whatif, whatif_load
-from kimi_viz._whatif._load_minimize import subset
-from kimi_viz._whatif._load_sweep import release_groups
-from kimi_viz._whatif.load import pair_hint
+from kimi_viz import LOAD_SCENARIOS, answer_json, answer_text, minimize, run_load_scenario, sweep, sweep_pairs, whatif
+from kimi_viz._whatif.hint import pair_hint
+from kimi_viz._whatif.questions import RequestQuestion, WorkloadQuestion
+from kimi_viz._whatif.text import minimized_text
 from kimi_viz.cli import main
 from kimi_viz.errors import WhatIfError
 from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from kimi_viz.releases import RELEASES
 from kimi_viz.request.images import as_request_image
-from kimi_viz.schedule.workload_replay import LoadSettings
+from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.workload import Request, Workload, together
+from kimi_viz.schedule.workload_replay import LoadSettings
+from kimi_viz.split.cause import ErrorInfo
 
 
 def test_a_request_clean_alone_names_the_smallest_pair_that_fails_together():
@@ -28,13 +31,13 @@ def test_a_request_clean_alone_names_the_smallest_pair_that_fails_together():
     hint = answer.under_load
     assert hint is not None
     assert hint.partner.label.endswith("astronaut_tiny_20x5.png")  # the smallest sample image (20×5)
-    assert hint.answer.error_key() == ("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert hint.answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
     assert hint.answer.failing_ranks == [1]
     assert hint.answer.fixed_in is not None and hint.answer.fixed_in.release == "0.5.19"
-    text = answer.text()
+    text = answer_text(answer)
     assert "clean alone, but it fails once it shares a prefill batch" in text
     assert "--together --sglang-version 0.5.18 --tp 2" in text
-    assert answer.to_json()["under_load"]["failing_ranks"] == [1]
+    assert answer_json(answer)["under_load"]["failing_ranks"] == [1]
 
 
 def test_no_load_warning_where_pairs_pass():
@@ -45,22 +48,22 @@ def test_no_load_warning_where_pairs_pass():
 
 def test_pair_hint_keeps_a_multi_image_request_whole():
     images = [as_request_image("chelsea.png"), as_request_image("chelsea.png")]
-    hint = pair_hint(images, sglang_version="0.5.18", tp_size=2)
+    hint = pair_hint(RequestQuestion(tuple(images), ServerSettings()), RELEASES["0.5.18"], 2)
     assert hint is not None
-    assert [len(r.images) for r in hint.answer.result.workload.requests] == [2, 1]
-    assert "--requests pair.json" in hint.command()
+    assert [len(r.images) for r in hint.answer.replay.workload.requests] == [2, 1]
+    assert "--requests pair.json" in hint.command
 
 
 def test_two_single_image_requests_fail_together_on_the_rank_without_the_prefix():
-    answer = whatif_load(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.18", tp_size=2)
-    assert answer.error_key() == ("ValueError", MSG_GPU_WRONG_GRIDS)
+    answer = whatif(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.18", tp_size=2)
+    assert answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
     assert answer.failing_ranks == [1]
-    call = answer.call
+    call = answer.replay.failing_call()
     assert [(i.source.rid, i.source.image) for i in call.items] == [("r1", 0), ("r2", 0)]
     assert "get_image_feature receives 2 images from 2 requests in one call" in answer.why
     assert "request r1's image 0 (rocket.jpg)" in answer.why and "request r2's image 0 (astronaut.png)" in answer.why
     assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
-    assert whatif_load(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.19", tp_size=2).status.value == (
+    assert whatif(together(["rocket.jpg", "astronaut.png"]), sglang_version="0.5.19", tp_size=2).status.value == (
         "clean"
     )
     # alone, each passes
@@ -80,16 +83,16 @@ def test_cli_together_names_both_requests_and_exits_1(capsys):
 
 
 def test_cli_workload_passes_mode_and_device_on(monkeypatch, capsys):
-    import kimi_viz._whatif.load as load_module
+    import kimi_viz._whatif.questions as questions
 
     seen = {}
-    real = load_module.whatif_load
+    real = questions.replay_workload
 
     def spy(workload, **kwargs):
         seen.update(mode=kwargs["mode"], device=kwargs["device"])
         return real(workload, **kwargs)
 
-    monkeypatch.setattr(load_module, "whatif_load", spy)
+    monkeypatch.setattr(questions, "replay_workload", spy)
     argv = ["whatif", "chelsea.png", "--together", "--sglang-version", "0.5.23", "--tp", "1"]
     assert main([*argv, "--mode", "shapes", "--device", "cpu"]) == 0
     assert seen == {"mode": "shapes", "device": "cpu"}
@@ -134,14 +137,14 @@ def test_cli_refuses_load_options_that_do_not_fit(argv, message, capsys):
 
 
 def test_sweep_rows_are_the_release_groups():
-    assert [tuple(r.version for r in g) for g in release_groups()] == [
+    swept = sweep(together(["rocket.jpg", "astronaut.png"]))
+    assert [tuple(r.version for r in g) for g in swept.rows] == [
         ("0.5.17",),
         ("0.5.18",),
         ("0.5.19", "0.5.20", "0.5.21"),
         ("0.5.22",),
         ("0.5.23",),
     ]
-    swept = sweep_load(together(["rocket.jpg", "astronaut.png"]))
     failing = [(c.releases[0].version, c.tp_size) for c in swept.cells if c.error is not None]
     assert failing == [("0.5.18", 2), ("0.5.18", 4), ("0.5.18", 8)]
 
@@ -167,21 +170,23 @@ def test_minimize_keeps_requests_and_images_that_fail_together():
             Request("c", (as_request_image("chelsea.png"),)),
         )
     )
-    found = minimize_load(workload, sglang_version="0.5.18", tp_size=2)
-    assert found.target == ("ValueError", MSG_GPU_WRONG_GRIDS)
-    minimal = found.minimal
+    found = minimize(workload, sglang_version="0.5.18", tp_size=2)
+    assert found.target == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    minimal = found.answer.replay.workload
     assert minimal.images == 2 and len(minimal.requests) == 2
-    assert whatif_load(minimal, sglang_version="0.5.18", tp_size=2).error_key() == found.target
+    assert whatif(minimal, sglang_version="0.5.18", tp_size=2).error == found.target
+    question = WorkloadQuestion(workload, ServerSettings())
     for k in range(len(found.kept)):  # 1-minimal: dropping any kept image loses the failure
         rest = [u for j, u in enumerate(found.kept) if j != k]
-        assert whatif_load(subset(workload, rest), sglang_version="0.5.18", tp_size=2).error_key() is None
-    assert "minimal set: 2 request(s), 2 of 4 images" in found.text()
+        assert whatif(question.subset(rest), sglang_version="0.5.18", tp_size=2).error is None
+    assert "minimal set: 2 of 4 images, in this order: rocket.jpg of b, chelsea.png of c" in minimized_text(found)
 
 
 def test_subset_drops_empty_requests_and_moves_stale_entries_with_their_image():
     stale = as_request_image("astronaut_tiny_20x5.png")
     request = Request("r", (as_request_image("text.png"), as_request_image("microaneurysms.png")), stale=((1, stale),))
-    kept = subset(Workload((request, Request("s", (as_request_image("chelsea.png"),)))), [(0, 1)])
+    workload = Workload((request, Request("s", (as_request_image("chelsea.png"),))))
+    kept = WorkloadQuestion(workload, ServerSettings()).subset([1]).workload
     assert [r.rid for r in kept.requests] == ["r"]
     assert kept.requests[0].stale == ((0, stale),)
 
@@ -191,9 +196,9 @@ def test_load_scenarios_give_what_they_state(name):
     scenario = LOAD_SCENARIOS[name]
     answer = run_load_scenario(name)
     expected = scenario.expected
-    result = answer.result
+    result = answer.replay
     assert answer.status.value == expected.status
-    assert answer.error_key() == (None if expected.type is None else (expected.type, expected.message))
+    assert answer.error == (None if expected.type is None else ErrorInfo(expected.type, expected.message))
     assert tuple(answer.failing_ranks) == expected.failing_ranks
     assert tuple(w for p in result.passes for w in p.warnings) == expected.warnings
     assert (answer.fixed_in.release if answer.fixed_in else None) == expected.fixed_in
@@ -203,11 +208,11 @@ def test_load_scenarios_give_what_they_state(name):
 
 def test_s10_followed_to_the_splice_names_both_counts():
     split = run_load_scenario("s17-stale-eager-split")
-    assert split.error_key() == ("RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]))
+    assert split.error == ErrorInfo("RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]))
     assert "microaneurysms.png) yields 1 rows for 16 pads" in split.why
     fewer = run_load_scenario("s17-stale-eager-epd-fewer")
-    assert fewer.result.passes[0].warnings == [MSG_TOKEN_MISMATCH.format(128, 113)]
-    assert fewer.error_key() == ("RuntimeError", MSG_INSUFFICIENT.format(128, 113))
+    assert fewer.replay.passes[0].warnings == [MSG_TOKEN_MISMATCH.format(128, 113)]
+    assert fewer.error == ErrorInfo("RuntimeError", MSG_INSUFFICIENT.format(128, 113))
     assert "brought 1 row for 16 pad tokens" in fewer.why
     more = run_load_scenario("s17-stale-eager-epd-more")
     assert more.status.value == "silent-mismatch" and more.exit_code == 3
@@ -218,7 +223,7 @@ def test_s10_followed_to_the_splice_names_both_counts():
 def test_stale_cache_entry_is_discarded_with_sglangs_warning_from_0_5_19():
     answer = run_load_scenario("s16-stale-cache-entry", sglang_version="0.5.19")
     assert answer.status.value == "clean"
-    (warning,) = answer.result.passes[0].warnings
+    (warning,) = answer.replay.passes[0].warnings
     assert warning.startswith("Discarding cached multimodal embedding due to a token-count mismatch: cache_key=")
     assert warning.endswith("expected_tokens=187, cached_tokens=120. Recomputing embedding.")
     assert "SGLang logs 1 warning on the way" in answer.why

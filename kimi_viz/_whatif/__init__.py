@@ -1,24 +1,8 @@
-"""Would this request fail on my deployment? The verb ``whatif`` and its two companions, ``sweep`` and ``minimize``.
+"""Would this question fail on my deployment? The verb ``whatif`` and its companions ``sweep`` and ``minimize``.
 
-Private: the public names are exported from :mod:`kimi_viz`. Read in order: :mod:`.run` (one what-if:
-the request side's items, the call, the replay on every rank and the verdict; :mod:`.why` says why),
-then :mod:`._sweep` (releases × attention-TP sizes), :mod:`._minimize` (the smallest failing set) and
-:mod:`.text` (tables and terminal text).
+Private: the public names are exported from :mod:`kimi_viz`. Read in order: :mod:`.questions` (what can
+be asked: a request, a workload, a client's chat request, a captured batch), :mod:`.why` (why an answer
+fails or passes), :mod:`.fix` (the one fix search), :mod:`.hint` (a clean request's smallest failing
+partner under load), :mod:`.ask` (``whatif``, ``sweep``, ``minimize`` for any question), :mod:`.pairs`
+(every pair of images prefilled together), then the presenters :mod:`.text` and :mod:`.documents`.
 """
-
-from __future__ import annotations
-
-from .._lazy import lazy_exports
-
-_EXPORTS = {
-    "WhatIf": "run",
-    "whatif": "run",
-    "Sweep": "_sweep",
-    "sweep": "_sweep",
-    "Minimized": "_minimize",
-    "minimize": "_minimize",
-    "request_table": "text",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

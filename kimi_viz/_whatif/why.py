@@ -1,20 +1,23 @@
-"""One paragraph on why a what-if fails, or why nothing fails: the part of the answer a verdict leaves implicit.
+"""One paragraph on why an answer fails, or why nothing fails: the part of the answer a verdict leaves implicit.
+
+For one request (:func:`request_why`):
 
 A clean replay has several distinct reasons, and the user deciding whether a deployment is safe
 needs the right one: nothing reached ``get_image_feature`` (cache hits); every item was eager, so the
 deferred split never ran (the transport, the release, the byte rule or a non-CUDA server); the EPD
 encoder had already preprocessed every image on its owner rank; one rank held every image (TP 1); the
 release reads ``global_indices``; or, on 0.5.18 at TP ≥ 2, every rank happened to read its own grids.
+For a workload (:func:`load_why`): the pass and call that raise, naming requests and images, or rows spliced
+onto another image's pad tokens, or why every row lands where it should.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..releases import FIX_PRS
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .run import WhatIf
+from ..answer import RequestReplay
+from ..releases import FIX_PRS, Release
+from ..schedule.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
+from ..schedule.workload_replay import LoadResult
+from ..split.verdict import Verdict, build_verdict
 
 
 def _unique(texts: list[str]) -> list[str]:
@@ -25,17 +28,14 @@ def _unique(texts: list[str]) -> list[str]:
     return seen
 
 
-def _eager_reasons(result: WhatIf) -> str:
-    decisions = {d.image: d for d in result.built.decisions}
-    reasons = _unique([decisions[p].reason for p in result.call.positions if p in decisions])
+def _eager_reasons(replayed: RequestReplay) -> str:
+    decisions = {d.image: d for d in replayed.built.decisions}
+    reasons = _unique([decisions[p].reason for p in replayed.call.positions if p in decisions])
     return "; ".join(reasons)
 
 
-def _prefix_note(result: WhatIf) -> str:
+def _prefix_note(verdict: Verdict) -> str:
     """Return which failing ranks hold images that are not a prefix of the call (the S1 condition)."""
-    verdict = result.verdict
-    if verdict is None:
-        return ""
     notes = []
     for rank in verdict.ranks:
         if rank.outcome != "error" or not rank.image_indices:
@@ -45,10 +45,10 @@ def _prefix_note(result: WhatIf) -> str:
     return "; ".join(notes)
 
 
-def _all_local(result: WhatIf) -> bool:
+def _all_local(replayed: RequestReplay, verdict: Verdict) -> bool:
     """Return True when every rank's selected items were preprocessed on the encoder (EPD cpu)."""
-    call, verdict = result.call, result.verdict
-    assert call.rank_batches is not None and verdict is not None
+    call = replayed.call
+    assert call.rank_batches is not None
     return all(
         all(call.rank_batches[r.rank].items[g].local_preprocessed for g in r.image_indices)
         for r in verdict.ranks
@@ -56,10 +56,10 @@ def _all_local(result: WhatIf) -> bool:
     )
 
 
-def _desync_note(result: WhatIf) -> str:
+def _desync_note(replayed: RequestReplay, verdict: Verdict) -> str:
     """Return, for the EPD cpu backend, which images reach a failing rank raw because another rank owned them."""
-    call, verdict = result.call, result.verdict
-    if call.rank_batches is None or call.owners is None or verdict is None:
+    call = replayed.call
+    if call.rank_batches is None or call.owners is None:
         return ""
     notes = []
     for rank in verdict.ranks:
@@ -76,17 +76,16 @@ def _desync_note(result: WhatIf) -> str:
     return ("; ".join(notes) + ". ") if notes else ""
 
 
-def why_text(result: WhatIf) -> str:
+def request_why(replayed: RequestReplay, verdict: Verdict | None, release: Release, tp_size: int) -> str:
     """Return why the request fails on this deployment, or why nothing fails."""
-    call, verdict = result.call, result.verdict
+    call = replayed.call
     if verdict is None:
         reasons = "; ".join(f"image {s.image}: {s.reason}" for s in call.skipped)
         return f"Nothing reaches get_image_feature ({reasons}), so nothing can fail there."
-    release = result.release
     div = verdict.divergence
     if verdict.outcome == "error":
-        where = _prefix_note(result) if release.code_path == "pre-fix" else ""
-        lead = (f"{where[0].upper()}{where[1:]}. " if where else "") + _desync_note(result)
+        where = _prefix_note(verdict) if release.code_path == "pre-fix" else ""
+        lead = (f"{where[0].upper()}{where[1:]}. " if where else "") + _desync_note(replayed, verdict)
         return lead + div.explanation
     if div.silent:
         return div.explanation
@@ -95,11 +94,11 @@ def why_text(result: WhatIf) -> str:
     if all(it.deferred is None for it in items):
         return (
             "Every item that reaches get_image_feature is eager ("
-            + _eager_reasons(result)
+            + _eager_reasons(replayed)
             + "), so the deferred split never runs: eager rows are used as they are, with no grid or length "
             "check, and their row counts equal their grids by construction."
         )
-    if call.rank_batches is not None and _all_local(result):
+    if call.rank_batches is not None and _all_local(replayed, verdict):
         return (
             "The EPD encoder preprocessed every image on its owner rank right after loading (materialize_for_rank, "
             "encoder_local_preprocessed) with the same load balancing the model then uses, so each rank "
@@ -111,7 +110,7 @@ def why_text(result: WhatIf) -> str:
             f"SGLang {release.version} has no deferred split; the deferred items it received are raw, yet nothing "
             "raised here (see the verdict)."
         )
-    if result.tp_size == 1:
+    if tp_size == 1:
         return (
             "At attention-TP 1 one rank materializes every image, so shard-local positions are the global ones "
             "and every deferred image is checked against its own grid (the S1 bug needs TP ≥ 2)."
@@ -127,4 +126,169 @@ def why_text(result: WhatIf) -> str:
     )
 
 
-__all__ = ["why_text"]
+def _names(call: CallRecord) -> str:
+    return ", ".join(
+        f"call item {k} = request {i.source.rid}'s image {i.source.image} ({i.source.label})"
+        for k, i in enumerate(call.items)
+    )
+
+
+def load_why(result: LoadResult) -> str:
+    """Return why a workload fails on this deployment (naming requests and images), or why nothing fails."""
+    run = result.encoder_error
+    if run is not None:
+        rid = result.workload.requests[run.request].rid
+        verdict = build_verdict(run.trace) if run.trace is not None else None
+        tail = "" if verdict is None else " " + verdict.divergence.explanation
+        return f"The encode server's get_image_feature call for request {rid} raises.{tail}"
+    failing = result.failing_pass
+    if failing is not None:
+        trace = result.passes[failing]
+        return _why_pass(result, trace, failing)
+    for k, trace in enumerate(result.passes):
+        wrong = trace.misplaced()
+        if wrong:
+            owner, item, placement = wrong[0]
+            last = placement.run.count - 1
+            rows = f"rows {placement.run.start}..{placement.run.start + last}"
+            cut = _cut_rows(trace)
+            return (
+                f"Nothing raises, but in pass {k + 1} the pad tokens {placement.start}..{placement.start + last} "
+                f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
+                f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}"
+            )
+        for call in trace.calls:
+            if call.trace is not None and call.trace.divergence.silent:
+                return f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}"
+    calls = sum(len(t.calls) for t in result.passes)
+    shared = [t for t in result.passes for c in t.calls if len({i.source.request for i in c.items}) > 1]
+    parts = [
+        f"{_count(len(result.passes), 'prefill pass', 'prefill passes')}, "
+        f"{_count(calls, 'get_image_feature call')}: every call passes, and every pad token receives its own "
+        "image's feature row."
+    ]
+    if shared:
+        parts.append(
+            f"{_count(len(shared), 'call')} held images of several requests and passed the deferred split on "
+            "every rank."
+        )
+    parts += _straddles(result)
+    warned = [w for t in result.passes for w in t.warnings]
+    if warned:
+        parts.append(f"SGLang logs {_count(len(warned), 'warning')} on the way (first: {warned[0]})")
+    return " ".join(parts)
+
+
+def _uneven(trace: ForwardTrace) -> list[tuple[ForwardRequest, ForwardItem, int]]:
+    """Return the precomputed items whose rows are not their pad tokens: (request, item, rows)."""
+    return [
+        (request, item, len(item.precomputed))
+        for request in trace.batch
+        for item in request.items
+        if item.precomputed is not None and len(item.precomputed) != item.tokens
+    ]
+
+
+def _cut_rows(trace: ForwardTrace) -> str:
+    """Return the sentence naming the precomputed rows get_embedding_chunk cut without a word, or ''."""
+    if trace.path != "precomputed":
+        return ""
+    parts = [
+        f"request {r.rid}'s image {i.source.image} ({i.source.label}) brought {_count(n, 'row')} "
+        f"for {i.tokens} pad tokens: "
+        f"get_embedding_chunk kept the first {i.tokens} and cut rows {i.tokens}..{n - 1}"
+        for r, i, n in _uneven(trace)
+        if n > i.tokens
+    ]
+    return "" if not parts else " On the precomputed path " + "; ".join(parts) + "."
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _straddles(result: LoadResult) -> list[str]:
+    """Return a sentence per image whose pad run spans several passes: who encodes it and where later rows come from."""
+    out = []
+    for r, request in enumerate(result.workload.requests):
+        runs = result.prompts[r].pad_runs
+        for i, (start, end) in enumerate(runs):
+            passes = [
+                k
+                for k, trace in enumerate(result.passes)
+                for w in trace.batch
+                if w.index == r and w.extend > 0 and end >= w.prefix and start < w.prefix + w.extend
+            ]
+            if len(passes) < 2:
+                continue
+            encoded = [
+                k
+                for k in passes
+                for call in result.passes[k].calls
+                if any(c.source.request == r and c.source.image == i for c in call.items)
+            ]
+            label = request.images[i].label
+            later = (
+                "its rows for the later passes come from the embedding cache"
+                if len(encoded) == 1
+                else f"it is encoded whole again in pass{'es' if len(encoded) > 2 else ''} "
+                f"{', '.join(str(k + 1) for k in encoded[1:])} "
+                "(the embedding cache is off or evicted it)"
+            )
+            out.append(
+                f"Request {request.rid}'s image {i} ({label}) straddles passes "
+                f"{', '.join(str(k + 1) for k in passes)}: SGLang encodes an overlapping image whole "
+                f"(pass {encoded[0] + 1 if encoded else passes[0] + 1}) and slices each pass's part; {later}."
+            )
+    return out
+
+
+def _why_pass(result: LoadResult, trace: ForwardTrace, k: int) -> str:
+    stage, error = trace.stage, trace.error
+    assert error is not None
+    requests = ", ".join(f"{r.rid} [{r.prefix}, {r.prefix + r.extend})" for r in trace.batch)
+    lead = f"Pass {k + 1} prefills {requests}{' together' if len(trace.batch) > 1 else ''}. "
+    if stage == "call":
+        call = next(c for c in trace.calls if c.trace is not None and c.trace.error is not None)
+        assert call.trace is not None
+        verdict = build_verdict(call.trace)
+        many = len({i.source.request for i in call.items})
+        how = (
+            f"get_image_feature receives {len(call.items)} images from {many} requests in one call ({_names(call)}). "
+            if many > 1
+            else f"get_image_feature receives {len(call.items)} image(s) ({_names(call)}). "
+        )
+        return lead + how + verdict.divergence.explanation
+    if stage == "split-back":
+        call = trace.calls[-1]
+        parts = ", ".join(
+            f"{i.source.rid} image {i.source.image} ({i.source.label}) yields {n} rows for {i.tokens} pads"
+            for i, n in zip(call.items, call.produced)
+        )
+        return (
+            lead + f"The call's rows are split back by each item's pad tokens and do not add up: {parts}. An item's "
+            "feature does not follow its grid (a stale eager feature: class S10); torch.split raises, and the "
+            "scheduler dies with every request it holds."
+        )
+    if stage == "adjust":
+        return (
+            lead
+            + "The window's pad tokens outnumber the embedding's rows: "
+            + (
+                "the precomputed rows the encode server sent are fewer than the pads ("
+                + "; ".join(
+                    f"request {r.rid}'s image {i.source.image} ({i.source.label}) brought {_count(n, 'row')} "
+                    f"for {i.tokens} pad tokens"
+                    for r, i, n in _uneven(trace)
+                )
+                + "; a stale eager feature on the encoder: class S10 on the EPD path)"
+                if trace.path == "precomputed"
+                else "a cached embedding of another length was used as it is (this release keys the cache by "
+                "item.hash alone and never checks the length; 0.5.19 discards it with a warning)"
+            )
+            + f". {error.type}: {error.message}"
+        )
+    return lead + f"{error.type}: {error.message}"
+
+
+__all__ = ["request_why", "load_why"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 import warnings
 from typing import Any, NoReturn
@@ -60,11 +61,25 @@ def _one_line_warnings(command: str):
     return show
 
 
+def again(argv: list[str]) -> str:
+    """Return the command that asks the same question again: as typed, without the options that write files."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--out", "--emit-repro"):
+            skip = True
+        elif arg != "--json" and not arg.startswith(("--out=", "--emit-repro=")):
+            kept.append(arg)
+    return "kimi-viz " + " ".join(shlex.quote(a) for a in kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (0 ok, 1 reproduced error, 2 bad input, 3-5 triage verdicts)."""
     setup_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: a command a report says to run again
     command = getattr(args, COMMAND_DEST, None) or "?"
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -12,7 +12,7 @@ from ..manifest import write_manifest
 from ..releases import CODE_PATHS
 from ..request.settings import MODES
 from ..split.verdict import build_verdict, format_verdict
-from . import emit
+from . import again, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     running.add_argument(
         "--redact", action="store_true", help="with --manifest-out: write shape-only features (no pixels)"
+    )
+    running.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write report.html, summary.png, trace.json and issue.md here (a workload's report with its "
+        "forward-pass figure)",
     )
     running.add_argument(
         "--mode",
@@ -115,7 +121,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _run_load(args: argparse.Namespace) -> int:
     """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
-    from .._whatif.load import run_load_scenario
+    from .._whatif.ask import run_load_scenario
+    from .._whatif.documents import answer_json
+    from .._whatif.text import answer_text
     from ..scenarios.under_load import get_load_scenario
 
     scenario = get_load_scenario(args.name)
@@ -127,11 +135,16 @@ def _run_load(args: argparse.Namespace) -> int:
         )
     answer = run_load_scenario(scenario.name, sglang_version=args.sglang_version)
     if args.json:
-        emit(json.dumps(answer.to_json(), indent=2, default=str))
+        emit(json.dumps(answer_json(answer), indent=2, default=str))
     else:
         emit(f"== {scenario.name}: {scenario.title} ==")
         emit(scenario.description)
-        emit(answer.text())
+        emit(answer_text(answer))
+    if args.out:
+        from .._whatif.outputs import write_answer  # the report's figures load matplotlib
+
+        written = write_answer(answer, args.out, reproduce=again(args.argv))
+        emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.values())}", err=True)
     return answer.exit_code
 
 
@@ -144,16 +157,39 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
     if str(args.name).strip().lower() in LOAD_SCENARIOS:
         return _run_load(args)
     scenario = get_scenario(args.name)
-    if args.manifest_out:
-        check_output(args.manifest_out, what="--manifest-out")  # refused before the replay runs
+    for option, value in (("--manifest-out", args.manifest_out), ("--out", args.out)):
+        if value:
+            check_output(value, what=option)  # refused before the replay runs
     batch = scenario.build()
     if args.manifest_out:
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         emit(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", err=True)
-    trace = replay(
-        batch, tp_size=scenario.tp_size, mode=args.mode, sglang_version=args.sglang_version, code_path=args.code_path
-    )
-    verdict = build_verdict(trace)
+    if args.out:
+        from .._triage import triage_batch  # the report's figures load matplotlib
+
+        written = triage_batch(
+            batch,
+            out_dir=args.out,
+            code_path=args.code_path,
+            tp=scenario.tp_size,
+            mode=args.mode,
+            rank="all",
+            sglang_version=args.sglang_version,
+            source=f"scenario {scenario.name}",
+            title=f"kimi-viz scenario — {scenario.name}: {scenario.title}",
+            reproduce=again(args.argv),
+        )
+        verdict = written.verdict
+        emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.outputs.values())}", err=True)
+    else:
+        trace = replay(
+            batch,
+            tp_size=scenario.tp_size,
+            mode=args.mode,
+            sglang_version=args.sglang_version,
+            code_path=args.code_path,
+        )
+        verdict = build_verdict(trace)
     if args.json:
         emit(json.dumps(verdict.to_json(), indent=2, default=str))
     else:

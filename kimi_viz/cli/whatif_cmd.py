@@ -1,51 +1,72 @@
-"""``kimi-viz whatif``: would a request carrying these images fail on a given SGLang deployment?"""
+"""``kimi-viz whatif``: would this request (or workload, or client's request) fail on a given SGLang deployment?
+
+Every option's choices come from the table that defines them (``request/settings.py``, ``devices.py``,
+``schedule/trace.py``, ``request/chat.py``); the question, its answer and its presenters come from
+:mod:`kimi_viz._whatif`, whatever was asked.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..devices import DEVICES
 from ..errors import WhatIfError
-from ..request.settings import DEFERS, EPD_BACKENDS, OPTION_OF, SERVINGS, TRANSPORTS, ServerSettings
-from . import emit
+from ..files import check_output
+from ..request.settings import (
+    DEFAULT_CONFIG,
+    DEFAULT_MODE,
+    DEFERS,
+    EPD_BACKENDS,
+    IMAGE_PROMPTS,
+    MODES,
+    OPTION_OF,
+    SERVINGS,
+    TRANSPORTS,
+    TYPED_TOKENS,
+    ServerSettings,
+)
+from ..schedule.cache import DEFAULT_CACHE_MB
+from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
+from ..schedule.trace import PLATFORMS
+from . import again, emit
 
-MODES = ("shapes", "pixels")
+if TYPE_CHECKING:  # pragma: no cover - the sub-command's verb modules load when it runs, not for --help
+    from ..answer import Answer
+    from ..schedule.workload_replay import LoadSettings
 
 
-def _flag_help(field: str, extra: str = "") -> str:
+DESCRIPTION = (
+    "Build the items SGLang's request side (multimodal/processors/kimi_k3.py) of a release would build for one "
+    "request carrying these images, under the given server settings, then replay get_image_feature on every "
+    "attention-TP rank and print the verdict and why. --sweep prints every release × attention-TP 1, 2, 4, 8; "
+    "--minimize shrinks a failing request to the fewest images (in order) that still fail with the same message "
+    "and names the image to look at. --chat FILE starts from a client's request body: the request side's own "
+    "checks (placeholders against images), then the same replay. Exit status: 0 nothing fails, 1 a rank or the "
+    "request side raises (in some cell for --sweep; the minimal set reproduces it for --minimize), 2 bad input, "
+    "3 a silent mismatch."
+)
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    """Return an option's metavar from its table: ``{a,b,c}``."""
+    return "{" + ",".join(values) + "}"
+
+
+def _flag_help(field: str) -> str:
     option = OPTION_OF[field]
-    return f"{option.meaning}. SGLang: {option.sglang}{extra}"
+    return f"{option.meaning}. SGLang: {option.sglang}"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``whatif`` sub-command."""
-    parser = subparsers.add_parser(
-        "whatif",
-        help="would a request with these images fail on SGLang V at attention-TP N? (--sweep: every release × TP)",
-        description="Build the items SGLang's request side (multimodal/processors/kimi_k3.py) of a release would "
-        "build for one request carrying these images, under the given server settings, then replay "
-        "get_image_feature on every attention-TP rank and print the verdict and why. --sweep prints every release "
-        "× attention-TP 1, 2, 4, 8; --minimize shrinks a failing request to the fewest images (in order) that "
-        "still fail with the same message and names the image to look at. --chat FILE starts from a client's "
-        "request body: the request side's own checks (placeholders against images), then the same replay. "
-        "Exit status: 0 nothing fails, 1 a rank or the request side "
-        "raises (in some cell for --sweep; the minimal set reproduces it for --minimize), 2 bad input, 3 a silent "
-        "mismatch.",
-        epilog="--json prints one object (the what-if, or the minimal set); with --sweep one JSON object per cell, "
-        "one per line. Image positions for the cache-hit options count from 0 in the order given.",
-    )
-    parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options of a workload: --together, --requests, --chat and the scheduler's settings."""
     load = parser.add_argument_group(
         "under load",
         "several requests prefilled together: their images reach get_image_feature in one call "
         "(docs/whatif.md, 'Workloads')",
     )
-    load.add_argument(
-        "--together",
-        action="store_true",
-        help="each IMAGE is a single-image request of its own, all arriving together",
-    )
+    load.add_argument("--together", action="store_true", help="each IMAGE is a single-image request of its own")
     load.add_argument(
         "--requests",
         metavar="FILE",
@@ -59,35 +80,78 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     load.add_argument(
         "--image-prompts",
-        default="honoured",
-        metavar="{honoured,ignored}",
+        default=IMAGE_PROMPTS[0],
+        metavar=_choices(IMAGE_PROMPTS),
         help="--chat: whether the checkpoint's apply_chat_template puts SGLang's image_prompts (<|media_pad|>) at "
         "the image parts (honoured) or renders its own marker (ignored)",
     )
     load.add_argument(
         "--typed-tokens",
-        default="ids",
-        metavar="{ids,text}",
+        default=TYPED_TOKENS[0],
+        metavar=_choices(TYPED_TOKENS),
         help="--chat: whether media tokens written in text (<|media_pad|>) encode to their ids (ids) or as text",
     )
     load.add_argument(
         "--chunked-prefill-size",
         metavar="N",
-        default=None,
-        help="SGLang's --chunked-prefill-size (default 8192; -1 or 0 turns chunked prefill off)",
+        help=f"SGLang's --chunked-prefill-size (default {DEFAULT_CHUNKED_PREFILL}; -1 or 0 turns chunked prefill off)",
     )
     load.add_argument(
         "--mm-embedding-cache-size",
         metavar="MB",
-        default=None,
-        help="the embedding cache's size in MB, SGLANG_VLM_CACHE_SIZE_MB (default 100; 0 disables it)",
+        help=f"the embedding cache's size in MB, SGLANG_VLM_CACHE_SIZE_MB (default {DEFAULT_CACHE_MB}; 0 disables it)",
     )
     load.add_argument(
         "--platform",
-        default="cuda",
-        metavar="{cuda,cpu,hip,npu,xpu}",
+        default=PLATFORMS[0],
+        metavar=_choices(PLATFORMS),
         help="the server's platform: cuda and cpu encode every request's misses in one call, hip/npu/xpu per request",
     )
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    """Add the server settings of the request side, each worded from its row in ``request/settings.py``."""
+    parser.add_argument("--serving", default=SERVINGS[0], metavar=_choices(SERVINGS), help=_flag_help("serving"))
+    parser.add_argument("--epd-backend", metavar=_choices(EPD_BACKENDS), help=_flag_help("epd_backend"))
+    parser.add_argument(
+        "--mm-feature-transport", default=TRANSPORTS[0], metavar=_choices(TRANSPORTS), help=_flag_help("transport")
+    )
+    parser.add_argument("--defer", default=DEFERS[0], metavar=_choices(DEFERS), help=_flag_help("defer"))
+    parser.add_argument("--mm-preprocess-cache-size-mb", metavar="N", help=_flag_help("preprocess_cache_mb"))
+    for flag, field in (
+        ("--preprocess-cache-hit", "preprocess_cache_hits"),
+        ("--embedding-cache-hit", "embedding_cache_hits"),
+    ):
+        parser.add_argument(flag, action="append", default=[], metavar="I[,J...]", help=_flag_help(field))
+    parser.add_argument(
+        "--producer-config", default=DEFAULT_CONFIG, metavar="PRESET|PATH", help=_flag_help("producer_config")
+    )
+    parser.add_argument("--consumer-config", metavar="PRESET|PATH", help=_flag_help("consumer_config"))
+    parser.add_argument(
+        "--mode",
+        default=DEFAULT_MODE,
+        metavar=_choices(MODES),
+        help="shapes (default: image headers only, the same outcomes) or pixels (decode and materialize)",
+    )
+    parser.add_argument(
+        "--device",
+        default=DEVICES[0],
+        metavar=_choices(DEVICES),
+        help="where gpu-backend items are materialized in pixels mode",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``whatif`` sub-command."""
+    parser = subparsers.add_parser(
+        "whatif",
+        help="would a request with these images fail on SGLang V at attention-TP N? (--sweep: every release × TP)",
+        description=DESCRIPTION,
+        epilog="--json prints one object (the answer, or the minimal set); with --sweep one JSON object per cell, "
+        "one per line. Image positions for the cache-hit options count from 0 in the order given.",
+    )
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
+    _add_load_options(parser)
     parser.add_argument("--sglang-version", metavar="V", help="the release, 0.5.17 ... 0.5.23 (not with --sweep)")
     parser.add_argument(
         "--tp",
@@ -95,56 +159,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="attention-TP size: SGLang's --tp-size (over --dp-size with --enable-dp-attention); not with --sweep",
     )
     parser.add_argument("--sweep", action="store_true", help="every release × attention-TP 1, 2, 4, 8")
-    parser.add_argument("--minimize", action="store_true", help="shrink a failing request to its minimal images")
+    parser.add_argument("--minimize", action="store_true", help="shrink a failing question to its minimal images")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per cell with --sweep)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write the answer for a tracker: report.html, summary.png, trace.json and issue.md of the call "
+        "that decides it (a workload's with its forward-pass figure), and answer.json",
+    )
     parser.add_argument(
         "--emit-repro",
         metavar="DIR",
         help="also write a standalone pytest file that runs SGLang's own get_image_feature on this request (the "
         "minimal failing set with --minimize): it fails on a release with the bug and passes on the fix",
     )
-    parser.add_argument("--serving", default="normal", metavar="{normal,epd-encoder}", help=_flag_help("serving"))
-    parser.add_argument("--epd-backend", default=None, metavar="{cpu,gpu}", help=_flag_help("epd_backend"))
-    parser.add_argument(
-        "--mm-feature-transport",
-        default="auto",
-        metavar="{auto,cpu,cuda_ipc,cuda_vmm}",
-        help=_flag_help("transport"),
-    )
-    parser.add_argument("--defer", default="auto", metavar="{auto,off}", help=_flag_help("defer"))
-    parser.add_argument(
-        "--mm-preprocess-cache-size-mb", default=None, metavar="N", help=_flag_help("preprocess_cache_mb")
-    )
-    parser.add_argument(
-        "--preprocess-cache-hit",
-        action="append",
-        default=[],
-        metavar="I[,J...]",
-        help=_flag_help("preprocess_cache_hits"),
-    )
-    parser.add_argument(
-        "--embedding-cache-hit",
-        action="append",
-        default=[],
-        metavar="I[,J...]",
-        help=_flag_help("embedding_cache_hits"),
-    )
-    parser.add_argument(
-        "--producer-config", default="kimi-k3", metavar="PRESET|PATH", help=_flag_help("producer_config")
-    )
-    parser.add_argument("--consumer-config", default=None, metavar="PRESET|PATH", help=_flag_help("consumer_config"))
-    parser.add_argument(
-        "--mode",
-        default="shapes",
-        metavar="{shapes,pixels}",
-        help="shapes (default: image headers only, the same outcomes) or pixels (decode and materialize)",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        metavar="{auto,cpu,cuda}",
-        help="where gpu-backend items are materialized in pixels mode",
-    )
+    _add_server_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -166,20 +195,17 @@ def _int(text: str, option: str, *, low: int) -> int:
 
 
 def _positions(values: list[str], option: str) -> tuple[int, ...]:
-    out = []
-    for value in values:
-        for part in str(value).split(","):
-            if part.strip():
-                out.append(_int(part.strip(), option, low=0))
-    return tuple(out)
+    parts = [part.strip() for value in values for part in str(value).split(",")]
+    return tuple(_int(part, option, low=0) for part in parts if part)
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     """Return the :class:`ServerSettings` the command-line options ask for (raise WhatIfError on bad ones)."""
     cache_mb = args.mm_preprocess_cache_size_mb
+    backend = args.epd_backend
     return ServerSettings(
         serving=_choice(args.serving, SERVINGS, "--serving"),  # type: ignore[arg-type]
-        epd_backend=None if args.epd_backend is None else _choice(args.epd_backend, EPD_BACKENDS, "--epd-backend"),  # type: ignore[arg-type]
+        epd_backend=None if backend is None else _choice(backend, EPD_BACKENDS, "--epd-backend"),  # type: ignore[arg-type]
         transport=_choice(args.mm_feature_transport, TRANSPORTS, "--mm-feature-transport"),  # type: ignore[arg-type]
         defer=_choice(args.defer, DEFERS, "--defer"),  # type: ignore[arg-type]
         preprocess_cache_mb=None if cache_mb is None else _int(cache_mb, "--mm-preprocess-cache-size-mb", low=0),
@@ -190,16 +216,9 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     )
 
 
-def _is_workload(args: argparse.Namespace) -> bool:
-    return bool(args.together or args.requests is not None or args.chat is not None)
-
-
-def load_settings_from_args(args: argparse.Namespace) -> Any:
+def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
     """Return the :class:`~kimi_viz.schedule.workload_replay.LoadSettings` the load options ask for."""
-    from ..schedule.cache import DEFAULT_CACHE_MB
     from ..schedule.workload_replay import LoadSettings
-    from ..schedule.scheduler import DEFAULT_CHUNKED_PREFILL
-    from ..schedule.trace import PLATFORMS
 
     chunk = DEFAULT_CHUNKED_PREFILL
     if args.chunked_prefill_size is not None:
@@ -211,18 +230,23 @@ def load_settings_from_args(args: argparse.Namespace) -> Any:
     return LoadSettings(chunked_prefill_size=chunk, cache_mb=cache, platform=platform)  # type: ignore[arg-type]
 
 
+def _is_workload(args: argparse.Namespace) -> bool:
+    return bool(args.together or args.requests is not None or args.chat is not None)
+
+
+def _first_given(pairs: tuple[tuple[str, Any], ...]) -> str | None:
+    return next((option for option, value in pairs if value), None)
+
+
 def _check_load(args: argparse.Namespace) -> None:
+    """Refuse option combinations a workload, a chat request or a lone request does not take."""
     if args.chat is not None:
-        given = [
-            option
-            for option, value in (("IMAGE", args.images), ("--together", args.together), ("--requests", args.requests))
-            if value
-        ]
+        given = _first_given((("IMAGE", args.images), ("--together", args.together), ("--requests", args.requests)))
         if given:
-            raise WhatIfError(f"--chat FILE with {given[0]}: the request file names its images; drop {given[0]}")
+            raise WhatIfError(f"--chat FILE with {given}: the request file names its images; drop {given}")
         if args.minimize:
             raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
-    elif args.image_prompts != "honoured" or args.typed_tokens != "ids":
+    elif args.image_prompts != IMAGE_PROMPTS[0] or args.typed_tokens != TYPED_TOKENS[0]:
         raise WhatIfError("--image-prompts / --typed-tokens describe how a --chat request is rendered: add --chat FILE")
     if args.together and args.requests is not None:
         raise WhatIfError("--together with --requests: pick one (IMAGEs as single-image requests, or a workload file)")
@@ -231,22 +255,22 @@ def _check_load(args: argparse.Namespace) -> None:
     if args.together and len(args.images) < 1:
         raise WhatIfError("--together: no images; give the IMAGEs, one single-image request each")
     if not _is_workload(args):
-        given = [
-            option
-            for option, value in (
-                ("--chunked-prefill-size", args.chunked_prefill_size),
-                ("--mm-embedding-cache-size", args.mm_embedding_cache_size),
-                ("--platform", None if args.platform == "cuda" else args.platform),
+        platform = None if args.platform == PLATFORMS[0] else args.platform
+        given = _first_given(
+            (
+                ("--chunked-prefill-size", args.chunked_prefill_size is not None),
+                ("--mm-embedding-cache-size", args.mm_embedding_cache_size is not None),
+                ("--platform", platform),
             )
-            if value is not None
-        ]
+        )
         if given:
             raise WhatIfError(
-                f"{given[0]} describes a workload: add --together (each IMAGE its own request) or --requests FILE"
+                f"{given} describes a workload: add --together (each IMAGE its own request) or --requests FILE"
             )
 
 
-def _check_request(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace) -> None:
+    """Refuse what the question and the deployment options cannot mean together."""
     _check_load(args)
     if args.emit_repro is not None:
         if _is_workload(args) or args.sweep:
@@ -254,9 +278,11 @@ def _check_request(args: argparse.Namespace) -> None:
                 "--emit-repro writes one request's get_image_feature call: use it with IMAGEs (and --minimize), "
                 "not with --sweep, --together, --requests or --chat"
             )
-        from ..files import check_output
-
         check_output(args.emit_repro, what="--emit-repro")
+    if args.out is not None:
+        if args.sweep:
+            raise WhatIfError("--out with --sweep: a sweep has no one call to report; drop --sweep or --out")
+        check_output(args.out, what="--out")
     if not args.images and args.requests is None and args.chat is None:
         raise WhatIfError("no images: the request needs at least one IMAGE (e.g. kimi-viz whatif a.png b.jpg ...)")
     if args.sweep and args.minimize:
@@ -266,150 +292,79 @@ def _check_request(args: argparse.Namespace) -> None:
             "--sweep covers every release and attention-TP 1, 2, 4, 8; drop --sglang-version and --tp (or drop --sweep)"
         )
     if not args.sweep and (args.sglang_version is None or args.tp is None):
-        missing = " and ".join(
-            n for n, v in (("--sglang-version", args.sglang_version), ("--tp", args.tp)) if v is None
-        )
+        names = (("--sglang-version", args.sglang_version), ("--tp", args.tp))
+        missing = " and ".join(n for n, v in names if v is None)
         raise WhatIfError(
             f"{missing} missing: name the deployment (e.g. --sglang-version 0.5.18 --tp 2), or pass --sweep"
         )
     _choice(args.mode, MODES, "--mode")
-    _choice(args.device, ("auto", "cpu", "cuda"), "--device")
+    _choice(args.device, DEVICES, "--device")
 
 
-def _print_json(data: Any) -> None:
-    emit(json.dumps(data, indent=2, default=str))
-
-
-def _run_chat(args: argparse.Namespace, settings: ServerSettings) -> int:
-    """Answer for a client's request (``--chat FILE``): its own checks, then the load replay."""
+def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Return what is asked (images, a workload or a client's request) and the options that go with it."""
     from ..request.chat import Renderer, read_request
-
-    renderer = Renderer(
-        image_prompts=_choice(args.image_prompts, ("honoured", "ignored"), "--image-prompts") == "honoured",
-        typed_tokens=_choice(args.typed_tokens, ("ids", "text"), "--typed-tokens") == "ids",
-    )
-    load = load_settings_from_args(args)
-    request = read_request(args.chat)
-    if args.sweep:
-        from .._whatif.chat import sweep_chat
-
-        swept = sweep_chat(request, renderer=renderer, settings=settings, load=load)
-        if args.json:
-            for cell in swept.to_json():
-                emit(json.dumps(cell, default=str))
-        else:
-            emit(swept.text())
-        return 1 if swept.failed else 0
-    from .._whatif.chat import whatif_chat
-
-    answer = whatif_chat(
-        request,
-        sglang_version=args.sglang_version,
-        tp_size=_int(args.tp, "--tp", low=1),
-        renderer=renderer,
-        settings=settings,
-        load=load,
-        mode=args.mode,
-        device=args.device,
-    )
-    if args.json:
-        _print_json(answer.to_json())
-    else:
-        emit(answer.text())
-    return answer.exit_code
-
-
-def _run_workload(args: argparse.Namespace, settings: ServerSettings) -> int:
-    """Answer for a workload (``--together`` or ``--requests``): one deployment, ``--sweep`` or ``--minimize``."""
     from ..schedule.workload import read_workload, together
 
     if args.chat is not None:
-        return _run_chat(args, settings)
-    load = load_settings_from_args(args)
-    workload = read_workload(args.requests) if args.requests is not None else together(args.images)
-    if args.sweep:
-        from .._whatif._load_sweep import sweep_load
+        renderer = Renderer(
+            image_prompts=_choice(args.image_prompts, IMAGE_PROMPTS, "--image-prompts") == IMAGE_PROMPTS[0],
+            typed_tokens=_choice(args.typed_tokens, TYPED_TOKENS, "--typed-tokens") == TYPED_TOKENS[0],
+        )
+        return read_request(args.chat), {"load": load_settings_from_args(args), "renderer": renderer}
+    if args.requests is not None:
+        return read_workload(args.requests), {"load": load_settings_from_args(args)}
+    if args.together:
+        return together(args.images), {"load": load_settings_from_args(args)}
+    return list(args.images), {}
 
-        swept = sweep_load(workload, settings=settings, load=load)
-        if args.json:
-            for cell in swept.to_json():
-                emit(json.dumps(cell, default=str))
-        else:
-            emit(swept.text())
-        return 1 if any(c.error is not None for c in swept.cells) else 0
-    tp = _int(args.tp, "--tp", low=1)
-    if args.minimize:
-        from .._whatif._load_minimize import minimize_load
 
-        found = minimize_load(workload, sglang_version=args.sglang_version, tp_size=tp, settings=settings, load=load)
-        if args.json:
-            _print_json(found.to_json())
-        else:
-            emit(found.text())
-        return 0 if found.target is None else 1
-    from .._whatif.load import whatif_load
-
-    answer = whatif_load(
-        workload,
-        sglang_version=args.sglang_version,
-        tp_size=tp,
-        settings=settings,
-        load=load,
-        mode=args.mode,
-        device=args.device,
-    )
-    if args.json:
-        _print_json(answer.to_json())
-    else:
-        emit(answer.text())
-    return answer.exit_code
+def _print(args: argparse.Namespace, data: Any, text: str) -> None:
+    emit(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Answer the what-if; return 0 (nothing fails), 1 (a rank raises) or 3 (silent mismatch)."""
-    _check_request(args)
+    """Answer the what-if; return 0 (nothing fails), 1 (SGLang raises) or 3 (a silent mismatch)."""
+    from .._whatif.ask import minimize, sweep, whatif
+    from .._whatif.documents import answer_json, cell_json, minimized_json
+    from .._whatif.text import answer_text, minimized_text, sweep_text
+
+    _check(args)
     settings = settings_from_args(args)
-    if _is_workload(args):
-        return _run_workload(args, settings)
+    subject, options = _subject(args)
     if args.sweep:
-        from .._whatif._sweep import sweep
-
-        result = sweep(args.images, settings=settings, mode=args.mode, device=args.device)
+        swept = sweep(subject, settings=settings, **options)
         if args.json:
-            for cell in result.to_json():
-                emit(json.dumps(cell, default=str))
+            for cell in swept.cells:
+                emit(json.dumps(cell_json(cell), default=str))
         else:
-            emit(result.text())
-        return 1 if any(c.error is not None for c in result.cells) else 0
+            emit(sweep_text(swept))
+        return swept.exit_code
     tp = _int(args.tp, "--tp", low=1)
+    deployment = {"sglang_version": args.sglang_version, "tp_size": tp, "settings": settings}
     if args.minimize:
-        from .._whatif._minimize import minimize
-
-        found = minimize(args.images, sglang_version=args.sglang_version, tp_size=tp, settings=settings, mode=args.mode)
-        if args.json:
-            _print_json(found.to_json())
-        else:
-            emit(found.text())
+        found = minimize(subject, mode=args.mode, **deployment, **options)
+        _print(args, minimized_json(found), minimized_text(found))
         if args.emit_repro and found.target is not None:
             _emit_repro(found, args.emit_repro)
-        return 0 if found.target is None else 1
-    from .._whatif.run import whatif
-
-    answer = whatif(
-        args.images,
-        sglang_version=args.sglang_version,
-        tp_size=tp,
-        settings=settings,
-        mode=args.mode,
-        device=args.device,
-    )
-    if args.json:
-        _print_json(answer.to_json())
-    else:
-        emit(answer.text())
+        _write_out(args, found.answer)
+        return found.exit_code
+    answer = whatif(subject, mode=args.mode, device=args.device, **deployment, **options)
+    _print(args, answer_json(answer), answer_text(answer))
     if args.emit_repro:
         _emit_repro(answer, args.emit_repro)
+    _write_out(args, answer)
     return answer.exit_code
+
+
+def _write_out(args: argparse.Namespace, answer: Answer) -> None:
+    """Write ``--out DIR``'s files and say where (on stderr, so --json stays one object)."""
+    if args.out is None:
+        return
+    from .._whatif.outputs import write_answer  # the report's figures load matplotlib
+
+    written = write_answer(answer, args.out, reproduce=again(args.argv))
+    emit(f"kimi-viz whatif: wrote {', '.join(str(p) for p in written.values())}", err=True)
 
 
 def _emit_repro(source: Any, out_dir: str) -> None:

@@ -14,7 +14,8 @@ references nothing outside itself, so it opens from disk in any browser, with or
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,15 @@ def _facts_html(facts: Mapping[str, Any]) -> str:
     return f'<dl class="kv-facts">{rows}</dl>'
 
 
+@dataclass(frozen=True)
+class ReportFigure:
+    """A figure the report shows after its summary: a heading, a caption said in words, the PNG bytes."""
+
+    heading: str
+    caption: str
+    png: bytes
+
+
 def render_report(
     *,
     verdict: Verdict,
@@ -255,8 +265,14 @@ def render_report(
     title: str = "kimi-viz triage",
     facts: Mapping[str, Any] | None = None,
     reproduce: str = "",
+    question: str = "",
+    figures: Sequence[ReportFigure] = (),
 ) -> str:
-    """Return the whole report page as a string (self-contained HTML5, no network references)."""
+    """Return the whole report page as a string (self-contained HTML5, no network references).
+
+    ``question`` is a what-if's answer as the terminal shows it (the call is part of a larger question);
+    ``figures`` are more figures after the summary (a workload's forward pass).
+    """
     style = verdict.style
     parts = [
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -277,6 +293,14 @@ def render_report(
             "rank's pixel_values, numbered and coloured by global image, the rows its grid expects above "
             "the rows produced, the first divergence marked.</figcaption></figure>"
         )
+    for figure in figures:
+        parts.append(
+            f"<h2>{escape(figure.heading)}</h2><figure>"
+            f'<img alt="{escape(figure.caption)}" src="{png_data_uri(figure.png)}">'
+            f"<figcaption>{escape(figure.caption)}</figcaption></figure>"
+        )
+    if question:
+        parts.append(f"<h2>The question</h2><pre>{escape(question)}</pre>")
     if batch.forward_context is not None:
         parts.append(forward_context_html(batch.forward_context, verdict.divergence.first_image))
     parts.append("<h2>Every image</h2>")
@@ -314,4 +338,12 @@ def write_report(path: str | Path, **kwargs: Any) -> Path:
     return write_file(path, render_report(**kwargs).encode("utf-8"))
 
 
-__all__ = ["render_report", "write_report", "verdict_html", "ranks_html", "images_table_html", "batch_table_html"]
+__all__ = [
+    "ReportFigure",
+    "render_report",
+    "write_report",
+    "verdict_html",
+    "ranks_html",
+    "images_table_html",
+    "batch_table_html",
+]

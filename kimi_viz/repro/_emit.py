@@ -24,19 +24,16 @@ import re
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import __version__
+from ..answer import Answer, Minimized, RequestReplay
 from ..errors import ArgumentError, OutputError
 from ..files import check_folder, prepare_folder, write_file
 from ..manifest.digest import manifest_digest
 from ..releases import RELEASES, choose_release, release_for
 from ..split.batch import Batch
 from .case import RankExpectation, ReproCase, build_case
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .._whatif._minimize import Minimized
-    from .._whatif.run import WhatIf
 
 TEMPLATE = Path(__file__).resolve().parent / "kimi_k3_repro.py.tmpl"
 MARKER = ".kimi-viz-repro"
@@ -85,9 +82,15 @@ def _from_batch(
 
 
 def _from_whatif(
-    result: WhatIf, sglang_version: str | None, tp_size: int | None
+    result: Answer, sglang_version: str | None, tp_size: int | None
 ) -> tuple[list[Batch], dict[int, int], int, str, dict[str, Any]]:
-    call = result.call
+    replayed = result.replay
+    if not isinstance(replayed, RequestReplay):
+        raise ArgumentError(
+            "emit_repro: a workload's or a chat request's answer spans several calls; emit the repro of one "
+            "request (kimi-viz whatif IMAGE ...) or of a captured batch"
+        )
+    call = replayed.call
     if call.batch is None:
         raise ArgumentError(
             "the request never reaches get_image_feature (every image is a cache hit or a duplicate): "
@@ -104,33 +107,30 @@ def _from_whatif(
         batches, mapping = [call.batch], dict.fromkeys(range(call.tp_size), 0)
     origin = {
         "kind": "whatif",
-        "images": [image.label for image in result.built.images],
+        "images": [image.label for image in replayed.built.images],
         "positions": list(call.positions),
-        "settings": result.built.settings.to_json(),
+        "settings": replayed.built.settings.to_json(),
     }
     return batches, mapping, call.tp_size, release, origin
 
 
 def _source(
-    source: Batch | WhatIf | Minimized, sglang_version: str | None, tp_size: int | None, scenario: str | None
+    source: Batch | Answer | Minimized, sglang_version: str | None, tp_size: int | None, scenario: str | None
 ) -> tuple[list[Batch], dict[int, int], int, str, dict[str, Any]]:
     if isinstance(source, Batch):
         return _from_batch(source, sglang_version, tp_size, scenario)
-    from .._whatif._minimize import Minimized
-    from .._whatif.run import WhatIf
-
-    if isinstance(source, WhatIf):
+    if isinstance(source, Answer):
         return _from_whatif(source, sglang_version, tp_size)
     if isinstance(source, Minimized):
-        batches, mapping, tp, release, origin = _from_whatif(source.result, sglang_version, tp_size)
+        batches, mapping, tp, release, origin = _from_whatif(source.answer, sglang_version, tp_size)
         origin.update(
             kind="minimized",
-            request_images=[image.label for image in source.images],
+            request_images=[unit.label for unit in source.units],
             kept=list(source.kept),
-            error=None if source.target is None else {"type": source.target[0], "message": source.target[1]},
+            error=None if source.target is None else source.target.to_json(),
         )
         return batches, mapping, tp, release, origin
-    raise ArgumentError(f"emit_repro: expected a kimi_viz Batch, WhatIf or Minimized, got {type(source).__name__}")
+    raise ArgumentError(f"emit_repro: expected a kimi_viz Batch, Answer or Minimized, got {type(source).__name__}")
 
 
 ARCHIVE_SUFFIX = ".zip"  # the one suffix a manifest's name loses: a zipped capture
@@ -359,7 +359,7 @@ def render(case: ReproCase, stem: str, *, pngs: bool = False) -> str:
 
 
 def emit_repro(
-    source: Batch | WhatIf | Minimized,
+    source: Batch | Answer | Minimized,
     out_dir: str | os.PathLike[str],
     *,
     sglang_version: str | None = None,
@@ -372,8 +372,8 @@ def emit_repro(
     """Write a standalone SGLang regression test for ``source`` into ``out_dir``; return the test file's path.
 
     ``source`` is a :class:`~kimi_viz.split.batch.Batch` (read from a manifest, or a scenario's),
-    a :class:`~kimi_viz._whatif.run.WhatIf` or a :class:`~kimi_viz._whatif._minimize.Minimized`
-    (its minimal failing request is what is written). ``sglang_version`` is the release the
+    the :class:`~kimi_viz.answer.Answer` of one request or a :class:`~kimi_viz.answer.Minimized`
+    request (its minimal failing request is what is written). ``sglang_version`` is the release the
     verdict is for (default: the what-if's, else the batch's recorded release or code path, as
     :func:`~kimi_viz.replay` chooses); ``tp_size`` the attention-TP size (default: the batch's).
     ``scenario`` and ``manifest`` (the path the batch was read from; its sha256 goes in the

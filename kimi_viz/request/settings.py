@@ -30,6 +30,9 @@ TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
 DEFERS: tuple[Defer, ...] = get_args(Defer)
 MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_CONFIG = "kimi-k3"
+DEFAULT_MODE: Mode = "shapes"  # header-only probing: the same outcomes as pixels, no decoding
+IMAGE_PROMPTS = ("honoured", "ignored")  # a chat renderer's image_prompts True, False (--image-prompts)
+TYPED_TOKENS = ("ids", "text")  # a chat renderer's typed_tokens True, False (--typed-tokens)
 
 
 def choices_metavar(choices: tuple[str, ...]) -> str:
@@ -262,6 +265,9 @@ class ServerSettings:
 
 
 __all__ = [
+    "DEFAULT_MODE",
+    "IMAGE_PROMPTS",
+    "TYPED_TOKENS",
     "Serving",
     "EpdBackend",
     "Transport",

@@ -18,15 +18,16 @@ from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, M
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
 from ..schedule.workload import CacheSeed, Request, Workload
-from ..schedule.workload_replay import LoadSettings, LoadStatus
+from ..schedule.workload_replay import LoadSettings
 from ..split.classes import ScenarioClass
+from ..split.verdict import Status
 
 
 @dataclass(frozen=True)
 class LoadExpectation:
     """What SGLang does with a workload: the status, the exception, the failing ranks, the warnings, the fix."""
 
-    status: LoadStatus
+    status: Status
     type: str | None = None
     message: str | None = None
     failing_ranks: tuple[int, ...] = ()
@@ -38,7 +39,7 @@ class LoadExpectation:
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
         return {
-            "status": self.status,
+            "status": self.status.value,
             "error": None if self.type is None else {"type": self.type, "message": self.message},
             "failing_ranks": list(self.failing_ranks),
             "warnings": list(self.warnings),
@@ -124,7 +125,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "0.5.18",
         2,
         LoadExpectation(
-            "error-reproduced", "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
+            Status.ERROR_REPRODUCED, "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
         ),
     ),
     LoadScenario(
@@ -138,7 +139,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         _s15,
         "0.5.23",
         2,
-        LoadExpectation("clean", calls=1, passes=3),
+        LoadExpectation(Status.CLEAN, calls=1, passes=3),
         load=LoadSettings(chunked_prefill_size=150),
     ),
     LoadScenario(
@@ -152,7 +153,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "0.5.18",
         1,
         LoadExpectation(
-            "error-reproduced",
+            Status.ERROR_REPRODUCED,
             "RuntimeError",
             MSG_INSUFFICIENT.format(187, 120),
             warnings=(MSG_TOKEN_MISMATCH.format(187, 120),),
@@ -171,7 +172,9 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         _s17("astronaut_tiny_20x5.png"),
         "0.5.23",
         1,
-        LoadExpectation("error-reproduced", "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1),
+        LoadExpectation(
+            Status.ERROR_REPRODUCED, "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1
+        ),
     ),
     LoadScenario(
         "s17-stale-eager-epd-fewer",
@@ -184,7 +187,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "0.5.23",
         1,
         LoadExpectation(
-            "error-reproduced",
+            Status.ERROR_REPRODUCED,
             "RuntimeError",
             MSG_INSUFFICIENT.format(128, 113),
             warnings=(MSG_TOKEN_MISMATCH.format(128, 113),),
@@ -202,7 +205,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         _s17("chelsea.png"),
         "0.5.23",
         1,
-        LoadExpectation("silent-mismatch", calls=0, passes=1),
+        LoadExpectation(Status.SILENT_MISMATCH, calls=0, passes=1),
         settings=EPD_GPU,
     ),
 )

@@ -28,6 +28,7 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
 from ..split.ranks import check_tp_size
 from ..split.trace import ErrorInfo, Trace
+from ..split.verdict import Status
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
@@ -35,8 +36,6 @@ from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
-
-LoadStatus = Literal["clean", "error-reproduced", "silent-mismatch"]
 
 
 @dataclass(frozen=True)
@@ -123,11 +122,11 @@ class LoadResult:
         return any(run.trace is not None and run.trace.divergence.silent for run in self.encoder_runs)
 
     @property
-    def status(self) -> LoadStatus:
+    def status(self) -> Status:
         """Return ``error-reproduced``, ``silent-mismatch`` or ``clean``."""
         if self.error is not None:
-            return "error-reproduced"
-        return "silent-mismatch" if self.silent else "clean"
+            return Status.ERROR_REPRODUCED
+        return Status.SILENT_MISMATCH if self.silent else Status.CLEAN
 
     @property
     def failed(self) -> bool:
@@ -149,7 +148,7 @@ class LoadResult:
             "tp_size": self.tp_size,
             "settings": self.settings.to_json(),
             "load": self.load.to_json(),
-            "status": self.status,
+            "status": self.status.value,
             "error": None if error is None else error.to_json(),
             "failing_pass": self.failing_pass,
             "requests": [
@@ -350,7 +349,6 @@ def _encode_server(
 
 __all__ = [
     "LoadSettings",
-    "LoadStatus",
     "EncoderRun",
     "LoadResult",
     "check_workload_settings",

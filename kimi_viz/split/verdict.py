@@ -44,6 +44,18 @@ class Status(str, Enum):
     SILENT_MISMATCH = "silent-mismatch"
     NOT_REPRODUCED = "not-reproduced"
     RECORDED_OK_REPLAY_FAILS = "recorded-ok-replay-fails"
+    NO_CALL = "no-call"  # a what-if: every image was a cache hit or a duplicate, get_image_feature is never called
+    NOT_APPLICABLE = "not-applicable"  # a sweep's cell: the release refuses one of the settings
+
+    @property
+    def style(self) -> StatusStyle:
+        """Return how every view shows this status (badge, symbol, colours, words, exit code)."""
+        return STATUS_STYLES[self]
+
+    @property
+    def failed(self) -> bool:
+        """Return True when SGLang raises (an error reproduced, or a replay failing where the capture did not)."""
+        return self in (Status.ERROR_REPRODUCED, Status.RECORDED_OK_REPLAY_FAILS)
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,12 @@ class StatusStyle:
     text_color: str  # the badge's text, readable on ``color``
     wording: str
     exit_code: int
+    word: str  # the status in a sweep's cell or a table, after the symbol
+
+    @property
+    def mark(self) -> str:
+        """Return the symbol and the word, e.g. ``"≠ silent"``: how a table's cell shows the status."""
+        return f"{self.symbol} {self.word}"
 
 
 STATUS_STYLES: dict[Status, StatusStyle] = {
@@ -66,9 +84,10 @@ STATUS_STYLES: dict[Status, StatusStyle] = {
         "#ffffff",
         "SGLang raises nothing in get_image_feature and every image's rows match its grid.",
         0,
+        "clean",
     ),
     Status.ERROR_REPRODUCED: StatusStyle(
-        "ERROR REPRODUCED", "✗", "#D55E00", "#ffffff", "The replay raises SGLang's error.", 1
+        "ERROR REPRODUCED", "✗", "#D55E00", "#ffffff", "The replay raises SGLang's error.", 1, "error"
     ),
     Status.SILENT_MISMATCH: StatusStyle(
         "SILENT MISMATCH",
@@ -78,6 +97,7 @@ STATUS_STYLES: dict[Status, StatusStyle] = {
         "SGLang raises nothing, but an image is encoded wrongly: its rows or its "
         "resolution are not what the consumer's grid says.",
         3,
+        "silent",
     ),
     Status.NOT_REPRODUCED: StatusStyle(
         "NOT REPRODUCED",
@@ -87,6 +107,7 @@ STATUS_STYLES: dict[Status, StatusStyle] = {
         "The capture recorded an error, but this replay is clean: the release, "
         "attention-TP size or rank replayed is not the one that failed.",
         4,
+        "not reproduced",
     ),
     Status.RECORDED_OK_REPLAY_FAILS: StatusStyle(
         "REPLAY FAILS, CAPTURE DID NOT",
@@ -96,9 +117,27 @@ STATUS_STYLES: dict[Status, StatusStyle] = {
         "The capture recorded success, but this replay raises: the "
         "release or settings replayed differ from the server's.",
         5,
+        "replay fails",
+    ),
+    Status.NO_CALL: StatusStyle(
+        "NO CALL",
+        "∅",
+        "#56B4E9",
+        "#000000",
+        "Nothing reaches get_image_feature: every image was a cache hit or a duplicate.",
+        0,
+        "no call",
+    ),
+    Status.NOT_APPLICABLE: StatusStyle(
+        "NOT APPLICABLE",
+        "–",
+        "#BBBBBB",
+        "#000000",
+        "The release refuses one of the settings, so the question does not arise there.",
+        0,
+        "n/a",
     ),
 }
-EXIT_CODES = {status.value: style.exit_code for status, style in STATUS_STYLES.items()}
 
 
 def decide_status(outcome: Outcome, silent: bool, recorded: RecordedOutcome | None) -> Status:
@@ -438,7 +477,6 @@ __all__ = [
     "Status",
     "StatusStyle",
     "STATUS_STYLES",
-    "EXIT_CODES",
     "decide_status",
     "ImageIdentity",
     "identities",

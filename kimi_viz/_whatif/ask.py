@@ -1,0 +1,214 @@
+"""Ask any question on a deployment, across every release, or shrink a failure: each written once.
+
+:func:`whatif` answers a question (images, a :class:`~kimi_viz.schedule.workload.Workload`, a client's
+:class:`~kimi_viz.request.chat.ChatRequest` or a captured :class:`~kimi_viz.split.batch.Batch`) on one
+release and attention-TP size, and a failure names the first later release that runs it clean
+(:func:`~.fix.with_fix`, the one fix search).
+:func:`sweep` asks it in every release group × TP size, :func:`minimize` keeps the fewest images that
+fail with the same error (Zeller's ``ddmin``; for a lone request every order of them too).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..answer import Answer, Cell, Minimized, Sweep
+from ..errors import SettingNotInReleaseError
+from ..releases import RELEASES, Release, release_for
+from ..request.chat import ChatRequest, Renderer
+from ..request.images import probe_images
+from ..request.producer import Mode
+from ..request.settings import ServerSettings
+from ..request.sides import build_request
+from ..scenarios.under_load import get_load_scenario
+from ..schedule.workload import Workload
+from ..schedule.workload_replay import LoadSettings, check_workload_settings
+from ..split.batch import Batch
+from ..split.ranks import check_tp_size
+from ..split.verdict import Status
+from .fix import answer_on, with_fix
+from .hint import pair_hint
+from .questions import BatchQuestion, ChatQuestion, Question, RequestQuestion, WorkloadQuestion
+
+SWEEP_TP_SIZES = (1, 2, 4, 8)
+MAX_ORDERS = 120  # every order of up to 5 kept images
+
+
+def as_question(
+    subject: Any,
+    *,
+    settings: ServerSettings | None = None,
+    load: LoadSettings | None = None,
+    renderer: Renderer | None = None,
+) -> Question:
+    """Return the question ``subject`` asks: images (paths, bytes, PIL images), a Workload, a ChatRequest, a Batch."""
+    settings = settings if settings is not None else ServerSettings()
+    if isinstance(subject, Workload):
+        return WorkloadQuestion(subject, check_workload_settings(settings), load)
+    if isinstance(subject, ChatRequest):
+        settings = check_workload_settings(settings)
+        return ChatQuestion(subject, settings, load, renderer)
+    if isinstance(subject, Batch):
+        return BatchQuestion(subject)
+    if isinstance(subject, (RequestQuestion, WorkloadQuestion, ChatQuestion, BatchQuestion)):
+        return subject
+    probed = tuple(probe_images(subject))
+    return RequestQuestion(probed, settings.check_images(len(probed)))
+
+
+def whatif(
+    subject: Any,
+    *,
+    sglang_version: str,
+    tp_size: int,
+    settings: ServerSettings | None = None,
+    load: LoadSettings | None = None,
+    renderer: Renderer | None = None,
+    mode: Mode = "shapes",
+    device: Any = "auto",
+    find_fix: bool = True,
+    under_load: bool = True,
+) -> Answer:
+    """Return the :class:`~kimi_viz.answer.Answer` to a question on SGLang ``sglang_version`` at attention-TP N.
+
+    ``subject`` is the request's images (paths, bytes or PIL images), a ``Workload``, a client's
+    ``ChatRequest`` or a captured ``Batch``; ``settings`` are the server settings (default SGLang's),
+    ``load`` the scheduler's for a workload. ``mode="shapes"`` reads only image headers, ``"pixels"``
+    materializes the pixels too. With ``find_fix`` a failure names the first later release that runs
+    it clean. With ``under_load`` a lone request clean alone is also prefilled beside each sample image
+    (smallest first): ``Answer.under_load`` names the first partner that makes it fail.
+    """
+    question = as_question(subject, settings=settings, load=load, renderer=renderer)
+    release, sentence = release_for(sglang_version)
+    if isinstance(question, ChatQuestion) and not question.settings.epd:
+        build_request([], question.settings, release.request_side)  # a flag the release refuses is refused first
+    answer = answer_on(question, release, tp_size, mode, device)
+    if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
+        answer = replace(answer, notes=(sentence, *answer.notes))
+    if find_fix:
+        answer = with_fix(question, answer)
+    if under_load and isinstance(question, RequestQuestion) and answer.status is Status.CLEAN:
+        hint = pair_hint(question, release, answer.tp_size, paths=subject)
+        answer = answer if hint is None else replace(answer, under_load=hint)
+    return answer
+
+
+def _row(question: Question, group: tuple[Release, ...], tps: tuple[int, ...]) -> list[Cell]:
+    """Return one release group's cells: its items built once, then asked at every TP size."""
+    try:
+        prepared = question.prepare(group[0], "shapes")
+    except SettingNotInReleaseError as exc:
+        return [Cell(group, tp, None, str(exc)) for tp in tps]
+    return [Cell(group, tp, question.ask(group[0], tp, prepared, mode="shapes", device="cpu")) for tp in tps]
+
+
+def sweep(
+    subject: Any,
+    *,
+    settings: ServerSettings | None = None,
+    load: LoadSettings | None = None,
+    renderer: Renderer | None = None,
+    tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
+) -> Sweep:
+    """Return the :class:`~kimi_viz.answer.Sweep` of a question over every release group × ``tp_sizes``.
+
+    Releases that look alike to the question (:meth:`Question.sees`) share a row; each row builds its
+    items once and replays every TP size in shapes mode, without a fix search.
+    """
+    question = as_question(subject, settings=settings, load=load, renderer=renderer)
+    tps = tuple(check_tp_size(t, "tp") for t in tp_sizes)
+    groups = [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
+    cells = [cell for group in groups for cell in _row(question, group, tps)]
+    return Sweep(question.subject, tps, tuple(cells))
+
+
+def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> Answer:
+    """Return the answer of load scenario ``name`` (S14 onward), on its own deployment by default."""
+    scenario = get_load_scenario(name)
+    return whatif(
+        scenario.build(),
+        sglang_version=sglang_version or scenario.sglang_version,
+        tp_size=tp_size or scenario.tp_size,
+        settings=scenario.settings,
+        load=scenario.load,
+    )
+
+
+def ddmin(items: list[int], fails: Callable[[list[int]], bool]) -> list[int]:
+    """Return a 1-minimal sublist of ``items`` (order kept) for which ``fails`` holds (Zeller's ddmin)."""
+    n = 2
+    while len(items) >= 2:
+        size = len(items)
+        chunks = [c for c in (items[size * i // n : size * (i + 1) // n] for i in range(n)) if c]
+        for chunk in chunks:
+            if fails(chunk):
+                items, n = chunk, 2
+                break
+        else:
+            for chunk in chunks:
+                rest = [x for x in items if x not in chunk]
+                if rest and fails(rest):
+                    items, n = rest, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(items):
+                    break
+                n = min(len(items), 2 * n)
+    return items
+
+
+def minimize(
+    subject: Any,
+    *,
+    sglang_version: str,
+    tp_size: int,
+    settings: ServerSettings | None = None,
+    load: LoadSettings | None = None,
+    mode: Mode = "shapes",
+) -> Minimized:
+    """Return the :class:`~kimi_viz.answer.Minimized` question: the fewest images, in order, failing the same way.
+
+    A candidate "still fails" when SGLang raises the same exception type and message as the full
+    question did, on the same release, TP size and settings. For a lone request every order of the
+    kept images (up to :data:`MAX_ORDERS`) is tried too, to say whether the order matters.
+    """
+    question = as_question(subject, settings=settings, load=load)
+    units = question.units()
+    release, _ = release_for(sglang_version)
+    full = answer_on(question, release, tp_size, mode)
+    if full.error is None:
+        return Minimized(units, tuple(range(len(units))), None, with_fix(question, full), 1)
+    target = full.error
+    answers: dict[tuple[int, ...], Answer] = {tuple(range(len(units))): full}
+
+    def run(kept: Sequence[int]) -> Answer:
+        key = tuple(kept)
+        if key not in answers:
+            answers[key] = answer_on(question.subset(key), release, tp_size, mode)
+        return answers[key]
+
+    def fails(kept: list[int]) -> bool:
+        return target in run(kept).errors
+
+    kept = ddmin(list(range(len(units))), fails)
+    orders: list[tuple[tuple[int, ...], bool]] = []
+    if question.permutable and len(kept) > 1:
+        for order in itertools.islice(itertools.permutations(kept), MAX_ORDERS):
+            orders.append((order, fails(list(order))))
+    minimal = with_fix(question.subset(kept), run(kept))
+    return Minimized(units, tuple(kept), target, minimal, len(answers), tuple(orders))
+
+
+__all__ = [
+    "SWEEP_TP_SIZES",
+    "MAX_ORDERS",
+    "as_question",
+    "whatif",
+    "run_load_scenario",
+    "sweep",
+    "ddmin",
+    "minimize",
+]

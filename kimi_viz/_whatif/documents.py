@@ -1,0 +1,131 @@
+"""Answers as JSON: one shape for every question, its sweep and its shrinking (``--json``, ``docs/whatif.md``).
+
+:func:`answer_json` gives every answer the same top-level fields (``question``, ``sglang_version``,
+``tp_size``, ``status``, ``exit_code``, ``stage``, ``error``, ``failing_ranks``, ``why``, ``fixed_in``,
+``notes``, ``verdict``) plus what its question replayed: a request's items and call, a workload's
+passes, a chat request's checks. :func:`cell_json` is one sweep cell, :func:`minimized_json` a shrunk
+failure. Presenters import the answer; the answer imports none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..answer import Answer, Cell, ChatReplay, Minimized, PairHint, RequestReplay
+from ..schedule.workload_replay import LoadResult
+from ..split.cause import ErrorInfo
+from .text import advice, culprit_unit
+
+QUESTION_KINDS = {RequestReplay: "request", LoadResult: "workload", ChatReplay: "chat"}  # else "batch"
+
+
+def _error(error: ErrorInfo | None) -> dict[str, str] | None:
+    """Return ``{"type", "message"}`` or None."""
+    return None if error is None else error.to_json()
+
+
+def hint_json(hint: PairHint) -> dict[str, Any]:
+    """Return ``{"partner", "partner_size", "error", "failing_ranks", "tried", "command"}``."""
+    return {
+        "partner": hint.partner.label,
+        "partner_size": [hint.partner.width, hint.partner.height],
+        "error": _error(hint.answer.error),
+        "failing_ranks": hint.answer.failing_ranks,
+        "tried": hint.tried,
+        "command": hint.command,
+    }
+
+
+def _replay_json(answer: Answer) -> dict[str, Any]:
+    """Return what the question replayed: a request's items and call, a workload's passes, a chat's checks."""
+    replayed = answer.replay
+    if isinstance(replayed, RequestReplay):
+        built = replayed.built
+        return {
+            "request_side": built.request_side.version,
+            "settings": built.settings.to_json(),
+            "images": [im.to_json() for im in built.images],
+            "built": built.to_json(),
+            "call": replayed.call.to_json(),
+            "culprit": replayed.culprit(answer.verdict),
+            "under_load": None if answer.under_load is None else hint_json(answer.under_load),
+        }
+    if isinstance(replayed, LoadResult):
+        data = replayed.to_json()
+        for key in ("sglang_version", "tp_size", "status", "error", "notes"):
+            data.pop(key)
+        return data
+    if isinstance(replayed, ChatReplay):
+        load = replayed.load
+        return {
+            "request": replayed.outcome.request.to_json(),
+            "request_side": replayed.outcome.to_json(),
+            "advice": advice(replayed.outcome),
+            "load": None if load is None else load.to_json(),
+        }
+    return {}
+
+
+def answer_json(answer: Answer) -> dict[str, Any]:
+    """Return the answer as JSON: the fields every question shares, then what its question replayed."""
+    kind = next((name for cls, name in QUESTION_KINDS.items() if isinstance(answer.replay, cls)), "batch")
+    return {
+        "question": kind,
+        "sglang_version": answer.release.version,
+        "tp_size": answer.tp_size,
+        "status": answer.status.value,
+        "exit_code": answer.exit_code,
+        "stage": answer.stage,
+        "error": _error(answer.error),
+        "failing_ranks": answer.failing_ranks,
+        "why": answer.why,
+        "fixed_in": None if answer.fixed_in is None else answer.fixed_in.to_json(),
+        "notes": list(answer.notes),
+        "verdict": None if answer.verdict is None else answer.verdict.to_json(),
+        **_replay_json(answer),
+    }
+
+
+def cell_json(cell: Cell) -> dict[str, Any]:
+    """Return one sweep cell: its releases, TP size, status, error, ranks, failing pass, scenario class and why."""
+    answer = cell.answer
+    verdict = None if answer is None else answer.verdict
+    replayed = None if answer is None else answer.replay
+    return {
+        "release": cell.releases[0].version,
+        "releases": [r.version for r in cell.releases],
+        "request_side": cell.releases[0].request_side.version,
+        "code_path": cell.releases[0].code_path,
+        "tp_size": cell.tp_size,
+        "status": cell.status.value,
+        "stage": None if answer is None else answer.stage,
+        "error": _error(cell.error),
+        "failing_ranks": [] if answer is None else answer.failing_ranks,
+        "failing_pass": replayed.failing_pass if isinstance(replayed, LoadResult) else None,
+        "ranks": None if verdict is None else [r.to_json() for r in verdict.ranks],
+        "scenario_class": None if verdict is None else verdict.divergence.scenario_class,
+        "culprit": replayed.culprit(verdict) if isinstance(replayed, RequestReplay) else None,
+        "headline": None if verdict is None else verdict.headline(),
+        "why": cell.reason if answer is None else answer.why,
+    }
+
+
+def minimized_json(found: Minimized) -> dict[str, Any]:
+    """Return the minimal set: the error kept, the kept images (request, position, label), the culprit, the orders."""
+    culprit = culprit_unit(found)
+    return {
+        "sglang_version": found.answer.release.version,
+        "tp_size": found.answer.tp_size,
+        "error": _error(found.target),
+        "kept": [{"request": found.units[k].request, "image": found.units[k].position} for k in found.kept],
+        "labels": [found.units[k].label for k in found.kept],
+        "culprit": None if culprit is None else found.units[culprit].position,
+        "culprit_label": None if culprit is None else found.units[culprit].label,
+        "tests": found.tests,
+        "order_matters": found.order_matters,
+        "orders": [{"order": list(order), "fails": fails} for order, fails in found.orders],
+        "answer": answer_json(found.answer),
+    }
+
+
+__all__ = ["QUESTION_KINDS", "answer_json", "cell_json", "hint_json", "minimized_json"]

@@ -1,0 +1,67 @@
+"""``--out DIR`` for any question: the answer for a tracker, written as a triage writes a captured batch's.
+
+:func:`write_answer` writes ``answer.json`` and, where one ``get_image_feature`` call decides the answer,
+that call's ``report.html``, ``summary.png``, ``trace.json`` and ``issue.md`` (with the question's text and,
+for a workload, the forward-pass figure of the pass that decides it); otherwise ``answer.txt`` and the
+forward-pass figure alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from .._triage import TriageResult, write_triage_outputs
+from ..answer import Answer, ChatReplay
+from ..files import prepare_folder, write_file
+from ..plots.forward import draw_forward_pass
+from ..report.html import ReportFigure
+from ..report.page import figure_png
+from ..schedule.workload_replay import LoadResult
+from .documents import answer_json
+from .text import answer_text
+
+
+def _forward_figure(answer: Answer) -> ReportFigure | None:
+    """Return the forward-pass figure of the pass that decides a workload's answer (its last pass), or None."""
+    replayed = answer.replay
+    result = replayed.load if isinstance(replayed, ChatReplay) else replayed
+    if not isinstance(result, LoadResult) or not result.passes:
+        return None
+    k = result.failing_pass if result.failing_pass is not None else len(result.passes) - 1
+    ax = draw_forward_pass(result.passes[k], title=f"prefill pass {k + 1} of {len(result.plans)}")
+    png = figure_png(ax.figure)
+    caption = (
+        f"Prefill pass {k + 1}: each request's prompt and window, the images of the get_image_feature call, and "
+        "the rows spliced onto pad tokens."
+    )
+    return ReportFigure("The forward pass", caption, png)
+
+
+def write_answer(answer: Answer, out_dir: str | os.PathLike, *, reproduce: str) -> dict[str, Path]:
+    """Write the answer's files into ``out_dir``; return their paths by name."""
+    out = prepare_folder(out_dir)
+    document = json.dumps(answer_json(answer), indent=1, default=str) + "\n"
+    written = {"answer": write_file(out / "answer.json", document.encode("utf-8"))}
+    figure = _forward_figure(answer)
+    trace = answer.call_trace
+    if trace is None or answer.verdict is None:
+        written["text"] = write_file(out / "answer.txt", (answer_text(answer) + "\n").encode("utf-8"))
+        if figure is not None:
+            written["forward"] = write_file(out / "forward.png", figure.png)
+        return written
+    trace = replace(trace, fixed_in=answer.fixed_in)
+    path = trace.release.code_path
+    result = TriageResult(
+        trace.batch, f"whatif on SGLang {answer.release.version}", path, {path: trace}, trace.tp_size, None, trace.mode
+    )
+    title = f"kimi-viz whatif — SGLang {answer.release.version} at attention-TP {answer.tp_size}"
+    figures = () if figure is None else (figure,)
+    text = answer_text(answer)
+    written.update(write_triage_outputs(result, out, title=title, reproduce=reproduce, question=text, figures=figures))
+    return written
+
+
+__all__ = ["write_answer"]

@@ -1,0 +1,301 @@
+"""What can be asked: a request, a workload, a client's chat request, a captured batch — one protocol.
+
+Each question says what of a release it sees (:meth:`Question.sees`: releases that look alike give the
+same answer, so a sweep's row and the fix search group them), prepares what a release builds once for
+every attention-TP size (:meth:`Question.prepare`), answers on one release and TP size
+(:meth:`Question.ask`), and lists the images a minimization may drop (:meth:`Question.units`,
+:meth:`Question.subset`). :mod:`.ask` asks any of them; nothing here knows about sweeps or fixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from ..answer import Answer, ChatReplay, RequestReplay, Unit, batch_answer, distinct_errors
+from ..errors import WhatIfError
+from ..releases import Release
+from ..request.chat import ChatRequest, Renderer
+from ..request.checks import RequestOutcome, check_request
+from ..request.images import RequestImage
+from ..request.producer import Mode
+from ..request.settings import ServerSettings
+from ..request.sides import BuiltRequest, build_request
+from ..schedule.call import model_call, replay_call
+from ..schedule.workload import Request, Workload
+from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
+from ..split._replay import replay
+from ..split.batch import Batch
+from ..split.cause import ErrorInfo
+from ..split.verdict import Status, build_verdict
+from .why import load_why, request_why
+
+
+class Question(Protocol):
+    """Something the kit answers on a deployment."""
+
+    subject: str  # the question in a few words, for a sweep's caption
+    permutable: bool  # a minimization also tries every order of the kept images (a lone request)
+
+    def sees(self, release: Release) -> Hashable:
+        """Return what of ``release`` changes the answer (releases alike answer alike)."""
+        ...
+
+    def prepare(self, release: Release, mode: Mode) -> Any:
+        """Return what ``release`` builds once for every TP size; raise SettingNotInReleaseError if it refuses."""
+        ...
+
+    def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer on ``release`` at ``tp_size`` (no fix search)."""
+        ...
+
+    def units(self) -> tuple[Unit, ...]:
+        """Return the images a minimization may drop, in order."""
+        ...
+
+    def subset(self, kept: Sequence[int]) -> Question:
+        """Return the question keeping only the units at ``kept``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RequestQuestion:
+    """One request carrying these images, on its own (``kimi-viz whatif IMAGE ...``)."""
+
+    images: tuple[RequestImage, ...]
+    settings: ServerSettings
+    permutable = True
+
+    @property
+    def subject(self) -> str:
+        """Return e.g. ``"2 image(s), --tp-size N"``."""
+        return f"{len(self.images)} image(s), {self.settings.sglang_flags()}"
+
+    def sees(self, release: Release) -> Hashable:
+        """Return the request side and the code path: a lone request never meets the forward pass's rules."""
+        return release.request_side, release.code_path
+
+    def prepare(self, release: Release, mode: Mode) -> BuiltRequest:
+        """Return the items the release's request side builds."""
+        return build_request(list(self.images), self.settings, release.request_side, mode=mode)
+
+    def ask(self, release: Release, tp_size: int, prepared: BuiltRequest, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
+        call = model_call(prepared, tp_size, release.version)
+        trace = replay_call(call, release.version, mode=mode, device=device)
+        verdict = None if trace is None else build_verdict(trace)
+        replayed = RequestReplay(prepared, call, trace)
+        if verdict is None:
+            status, errors = Status.NO_CALL, ()
+        else:
+            status = verdict.status
+            errors = distinct_errors(verdict.error, [r.error for r in verdict.ranks if r.error is not None])
+        why = request_why(replayed, verdict, release, call.tp_size)
+        return Answer(release, call.tp_size, replayed, status, verdict, errors, why, stage="call" if errors else None)
+
+    def units(self) -> tuple[Unit, ...]:
+        """Return one unit per image."""
+        return tuple(Unit(None, p, image, image.label) for p, image in enumerate(self.images))
+
+    def subset(self, kept: Sequence[int]) -> RequestQuestion:
+        """Return the request with the images at ``kept`` (cache hits stay with their images)."""
+        return RequestQuestion(tuple(self.images[p] for p in kept), self.settings.for_subset(list(kept)))
+
+
+def load_answer(result: LoadResult) -> Answer:
+    """Return the answer of a replayed workload: its status, the deciding call's verdict, every error, why."""
+    run = result.encoder_error
+    call = result.failing_call()
+    trace = run.trace if run is not None else (None if call is None else call.trace)
+    verdict = None if trace is None else build_verdict(trace)
+    ranks = [] if verdict is None else [r.error for r in verdict.ranks if r.error is not None]
+    errors = distinct_errors(result.error, ranks if run is None else [])
+    stage = None if not errors else ("encode server" if run is not None else "forward pass")
+    return Answer(
+        result.release,
+        result.tp_size,
+        result,
+        Status(result.status),
+        verdict,
+        errors,
+        load_why(result),
+        notes=tuple(result.notes),
+        stage=stage,
+    )
+
+
+def subset_workload(workload: Workload, units: Sequence[Unit]) -> Workload:
+    """Return ``workload`` keeping only ``units``; requests left empty are dropped, the rest keep ids and text."""
+    keep: dict[str | None, list[int]] = {}
+    for unit in units:
+        keep.setdefault(unit.request, []).append(unit.position)
+    requests = []
+    for request in workload.requests:
+        kept = sorted(keep.get(request.rid, []))
+        if not kept:
+            continue
+        stale = tuple((kept.index(k), image) for k, image in request.stale if k in kept)
+        gaps = tuple(sum(request.gaps[a:b]) for a, b in zip(kept, kept[1:])) if request.gaps else ()
+        requests.append(replace(request, images=tuple(request.images[k] for k in kept), stale=stale, gaps=gaps))
+    return Workload(tuple(requests), workload.cache)
+
+
+@dataclass(frozen=True)
+class WorkloadQuestion:
+    """Several requests reaching the scheduler (``--together``, ``--requests FILE``): every prefill pass."""
+
+    workload: Workload
+    settings: ServerSettings
+    load: LoadSettings | None = None
+    permutable = False
+
+    @property
+    def subject(self) -> str:
+        """Return e.g. ``"2 request(s), 3 image(s)"``."""
+        return f"{len(self.workload.requests)} request(s), {self.workload.images} image(s)"
+
+    def sees(self, release: Release) -> Hashable:
+        """Return the request side, the code path and the forward pass."""
+        return release.request_side, release.code_path, release.forward
+
+    def prepare(self, release: Release, mode: Mode) -> list[BuiltRequest]:
+        """Return each request's items as the release builds them."""
+        return [build_workload_request(r, self.settings, release, mode) for r in self.workload.requests]
+
+    def ask(self, release: Release, tp_size: int, prepared: list[BuiltRequest], *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: every prefill pass replayed."""
+        result = replay_workload(
+            self.workload,
+            sglang_version=release.version,
+            tp_size=tp_size,
+            settings=self.settings,
+            load=self.load,
+            mode=mode,
+            device=device,
+            built=prepared,
+        )
+        return load_answer(result)
+
+    def units(self) -> tuple[Unit, ...]:
+        """Return one unit per image, named by its request."""
+        return tuple(
+            Unit(r.rid, i, image, image.label) for r in self.workload.requests for i, image in enumerate(r.images)
+        )
+
+    def subset(self, kept: Sequence[int]) -> WorkloadQuestion:
+        """Return the workload with only the images at ``kept``, each in its request."""
+        units = self.units()
+        return replace(self, workload=subset_workload(self.workload, [units[k] for k in kept]))
+
+
+def chat_workload(outcome: RequestOutcome, rid: str = "r1") -> Workload:
+    """Return the workload of one accepted request: its images and its prompt's text lengths."""
+    before, gaps, after = outcome.workload_text()
+    images = outcome.request.images
+    return Workload((Request(rid, images, before=before, after=after, gaps=tuple(gaps) if len(images) > 1 else ()),))
+
+
+@dataclass(frozen=True)
+class ChatQuestion:
+    """A client's request body (``--chat FILE``): the request side's own checks, then the workload replay."""
+
+    request: ChatRequest
+    settings: ServerSettings
+    load: LoadSettings | None = None
+    renderer: Renderer | None = None
+    permutable = False
+
+    @property
+    def subject(self) -> str:
+        """Return the request's summary."""
+        return self.request.summary()
+
+    def sees(self, release: Release) -> Hashable:
+        """Return the request side, the code path and the forward pass."""
+        return release.request_side, release.code_path, release.forward
+
+    def prepare(self, release: Release, mode: Mode) -> tuple[RequestOutcome, WorkloadQuestion | None, Any]:
+        """Return the request side's outcome and, when it accepts images, the workload and its items."""
+        outcome = check_request(self.request, release.version, renderer=self.renderer, settings=self.settings)
+        if outcome.error is not None or not outcome.processed or not self.request.images:
+            return outcome, None, None
+        question = WorkloadQuestion(chat_workload(outcome), self.settings, self.load)
+        return outcome, question, question.prepare(release, mode)
+
+    def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
+        """Return the request side's refusal, ``no-call``, or the workload's answer."""
+        outcome, question, built = prepared
+        if question is None:
+            error = outcome.error
+            errors = () if error is None else (ErrorInfo(error.type, error.message),)
+            status = Status.ERROR_REPRODUCED if errors else Status.NO_CALL
+            stage = "request side" if errors else None
+            return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)
+        answer = question.ask(release, tp_size, built, mode=mode, device=device)
+        assert isinstance(answer.replay, LoadResult)
+        return replace(answer, replay=ChatReplay(outcome, answer.replay))
+
+    def units(self) -> tuple[Unit, ...]:
+        """Refuse: a client's request is replayed as it is."""
+        raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
+
+    def subset(self, kept: Sequence[int]) -> ChatQuestion:
+        """Refuse, like :meth:`units`."""
+        raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
+
+
+@dataclass(frozen=True)
+class BatchQuestion:
+    """A captured batch (``kimi-viz triage``): its items replayed through each release's get_image_feature."""
+
+    batch: Batch
+    rank: int | None = None  # replay one rank only (the one the capture recorded), or every rank
+    permutable = False
+
+    @property
+    def subject(self) -> str:
+        """Return e.g. ``"a captured batch of 3 items"``."""
+        return f"a captured batch of {len(self.batch.items)} items"
+
+    def sees(self, release: Release) -> Hashable:
+        """Return the code path: a captured batch's items are already built."""
+        return release.code_path
+
+    def prepare(self, release: Release, mode: Mode) -> None:
+        """Return None: nothing to build."""
+        return None
+
+    def ask(self, release: Release, tp_size: int, prepared: None, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: the batch replayed with the release's code path."""
+        trace = replay(
+            self.batch,
+            tp_size=tp_size,
+            rank=self.rank,
+            code_path=release.code_path,
+            mode=mode,
+            device=device,
+            find_fix=False,
+        )
+        return batch_answer(trace, release)
+
+    def units(self) -> tuple[Unit, ...]:
+        """Return one unit per item."""
+        return tuple(Unit(None, k, None, item.label or f"image {k}") for k, item in enumerate(self.batch.items))
+
+    def subset(self, kept: Sequence[int]) -> BatchQuestion:
+        """Return the batch with only the items at ``kept`` (no forward context: the call changed)."""
+        items = [self.batch.items[k] for k in kept]
+        return replace(self, batch=replace(self.batch, items=items, forward_context=None))
+
+
+__all__ = [
+    "Question",
+    "RequestQuestion",
+    "WorkloadQuestion",
+    "ChatQuestion",
+    "BatchQuestion",
+    "load_answer",
+    "chat_workload",
+    "subset_workload",
+]
