@@ -13,16 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .releases import FixRelease, Release
-from .request.checks import RequestOutcome
-from .request.images import RequestImage
-from .request.sides import BuiltRequest
-from .schedule.call import ModelCall
-from .schedule.workload_replay import LoadResult
 from .split.cause import ErrorInfo
 from .split.trace import Trace
 from .split.verdict import Status, StatusStyle, Verdict, build_verdict
+
+if TYPE_CHECKING:  # pragma: no cover - the request side loads Pillow: a captured batch's answer needs none of it
+    from .request.checks import RequestOutcome
+    from .request.images import RequestImage
+    from .request.sides import BuiltRequest
+    from .schedule.call import ModelCall
+    from .schedule.workload_replay import LoadResult
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class RequestReplay:
     built: BuiltRequest
     call: ModelCall
     trace: Trace | None
+
+    def deciding_trace(self) -> Trace | None:
+        """Return the replay of the request's get_image_feature call (None: nothing reaches it)."""
+        return self.trace
 
     def culprit(self, verdict: Verdict | None) -> int | None:
         """Return the request position of the first diverging image (the one to look at), or None."""
@@ -49,8 +56,13 @@ class ChatReplay:
     outcome: RequestOutcome
     load: LoadResult | None
 
+    def deciding_trace(self) -> Trace | None:
+        """Return the replay of the call that decides the workload's answer (None when refused or none decides)."""
+        return None if self.load is None else self.load.deciding_trace()
 
-Replay = RequestReplay | LoadResult | ChatReplay | Trace  # what was replayed: a request, workload, chat, batch
+
+if TYPE_CHECKING:  # pragma: no cover
+    Replay = RequestReplay | LoadResult | ChatReplay | Trace  # what was replayed: a request, workload, chat, batch
 
 
 @dataclass(frozen=True)
@@ -107,16 +119,7 @@ class Answer:
     @property
     def call_trace(self) -> Trace | None:
         """Return the replay of the get_image_feature call that decides the answer, or None."""
-        replayed = self.replay
-        if isinstance(replayed, ChatReplay):
-            replayed = replayed.load  # type: ignore[assignment]
-        if isinstance(replayed, RequestReplay):
-            return replayed.trace
-        if isinstance(replayed, LoadResult):
-            run = replayed.encoder_error
-            call = replayed.failing_call()
-            return run.trace if run is not None else (None if call is None else call.trace)
-        return replayed if isinstance(replayed, Trace) else None
+        return self.replay if isinstance(self.replay, Trace) else self.replay.deciding_trace()
 
 
 def distinct_errors(first: ErrorInfo | None, others: Sequence[ErrorInfo]) -> tuple[ErrorInfo, ...]:
@@ -241,7 +244,6 @@ __all__ = [
     "ChatReplay",
     "Minimized",
     "PairHint",
-    "Replay",
     "RequestReplay",
     "Sweep",
     "Unit",

@@ -35,8 +35,15 @@ from .why import load_why, request_why
 class Question(Protocol):
     """Something the kit answers on a deployment."""
 
-    subject: str  # the question in a few words, for a sweep's caption
-    permutable: bool  # a minimization also tries every order of the kept images (a lone request)
+    @property
+    def subject(self) -> str:
+        """Return the question in a few words, for a sweep's caption."""
+        ...
+
+    @property
+    def permutable(self) -> bool:
+        """Return True when a minimization also tries every order of the kept images (a lone request)."""
+        ...
 
     def sees(self, release: Release) -> Hashable:
         """Return what of ``release`` changes the answer (releases alike answer alike)."""
@@ -84,15 +91,13 @@ class RequestQuestion:
         """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
         call = model_call(prepared, tp_size, release.version)
         trace = replay_call(call, release.version, mode=mode, device=device)
-        verdict = None if trace is None else build_verdict(trace)
         replayed = RequestReplay(prepared, call, trace)
-        if verdict is None:
-            status, errors = Status.NO_CALL, ()
-        else:
-            status = verdict.status
-            errors = distinct_errors(verdict.error, [r.error for r in verdict.ranks if r.error is not None])
-        why = request_why(replayed, verdict, release, call.tp_size)
-        return Answer(release, call.tp_size, replayed, status, verdict, errors, why, stage="call" if errors else None)
+        if trace is None:
+            why = request_why(replayed, None, release, call.tp_size)
+            return Answer(release, call.tp_size, replayed, Status.NO_CALL, None, (), why)
+        answer = batch_answer(trace, release)
+        why = request_why(replayed, answer.verdict, release, call.tp_size)
+        return replace(answer, replay=replayed, why=why)
 
     def units(self) -> tuple[Unit, ...]:
         """Return one unit per image."""
@@ -106,8 +111,7 @@ class RequestQuestion:
 def load_answer(result: LoadResult) -> Answer:
     """Return the answer of a replayed workload: its status, the deciding call's verdict, every error, why."""
     run = result.encoder_error
-    call = result.failing_call()
-    trace = run.trace if run is not None else (None if call is None else call.trace)
+    trace = result.deciding_trace()
     verdict = None if trace is None else build_verdict(trace)
     ranks = [] if verdict is None else [r.error for r in verdict.ranks if r.error is not None]
     errors = distinct_errors(result.error, ranks if run is None else [])

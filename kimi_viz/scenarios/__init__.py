@@ -17,10 +17,10 @@ _EXPORTS = {
     "get_scenario": "catalogue",
     "run_scenario": "catalogue",
     "eager_rows": "catalogue",
-    "LoadScenario": "load",
-    "LoadExpectation": "load",
-    "LOAD_SCENARIOS": "load",
-    "get_load_scenario": "load",
+    "LoadScenario": "under_load",
+    "LoadExpectation": "under_load",
+    "LOAD_SCENARIOS": "under_load",
+    "get_load_scenario": "under_load",
 }
 
 __all__ = sorted(_EXPORTS)

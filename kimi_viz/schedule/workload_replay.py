@@ -133,6 +133,15 @@ class LoadResult:
         """Return True when SGLang raises somewhere on the path."""
         return self.error is not None
 
+    def deciding_trace(self) -> Trace | None:
+        """Return the replay of the call that decides the answer: the encode server's that raised, else the failing
+        pass's call, else None."""
+        run = self.encoder_error
+        if run is not None:
+            return run.trace
+        call = self.failing_call()
+        return None if call is None else call.trace
+
     def failing_call(self) -> Any:
         """Return the ``get_image_feature`` call that raised (a :class:`~.forward.CallRecord`), or None."""
         failing = self.failing_pass
