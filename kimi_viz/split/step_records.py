@@ -1,0 +1,356 @@
+"""What each step of the replay records of SGLang's variables: one frozen record per step kind.
+
+A :class:`~kimi_viz.split.trace.Step` holds one of these as its ``variables``. Each record's
+``to_json`` gives the ``variables`` object of that step in ``trace.json`` (``docs/outputs.md``: the
+keys, their order and their values), and ``key_variables`` the ``(name, value)`` pairs the step view
+and the stepper show (the rest stay in ``trace.json``). The views read the record's fields by name,
+so a renamed field is a type error, not a variable that quietly drops out of the view.
+
+The grid collection (§6.1), the rank assignment (§6.2), the item selection (§6.3) and the backend
+grouping (§6.4) are the whole rank's; the preprocessing (§6.5) and the length check (§6.6) are one
+backend group's (:class:`GroupIndices`); the concatenation (§6.7) is the rank's again. The forward
+pass's own records (:mod:`kimi_viz.schedule.step_records`) extend :class:`StepRecord` too.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+#: A JSON object of a snapshot inside a record (an item, a feature, a resize), kept as SGLang's names.
+JsonObject = dict[str, Any]
+#: ``(name, value)`` pairs of the variables a view shows for a step, in order (None values are left out).
+KeyVariables = tuple[tuple[str, Any], ...]
+
+
+class StepRecord(ABC):
+    """The variables of one step: what ``trace.json`` holds under ``variables`` and which of them a view shows."""
+
+    @abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """Return the step's ``variables`` object for ``trace.json`` (a new dict each call)."""
+
+    def key_variables(self) -> KeyVariables:
+        """Return the ``(name, value)`` pairs worth showing for this step, in order (none by default)."""
+        return ()
+
+
+# --- §6.1–6.4: the whole call's and the rank's -------------------------------------------------------
+@dataclass(frozen=True)
+class GridCollection(StepRecord):
+    """§6.1: every item's grids and their source, ``grid_thws_host`` and its patch counts (both None on a raise)."""
+
+    items: list[JsonObject]
+    grid_thws_host: list[list[int]] | None
+    patch_counts: list[int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"items", "grid_thws_host", "patch_counts"}``."""
+        return {"items": self.items, "grid_thws_host": self.grid_thws_host, "patch_counts": self.patch_counts}
+
+    def key_variables(self) -> KeyVariables:
+        """Return ``grid_thws_host`` and ``patch_counts``."""
+        return (("grid_thws_host", self.grid_thws_host), ("patch_counts", self.patch_counts))
+
+
+@dataclass(frozen=True)
+class RankAssignment(StepRecord):
+    """§6.2: the DP runner's load balancing — every rank's images and load, and this rank's share.
+
+    ``order_largest_first`` is None with attention-TP size 1 (no balancing); ``recorded_image_indices``
+    is what the capture recorded for this rank, when it did.
+    """
+
+    tp_size: int
+    rank: int
+    patch_counts: list[int]
+    order_largest_first: list[int] | None
+    assignment: list[list[int]]
+    loads: list[int]
+    image_indices: list[int]
+    recorded_image_indices: list[int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the assignment's variables, ``tp_size`` to ``recorded_image_indices``."""
+        return {
+            "tp_size": self.tp_size,
+            "rank": self.rank,
+            "patch_counts": self.patch_counts,
+            "order_largest_first": self.order_largest_first,
+            "assignment": self.assignment,
+            "loads": self.loads,
+            "image_indices": self.image_indices,
+            "recorded_image_indices": self.recorded_image_indices,
+        }
+
+    def key_variables(self) -> KeyVariables:
+        """Return every variable but ``rank`` (the heading names it)."""
+        return (
+            ("tp_size", self.tp_size),
+            ("patch_counts", self.patch_counts),
+            ("order_largest_first", self.order_largest_first),
+            ("assignment", self.assignment),
+            ("loads", self.loads),
+            ("image_indices", self.image_indices),
+            ("recorded_image_indices", self.recorded_image_indices),
+        )
+
+
+@dataclass(frozen=True)
+class ItemSelection(StepRecord):
+    """§6.3 (§9 on 0.5.17): the rank's items and which are locally preprocessed (None: 0.5.17 does not ask)."""
+
+    image_indices: list[int]
+    selected: list[JsonObject]
+    locally_preprocessed: list[bool] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"image_indices", "selected"}``, with ``locally_preprocessed`` when the split asks it."""
+        data: dict[str, Any] = {"image_indices": self.image_indices, "selected": self.selected}
+        if self.locally_preprocessed is not None:
+            data["locally_preprocessed"] = self.locally_preprocessed
+        return data
+
+    def key_variables(self) -> KeyVariables:
+        """Return ``image_indices`` and ``locally_preprocessed``."""
+        return (("image_indices", self.image_indices), ("locally_preprocessed", self.locally_preprocessed))
+
+
+@dataclass(frozen=True)
+class BackendGrouping(StepRecord):
+    """§6.4: the eager items used as they are, each backend group's positions and rows read, and the code path."""
+
+    eager: list[JsonObject]
+    backend_groups: dict[str, JsonObject]
+    code_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"eager", "backend_groups", "code_path"}``."""
+        return {"eager": self.eager, "backend_groups": self.backend_groups, "code_path": self.code_path}
+
+    def key_variables(self) -> KeyVariables:
+        """Return ``backend_groups``, ``eager`` and ``code_path``."""
+        return (("backend_groups", self.backend_groups), ("eager", self.eager), ("code_path", self.code_path))
+
+
+# --- §6.5–6.6: one backend group --------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupIndices:
+    """One backend group as SGLang names it: local ``indices``, ``global_indices`` and the grid rows its checks read."""
+
+    backend: str
+    indices: list[int]
+    global_indices: list[int]
+    grid_rows_read: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"backend", "indices", "global_indices", "grid_rows_read"}``."""
+        return {
+            "backend": self.backend,
+            "indices": self.indices,
+            "global_indices": self.global_indices,
+            "grid_rows_read": self.grid_rows_read,
+        }
+
+
+@dataclass(frozen=True)
+class UnsupportedBackend(StepRecord):
+    """§6.5: a group of a backend SGLang does not know (it raises there)."""
+
+    group: GroupIndices
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the group's indices."""
+        return self.group.to_json()
+
+
+@dataclass(frozen=True)
+class GpuGrids:
+    """What the gpu group produced, and the grids its check expects (``grid_thws_host`` at the rows read)."""
+
+    produced_grids: list[list[int]]
+    produced_rows: list[int]
+    expected_grids: list[list[int]]
+    expected_from: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"produced_grids", "produced_rows", "expected_grids", "expected_from"}``."""
+        return {
+            "produced_grids": self.produced_grids,
+            "produced_rows": self.produced_rows,
+            "expected_grids": self.expected_grids,
+            "expected_from": self.expected_from,
+        }
+
+
+@dataclass(frozen=True)
+class GpuPreprocess(StepRecord):
+    """§6.5, gpu backend: the group, each image's input as far as staging got, and its grids (None: it raised first)."""
+
+    group: GroupIndices
+    inputs: list[JsonObject]
+    grids: GpuGrids | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the group's indices, ``inputs`` and, once produced, the grids."""
+        data = {**self.group.to_json(), "inputs": self.inputs}
+        if self.grids is not None:
+            data.update(self.grids.to_json())
+        return data
+
+    def key_variables(self) -> KeyVariables:
+        """Return the group's positions and rows read, then the expected and produced grids and rows."""
+        grids = self.grids
+        return (
+            ("indices", self.group.indices),
+            ("global_indices", self.group.global_indices),
+            ("grid_rows_read", self.group.grid_rows_read),
+            ("expected_grids", None if grids is None else grids.expected_grids),
+            ("produced_grids", None if grids is None else grids.produced_grids),
+            ("produced_rows", None if grids is None else grids.produced_rows),
+        )
+
+
+@dataclass(frozen=True)
+class CpuGrids:
+    """What the checkpoint processor produced, the items' ``grid_thws`` it compares with, and ``pixel_values``' rows.
+
+    ``expected_grids`` is None when an item carries no ``grid_thws``; ``pixel_values_rows`` is None for a
+    per-image list output.
+    """
+
+    produced_grids: list[list[int]]
+    produced_rows: list[int]
+    expected_grids: list[list[int]] | None
+    expected_from: str
+    processor_output: str
+    pixel_values_rows: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``produced_grids`` to ``pixel_values_rows``."""
+        return {
+            "produced_grids": self.produced_grids,
+            "produced_rows": self.produced_rows,
+            "expected_grids": self.expected_grids,
+            "expected_from": self.expected_from,
+            "processor_output": self.processor_output,
+            "pixel_values_rows": self.pixel_values_rows,
+        }
+
+
+@dataclass(frozen=True)
+class CpuPreprocess(StepRecord):
+    """§6.5, cpu backend: the group, each image's input and own resize, the consumer's ``media_proc_cfg``, its grids.
+
+    ``inputs`` is empty and ``grids`` None when the checkpoint processor cannot take an image.
+    """
+
+    group: GroupIndices
+    inputs: list[JsonObject]
+    processor: JsonObject
+    grids: CpuGrids | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the group's indices, ``inputs``, ``processor`` and, once produced, the grids."""
+        data = {**self.group.to_json(), "inputs": self.inputs, "processor": self.processor}
+        if self.grids is not None:
+            data.update(self.grids.to_json())
+        return data
+
+    def key_variables(self) -> KeyVariables:
+        """Return the group's positions, the expected and produced grids and rows, and the processor's output."""
+        grids = self.grids
+        return (
+            ("indices", self.group.indices),
+            ("global_indices", self.group.global_indices),
+            ("expected_grids", None if grids is None else grids.expected_grids),
+            ("produced_grids", None if grids is None else grids.produced_grids),
+            ("produced_rows", None if grids is None else grids.produced_rows),
+            ("processor_output", None if grids is None else grids.processor_output),
+        )
+
+
+@dataclass(frozen=True)
+class LengthCheck(StepRecord):
+    """§6.6: the group's ``patch_counts`` from the grids read, their sum, ``pixel_values.shape[0]`` and the split.
+
+    ``split`` (each image's rows put back in place) is None when the check raises.
+    """
+
+    group: GroupIndices
+    patch_counts: list[int]
+    sum_patch_counts: int
+    pixel_values_rows: int | None
+    processor_output: str
+    split: list[JsonObject] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the group's indices, the counts and the output kind, then ``split`` when the rows were split."""
+        data = {
+            **self.group.to_json(),
+            "patch_counts": self.patch_counts,
+            "sum_patch_counts": self.sum_patch_counts,
+            "pixel_values_rows": self.pixel_values_rows,
+            "processor_output": self.processor_output,
+        }
+        if self.split is not None:
+            data["split"] = self.split
+        return data
+
+    def key_variables(self) -> KeyVariables:
+        """Return the group's positions and rows read and the counts (the cpu group's output kind too)."""
+        shown: KeyVariables = (
+            ("indices", self.group.indices),
+            ("global_indices", self.group.global_indices),
+            ("grid_rows_read", self.group.grid_rows_read),
+            ("patch_counts", self.patch_counts),
+            ("sum_patch_counts", self.sum_patch_counts),
+            ("pixel_values_rows", self.pixel_values_rows),
+        )
+        if self.group.backend == "cpu":
+            shown += (("processor_output", self.processor_output),)
+        return shown
+
+
+# --- §6.7: the rank's concatenation -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Concatenation(StepRecord):
+    """§6.7: the branch, each feature's rows and trailing shape, their total (None on a raise), the grids' total."""
+
+    branch: str
+    features: list[JsonObject]
+    total_rows: int | None
+    rows_from_grids: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"branch", "features", "total_rows", "rows_from_grids"}``."""
+        return {
+            "branch": self.branch,
+            "features": self.features,
+            "total_rows": self.total_rows,
+            "rows_from_grids": self.rows_from_grids,
+        }
+
+    def key_variables(self) -> KeyVariables:
+        """Return ``branch``, ``total_rows`` and ``rows_from_grids``."""
+        return (("branch", self.branch), ("total_rows", self.total_rows), ("rows_from_grids", self.rows_from_grids))
+
+
+__all__ = [
+    "JsonObject",
+    "KeyVariables",
+    "StepRecord",
+    "GridCollection",
+    "RankAssignment",
+    "ItemSelection",
+    "BackendGrouping",
+    "GroupIndices",
+    "UnsupportedBackend",
+    "GpuGrids",
+    "GpuPreprocess",
+    "CpuGrids",
+    "CpuPreprocess",
+    "LengthCheck",
+    "Concatenation",
+]
