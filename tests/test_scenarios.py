@@ -126,7 +126,7 @@ def test_s2_names_the_stale_grid_key():
 def test_s4_gpu_is_silent_because_the_grid_follows_resize_config():
     trace = run_scenario("s4-gpu", mode="shapes")
     step = next(s for s in trace.ranks[0].steps if s.name == "preprocess_gpu")
-    assert step.variables["produced_grids"] == step.variables["expected_grids"] == [[1, 112, 148]]
+    assert step.variables.grids.produced_grids == step.variables.grids.expected_grids == [[1, 112, 148]]
     assert trace.divergence.expected_grid == [1, 222, 296]  # what the K3 consumer would use
 
 

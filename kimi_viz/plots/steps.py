@@ -20,18 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..errors import ConfigError
-from ..split.trace import (
-    ASSIGN_RANKS,
-    COLLECT_GRIDS,
-    CONCATENATE,
-    GROUP_BACKENDS,
-    LENGTH_CHECK_CPU,
-    LENGTH_CHECK_GPU,
-    PREPROCESS_CPU,
-    PREPROCESS_GPU,
-    SELECT_ITEMS,
-    prod,
-)
+from ..split.trace import prod
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
 
@@ -40,56 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TEXT_FONT = 9.0
 MAX_LIST = 12
-
-# The variables worth showing per step, in order (others stay in trace.json).
-KEY_VARIABLES = {
-    COLLECT_GRIDS: ("grid_thws_host", "patch_counts"),
-    ASSIGN_RANKS: (
-        "tp_size",
-        "patch_counts",
-        "order_largest_first",
-        "assignment",
-        "loads",
-        "image_indices",
-        "recorded_image_indices",
-    ),
-    SELECT_ITEMS: ("image_indices", "locally_preprocessed"),
-    GROUP_BACKENDS: ("backend_groups", "eager", "code_path"),
-    PREPROCESS_GPU: (
-        "indices",
-        "global_indices",
-        "grid_rows_read",
-        "expected_grids",
-        "produced_grids",
-        "produced_rows",
-    ),
-    PREPROCESS_CPU: (
-        "indices",
-        "global_indices",
-        "expected_grids",
-        "produced_grids",
-        "produced_rows",
-        "processor_output",
-    ),
-    LENGTH_CHECK_GPU: (
-        "indices",
-        "global_indices",
-        "grid_rows_read",
-        "patch_counts",
-        "sum_patch_counts",
-        "pixel_values_rows",
-    ),
-    LENGTH_CHECK_CPU: (
-        "indices",
-        "global_indices",
-        "grid_rows_read",
-        "patch_counts",
-        "sum_patch_counts",
-        "pixel_values_rows",
-        "processor_output",
-    ),
-    CONCATENATE: ("branch", "total_rows", "rows_from_grids"),
-}
 
 
 def resolve_rank(trace: Trace, rank: int | None) -> RankTrace:
@@ -127,12 +66,12 @@ def step_title(trace: Trace, rank: RankTrace, k: int) -> str:
 
 
 def key_variables(step: Step) -> list[tuple[str, str]]:
-    """Return the step's key variables as ``(name, compact value)`` pairs (and where SGLang raised)."""
-    out = [
-        (key, short(step.variables[key]))
-        for key in KEY_VARIABLES.get(step.name, ())
-        if step.variables.get(key) is not None
-    ]
+    """Return the step's key variables as ``(name, compact value)`` pairs (and where SGLang raised).
+
+    Which variables a step kind shows is its record's :meth:`~kimi_viz.split.step_records.StepRecord.key_variables`;
+    those that are None (not reached, or not asked on this code path) are left out.
+    """
+    out = [(name, short(value)) for name, value in step.variables.key_variables() if value is not None]
     if step.cause is not None:
         where = {k: v for k, v in step.cause.to_json().items() if v is not None}
         out.append(("raised_at", short(where)))

@@ -51,6 +51,17 @@ from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
 from .cache import EmbeddingCache
 from .rows import Rows
+from .step_records import (
+    CacheLookups,
+    ChunkSlices,
+    EncodeCall,
+    ForwardBatch,
+    LengthFit,
+    PathChoice,
+    Scatter,
+    SplitBack,
+    TokenCount,
+)
 from .trace import (
     ADJUST_LENGTH,
     CACHE_LOOKUP,
@@ -168,18 +179,20 @@ class _Pass:
         rows, record = self.encode(items)
         self.calls.append(record)
         error = None if record.trace is None else record.trace.error
+        if error is None and rows is None:
+            error = ErrorInfo("RuntimeError", "get_image_feature returned nothing")
         self.steps.append(
             Step(
                 ENCODE_CALL,
                 "Encode the misses in one get_image_feature call",
                 "§10.3",
-                {
-                    "call": [
+                EncodeCall(
+                    [
                         {"request": i.source.rid, "image": i.source.image, "label": i.source.label, "tokens": i.tokens}
                         for i in items
                     ],
-                    "produced_tokens": list(record.produced),
-                },
+                    list(record.produced),
+                ),
                 f"{len(items)} item(s) from {len({i.source.request for i in items})} request(s) in one call: "
                 "get_image_feature's deferred split runs on every attention-TP rank for these items.",
                 error=error,
@@ -198,7 +211,7 @@ class _Pass:
                 SPLIT_BACK,
                 "Split the call's rows back by each item's pad tokens",
                 "§10.3",
-                {"rows": len(rows), "split_sizes": counts},
+                SplitBack(len(rows), counts),
                 "torch.split(embedding, token_counts): each item's rows must be exactly its <|media_pad|> run.",
                 Check("rows == sum(token counts)", sum(counts), len(rows), passed),
                 error=error,
@@ -261,7 +274,7 @@ def _slice_chunks(
             SLICE_CHUNKS,
             "Cut each request's part of its images for this window",
             "§10.3",
-            {"slices": sliced},
+            ChunkSlices(sliced),
             "_slice_item_chunk keeps rows max(start, prefix) - start .. min(end + 1, prefix + extend) - start.",
         )
     )
@@ -299,7 +312,7 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
             CACHE_LOOKUP,
             "Look every overlapping item up in the embedding cache",
             "§10.3",
-            {"items": lookups, "key": "(item.hash, tokens)" if rules.dedupe_by_tokens else "item.hash"},
+            CacheLookups(lookups, "(item.hash, tokens)" if rules.dedupe_by_tokens else "item.hash"),
             "Misses of every request in the batch are collected once per key for one call.",
         )
     )
@@ -367,29 +380,40 @@ def _precomputed(state: _Pass, requests: list[ForwardRequest]) -> Rows | None:
     return None
 
 
-def _batch_step(batch: list[ForwardRequest]) -> Step:
-    """Return the pass's first step: every request's items and window."""
+def _batch_step(batch: list[ForwardRequest], error: ErrorInfo | None = None) -> Step:
+    """Return the pass's first step: every request's items and window (``error``: SGLang raises before the path)."""
     return Step(
         FORWARD_BATCH,
         "The forward batch: every request's items and window",
         "§10",
-        {
-            "requests": [
+        ForwardBatch(
+            [
                 {
                     "rid": r.rid,
                     "window": list(r.window),
                     "items": [{"image": i.source.image, "offsets": list(i.offsets), "hash": i.key} for i in r.items],
                 }
                 for r in batch
-            ],
-        },
+            ]
+        ),
         "get_embedding_and_mask receives the items of every request in the batch at once.",
+        error=error,
     )
 
 
-def _choose_path(state: _Pass, requests: list[ForwardRequest], platform: Platform) -> tuple[PathName, Rows | None]:
-    """Return the pass's path and, on the precomputed path, its rows (the choice recorded as a step)."""
-    embedding = _precomputed(state, requests)
+def _choose_path(
+    state: _Pass, batch: list[ForwardRequest], requests: list[ForwardRequest], platform: Platform
+) -> tuple[PathName, Rows | None]:
+    """Return the pass's path and, on the precomputed path, its rows (the batch and the choice recorded as steps).
+
+    Only some items precomputed raises before the choice: the batch step, the last one, carries that error.
+    """
+    try:
+        embedding = _precomputed(state, requests)
+    except _Raised as raised:
+        state.steps.append(_batch_step(batch, raised.error))
+        raise
+    state.steps.append(_batch_step(batch))
     path: PathName
     if embedding is not None:
         path = "precomputed"
@@ -400,7 +424,7 @@ def _choose_path(state: _Pass, requests: list[ForwardRequest], platform: Platfor
             CHOOSE_PATH,
             "Precomputed rows, or the encoder",
             "§10.1",
-            {"path": path, "platform": platform},
+            PathChoice(path, platform),
             "Every item carries precomputed_embeddings (EPD): they are cut per window; otherwise the encoder runs."
             if path == "precomputed"
             else f"On {platform} the per-{'request' if path == 'by-item' else 'image'} path encodes the misses.",
@@ -421,21 +445,21 @@ def _place_rows(
     rules = state.rules
     mask_count = count  # the request side writes one pad value per <|media_pad|> of the run
     expected = count if rules.count_from_offsets else mask_count
+    error = None
+    if async_assert and rules.async_assert and mask_count != expected:
+        error = ErrorInfo("RuntimeError", MSG_ASYNC_ASSERT)
     state.steps.append(
         Step(
             COUNT_TOKENS,
             "Count the window's pad tokens",
             "§10.4",
-            {
-                "from": "offsets" if rules.count_from_offsets else "the input ids' mask",
-                "tokens": expected,
-                "rows": len(embedding),
-            },
+            TokenCount("offsets" if rules.count_from_offsets else "the input ids' mask", expected, len(embedding)),
             "_count_mm_tokens_in_extend counts every run's overlap with its request's window.",
+            error=error,
         )
     )
-    if async_assert and rules.async_assert and mask_count != expected:
-        raise _Raised(ErrorInfo("RuntimeError", MSG_ASYNC_ASSERT), "adjust")
+    if error is not None:
+        raise _Raised(error, "adjust")
     embedding = _adjust(state, embedding, expected, chunked_prefill_size)
     return _scatter(state, requests, embedding, mask_count, rules.index_copy_scatter)
 
@@ -459,7 +483,6 @@ def replay_forward(
     """
     state = _Pass(release, cache, encode)
     requests = [r for r in batch if r.items]
-    state.steps.append(_batch_step(batch))
     path: PathName = "none"
     embedding: Rows | None = None
     error: ErrorInfo | None = None
@@ -467,15 +490,13 @@ def replay_forward(
     placements: list[Placement] = []
     count = sum(hi - lo for r in requests for lo, hi in r.pad_positions())
     try:
-        path, embedding = _choose_path(state, requests, platform)
+        path, embedding = _choose_path(state, batch, requests, platform)
         if path != "precomputed":
             embedding = _encoder_path(state, requests, platform)
         if embedding is not None:
             placements = _place_rows(state, requests, embedding, count, chunked_prefill_size, async_assert)
-    except _Raised as raised:
+    except _Raised as raised:  # the step where SGLang raises already carries the error
         error, stage = raised.error, raised.stage
-        if state.steps and state.steps[-1].error is None:
-            state.steps[-1].error = error
     return ForwardTrace(
         tuple(batch),
         release,
@@ -533,7 +554,7 @@ def _adjust(state: _Pass, embedding: Rows, count: int, chunked_prefill_size: int
             ADJUST_LENGTH,
             "Fit the rows to the pad tokens",
             "§10.4",
-            {"tokens_in_text": count, "rows_in_embedding": rows, "rows_kept": len(kept) if error is None else None},
+            LengthFit(count, rows, len(kept) if error is None else None),
             "More rows than pad tokens: the last ones are kept (with a warning); fewer: SGLang raises.",
             Check("rows == pad tokens", count, rows, rows == count),
             error=error,
@@ -567,7 +588,7 @@ def _scatter(
             SCATTER,
             "Write the rows onto the pad tokens",
             "§10.2",
-            {"pad_tokens": mask_count, "rows": rows, "scatter": "index_copy_" if index_copy else "masked_scatter_"},
+            Scatter(mask_count, rows, "index_copy_" if index_copy else "masked_scatter_"),
             "Row k lands on the k-th <|media_pad|> of the batch, requests in order.",
             Check("pad tokens == rows", rows, mask_count, mask_count == rows),
             error=error,

@@ -2,10 +2,11 @@
 
 Read in pipeline order: :mod:`.batch` (the items of one call; :mod:`.forward_context` the forward
 pass around it, when captured), :mod:`.cause` (what SGLang raises, and why), :mod:`.trace` (what the
-replay records), :mod:`.grids` → :mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` →
-:mod:`.length_check` (SGLang's own seams, driven by :mod:`._replay`, which holds :func:`replay`),
-then :mod:`.findings` and :mod:`.divergence` (why, reported as :mod:`.diagnosis`) and
-:mod:`.verdict` (the status). Which release runs which code path is :mod:`kimi_viz.releases`.
+replay records; each step's variables are a typed record of :mod:`.step_records`), :mod:`.grids` →
+:mod:`.ranks` → :mod:`.gpu_group` / :mod:`.cpu_group` → :mod:`.length_check` (SGLang's own seams,
+driven by :mod:`._replay`, which holds :func:`replay`), then :mod:`.findings` and :mod:`.divergence`
+(why, reported as :mod:`.diagnosis`) and :mod:`.verdict` (the status). Which release runs which code
+path is :mod:`kimi_viz.releases`.
 Names are imported lazily.
 """
 
@@ -25,6 +26,7 @@ _EXPORTS = {
     "Trace": "trace",
     "RankTrace": "trace",
     "Step": "trace",
+    "StepRecord": "step_records",
     "ImageRow": "trace",
     "Cause": "cause",
     "CauseKind": "cause",

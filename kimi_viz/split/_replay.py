@@ -36,7 +36,18 @@ from .grids import collect_grids
 from .group import BackendGroup
 from .length_check import check_length, concatenate
 from .ranks import assign_ranks, assign_step, check_tp_size, rank_loads
-from .state import Materialized, RankState, ReplayContext, SGLangRaise, feature_json, is_tensor, raises, type_text
+from .state import (
+    Materialized,
+    RankState,
+    ReplayContext,
+    SGLangRaise,
+    feature_json,
+    is_tensor,
+    outcome_of,
+    raises,
+    type_text,
+)
+from .step_records import BackendGrouping, ItemSelection, UnsupportedBackend
 from .trace import (
     GROUP_BACKENDS,
     SELECT_ITEMS,
@@ -171,17 +182,14 @@ def _replay_rank(ctx: ReplayContext, rank: int, shared: _SharedAssignment, grid_
     steps = [grid_step, step]
     trace = RankTrace(rank, list(image_indices), steps, "ok")
     state = RankState(ctx, rank, image_indices)
-    if not image_indices:
-        steps[-1].note += " This rank has no images: the DP runner does not call the loader here."
+    if not image_indices:  # the assignment step's note says the loader is not called
         return trace
     try:
         _materialize(ctx, state, steps)
-    except SGLangRaise as raised:
+    except SGLangRaise as raised:  # the step where it raises already carries it
         trace.outcome = "error"
         trace.error = raised.info
         trace.cause = raised.cause
-        steps[-1].error = raised.info
-        steps[-1].cause = raised.cause
     trace.images = state.tracks()
     trace.pixel_values = state.pixel_values
     return trace
@@ -207,20 +215,12 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
         for k, (g, it) in enumerate(zip(state.image_indices, items))
     ]
     mixed = any(local) and not all(local)
-    steps.append(
-        Step(
-            SELECT_ITEMS,
-            "Select this rank's items",
-            "§6.3",
-            {"image_indices": state.image_indices, "selected": selected, "locally_preprocessed": local},
-            "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
-            Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
-            rows=state.tracks(),
-        )
-    )
+    deferred = [it.deferred for it in items]
+    eager = not any(local) and all(d is None for d in deferred)
+    problem: SGLangRaise | None = None
     if mixed:
         first_deferred = next(k for k, flag in enumerate(local) if not flag)
-        raise raises(
+        problem = raises(
             "ValueError",
             MSG_MIX_LOCAL,
             CauseKind.MIXED_LOCAL,
@@ -228,44 +228,71 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
             local=[g for g, f in zip(state.image_indices, local) if f],
             deferred=[g for g, f in zip(state.image_indices, local) if not f],
         )
+    elif eager:  # every feature is used as it is: one that is no tensor raises here
+        problem = _use_as_is(ctx, state, items)
+    error, cause = outcome_of(problem)
+    steps.append(
+        Step(
+            SELECT_ITEMS,
+            "Select this rank's items",
+            "§6.3",
+            ItemSelection(state.image_indices, selected, local),
+            "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
+            Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
+            error,
+            cause,
+            rows=state.tracks(),
+        )
+    )
+    if problem is not None:
+        raise problem
     if any(local):
         for k, it in enumerate(items):
             state.features[k] = _as_is(ctx, it, check_type=False)
         concatenate(ctx, state, steps, branch="local preprocessed")
         return
-
-    deferred = [it.deferred for it in items]
-    if any(d is not None for d in deferred):
-        for group in _group_backends(ctx, state, items, deferred, steps):
-            if group.backend == "gpu":
-                produced = preprocess_gpu(ctx, state, group, steps)
-            elif group.backend == "cpu":
-                produced = preprocess_cpu(ctx, state, group, steps)
-            else:
-                steps.append(
-                    Step(
-                        preprocess_step(group.backend),
-                        f"Preprocess the {group.backend!r} group",
-                        "§6.5",
-                        group.variables(),
-                        "SGLang knows only the gpu and cpu backends.",
-                        rows=state.tracks(),
-                    )
-                )
-                raise raises(
-                    "ValueError",
-                    MSG_UNSUPPORTED_BACKEND.format(group.backend),
-                    CauseKind.UNSUPPORTED_BACKEND,
-                    group.global_indices[0],
-                    backend=group.backend,
-                )
-            check_length(ctx, state, group, produced, steps)
-        concatenate(ctx, state, steps, branch="deferred")
+    if eager:
+        concatenate(ctx, state, steps, branch="eager")
         return
+    for group in _group_backends(ctx, state, items, deferred, steps):
+        if group.backend == "gpu":
+            produced = preprocess_gpu(ctx, state, group, steps)
+        elif group.backend == "cpu":
+            produced = preprocess_cpu(ctx, state, group, steps)
+        else:
+            unsupported = raises(
+                "ValueError",
+                MSG_UNSUPPORTED_BACKEND.format(group.backend),
+                CauseKind.UNSUPPORTED_BACKEND,
+                group.global_indices[0],
+                backend=group.backend,
+            )
+            steps.append(
+                Step(
+                    preprocess_step(group.backend),
+                    f"Preprocess the {group.backend!r} group",
+                    "§6.5",
+                    UnsupportedBackend(group.indices_record()),
+                    "SGLang knows only the gpu and cpu backends.",
+                    None,
+                    unsupported.info,
+                    unsupported.cause,
+                    rows=state.tracks(),
+                )
+            )
+            raise unsupported
+        check_length(ctx, state, group, produced, steps)
+    concatenate(ctx, state, steps, branch="deferred")
 
-    for k, it in enumerate(items):
-        state.features[k] = _as_is(ctx, it, check_type=True, image=state.image_indices[k])
-    concatenate(ctx, state, steps, branch="eager")
+
+def _use_as_is(ctx: ReplayContext, state: RankState, items: list[Item]) -> SGLangRaise | None:
+    """Take every feature as it is (the eager and 0.5.17 paths); return SGLang's TypeError for one that is no tensor."""
+    try:
+        for k, it in enumerate(items):
+            state.features[k] = _as_is(ctx, it, check_type=True, image=state.image_indices[k])
+    except SGLangRaise as raised:
+        return raised
+    return None
 
 
 def _materialize_no_split(ctx: ReplayContext, state: RankState, items: list[Item], steps: list[Step]) -> None:
@@ -283,20 +310,24 @@ def _materialize_no_split(ctx: ReplayContext, state: RankState, items: list[Item
         for k, (g, it) in enumerate(zip(state.image_indices, items))
     ]
     tensors = [is_tensor(it.feature) for it in items]
+    problem = _use_as_is(ctx, state, items)
+    error, cause = outcome_of(problem)
     steps.append(
         Step(
             SELECT_ITEMS,
             "Select this rank's items (0.5.17: no deferred split)",
             "§9",
-            {"image_indices": state.image_indices, "selected": selected},
+            ItemSelection(state.image_indices, selected),
             "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
             "is; a deferred config is ignored, and nothing compares rows with grids here.",
             Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
+            error,
+            cause,
             rows=state.tracks(),
         )
     )
-    for k, it in enumerate(items):
-        state.features[k] = _as_is(ctx, it, check_type=True, image=state.image_indices[k])
+    if problem is not None:
+        raise problem
     concatenate(ctx, state, steps, branch="no-split")
 
 
@@ -362,13 +393,17 @@ def _group_backends(
         f"Deferred items are grouped by backend; global_indices = [image_indices[i] for i in indices]. "
         f"This code ({ctx.code_path}) reads grid_thws_host at {mapping_name}."
     )
+    error, cause = outcome_of(problem)
     steps.append(
         Step(
             GROUP_BACKENDS,
             "Group deferred items by backend",
             "§6.4",
-            {"eager": eager, "backend_groups": described, "code_path": ctx.code_path},
+            BackendGrouping(eager, described, ctx.code_path),
             note,
+            None,
+            error,
+            cause,
             rows=state.tracks(),
         )
     )

@@ -16,7 +16,8 @@ from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
-from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, raises
+from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, outcome_of, raises
+from .step_records import CpuGrids, CpuPreprocess
 from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
 
 if TYPE_CHECKING:  # pragma: no cover - Pillow, torch and the checkpoint processor load only for pixels
@@ -40,16 +41,18 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             "consumer's checkpoint processor, so its media_proc_cfg is needed (set Batch.processor, or "
             "'processor' in the manifest)"
         )
-    variables: dict[str, Any] = {**group.variables(), "inputs": [], "processor": consumer.to_media_proc_cfg()}
+    processor = consumer.to_media_proc_cfg()
     try:
         staged, resizes = _resize_all(group, consumer)
-    except SGLangRaise:
+    except SGLangRaise as raised:
         note = "The checkpoint processor cannot take this image."
-        steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, rows=state.tracks()))
+        variables = CpuPreprocess(group.indices_record(), [], processor)
+        steps.append(
+            Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, None, raised.info, raised.cause, state.tracks())
+        )
         raise
     grids = [r.grid for r in resizes]
     rows = [prod(gr) for gr in grids]
-    variables["inputs"] = _inputs(group, staged, resizes)
     for k, grid, n in zip(group.indices, grids, rows):
         state.rows[k].produced_grid = list(grid)
         state.rows[k].produced_rows = n
@@ -69,31 +72,38 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
         note += " Pixels not materialized: the grid check fails on sizes alone."
     output = ctx.processor_output
     pixel_rows = None if output == "list" else (len(group.items) if output == "stacked" else sum(rows))
-    variables.update(
-        {
-            "produced_grids": produced,
-            "produced_rows": rows,
-            "expected_grids": expected,
-            "expected_from": "each item's grid_thws",
-            "processor_output": output,
-            "pixel_values_rows": pixel_rows,
-        }
+    variables = CpuPreprocess(
+        group.indices_record(),
+        _inputs(group, staged, resizes),
+        processor,
+        CpuGrids(produced, rows, expected, "each item's grid_thws", output, pixel_rows),
     )
     check = Check("checkpoint grids == cat(item grid_thws)", expected, produced, passed)
-    steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, check, rows=state.tracks()))
-    if missing is not None:
-        raise raises("KeyError", repr("grid_thws"), CauseKind.MISSING_GRID_THWS, missing)
-    if not passed:
-        bad = _first_grid_mismatch(group.items, grids)
-        raise raises(
-            "ValueError",
-            MSG_CPU_WRONG_GRIDS,
-            CauseKind.CPU_GRIDS,
-            group.global_indices[bad],
-            expected=group.items[bad].grids["grid_thws"],
-            produced=list(grids[bad]),
-        )
+    problem = _grid_problem(group, grids, missing, passed)
+    error, cause = outcome_of(problem)
+    steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, check, error, cause, state.tracks()))
+    if problem is not None:
+        raise problem
     return Produced(grids, rows, tensors, pixel_rows, output)
+
+
+def _grid_problem(
+    group: BackendGroup, grids: list[tuple[int, int, int]], missing: int | None, passed: bool
+) -> SGLangRaise | None:
+    """Return what SGLang raises at the cpu grid check (an item without ``grid_thws``, or other grids), or None."""
+    if missing is not None:
+        return raises("KeyError", repr("grid_thws"), CauseKind.MISSING_GRID_THWS, missing)
+    if passed:
+        return None
+    bad = _first_grid_mismatch(group.items, grids)
+    return raises(
+        "ValueError",
+        MSG_CPU_WRONG_GRIDS,
+        CauseKind.CPU_GRIDS,
+        group.global_indices[bad],
+        expected=group.items[bad].grids["grid_thws"],
+        produced=list(grids[bad]),
+    )
 
 
 _Staged = tuple[int, int, str]  # (width, height, PIL mode) of what the checkpoint processor receives

@@ -26,10 +26,12 @@ from .state import (
     image_size,
     is_tensor,
     keeps_alpha,
+    outcome_of,
     probe_torch,
     raises,
     torch_dtype_text,
 )
+from .step_records import GpuGrids, GpuPreprocess
 from .trace import PREPROCESS_GPU, CauseKind, Check, Step, prod
 
 if TYPE_CHECKING:  # pragma: no cover - torch loads for a probe or for pixels, not for a replay of shapes
@@ -49,7 +51,6 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     """Replay the gpu group on this rank; append its step and return what it produced (raise SGLang's errors)."""
     first = group.items[0].deferred or {}
     inputs: list[dict[str, Any]] = []
-    variables: dict[str, Any] = {**group.variables(), "inputs": inputs}
     try:
         mean, std = _deferred_value(first, "image_mean"), _deferred_value(first, "image_std")
         background = first.get("transparent_bg_config")
@@ -64,9 +65,12 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
         if ctx.mode == "pixels":
             tensors = _pixels(ctx, group.items, resizes, mean, std, background)
             rows = [int(t.shape[0]) for t in tensors]
-    except SGLangRaise:
+    except SGLangRaise as raised:
         note = "SGLang fails while staging or resizing these images."
-        steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, note, rows=state.tracks()))
+        variables = GpuPreprocess(group.indices_record(), inputs)
+        steps.append(
+            Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, note, None, raised.info, raised.cause, state.tracks())
+        )
         raise
     for k, grid, n in zip(group.indices, grids, rows):
         state.rows[k].produced_grid = list(grid)
@@ -74,19 +78,14 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     expected = [ctx.grid_thws_host[i] for i in group.grid_rows_read]
     produced = [list(g) for g in grids]
     passed = produced == expected
-    variables.update(
-        {
-            "produced_grids": produced,
-            "produced_rows": rows,
-            "expected_grids": expected,
-            "expected_from": f"grid_thws_host[{ctx.index_mapping}]",
-        }
+    variables = GpuPreprocess(
+        group.indices_record(), inputs, GpuGrids(produced, rows, expected, f"grid_thws_host[{ctx.index_mapping}]")
     )
     check = Check("produced grids == grid_thws_host[...]", expected, produced, passed)
-    steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, GPU_NOTE, check, rows=state.tracks()))
+    problem = None
     if not passed:
         bad = next(k for k, (g, e) in enumerate(zip(produced, expected)) if g != e)
-        raise raises(
+        problem = raises(
             "ValueError",
             MSG_GPU_WRONG_GRIDS,
             CauseKind.GPU_GRIDS,
@@ -94,6 +93,10 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             expected=expected[bad],
             produced=produced[bad],
         )
+    error, cause = outcome_of(problem)
+    steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, GPU_NOTE, check, error, cause, state.tracks()))
+    if problem is not None:
+        raise problem
     return Produced(grids, rows, tensors, sum(rows))
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ..messages import MSG_ONE_GRID
 from .batch import GRID_KEYS, Batch
-from .state import SGLangRaise, feature_json, probe_torch, raises
+from .state import SGLangRaise, feature_json, outcome_of, probe_torch, raises
+from .step_records import GridCollection
 from .trace import COLLECT_GRIDS, CauseKind, Check, Step, prod
 
 
@@ -60,22 +61,23 @@ def collect_grids(batch: Batch) -> CollectedGrids:
         raised = probe_torch(lambda: torch.concat([torch.tensor([g]) for g in grids], dim=0), CauseKind.GRID_CONCAT)
     check = Check("one grid row per item", 1, rows_per_item, raised is None)
     note = "Each item's grid: image_grid_thw when present, else grid_thws; grid_thws_host is their concatenation."
+    if raised is not None:
+        note += f" SGLang raises {raised.info.type} here."
+    error, cause = outcome_of(raised)
     step = Step(
         COLLECT_GRIDS,
         "Collect one grid per item",
         "§6.1",
-        {
-            "items": items_json,
-            "grid_thws_host": grids if raised is None else None,
-            "patch_counts": [prod(g) for g in grids] if raised is None else None,
-        },
+        GridCollection(
+            items_json,
+            grids if raised is None else None,
+            [prod(g) for g in grids] if raised is None else None,
+        ),
         note,
         check,
+        error,
+        cause,
     )
-    if raised is not None:
-        step.error = raised.info
-        step.cause = raised.cause
-        step.note += f" SGLang raises {raised.info.type} here."
     return CollectedGrids(step, grids, raised)
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .batch import Item
+from .step_records import GroupIndices
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -21,14 +22,9 @@ class BackendGroup:
     grid_rows_read: list[int]  # the rows of grid_thws_host the checks read (indices on the pre-fix code)
     items: list[Item]
 
-    def variables(self) -> dict[str, Any]:
-        """Return the group's variables as SGLang names them, for a step snapshot."""
-        return {
-            "backend": self.backend,
-            "indices": self.indices,
-            "global_indices": self.global_indices,
-            "grid_rows_read": self.grid_rows_read,
-        }
+    def indices_record(self) -> GroupIndices:
+        """Return the group's :class:`GroupIndices` as SGLang names them, for its steps' records."""
+        return GroupIndices(self.backend, self.indices, self.global_indices, self.grid_rows_read)
 
 
 @dataclass

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..messages import MSG_EXPECTED_TENSOR, MSG_LEADING_DIM, MSG_LENGTH, MSG_TRAILING_SHAPES
 from .group import BackendGroup, Produced
-from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, type_text
+from .state import RankState, ReplayContext, SGLangRaise, outcome_of, raises, size_text, type_text
+from .step_records import Concatenation, LengthCheck
 from .trace import CONCATENATE, CauseKind, Check, Step, length_check_step, prod
 
 
@@ -21,39 +22,56 @@ def check_length(
     """Replay the group's length check and split; append its step (raise SGLang's error when the counts differ)."""
     patch_counts = [prod(ctx.grid_thws_host[i]) for i in group.grid_rows_read]
     expected = sum(patch_counts)
-    variables = {
-        **group.variables(),
-        "patch_counts": patch_counts,
-        "sum_patch_counts": expected,
-        "pixel_values_rows": produced.pixel_rows,
-        "processor_output": produced.output,
-    }
-    step = Step(
-        length_check_step(group.backend),
-        f"Check the {group.backend} group's rows against the grids",
-        "§6.6",
-        variables,
-        "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
-        "pixel_values.shape[0], then the rows are split back into place.",
-        Check(
-            "sum(patch_counts) == pixel_values.shape[0]", expected, produced.pixel_rows, produced.pixel_rows == expected
-        ),
-        rows=state.tracks(),
+    problem = _length_problem(state, group, produced, patch_counts)
+    split = None
+    if problem is None:
+        split = [{"local": k, "image": state.image_indices[k], "rows": n} for k, n in zip(group.indices, patch_counts)]
+    error, cause = outcome_of(problem)
+    steps.append(
+        Step(
+            length_check_step(group.backend),
+            f"Check the {group.backend} group's rows against the grids",
+            "§6.6",
+            LengthCheck(group.indices_record(), patch_counts, expected, produced.pixel_rows, produced.output, split),
+            "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
+            "pixel_values.shape[0], then the rows are split back into place.",
+            Check(
+                "sum(patch_counts) == pixel_values.shape[0]",
+                expected,
+                produced.pixel_rows,
+                produced.output != "list" and produced.pixel_rows == expected,
+            ),
+            error,
+            cause,
+            rows=state.tracks(),
+        )
     )
-    steps.append(step)
+    if problem is not None:
+        raise problem
+    tail: tuple[int, ...] = (3, ctx.patch_size, ctx.patch_size)
+    if produced.output == "stacked":  # the split cuts the batch axis of [B, N, 3, p, p]
+        tail = (max(produced.rows), *tail)
+    for position, (k, rows) in enumerate(zip(group.indices, patch_counts)):
+        tensor = produced.tensors[position] if produced.tensors is not None and produced.output != "stacked" else None
+        state.features[k] = (rows, tail, tensor)
+
+
+def _length_problem(
+    state: RankState, group: BackendGroup, produced: Produced, patch_counts: list[int]
+) -> SGLangRaise | None:
+    """Return what SGLang raises at the group's length check (a list output has no shape), or None."""
     if produced.output == "list":
-        assert step.check is not None
-        step.check.passed = False
-        raise raises(
+        return raises(
             "AttributeError",
             "'list' object has no attribute 'shape'",
             CauseKind.PROCESSOR_OUTPUT,
             group.global_indices[0],
             output="list",
         )
+    expected = sum(patch_counts)
     if produced.pixel_rows != expected:
         bad = next((k for k, n, e in zip(group.indices, produced.rows, patch_counts) if n != e), group.indices[0])
-        raise raises(
+        return raises(
             "ValueError",
             MSG_LENGTH,
             CauseKind.LENGTH,
@@ -62,15 +80,7 @@ def check_length(
             produced_total=produced.pixel_rows,
             output=produced.output,
         )
-    tail: tuple[int, ...] = (3, ctx.patch_size, ctx.patch_size)
-    if produced.output == "stacked":  # the split cuts the batch axis of [B, N, 3, p, p]
-        tail = (max(produced.rows), *tail)
-    for position, (k, rows) in enumerate(zip(group.indices, patch_counts)):
-        tensor = produced.tensors[position] if produced.tensors is not None and produced.output != "stacked" else None
-        state.features[k] = (rows, tail, tensor)
-    variables["split"] = [
-        {"local": k, "image": state.image_indices[k], "rows": n} for k, n in zip(group.indices, patch_counts)
-    ]
+    return None
 
 
 def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, branch: str) -> None:
@@ -108,34 +118,36 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
         features.append({"local": k, "image": g, "rows": rows, "trailing_shape": list(tail)})
         total += rows
     declared = sum(prod(ctx.grid_thws_host[g]) for g in state.image_indices)
-    step = Step(
-        CONCATENATE,
-        "Concatenate the rank's features for the tower",
-        "§6.7",
-        {
-            "branch": branch,
-            "features": features,
-            "total_rows": total if problem is None else None,
-            "rows_from_grids": declared,
-        },
+    note = (
         "materialize_multimodal_features copies every feature into one [sum rows, ...] buffer in the "
-        "tower dtype; all features must share their trailing shape.",
-        Check(
-            "matching trailing shapes",
-            None if trailing is None else list(trailing),
-            [f["trailing_shape"] for f in features],
-            problem is None,
-        ),
-        rows=state.tracks(),
+        "tower dtype; all features must share their trailing shape."
     )
-    steps.append(step)
-    if problem is not None:
-        raise problem
-    if total != declared:
-        step.note += (
+    if problem is None and total != declared:
+        note += (
             f" get_image_feature raises nothing here, but the tower receives {total} rows for grids "
             f"that hold {declared}: it fails later."
         )
+    error, cause = outcome_of(problem)
+    steps.append(
+        Step(
+            CONCATENATE,
+            "Concatenate the rank's features for the tower",
+            "§6.7",
+            Concatenation(branch, features, total if problem is None else None, declared),
+            note,
+            Check(
+                "matching trailing shapes",
+                None if trailing is None else list(trailing),
+                [f["trailing_shape"] for f in features],
+                problem is None,
+            ),
+            error,
+            cause,
+            rows=state.tracks(),
+        )
+    )
+    if problem is not None:
+        raise problem
     if ctx.mode == "pixels":
         tensors = [entry[2] for entry in state.features if entry is not None and entry[2] is not None]
         complete = bool(tensors) and len(tensors) == len(state.features)

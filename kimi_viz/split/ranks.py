@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .batch import Batch
+from .step_records import RankAssignment
 from .trace import ASSIGN_RANKS, Step
 
 #: The largest attention-TP size accepted (the manifest schema's limit).
@@ -64,6 +65,8 @@ def assign_step(
 ) -> Step:
     """Return the assignment step of ``rank``: the order, every rank's images and loads, and this rank's share.
 
+    A rank without images ends here (its note says so): the DP runner does not call the loader on it.
+
     ``loads`` and ``order`` are the same for every rank; the replay computes them once and every rank's
     step shares those lists (and ``assignment``), so replaying all ranks stays linear in the TP size.
     """
@@ -73,16 +76,9 @@ def assign_step(
         order = sorted(range(len(patches)), key=patches.__getitem__, reverse=True)
     applies = batch.attn_tp_rank == rank or (batch.attn_tp_rank is None and tp_size == 1)
     recorded = list(batch.image_indices) if batch.image_indices is not None and applies else None
-    variables = {
-        "tp_size": tp_size,
-        "rank": rank,
-        "patch_counts": patches,
-        "order_largest_first": order if tp_size > 1 else None,
-        "assignment": assignment,
-        "loads": loads,
-        "image_indices": assignment[rank],
-        "recorded_image_indices": recorded,
-    }
+    variables = RankAssignment(
+        tp_size, rank, patches, order if tp_size > 1 else None, assignment, loads, assignment[rank], recorded
+    )
     if tp_size == 1:
         note = "Attention-TP size 1: the loader is called once with every image, image_indices = [0 .. n-1]."
     else:
@@ -92,6 +88,8 @@ def assign_step(
         )
     if recorded is not None and list(recorded) != list(assignment[rank]):
         note += f" The capture recorded image_indices {list(recorded)} for this rank, which differ."
+    if not assignment[rank]:
+        note += " This rank has no images: the DP runner does not call the loader here."
     return Step(ASSIGN_RANKS, "Assign images to ranks", "§6.2", variables, note)
 
 

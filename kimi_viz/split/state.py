@@ -40,6 +40,11 @@ def raises(type_name: str, message: str, kind: CauseKind, image: int | None = No
     return SGLangRaise(type_name, message, Cause(kind, image, **facts))
 
 
+def outcome_of(raised: SGLangRaise | None) -> tuple[ErrorInfo | None, Cause | None]:
+    """Return ``(error, cause)`` of the step where SGLang raises ``raised``; ``(None, None)`` where it does not."""
+    return (None, None) if raised is None else (raised.info, raised.cause)
+
+
 def probe_torch(fn: Callable[[], Any], kind: CauseKind, image: int | None = None, **facts: Any) -> SGLangRaise | None:
     """Run a tiny torch operation; return what it raises (type and text, verbatim) as an SGLangRaise, or None."""
     try:

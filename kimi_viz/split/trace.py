@@ -8,8 +8,9 @@ the verdict, the figures, the stepper, the report) reads these classes, never di
 - :class:`RankTrace` — one attention-TP rank: its ``image_indices``, its :class:`Step` s, how it
   ended (``ok`` or an :class:`ErrorInfo`), the :class:`ImageRow` of each of its images and the
   :class:`Cause` of the exception;
-- :class:`Step` — one step with a JSON snapshot of SGLang's variables, its :class:`Check` and the
-  image rows as they stood after it;
+- :class:`Step` — one step, complete when built: SGLang's variables there (a typed record of
+  :mod:`kimi_viz.split.step_records`), its :class:`Check`, where SGLang raises, and the image rows as
+  they stood after it;
 - :class:`CauseKind` — every reason the replay can give for an exception, each with an explanation
   and a fix in :data:`CAUSES` (the divergence analysis refines them where §7 names a scenario);
   these and :class:`ErrorInfo` live in :mod:`kimi_viz.split.cause` and are re-exported here.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import ConfigError
 from .batch import Batch, prod
 from .cause import CAUSES, Cause, CauseKind, CauseText, ErrorInfo
+from .step_records import StepRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -78,7 +80,7 @@ def is_length_check(name: str) -> bool:
     return name.startswith("length_check_")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     """A comparison SGLang makes at a step: what it expects, what it finds, and whether they agree."""
 
@@ -158,10 +160,11 @@ class ImageRow:
         return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
-    """One step of ``get_image_feature`` on one rank, with a JSON snapshot of SGLang's variables there.
+    """One step of ``get_image_feature`` on one rank, built once its outcome is known, never changed after.
 
+    ``variables`` is the step kind's record of SGLang's variables there (:mod:`.step_records`);
     ``rows`` are this rank's image rows as they stood after the step (None before the rank has any:
     the grid collection and the assignment are the whole batch's).
     """
@@ -169,7 +172,7 @@ class Step:
     name: str
     title: str
     spec_ref: str
-    variables: dict[str, Any]
+    variables: StepRecord
     note: str = ""
     check: Check | None = None
     error: ErrorInfo | None = None  # set on the step where SGLang raises
@@ -178,7 +181,7 @@ class Step:
 
     def to_json(self) -> dict[str, Any]:
         """Return the step as plain JSON data (its rows under ``variables.row_tracks``)."""
-        variables = dict(self.variables)
+        variables = self.variables.to_json()
         if self.rows is not None:
             variables["row_tracks"] = [r.to_json() for r in self.rows]
         if self.cause is not None:
