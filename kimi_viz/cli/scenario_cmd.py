@@ -112,7 +112,7 @@ def run_list(args: argparse.Namespace) -> int:
     emit(f"{'NAME':<{width}}  CLASS  TP  RELEASE    EXPECTED")
     for load in LOAD_SCENARIOS.values():
         want = load.expected
-        what = want.status if want.type is None else f"{want.type}: {want.message}"
+        what = want.status.value if want.type is None else f"{want.type}: {want.message}"
         if want.fixed_in:
             what += f" (fixed in {want.fixed_in})"
         emit(f"{load.name:<{width}}  {load.scenario_class:<5}  {load.tp_size:>2}  {load.sglang_version:<9}  {what}")
