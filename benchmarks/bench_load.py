@@ -9,7 +9,7 @@ on four releases (0.5.17, 0.5.18, 0.5.19, 0.5.23: one per request side) × atten
 
 Kit: :func:`kimi_viz.sweep_pairs` — image headers read once, each image's items built once per release,
 every cell one forward-pass replay without a fix search. Baseline: what a script calling the public API
-once per cell does — ``whatif_load(together([a, b]), ...)`` for every pair, release and TP size (image
+once per cell does — ``whatif(together([a, b]), ...)`` for every pair, release and TP size (image
 headers probed per call, items built per call, the fix search on failures). Both must give the same
 status, error and failing ranks in every cell. The kit's time is the median of several runs after a
 warm-up, and its first (cold) run is reported too; the baseline runs once.
@@ -30,11 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
-from kimi_viz._whatif._load_sweep import PAIR_RELEASES, sweep_pairs
-from kimi_viz._whatif._sweep import SWEEP_TP_SIZES
-from kimi_viz._whatif.load import whatif_load
-from kimi_viz.data import sample_images
-from kimi_viz.schedule.workload import together
+from kimi_viz import sample_images, sweep_pairs, together, whatif
+from kimi_viz._whatif.ask import SWEEP_TP_SIZES
+from kimi_viz._whatif.pairs import PAIR_RELEASES
 
 TARGET_S = 3.0
 IMAGES = 16
@@ -60,13 +58,13 @@ def kit(images: list[Path]) -> list[Cell]:
 
 
 def baseline(images: list[Path]) -> list[Cell]:
-    """Return the same cells from one full :func:`whatif_load` per pair, release and TP size."""
+    """Return the same cells from one full :func:`whatif` per pair, release and TP size."""
     cells = []
     for release in PAIR_RELEASES:
         for a, b in itertools.combinations(images, 2):
             for tp in SWEEP_TP_SIZES:
-                answer = whatif_load(together([a, b]), sglang_version=release, tp_size=tp)
-                workload = answer.result.workload
+                answer = whatif(together([a, b]), sglang_version=release, tp_size=tp)
+                workload = answer.replay.workload
                 cells.append(
                     (
                         workload.requests[0].images[0].label,
@@ -74,7 +72,7 @@ def baseline(images: list[Path]) -> list[Cell]:
                         release,
                         tp,
                         answer.status.value,
-                        answer.error_key(),
+                        answer.error,
                         tuple(answer.failing_ranks),
                     )
                 )
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {result['images']} | {result['pairs']} | {result['cells']} | {result['failing_cells']} | "
         f"{kit_s * 1e3:.0f} | {cold_s * 1e3:.0f} | {base_s * 1e3:.0f} | {base_s / kit_s:.2f}× | "
         f"{TARGET_S * 1e3:.0f} | {'yes' if result['met_target'] else 'NO'} |\n\n"
-        "baseline: per cell a full whatif_load(together([a, b])) (headers probed, items built, fix search)"
+        "baseline: per cell a full whatif(together([a, b])) (headers probed, items built, fix search)"
     )
     if args.json:
         path = Path(args.json)

@@ -11,7 +11,7 @@ Workloads: the eight sample photos (``SAMPLE_PHOTOS``) swept over the four relea
 * ``sweep-8-photos-epd-cpu`` — the EPD encoder's cpu backend (each rank replays its own batch, with
   its own images preprocessed on the encoder).
 
-Kit: :func:`kimi_viz._whatif._sweep` — image headers read once, the items built once per release row,
+Kit: :func:`kimi_viz.sweep` — image headers read once, the items built once per release row,
 each cell replayed without a fix search. Baseline: what a script calling the public API once per cell
 does — for every cell decode every image (``load_image``) and run a full ``whatif(...)`` (header probe,
 item build, replay on every rank, fix search). Both must give the same status and per-rank errors in
@@ -34,8 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
-from kimi_viz._whatif._sweep import SWEEP_TP_SIZES, sweep
-from kimi_viz._whatif.run import whatif
+from kimi_viz import sweep, whatif
+from kimi_viz._whatif.ask import SWEEP_TP_SIZES
 from kimi_viz.data import SAMPLE_PHOTOS, sample_path
 from kimi_viz.preprocess.images import load_image
 from kimi_viz.releases import REQUEST_SIDES
@@ -76,12 +76,12 @@ def baseline(images: list[Path], settings: ServerSettings, decode: bool = True) 
 
 def kit(images: list[Path], settings: ServerSettings) -> list[tuple[str, int, str, list]]:
     """Return the same cells from one :func:`sweep`."""
-    result = sweep(images, settings=settings, mode="shapes")
+    result = sweep(images, settings=settings)  # always shapes mode
     cells = []
     for cell in result.cells:
-        verdict = cell.result.verdict if cell.result is not None else None
+        verdict = cell.answer.verdict if cell.answer is not None else None
         errors = [(r.rank, str(r.error)) for r in verdict.ranks if r.error] if verdict else []
-        cells.append((cell.side.releases[0], cell.tp_size, cell.status, errors))
+        cells.append((cell.releases[0].version, cell.tp_size, cell.status, errors))
     return cells
 
 

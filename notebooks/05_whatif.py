@@ -46,7 +46,18 @@ embedding_cache_hits = []  # positions of images whose embedding is already cach
 
 # %%
 # %matplotlib inline
-from kimi_viz import ServerSettings, image_sources, minimize, plots, request_table, sweep, whatif
+from kimi_viz import (
+    ServerSettings,
+    image_sources,
+    minimize,
+    minimized_text,
+    plots,
+    request_table,
+    sweep,
+    sweep_table,
+    sweep_text,
+    whatif,
+)
 from kimi_viz.report import Table, VerdictView
 
 settings = ServerSettings(
@@ -69,7 +80,7 @@ settings.sglang_flags()
 
 # %%
 answer = whatif(request, sglang_version=sglang_version, tp_size=tp, settings=settings, device=device)
-request_table(answer.built)
+request_table(answer.replay.built)
 
 # %% [markdown]
 # ## 2. The verdict on every rank
@@ -90,14 +101,14 @@ Table(["answer"], [[answer.why]])
 #
 # The sweep builds the items once per release row (0.5.17; 0.5.18; 0.5.19–0.5.22, one request side
 # and one code path; 0.5.23) and replays every TP size. A letter stands for one exact SGLang
-# message, listed in the caption below.
+# message, listed below the table with the summary and why each row fails or passes.
 
 # %%
-board = sweep(request, settings=settings, device=device)
-board.table()
+board = sweep(request, settings=settings)
+sweep_table(board)
 
 # %%
-board.why_table()
+print(sweep_text(board))
 
 # %% [markdown]
 # ## 4. The same images under other deployments
@@ -123,7 +134,14 @@ deployments = {
 boards = {name: sweep(imgs, settings=s) for name, (imgs, s) in deployments.items()}
 Table(
     ["deployment", "summary", "errors"],
-    [[name, b.summary(), "; ".join(b.legend_lines()) or "—"] for name, b in boards.items()],
+    [
+        [
+            name,
+            sweep_text(b).split("summary: ", 1)[1].split("\n", 1)[0],
+            "; ".join(f"{letter}: {error}" for error, letter in b.legend.items()) or "—",
+        ]
+        for name, b in boards.items()
+    ],
 )
 
 # %% [markdown]
@@ -138,14 +156,14 @@ six = image_sources(["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg",
 smallest = minimize(
     six, sglang_version=sglang_version, tp_size=tp, settings=ServerSettings(embedding_cache_hits=(0, 2, 3, 5))
 )
-smallest.table()
+print(minimized_text(smallest))
 
 # %% [markdown]
 # The minimal request replayed: the failing rank's last step, the rows its grids expect against
 # the rows its preprocessing produced.
 
 # %%
-plots.draw_step(smallest.result.trace, -1).figure
+plots.draw_step(smallest.answer.replay.trace, -1).figure
 
 # %% [markdown]
 # **What to take away:** before asking whether `get_image_feature` is right, ask what the request

@@ -27,7 +27,7 @@
 # call; afterwards it splits the rows back by each image's `<|media_pad|>` count and writes them onto
 # the prompts. So two single-image requests that arrive together reach the deferred split exactly like
 # one two-image request — and an exception there kills the scheduler with every request it holds.
-# `kimi_viz.whatif_load` replays that whole path for a workload; on the command line it is
+# `kimi_viz.whatif` replays that whole path for a workload; on the command line it is
 # `kimi-viz whatif IMAGE... --together` or `--requests FILE`.
 #
 # Runs in about 10 s on a 2-core CPU (shapes mode: only the image headers are read). Made for
@@ -46,13 +46,16 @@ from kimi_viz import (
     LoadSettings,
     Request,
     Workload,
+    check_table,
     parse_request,
-    sweep_load,
+    pass_table,
+    prompt_table,
+    sweep,
     sweep_pairs,
+    sweep_table,
     together,
     whatif,
-    whatif_chat,
-    whatif_load,
+    workload_table,
 )
 from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
@@ -78,17 +81,17 @@ Table(["request", "status", "why"], [[name, a.status.value, a.why] for name, a i
 
 # %%
 workload = together(images)
-answer = whatif_load(workload, sglang_version=sglang_version, tp_size=tp, device=device)
+answer = whatif(workload, sglang_version=sglang_version, tp_size=tp, device=device)
 Table(
     ["status", "failing ranks", "fixed in"],
     [[answer.status.value, answer.failing_ranks, answer.fixed_in.text if answer.fixed_in else "—"]],
 )
 
 # %%
-answer.workload_table()
+workload_table(answer.replay)
 
 # %%
-answer.pass_table()
+pass_table(answer.replay)
 
 # %% [markdown]
 # In one paragraph, naming the requests and images of the call:
@@ -105,8 +108,8 @@ Table(["answer"], [[answer.why]])
 # is under the call.
 
 # %%
-failing = answer.result.failing_pass
-shown = answer.result.passes[failing if failing is not None else 0]
+failing = answer.replay.failing_pass
+shown = answer.replay.passes[failing if failing is not None else 0]
 draw_forward_pass(shown).figure
 
 # %% [markdown]
@@ -121,7 +124,7 @@ Stepper.for_forward(shown)
 # Rows are the release groups whose request side, code path and forward pass are the same.
 
 # %%
-sweep_load(workload).table()
+sweep_table(sweep(workload))
 
 # %% [markdown]
 # Which pairs of these images fail when prefilled together (every release × TP 1, 2, 4, 8):
@@ -139,13 +142,13 @@ sweep_pairs(images if len(images) > 2 else [*images, "chelsea.png", "coffee.png"
 
 # %%
 long = Workload((Request("r1", together([images[0]]).requests[0].images, before=100),))
-chunked = whatif_load(
+chunked = whatif(
     long, sglang_version=sglang_version, tp_size=tp, load=LoadSettings(chunked_prefill_size=chunked_prefill_size)
 )
-chunked.pass_table()
+pass_table(chunked.replay)
 
 # %%
-draw_forward_pass(chunked.result.passes[min(1, len(chunked.result.passes) - 1)]).figure
+draw_forward_pass(chunked.replay.passes[min(1, len(chunked.replay.passes) - 1)]).figure
 
 # %% [markdown]
 # ## 6. What the server builds from a chat request
@@ -172,25 +175,25 @@ chat_body = {
         },
     ],
 }
-chat = whatif_chat(parse_request(chat_body), sglang_version=sglang_version, tp_size=tp)
-chat.check_table()
+chat = whatif(parse_request(chat_body), sglang_version=sglang_version, tp_size=tp)
+check_table(chat.replay.outcome)
 
 # %%
-chat.prompt_table()
+prompt_table(chat.replay.outcome)
 
 # %% [markdown]
 # The prompt drawn: the text grey, each image's block in its colour with its `image WxH` text and pad
 # count, and below it each block's media tokens with their ids and positions.
 
 # %%
-draw_prompt(chat.outcome).figure
+draw_prompt(chat.replay.outcome).figure
 
 # %% [markdown]
 # When the checks pass, the request goes on like any other: a workload of one request whose text
 # lengths come from this prompt (the call, the deferred split, the splice):
 
 # %%
-Table(["status", "stage", "answer"], [[chat.status.value, chat.stage or "—", chat.load.why if chat.load else "—"]])
+Table(["status", "stage", "answer"], [[chat.status.value, chat.stage or "—", chat.why if chat.replay.load else "—"]])
 
 # %% [markdown]
 # The same request where the ids reach the image processor with no `<|media_pad|>`: a checkpoint
@@ -200,7 +203,7 @@ Table(["status", "stage", "answer"], [[chat.status.value, chat.stage or "—", c
 # %%
 refused = check_releases(parse_request(chat_body), renderer=Renderer(image_prompts=False))
 rows = [
-    [version, f"{o.rendered.placeholders} / {len(images)}", ": ".join(o.error_key() or ("ok",))]
+    [version, f"{o.rendered.placeholders} / {len(images)}", str(o.error_info() or "ok")]
     for version, o in refused.items()
 ]
 Table(["SGLang", "<|media_pad|> ids / images", "request side"], rows)
