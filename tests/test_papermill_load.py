@@ -21,7 +21,7 @@ def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
     assert alone.count("clean") >= 2  # each request alone passes
     assert "error-reproduced  [1]" in text and "fixed in 0.5.19" in text
     assert "get_image_feature receives 2 images from 2 requests in one call" in text
-    assert "0.5.18         ✓ clean  ✗ error (pass 1)" in text
+    assert "0.5.18         pre-fix    ✓ clean  ✗ A rank 1 pass 1" in text  # the sweep's row: TP 1, TP 2
     assert "r1 [150, 300)" in text and "cache hit" in text  # the straddling image's second chunk
     assert any(o.get("data", {}).get("image/png") for c in notebook.cells for o in c.get("outputs", []))
 
@@ -36,6 +36,7 @@ def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
         chunked_prefill_size=100,
         device="cpu",
     )
-    assert "error-reproduced" not in text.split("SGLang         TP 1")[0]
+    before_the_sweep = text.split("release        code path  TP 1")
+    assert len(before_the_sweep) == 2 and "error-reproduced" not in before_the_sweep[0]
     assert "every pad token receives its own image's feature row" in text
     assert "r1 [100, 200)" in text

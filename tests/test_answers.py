@@ -1,0 +1,93 @@
+"""One answer for every question: a captured batch is asked, swept and shrunk like a request, and every
+question writes the tracker's files with ``--out`` (report.html, summary.png, trace.json, issue.md, answer.json).
+
+Exact statuses, errors, release rows and file contents; the request and workload answers themselves are
+checked in test_whatif.py, test_whatif_load.py and test_chat.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kimi_viz import Answer, Status, answer_json, get_scenario, minimize, sweep, sweep_text, whatif
+from kimi_viz.cli import main
+from kimi_viz.messages import MSG_GPU_WRONG_GRIDS
+from kimi_viz.split.cause import ErrorInfo
+
+GPU_GRIDS = ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+
+
+def test_a_captured_batch_is_a_question_like_any_other():
+    batch = get_scenario("s1-gpu").build()
+    answer = whatif(batch, sglang_version="0.5.18", tp_size=2)
+    assert isinstance(answer, Answer) and answer.status is Status.ERROR_REPRODUCED
+    assert answer.error == GPU_GRIDS and answer.failing_ranks == [1] and answer.exit_code == 1
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
+    assert answer_json(answer)["question"] == "batch"
+    assert whatif(batch, sglang_version="0.5.19", tp_size=2).status is Status.CLEAN
+
+
+def test_a_captured_batch_sweeps_by_code_path_and_shrinks_to_the_items_it_needs():
+    batch = get_scenario("s1-gpu").build()
+    swept = sweep(batch, tp_sizes=(1, 2))
+    # a batch's items are already built: releases that run one code path are one row
+    assert [tuple(r.version for r in row) for row in swept.rows] == [
+        ("0.5.17",),
+        ("0.5.18",),
+        ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+    ]
+    assert [(c.label, c.tp_size) for c in swept.cells if c.error == GPU_GRIDS] == [("0.5.18", 2)]
+    # 0.5.17 has no deferred split: the raw features cannot be concatenated there
+    assert "fails on 0.5.17 at every TP size (A, B); fails on 0.5.18 at TP 2 (C); clean from 0.5.19" in sweep_text(
+        swept
+    )
+    found = minimize(batch, sglang_version="0.5.18", tp_size=2)
+    assert found.target == GPU_GRIDS and len(found.kept) == 2 and found.exit_code == 1
+
+
+def test_whatif_out_writes_the_deciding_calls_report_with_the_forward_pass(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["whatif", "rocket.jpg", "astronaut.png", "--together", "--sglang-version", "0.5.18", "--tp", "2"]
+    assert main([*argv, "--out", str(out)]) == 1
+    assert sorted(p.name for p in out.iterdir()) == [
+        "answer.json",
+        "issue.md",
+        "report.html",
+        "summary.png",
+        "trace.json",
+    ]
+    assert "kimi-viz whatif: wrote" in capsys.readouterr().err
+    document = json.loads((out / "answer.json").read_text())
+    assert (document["question"], document["status"], document["exit_code"]) == ("workload", "error-reproduced", 1)
+    report = (out / "report.html").read_text()
+    assert "<h2>The forward pass</h2>" in report and "<h2>The question</h2>" in report
+    assert "kimi-viz whatif rocket.jpg astronaut.png --together --sglang-version 0.5.18 --tp 2" in report
+    issue = (out / "issue.md").read_text()
+    assert MSG_GPU_WRONG_GRIDS in issue and "0.5.19" in issue
+
+
+def test_whatif_out_without_a_call_writes_the_answer_alone(tmp_path):
+    out = tmp_path / "out"
+    argv = ["whatif", "chelsea.png", "--embedding-cache-hit", "0", "--sglang-version", "0.5.23", "--tp", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["answer.json", "answer.txt"]
+    assert json.loads((out / "answer.json").read_text())["status"] == "no-call"
+    assert "∅ NO CALL — nothing reaches get_image_feature" in (out / "answer.txt").read_text()
+
+
+def test_scenario_run_out_writes_the_report_of_a_batch_and_of_a_workload(tmp_path):
+    assert main(["scenario", "run", "s1-cpu", "--mode", "shapes", "--out", str(tmp_path / "s1")]) == 1
+    assert {"report.html", "summary.png", "trace.json", "issue.md"} <= {p.name for p in (tmp_path / "s1").iterdir()}
+    assert "kimi-viz scenario — s1-cpu" in (tmp_path / "s1" / "report.html").read_text()
+    assert main(["scenario", "run", "s14-two-requests-one-call", "--out", str(tmp_path / "s14")]) == 1
+    assert "<h2>The forward pass</h2>" in (tmp_path / "s14" / "report.html").read_text()
+
+
+def test_out_is_refused_with_sweep_and_where_it_cannot_write(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["whatif", "chelsea.png", "--sweep", "--out", str(tmp_path / "o")]) == 2
+    assert "--out with --sweep" in capsys.readouterr().err
+    argv = ["whatif", "chelsea.png", "--sglang-version", "0.5.23", "--tp", "1", "--out", str(tmp_path / "file")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
