@@ -10,7 +10,7 @@ release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sw
 every question they answer gets one :class:`Answer` (:mod:`.answer`).
 
 One naming rule holds everywhere: no function shares its name with a module beside it. A module
-that implements a verb is private and named after it (``_explain.py``, ``split/_replay.py``), so
+that implements a verb is private and named after it (``_explain/``, ``split/_replay.py``), so
 ``kimi_viz.explain`` is always the function, whatever has been imported.
 """
 
@@ -109,6 +109,8 @@ _EXPORTS = {
     "sweep_text": "kimi_viz._whatif.text",
     "sweep_table": "kimi_viz._whatif.text",
     "minimized_text": "kimi_viz._whatif.text",
+    "minimized_table": "kimi_viz._whatif.text",
+    "sweep_summary": "kimi_viz._whatif.text",
     "request_table": "kimi_viz._whatif.text",
     "pass_table": "kimi_viz._whatif.text",
     "workload_table": "kimi_viz._whatif.text",

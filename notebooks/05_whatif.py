@@ -54,6 +54,7 @@ from kimi_viz import (
     plots,
     request_table,
     sweep,
+    sweep_summary,
     sweep_table,
     sweep_text,
     whatif,
@@ -137,7 +138,7 @@ Table(
     [
         [
             name,
-            sweep_text(b).split("summary: ", 1)[1].split("\n", 1)[0],
+            sweep_summary(b),
             "; ".join(f"{letter}: {error}" for error, letter in b.legend.items()) or "—",
         ]
         for name, b in boards.items()

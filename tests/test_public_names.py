@@ -1,7 +1,7 @@
 """The public names: every one callable, twice, whatever was imported first; and no function named like a module.
 
 One naming rule holds in the whole package: no function shares its name with a module or
-sub-package beside it (a verb's own module is private: ``_explain.py``, ``split/_replay.py``). When
+sub-package beside it (a verb's own module is private: ``_explain/``, ``split/_replay.py``). When
 the rule is broken, importing the module replaces the package's attribute: ``kv.explain`` turns into
 a module after ``import kimi_viz.explain`` and the next call raises ``TypeError: 'module' object is
 not callable``. The first test imports every submodule in a fresh interpreter and then calls every
@@ -129,6 +129,11 @@ CALLS: dict[str, str] = {
     "minimized_text": (
         "assert 'minimal set: 2 of 2' in kv.minimized_text(kv.minimize(kv.together(pair), sglang_version='0.5.18', "
         "tp_size=2))"
+    ),
+    "sweep_summary": "assert kv.sweep_summary(kv.sweep(pair, tp_sizes=(2,))).endswith('clean from 0.5.19')",
+    "minimized_table": (
+        "assert [r[4] for r in kv.minimized_table(kv.minimize(pair, sglang_version='0.5.18', tp_size=2)).rows]"
+        " == ['kept', 'kept']"
     ),
     "pass_table": "assert kv.pass_table(kv.whatif(kv.together(pair), sglang_version='0.5.18', tp_size=2).replay).rows",
     "workload_table": (
