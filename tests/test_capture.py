@@ -18,6 +18,7 @@ from kimi_viz import capture
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest
 from kimi_viz.split.batch import RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 
 ERROR = "Kimi-K3 deferred feature length does not match image grids"
 REPO = Path(__file__).resolve().parent.parent
@@ -191,7 +192,7 @@ def test_failing_call_writes_manifest_and_reraises_same_error(fake_sglang, tmp_p
     assert item.original_size == (56, 28)
     assert f"ValueError: {ERROR}" in (folder / "traceback.txt").read_text()
     assert f"ValueError: {ERROR}" in batch.note
-    assert batch.recorded == RecordedOutcome("error", "ValueError", ERROR)  # the exact type and message
+    assert batch.recorded == RecordedOutcome("error", ErrorInfo("ValueError", ERROR))  # the exact type and message
     assert json.loads((folder / "manifest.json").read_text())["source"]["recorded"] == {
         "outcome": "error",
         "error": {"type": "ValueError", "message": ERROR},
@@ -359,7 +360,7 @@ def test_patch_in_process_reraises_the_same_object(fake_on_path, tmp_path, impor
         assert str(caught.value) == ERROR
     [folder] = session.manifests
     batch = read_manifest(folder)
-    assert batch.recorded == RecordedOutcome("error", type(caught.value).__name__, str(caught.value))
+    assert batch.recorded == RecordedOutcome("error", ErrorInfo(type(caught.value).__name__, str(caught.value)))
     [item] = batch.items
     assert item.feature.kind == "tensor" and item.feature.layout == "chw"
     assert torch.equal(item.feature.tensor, torch.full((3, 28, 56), 7, dtype=torch.uint8))
@@ -407,13 +408,13 @@ def test_failing_call_records_the_exact_exception_type_and_message(fake_on_path,
     assert caught.value is error
     capture.unwrap_method(cls)
     [folder] = session.manifests
-    assert read_manifest(folder).recorded == RecordedOutcome("error", type(error).__name__, str(error))
+    assert read_manifest(folder).recorded == RecordedOutcome("error", ErrorInfo(type(error).__name__, str(error)))
 
 
 def test_record_call_records_the_outcome(fake_on_path, tmp_path):
     failed = capture.record_call(None, _items(True), tmp_path / "a", error=ValueError(ERROR))
     passed = capture.record_call(None, _items(False), tmp_path / "b")
-    assert read_manifest(failed).recorded == RecordedOutcome("error", "ValueError", ERROR)
+    assert read_manifest(failed).recorded == RecordedOutcome("error", ErrorInfo("ValueError", ERROR))
     assert read_manifest(passed).recorded == RecordedOutcome("ok")
 
 

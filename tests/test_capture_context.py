@@ -24,6 +24,7 @@ import pytest
 from kimi_viz import capture
 from kimi_viz.manifest import read_manifest
 from kimi_viz.split.batch import RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.forward_context import ContextImage, ContextItem, ContextRequest, ForwardContext
 
 ERROR = "Kimi-K3 deferred feature length does not match image grids"
@@ -250,7 +251,7 @@ def test_a_failing_call_records_which_request_and_image_each_item_came_from(fake
     assert caught.value is sys.modules["sglang.srt.models.kimi_k3"].LAST_ERROR  # SGLang's own exception, unchanged
     [folder] = session.manifests
     batch = read_manifest(folder)
-    assert batch.recorded == RecordedOutcome("error", "ValueError", ERROR)
+    assert batch.recorded == RecordedOutcome("error", ErrorInfo("ValueError", ERROR))
     assert batch.forward_context == EXPECTED
     assert batch.forward_context.summary() == "this call held 2 images from 2 requests"
     assert batch.note.endswith("; forward context: this call held 2 images from 2 requests")
@@ -371,7 +372,7 @@ def test_a_failure_to_read_the_context_degrades_to_todays_manifest(fake, tmp_pat
         _forward()
     assert str(caught.value) == ERROR
     batch = read_manifest(session.manifests[0])
-    assert batch.forward_context is None and batch.recorded == RecordedOutcome("error", "ValueError", ERROR)
+    assert batch.forward_context is None and batch.recorded == RecordedOutcome("error", ErrorInfo("ValueError", ERROR))
     assert "could not record the forward context (RuntimeError: frames gone); recorded without it" in (
         capsys.readouterr().err
     )

@@ -24,6 +24,7 @@ from kimi_viz.request.chat import Renderer, parse_request, read_request, render_
 from kimi_viz.request.checks import check_releases, check_request
 from kimi_viz.request.images import decode_data_url
 from kimi_viz.request.prompt import MEDIA_PAD_ID, MEDIA_TOKEN_IDS, render_prompt
+from kimi_viz.split.cause import ErrorInfo
 
 BEGIN, CONTENT, END = (MEDIA_TOKEN_IDS[t] for t in ("<|media_begin|>", "<|media_content|>", "<|media_end|>"))
 CHELSEA = str(sample_path("chelsea.png"))  # 451×300
@@ -54,9 +55,11 @@ def test_one_image_and_no_media_pad_in_generate_text_raises_on_every_release():
     request = parse_request({"text": "Describe the image.", "image_data": [CHELSEA]})
     outcomes = check_releases(request)
     assert list(outcomes) == list(RELEASES)
-    expected = ("ValueError", "Kimi image placeholders must map one-to-one to image data: expected 1, found 0 token(s)")
-    assert {v: o.error_key() for v, o in outcomes.items()} == dict.fromkeys(RELEASES, expected)
-    assert MSG_ONE_TO_ONE.format(1, 0) == expected[1]
+    expected = ErrorInfo(
+        "ValueError", "Kimi image placeholders must map one-to-one to image data: expected 1, found 0 token(s)"
+    )
+    assert {v: o.error_info() for v, o in outcomes.items()} == dict.fromkeys(RELEASES, expected)
+    assert MSG_ONE_TO_ONE.format(1, 0) == expected.message
     lines = {v: o.error.where for v, o in outcomes.items() if o.error}
     assert lines["0.5.17"].startswith("multimodal/processors/kimi_k3.py:348 ")
     assert lines["0.5.18"].startswith("multimodal/processors/kimi_k3.py:725 ")
@@ -75,14 +78,14 @@ def test_a_chat_image_part_gets_its_media_pad_from_sglang_unless_the_renderer_ig
         assert outcome.rendered.placeholders == 1
         assert any("no <|media_pad|> has to be written" in n for n in outcome.notes)
     for version, outcome in check_releases(request, renderer=Renderer(image_prompts=False)).items():
-        assert outcome.error_key() == ("ValueError", MSG_ONE_TO_ONE.format(1, 0)), version
+        assert outcome.error_info() == ErrorInfo("ValueError", MSG_ONE_TO_ONE.format(1, 0)), version
         assert "this renderer ignores them" in outcome.why()
 
 
 def test_empty_generate_text_and_input_ids_without_the_pad_raise_found_0():
     for body in ({"text": "", "image_data": CHELSEA}, {"input_ids": [1, 2, 3], "image_data": [CHELSEA]}):
         outcome = check_request(parse_request(body), "0.5.19")
-        assert outcome.error_key() == ("ValueError", MSG_ONE_TO_ONE.format(1, 0))
+        assert outcome.error_info() == ErrorInfo("ValueError", MSG_ONE_TO_ONE.format(1, 0))
     assert check_request(parse_request({"text": "", "image_data": CHELSEA}), "0.5.19").rendered.length == 0
 
 
@@ -90,7 +93,7 @@ def test_empty_generate_text_and_input_ids_without_the_pad_raise_found_0():
 def test_a_media_pad_written_in_chat_text_is_one_more_placeholder():
     request = parse_request(chat("look: <|media_pad|>", image(CHELSEA)))
     outcome = check_request(request, "0.5.23")
-    assert outcome.error_key() == ("ValueError", MSG_ONE_TO_ONE.format(1, 2))
+    assert outcome.error_info() == ErrorInfo("ValueError", MSG_ONE_TO_ONE.format(1, 2))
     assert outcome.rendered.pad_origins() == [
         "messages[0].content[0] (written <|media_pad|>)",
         "messages[0].content[1] (image part 0: image_prompts[0])",
@@ -105,7 +108,7 @@ def test_the_kimi_image_placeholder_written_in_chat_text_is_escaped_and_places_n
     assert outcome.error is None and outcome.rendered.placeholders == 1
     assert any("<| kimi_image_placeholder |>" in n and "places no image" in n for n in outcome.notes)
     generate = check_request(parse_request({"text": "<|kimi_image_placeholder|>", "image_data": [CHELSEA]}), "0.5.18")
-    assert generate.error_key() == ("ValueError", MSG_ONE_TO_ONE.format(1, 0))
+    assert generate.error_info() == ErrorInfo("ValueError", MSG_ONE_TO_ONE.format(1, 0))
 
 
 def test_hand_written_media_pads_in_generate_text_place_the_images_where_they_are():
@@ -121,7 +124,7 @@ def test_hand_written_media_pads_in_generate_text_place_the_images_where_they_ar
         assert set(ids[span.pads[0] : span.pads[1] + 1]) == {MEDIA_PAD_ID}
         assert span.content == span.pads[0] - 1 and span.end == span.pads[1] + 1
     assert outcome.prompt is not None and outcome.prompt.pad_runs == [s.pads for s in spans]
-    assert check_request(request, "0.5.23", renderer=Renderer(typed_tokens=False)).error_key() == (
+    assert check_request(request, "0.5.23", renderer=Renderer(typed_tokens=False)).error_info() == ErrorInfo(
         "ValueError",
         MSG_ONE_TO_ONE.format(2, 0),
     )
@@ -147,7 +150,7 @@ def test_video_or_audio_data_raises_image_input_only_on_every_release():
         {"text": "<|media_pad|>", "image_data": CHELSEA, "audio_data": "a"},
     ):
         outcomes = check_releases(parse_request(body))
-        assert {o.error_key() for o in outcomes.values()} == {("ValueError", MSG_IMAGE_ONLY)}
+        assert {o.error_info() for o in outcomes.values()} == {ErrorInfo("ValueError", MSG_IMAGE_ONLY)}
     outcome = check_request(parse_request(chat("hi", image(CHELSEA), video)), "0.5.20")
     assert any("video part is dropped from what the renderer sees" in n for n in outcome.notes)
 
@@ -155,7 +158,7 @@ def test_video_or_audio_data_raises_image_input_only_on_every_release():
 def test_caller_mm_hashes_are_refused_from_0523_only():
     request = parse_request({"text": "<|media_pad|>", "image_data": [CHELSEA], "mm_hashes": ["h"]})
     outcomes = check_releases(request)
-    assert outcomes["0.5.23"].error_key() == ("ValueError", MSG_CALLER_MM_HASHES)
+    assert outcomes["0.5.23"].error_info() == ErrorInfo("ValueError", MSG_CALLER_MM_HASHES)
     assert outcomes["0.5.23"].error.where == "multimodal/processors/kimi_common.py reject_caller_image_identity"
     assert all(outcomes[v].error is None for v in RELEASES if v != "0.5.23")
     assert any("no reject_caller_image_identity" in n for n in outcomes["0.5.22"].notes)

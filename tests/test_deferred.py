@@ -16,6 +16,7 @@ from kimi_viz.request import deferred_item, eager_item
 from kimi_viz.scenarios import get_scenario
 from kimi_viz.split._replay import replay
 from kimi_viz.split.batch import Batch, Feature, Item
+from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.ranks import assign_ranks
 from kimi_viz.split.trace import Check
 from kimi_viz.split.verdict import build_verdict, trace_document, validate_verdict, verdict_schema
@@ -206,7 +207,7 @@ def test_unsupported_backend_message():
     item = deferred_item("microaneurysms.png", "gpu")
     item.deferred["backend"] = "npu"
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("ValueError", MSG_UNSUPPORTED_BACKEND.format("npu"))
+    assert trace.error == ErrorInfo("ValueError", MSG_UNSUPPORTED_BACKEND.format("npu"))
     assert MSG_UNSUPPORTED_BACKEND.format("npu") == "Unsupported Kimi-K3 deferred preprocessing backend: npu"
 
 
@@ -214,14 +215,14 @@ def test_missing_backend_is_a_key_error():
     item = deferred_item("microaneurysms.png", "gpu")
     del item.deferred["backend"]
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("KeyError", "'backend'")
+    assert trace.error == ErrorInfo("KeyError", "'backend'")
 
 
 def test_an_item_without_any_grid_is_a_key_error_on_grid_thws():
     item = deferred_item("microaneurysms.png", "cpu")
     item.grids = {}
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("KeyError", "'grid_thws'")
+    assert trace.error == ErrorInfo("KeyError", "'grid_thws'")
     assert trace.ranks[0].image_indices is None
 
 
@@ -231,14 +232,14 @@ def test_an_eager_image_in_a_deferred_batch_is_a_type_error():
     trace = replay(_batch(deferred_item("microaneurysms.png", "cpu"), eager), mode="pixels")
     expected = MSG_FEATURE_TYPE.format(type(eager.feature.image))
     assert expected.startswith("Kimi-K3 image feature must be a torch.Tensor, got <class 'PIL.")
-    assert (trace.error.type, trace.error.message) == ("TypeError", expected)
+    assert trace.error == ErrorInfo("TypeError", expected)
 
 
 def test_a_float_tensor_on_the_gpu_path_is_refused_like_to_chw_uint8():
     item = deferred_item("microaneurysms.png", "gpu")
     item.feature = Feature.from_tensor(item.feature.tensor.float(), "chw")
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == (
+    assert trace.error == ErrorInfo(
         "ValueError",
         "Kimi-K3 preprocessing expects raw uint8 pixels, got torch.float32",
     )
@@ -248,7 +249,7 @@ def test_a_float_tensor_on_the_cpu_path_is_a_type_error():
     item = deferred_item("microaneurysms.png", "cpu")
     item.feature = Feature.from_tensor(torch.zeros(3, 8, 8), "chw")
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == (
+    assert trace.error == ErrorInfo(
         "TypeError",
         "Kimi-K3 deferred CPU preprocessing expects PIL or uint8 tensors",
     )
@@ -258,7 +259,7 @@ def test_cpu_items_without_grid_thws_fail_after_preprocessing():
     item = deferred_item("microaneurysms.png", "cpu")
     item.grids = {"image_grid_thw": item.grids["grid_thws"]}
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("KeyError", "'grid_thws'")
+    assert trace.error == ErrorInfo("KeyError", "'grid_thws'")
     assert trace.ranks[0].steps[-1].name == "preprocess_cpu"
 
 
@@ -267,7 +268,7 @@ def test_local_branch_checks_types_in_materialize_multimodal_features():
     image_local = deferred_item("microaneurysms.png", "cpu")
     image_local.deferred, image_local.local_preprocessed = None, True
     trace = replay(_batch(local, image_local), mode="shapes")
-    assert (trace.error.type, trace.error.message) == (
+    assert trace.error == ErrorInfo(
         "TypeError",
         "expected torch.Tensor, got <class 'PIL.Image.Image'>",
     )
@@ -342,7 +343,7 @@ def test_a_deferred_config_without_a_resize_key_is_reported_not_crashed():
     gpu = deferred_item("microaneurysms.png", "gpu")
     del gpu.deferred["resize_config"]["pad_height"]
     trace = replay(_batch(gpu), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("KeyError", "'pad_height'")
+    assert trace.error == ErrorInfo("KeyError", "'pad_height'")
     assert "lacks a key the gpu path reads" in trace.divergence.explanation
     assert trace.divergence.wrong_expectation == "a deferred config without 'pad_height'"
     cpu = deferred_item("microaneurysms.png", "cpu")  # the cpu backend computes its own resize

@@ -158,7 +158,7 @@ def test_a_deferred_config_from_a_newer_producer_is_a_skew():
     item = _image_item(100, 80)
     del item.deferred["backend"]
     trace = replay(_batch(item), mode="shapes")
-    assert (trace.error.type, trace.error.message) == ("KeyError", "'backend'")
+    assert trace.error == ErrorInfo("KeyError", "'backend'")
     div = trace.divergence
     assert (div.scenario_class, div.cause) == ("skew", CauseKind.MISSING_BACKEND)
     assert "Run the same SGLang release" in div.fix

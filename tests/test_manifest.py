@@ -26,6 +26,7 @@ from kimi_viz.manifest import (
 )
 from kimi_viz.releases import PathSource
 from kimi_viz.split.batch import Batch, Feature, Item, RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 
 RESIZE = {"num_tokens": 6, "new_width": 80, "new_height": 40, "pad_width": 4, "pad_height": 2}
 
@@ -444,9 +445,9 @@ def test_writer_refuses_what_the_reader_would_refuse(tmp_path):
 # source.recorded, source.code_variant and source.code_variant_source
 # ------------------------------------------------------------------------------------------
 RECORDED = [
-    RecordedOutcome("error", "ValueError", "Kimi-K3 deferred feature length does not match image grids"),
-    RecordedOutcome("error", "KeyError", "'grid_thws'"),
-    RecordedOutcome("error", "RuntimeError", ""),
+    RecordedOutcome("error", ErrorInfo("ValueError", "Kimi-K3 deferred feature length does not match image grids")),
+    RecordedOutcome("error", ErrorInfo("KeyError", "'grid_thws'")),
+    RecordedOutcome("error", ErrorInfo("RuntimeError", "")),
     RecordedOutcome("ok"),
 ]
 
@@ -483,7 +484,9 @@ def test_recorded_outcome_written_by_hand_is_read(tmp_path):
         "error": {"type": "IndexError", "message": "list index out of range"},
     }
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
-    assert _read_quietly(tmp_path).recorded == RecordedOutcome("error", "IndexError", "list index out of range")
+    assert _read_quietly(tmp_path).recorded == RecordedOutcome(
+        "error", ErrorInfo("IndexError", "list index out of range")
+    )
 
 
 @pytest.mark.parametrize(
@@ -565,7 +568,7 @@ def test_unknown_keys_in_recorded_are_warnings(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(obj))
     with pytest.warns(ManifestWarning, match=r"source\.recorded\.error\.tb"):
         got = read_manifest(tmp_path)
-    assert got.recorded == RecordedOutcome("error", "ValueError", "x")
+    assert got.recorded == RecordedOutcome("error", ErrorInfo("ValueError", "x"))
 
 
 def test_writer_refuses_an_error_outcome_without_the_exception(batch, tmp_path):

@@ -17,9 +17,11 @@ FAILING = [name for name, scenario in SCENARIOS.items() if scenario.expected.out
 @pytest.mark.parametrize("name", FAILING)
 def test_every_failing_scenario_message_is_recognised_and_points_back_to_it(name):
     expected = SCENARIOS[name].expected
-    found = explain(f"{expected.type}: {expected.message}")
+    error = expected.error
+    assert error is not None
+    found = explain(str(error))
     assert len(found) == 1, [f.message.key for f in found]
-    assert found[0].message.exception == expected.type
+    assert found[0].message.exception == error.type
     assert name in found[0].message.scenarios
     assert expected.scenario_class in found[0].message.classes
 
@@ -100,8 +102,8 @@ def test_every_load_scenario_message_is_recognised_with_its_numbers_and_points_t
     for name, scenario in LOAD_SCENARIOS.items():
         answer = run_load_scenario(name)
         lines = [w for p in answer.replay.passes for w in p.warnings]
-        if scenario.expected.type is not None:
-            lines.append(f"{scenario.expected.type}: {scenario.expected.message}")
+        if scenario.expected.error is not None:
+            lines.append(str(scenario.expected.error))
         for line in lines:
             found = explain(line)
             assert len(found) == 1, (name, line, [f.message.key for f in found])

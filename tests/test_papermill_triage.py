@@ -131,10 +131,11 @@ def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
 def test_a_capture_the_replay_does_not_reproduce_is_impossible_to_miss(tmp_path):
     """An S1 capture that raised on 0.5.18, replayed as 0.5.23: the amber status leads the verdict."""
     from kimi_viz.split.batch import RecordedOutcome
+    from kimi_viz.split.cause import ErrorInfo
 
     batch = get_scenario("s1-cpu").build()
     batch.sglang_version = "0.5.18"
-    batch.recorded = RecordedOutcome("error", "ValueError", LENGTH_MESSAGE)
+    batch.recorded = RecordedOutcome("error", ErrorInfo("ValueError", LENGTH_MESSAGE))
     manifest = write_manifest(batch, tmp_path / "captured")
     _, text = execute(
         tmp_path, manifest=str(manifest), sglang_version="0.5.23", device="cpu", out_dir=str(tmp_path / "out")

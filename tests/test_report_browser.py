@@ -112,14 +112,13 @@ def test_report_opens_from_disk_and_the_stepper_moves(browser, report):
 # --- one status each, told the same way -----------------------------------------------------------------
 def _with_recording(name: str, outcome: str) -> object:
     from kimi_viz.split.batch import RecordedOutcome
+    from kimi_viz.split.cause import ErrorInfo
 
     batch = SCENARIOS[name].build()
     if outcome == "error":
-        expected = SCENARIOS[name].expected
+        error = SCENARIOS[name].expected.error
         batch.recorded = RecordedOutcome(
-            "error",
-            expected.type or "ValueError",
-            expected.message or "Kimi-K3 deferred feature length does not match image grids",
+            "error", error or ErrorInfo("ValueError", "Kimi-K3 deferred feature length does not match image grids")
         )
     else:
         batch.recorded = RecordedOutcome("ok")

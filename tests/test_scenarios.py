@@ -11,6 +11,7 @@ from kimi_viz.errors import ScenarioError
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.scenarios import SCENARIOS, get_scenario, run_scenario
 from kimi_viz.split._replay import replay
+from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.verdict import build_verdict, validate_verdict
 
 CASES = [(name, mode) for name, sc in SCENARIOS.items() for mode in sc.modes]
@@ -23,34 +24,34 @@ EXPECTED = {
     "healthy-tp1": None,
     "healthy-tp2": None,
     "healthy-tp4": None,
-    "s1-cpu": ("ValueError", LENGTH),
-    "s1-gpu": ("ValueError", GPU_GRIDS),
-    "s2-cpu": ("ValueError", LENGTH),
-    "s2-gpu": ("ValueError", GPU_GRIDS),
-    "s3-mixed-local": ("ValueError", "Kimi-K3 cannot mix local preprocessed and deferred images"),
-    "s4-cpu": ("ValueError", CPU_GRIDS),
+    "s1-cpu": ErrorInfo("ValueError", LENGTH),
+    "s1-gpu": ErrorInfo("ValueError", GPU_GRIDS),
+    "s2-cpu": ErrorInfo("ValueError", LENGTH),
+    "s2-gpu": ErrorInfo("ValueError", GPU_GRIDS),
+    "s3-mixed-local": ErrorInfo("ValueError", "Kimi-K3 cannot mix local preprocessed and deferred images"),
+    "s4-cpu": ErrorInfo("ValueError", CPU_GRIDS),
     "s4-gpu": None,
-    "s6-stacked": ("ValueError", LENGTH),
-    "s6-list": ("AttributeError", "'list' object has no attribute 'shape'"),
-    "s6-stacked-feature": (
+    "s6-stacked": ErrorInfo("ValueError", LENGTH),
+    "s6-list": ErrorInfo("AttributeError", "'list' object has no attribute 'shape'"),
+    "s6-stacked-feature": ErrorInfo(
         "ValueError",
         "multimodal feature tensors must have matching trailing shapes: "
         "expected torch.Size([3, 14, 14]), got torch.Size([2, 64, 3, 14, 14])",
     ),
-    "s8-t2": ("ValueError", GPU_GRIDS),
-    "s9-two-grids": (
+    "s8-t2": ErrorInfo("ValueError", GPU_GRIDS),
+    "s9-two-grids": ErrorInfo(
         "ValueError",
         "Kimi-K3 expects one vision grid per MultimodalDataItem; split aggregated "
         "encoder inputs before get_image_feature()",
     ),
     "s10-stale-eager": None,
-    "s11-two-channels": (
+    "s11-two-channels": ErrorInfo(
         "RuntimeError",
         "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 1",
     ),
-    "s11-cpu-two-channels": ("ValueError", "Unsupported Kimi-K3 image channel count: 512"),
+    "s11-cpu-two-channels": ErrorInfo("ValueError", "Unsupported Kimi-K3 image channel count: 512"),
     "s12-hwc": None,
-    "s13-zero-size": ("ZeroDivisionError", "division by zero"),
+    "s13-zero-size": ErrorInfo("ZeroDivisionError", "division by zero"),
 }
 
 
@@ -76,14 +77,14 @@ def test_scenario_outcome_and_exact_message(name, mode):
         assert verdict["outcome"] == "ok" and verdict["error"] is None
     else:
         assert verdict["outcome"] == "error"
-        assert (verdict["error"]["type"], verdict["error"]["message"]) == expected
-    assert (scenario.expected.type, scenario.expected.message) == (expected or (None, None))
+        assert verdict["error"] == expected.to_json()
+    assert scenario.expected.error == expected
     if scenario.expected.ranks is not None:
-        got = {
-            r["rank"]: (r["outcome"], r["error"] and r["error"]["type"], r["error"] and r["error"]["message"])
-            for r in verdict["ranks"]
+        got = {r["rank"]: (r["outcome"], r["error"]) for r in verdict["ranks"]}
+        assert got == {
+            rank: ("ok", None) if error is None else ("error", error.to_json())
+            for rank, error in scenario.expected.ranks.items()
         }
-        assert got == scenario.expected.ranks
     div = verdict["divergence"]
     assert div["scenario_class"] == scenario.scenario_class
     assert div["silent"] is scenario.expected.silent

@@ -84,16 +84,13 @@ def test_scenario_round_trip_gives_the_expected_verdict(manifests, name, redacte
     assert "the scenario's code" in verdict["release"]["note"]
     assert code == verdict["exit_code"] == (1 if expected.outcome == "error" else 3 if expected.silent else 0)
     assert verdict["outcome"] == expected.outcome
-    if expected.type is None:
-        assert verdict["error"] is None
-    else:
-        assert verdict["error"] == {"type": expected.type, "message": expected.message}
+    assert verdict["error"] == (None if expected.error is None else expected.error.to_json())
     assert [r["rank"] for r in verdict["ranks"]] == list(range(scenario.tp_size))
     if expected.ranks is not None:
         for rank in verdict["ranks"]:
-            outcome, type_, message = expected.ranks[rank["rank"]]
-            assert rank["outcome"] == outcome
-            assert rank["error"] == (None if type_ is None else {"type": type_, "message": message})
+            error = expected.ranks[rank["rank"]]
+            assert rank["outcome"] == ("ok" if error is None else "error")
+            assert rank["error"] == (None if error is None else error.to_json())
     assert verdict["divergence"]["scenario_class"] == expected.scenario_class
     assert verdict["divergence"]["silent"] == expected.silent
 

@@ -29,6 +29,7 @@ from kimi_viz.messages import MSG_LENGTH
 from kimi_viz.report.markdown import BUDGET, GITHUB_LIMIT, MAX_IMAGE_ROWS, md_text
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split.batch import RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.forward_context import ContextImage, ContextItem, ContextRequest, ForwardContext
 
 HOSTILE = "a|b<script>alert(1)</script>*x* _y_ [z](javascript:x) @someone #1 https://evil.example/p `t`"
@@ -160,7 +161,7 @@ def test_user_text_full_of_markdown_and_html_stays_text(tmp_path):
         item.label = f"{HOSTILE}\nline two"
     batch.note = HOSTILE
     batch.extra = {"odd|key": HOSTILE}
-    batch.recorded = RecordedOutcome("error", "ValueError", HOSTILE)
+    batch.recorded = RecordedOutcome("error", ErrorInfo("ValueError", HOSTILE))
     batch.created_by = HOSTILE
     manifest = write_manifest(batch, tmp_path / HOSTILE.replace("/", "_")[:40])
     result = triage(manifest, out_dir=tmp_path / "out")
@@ -225,7 +226,7 @@ def _s1_capture(tmp_path: Path, **extra) -> Path:
     """s1-cpu as the manifest a capture of rank 1 leaves on SGLang 0.5.18 (the lane's S1 capture)."""
     batch = SCENARIOS["s1-cpu"].build()
     batch.sglang_version, batch.attn_tp_rank = "0.5.18", 1
-    batch.recorded = RecordedOutcome("error", "ValueError", MSG_LENGTH)
+    batch.recorded = RecordedOutcome("error", ErrorInfo("ValueError", MSG_LENGTH))
     batch.created_by = "kimi-viz capture"
     return write_manifest(batch, tmp_path / "captures" / "s1-rank1", **extra)
 

@@ -198,7 +198,7 @@ def test_load_scenarios_give_what_they_state(name):
     expected = scenario.expected
     result = answer.replay
     assert answer.status.value == expected.status
-    assert answer.error == (None if expected.type is None else ErrorInfo(expected.type, expected.message))
+    assert answer.error == expected.error
     assert tuple(answer.failing_ranks) == expected.failing_ranks
     assert tuple(w for p in result.passes for w in p.warnings) == expected.warnings
     assert (answer.fixed_in.release if answer.fixed_in else None) == expected.fixed_in

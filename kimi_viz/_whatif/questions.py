@@ -27,7 +27,6 @@ from ..schedule.workload import Request, Workload
 from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
 from ..split._replay import replay
 from ..split.batch import Batch
-from ..split.cause import ErrorInfo
 from ..split.verdict import Status, build_verdict
 from .why import load_why, request_why
 
@@ -231,8 +230,8 @@ class ChatQuestion:
         """Return the request side's refusal, ``no-call``, or the workload's answer."""
         outcome, question, built = prepared
         if question is None:
-            error = outcome.error
-            errors = () if error is None else (ErrorInfo(error.type, error.message),)
+            error = outcome.error_info()
+            errors = () if error is None else (error,)
             status = Status.ERROR_REPRODUCED if errors else Status.NO_CALL
             stage = "request side" if errors else None
             return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)

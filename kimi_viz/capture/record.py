@@ -26,6 +26,7 @@ from .. import __version__
 from ..manifest import DTYPES, jsonable, write_manifest
 from ..releases import CodePath, PathSource
 from ..split.batch import DEFERRED_KEY, GRID_KEYS, Batch, Feature, Item, RecordedOutcome
+from ..split.cause import ErrorInfo
 from .context import context_from_call
 from .names import ENV_TP_RANK, ENV_TP_SIZE, TARGET_MODULE, log
 
@@ -204,7 +205,7 @@ def batch_from_call(
 ):
     """Return a :class:`~kimi_viz.split.batch.Batch` describing one ``get_image_feature(items)`` call.
 
-    ``batch.recorded`` is the call's outcome: ``RecordedOutcome("error", type(error).__name__, str(error))``
+    ``batch.recorded`` is the call's outcome: ``"error"`` with ``ErrorInfo(type(error).__name__, str(error))``
     when it raised ``error``, else ``RecordedOutcome("ok")`` (a passing call recorded with ``--all``).
     ``forward`` is the running ``get_embedding_and_mask`` the call was made in
     (:func:`~kimi_viz.capture.hook.running_forward`); ``batch.forward_context`` is what it tells
@@ -230,7 +231,9 @@ def batch_from_call(
         code_path=code_path,
         code_path_source=path_source,
         recorded=(
-            RecordedOutcome("ok") if error is None else RecordedOutcome("error", type(error).__name__, str(error))
+            RecordedOutcome("ok")
+            if error is None
+            else RecordedOutcome("error", ErrorInfo(type(error).__name__, str(error)))
         ),
         note=note,
         created_by=f"kimi-viz {__version__} capture",

@@ -187,7 +187,7 @@ def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     error = value.get("error")
     if error is None:
         return RecordedOutcome(value["outcome"])
-    return RecordedOutcome(value["outcome"], error["type"], error["message"])
+    return RecordedOutcome.from_json(value)
 
 
 def _forward_context(value: dict | None) -> ForwardContext | None:

@@ -93,7 +93,7 @@ def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "") -> str:
     if status is Status.NOT_REPRODUCED and verdict.recorded is not None:
         banner = (
             f'<div class="kv-banner" role="alert" id="kv-not-reproduced"><b>Not reproduced.</b> The capture '
-            f"recorded <code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>, but "
+            f"recorded <code>{escape(str(verdict.recorded.error))}</code>, but "
             f"this replay ({escape(verdict.release.label)}) raises nothing. "
             f"{escape(verdict.style.wording)}</div>"
         )
@@ -105,7 +105,7 @@ def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "") -> str:
     elif verdict.recorded_differs and verdict.recorded is not None:
         banner = (
             f'<div class="kv-banner" role="alert"><b>A different error.</b> The capture recorded '
-            f"<code>{escape(verdict.recorded.type)}: {escape(verdict.recorded.message)}</code>.</div>"
+            f"<code>{escape(str(verdict.recorded.error))}</code>.</div>"
         )
     div = verdict.divergence
     facts = []

@@ -159,11 +159,6 @@ class RequestOutcome:
         """Return what the request side raises as an :class:`~kimi_viz.split.cause.ErrorInfo`, or None."""
         return None if self.error is None else ErrorInfo(self.error.type, self.error.message)
 
-    def error_key(self) -> tuple[str, str] | None:
-        """Return ``(type, message)`` of what the request side raises, or None (the what-if's comparison key)."""
-        info = self.error_info()
-        return None if info is None else (info.type, info.message)
-
     def media_spans(self) -> list[MediaSpan]:
         """Return each image's block in the expanded prompt (empty when a check raised)."""
         if self.prompt is None:

@@ -36,6 +36,7 @@ from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_i
 from ..request.producer import eager_rows as producer_rows
 from ..split._replay import replay
 from ..split.batch import Batch, Feature, Item, ProcessorOutputForm
+from ..split.cause import ErrorInfo
 from ..split.classes import ScenarioClass
 from ..split.trace import Trace
 
@@ -45,25 +46,34 @@ class ExpectedOutcome:
     """What SGLang does with a scenario: ``ok`` or an exception, per rank when ranks differ."""
 
     outcome: str  # "ok" | "error"
-    type: str | None = None
-    message: str | None = None
-    ranks: dict[int, tuple[str, str | None, str | None]] | None = None  # rank -> (outcome, type, message)
+    error: ErrorInfo | None = None
+    ranks: dict[int, ErrorInfo | None] | None = None  # rank -> what it raises (None: the rank is ok)
     scenario_class: ScenarioClass = ScenarioClass.NONE
     silent: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scenario_class", ScenarioClass(self.scenario_class))
 
+    @property
+    def type(self) -> str | None:
+        """Return the exception's type name, or None when SGLang raises nothing."""
+        return None if self.error is None else self.error.type
+
+    @property
+    def message(self) -> str | None:
+        """Return the exception's exact message, or None when SGLang raises nothing."""
+        return None if self.error is None else self.error.message
+
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
         return {
             "outcome": self.outcome,
-            "error": None if self.type is None else {"type": self.type, "message": self.message},
+            "error": None if self.error is None else self.error.to_json(),
             "ranks": None
             if self.ranks is None
             else [
-                {"rank": r, "outcome": o, "error": None if t is None else {"type": t, "message": m}}
-                for r, (o, t, m) in sorted(self.ranks.items())
+                {"rank": r, "outcome": "ok" if e is None else "error", "error": None if e is None else e.to_json()}
+                for r, e in sorted(self.ranks.items())
             ],
             "scenario_class": self.scenario_class.value,
             "silent": self.silent,
@@ -271,11 +281,11 @@ def _s13() -> Batch:
 
 
 def _err(type_: str, message: str, cls: ScenarioClass) -> ExpectedOutcome:
-    return ExpectedOutcome("error", type_, message, scenario_class=cls)
+    return ExpectedOutcome("error", ErrorInfo(type_, message), scenario_class=cls)
 
 
 def _ok(cls: ScenarioClass = ScenarioClass.NONE, silent: bool = False, tp: int = 1) -> ExpectedOutcome:
-    return ExpectedOutcome("ok", ranks=dict.fromkeys(range(tp), ("ok", None, None)), scenario_class=cls, silent=silent)
+    return ExpectedOutcome("ok", ranks=dict.fromkeys(range(tp)), scenario_class=cls, silent=silent)
 
 
 def _healthy_scenario(tp: int) -> Scenario:
@@ -307,9 +317,8 @@ def _s1_scenario(backend: str, msg: str) -> Scenario:
         "pre-fix",
         ExpectedOutcome(
             "error",
-            "ValueError",
-            msg,
-            ranks={0: ("ok", None, None), 1: ("error", "ValueError", msg)},
+            ErrorInfo("ValueError", msg),
+            ranks={0: None, 1: ErrorInfo("ValueError", msg)},
             scenario_class=ScenarioClass.S1,
         ),
     )

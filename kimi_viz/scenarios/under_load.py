@@ -19,6 +19,7 @@ from ..request.images import as_request_image
 from ..request.settings import ServerSettings
 from ..schedule.workload import CacheSeed, Request, Workload
 from ..schedule.workload_replay import LoadSettings
+from ..split.cause import ErrorInfo
 from ..split.classes import ScenarioClass
 from ..split.verdict import Status
 
@@ -28,19 +29,28 @@ class LoadExpectation:
     """What SGLang does with a workload: the status, the exception, the failing ranks, the warnings, the fix."""
 
     status: Status
-    type: str | None = None
-    message: str | None = None
+    error: ErrorInfo | None = None
     failing_ranks: tuple[int, ...] = ()
     warnings: tuple[str, ...] = ()
     fixed_in: str | None = None
     calls: int | None = None  # get_image_feature calls over all passes
     passes: int | None = None
 
+    @property
+    def type(self) -> str | None:
+        """Return the exception's type name, or None when SGLang raises nothing."""
+        return None if self.error is None else self.error.type
+
+    @property
+    def message(self) -> str | None:
+        """Return the exception's exact message, or None when SGLang raises nothing."""
+        return None if self.error is None else self.error.message
+
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
         return {
             "status": self.status.value,
-            "error": None if self.type is None else {"type": self.type, "message": self.message},
+            "error": None if self.error is None else self.error.to_json(),
             "failing_ranks": list(self.failing_ranks),
             "warnings": list(self.warnings),
             "fixed_in": self.fixed_in,
@@ -125,7 +135,12 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "0.5.18",
         2,
         LoadExpectation(
-            Status.ERROR_REPRODUCED, "ValueError", MSG_GPU_WRONG_GRIDS, (1,), fixed_in="0.5.19", calls=1, passes=1
+            Status.ERROR_REPRODUCED,
+            ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
+            (1,),
+            fixed_in="0.5.19",
+            calls=1,
+            passes=1,
         ),
     ),
     LoadScenario(
@@ -154,8 +169,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         1,
         LoadExpectation(
             Status.ERROR_REPRODUCED,
-            "RuntimeError",
-            MSG_INSUFFICIENT.format(187, 120),
+            ErrorInfo("RuntimeError", MSG_INSUFFICIENT.format(187, 120)),
             warnings=(MSG_TOKEN_MISMATCH.format(187, 120),),
             fixed_in="0.5.19",
             calls=0,
@@ -173,7 +187,10 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "0.5.23",
         1,
         LoadExpectation(
-            Status.ERROR_REPRODUCED, "RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16]), calls=1, passes=1
+            Status.ERROR_REPRODUCED,
+            ErrorInfo("RuntimeError", MSG_SPLIT_SIZES.format(113, [112, 16])),
+            calls=1,
+            passes=1,
         ),
     ),
     LoadScenario(
@@ -188,8 +205,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         1,
         LoadExpectation(
             Status.ERROR_REPRODUCED,
-            "RuntimeError",
-            MSG_INSUFFICIENT.format(128, 113),
+            ErrorInfo("RuntimeError", MSG_INSUFFICIENT.format(128, 113)),
             warnings=(MSG_TOKEN_MISMATCH.format(128, 113),),
             calls=0,
             passes=1,

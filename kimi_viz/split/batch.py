@@ -118,21 +118,30 @@ class Item:
 
 @dataclass(frozen=True)
 class RecordedOutcome:
-    """What the captured call itself did: ``"ok"``, or ``"error"`` with SGLang's exception type and message."""
+    """What the captured call itself did: ``"ok"``, or ``"error"`` with the exception SGLang raised."""
 
     outcome: Literal["ok", "error"]
-    type: str | None = None
-    message: str | None = None
+    error: ErrorInfo | None = None
 
     @property
-    def error(self) -> ErrorInfo | None:
-        """Return the recorded exception as an :class:`~kimi_viz.split.cause.ErrorInfo`, or None when none was."""
-        return None if self.type is None else ErrorInfo(self.type, self.message or "")
+    def type(self) -> str | None:
+        """Return the recorded exception's type name, or None when none was recorded."""
+        return None if self.error is None else self.error.type
+
+    @property
+    def message(self) -> str | None:
+        """Return the recorded exception's message, or None when none was recorded."""
+        return None if self.error is None else self.error.message
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> RecordedOutcome:
+        """Return the outcome :meth:`to_json` wrote (``"error"`` absent or null: none recorded)."""
+        error = value.get("error")
+        return cls(value["outcome"], None if error is None else ErrorInfo(error["type"], error["message"]))
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"outcome", "error": {"type", "message"} | null}``."""
-        error = self.error
-        return {"outcome": self.outcome, "error": None if error is None else error.to_json()}
+        return {"outcome": self.outcome, "error": None if self.error is None else self.error.to_json()}
 
 
 @dataclass

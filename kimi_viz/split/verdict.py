@@ -270,12 +270,7 @@ class Verdict:
     def recorded_differs(self) -> bool:
         """Return True when the capture recorded an error other than the one this replay raises."""
         rec = self.recorded
-        return (
-            rec is not None
-            and rec.outcome == "error"
-            and self.error is not None
-            and (rec.type, rec.message) != (self.error.type, self.error.message)
-        )
+        return rec is not None and rec.outcome == "error" and self.error is not None and rec.error != self.error
 
     def identity(self, image: int | None) -> ImageIdentity | None:
         """Return the identity of global image ``image`` (None when out of range)."""
@@ -291,9 +286,7 @@ class Verdict:
             parts.append(f"{self.error.type}: {self.error.message}")
             parts.append(self.rank_summary)
         elif self.status is Status.NOT_REPRODUCED and self.recorded is not None:
-            parts.append(
-                f"the capture recorded {self.recorded.type}: {self.recorded.message}; this replay raises nothing"
-            )
+            parts.append(f"the capture recorded {self.recorded.error}; this replay raises nothing")
         elif self.status is Status.SILENT_MISMATCH:
             parts.append(f"{div.scenario_class}: nothing raised, but the rows or resolution are wrong")
         if who is not None and self.status is not Status.CLEAN:
@@ -425,7 +418,7 @@ def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
         rec = verdict.recorded
         lines.append(
             "recorded by the capture: "
-            + ("ok" if rec.outcome == "ok" else f"{rec.type}: {rec.message}")
+            + ("ok" if rec.outcome == "ok" else str(rec.error))
             + (" (differs from this replay's error)" if verdict.recorded_differs else "")
         )
     error = verdict.error

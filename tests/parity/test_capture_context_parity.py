@@ -38,6 +38,7 @@ from kimi_viz.manifest import read_manifest
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.request import deferred_item
 from kimi_viz.split.batch import Batch, RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.forward_context import ContextImage, ContextItem, ContextRequest, ForwardContext
 
 from .lane import module, real_items, real_model, record, release_patches
@@ -201,7 +202,7 @@ def test_the_context_of_a_call_made_by_the_real_forward_pass(release, tmp_path):
         [folder] = session.manifests
         batch = read_manifest(folder)
         failing += error is not None
-        want = RecordedOutcome("ok") if error is None else RecordedOutcome("error", "ValueError", ERROR)
+        want = RecordedOutcome("ok") if error is None else RecordedOutcome("error", ErrorInfo("ValueError", ERROR))
         if batch.recorded != want:
             problems.append(f"rank {rank}: recorded {batch.recorded}")
         if batch.forward_context != EXPECTED:

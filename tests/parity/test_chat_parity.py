@@ -237,12 +237,15 @@ def kit_request(body: dict, release: str, folder: Path, *, image_prompts: bool, 
 
 def compare(name: str, real, request, outcome) -> list[str]:
     """Return one line per disagreement between SGLang's outcome and the kit's."""
+    from kimi_viz.split.cause import ErrorInfo
+
     placeholders = outcome.rendered.placeholders
     if real[0] == "error":
-        ours = outcome.error_key()
-        return [] if ours == (real[1], real[2]) else [f"{name}: SGLang raised {real[1]}: {real[2]}; the kit {ours}"]
+        ours = outcome.error_info()
+        theirs = ErrorInfo(real[1], real[2])
+        return [] if ours == theirs else [f"{name}: SGLang raised {theirs}; the kit raised {ours or 'nothing'}"]
     if outcome.error is not None:
-        return [f"{name}: SGLang accepted the request, the kit raised {outcome.error_key()}"]
+        return [f"{name}: SGLang accepted the request, the kit raised {outcome.error_info()}"]
     pre = real[-1]
     found = []
     if pre.count(PAD) != placeholders:

@@ -30,6 +30,7 @@ from kimi_viz.messages import MSG_LENGTH
 from kimi_viz.repro import ReproCase, emit_repro
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split.batch import RecordedOutcome
+from kimi_viz.split.cause import ErrorInfo
 
 from .batches import random_batch
 from .lane import kit_outcomes, record
@@ -115,7 +116,7 @@ def _s1_capture(tmp_path: Path) -> tuple[Path, Path]:
     """Write s1-cpu as the manifest a capture of rank 1 leaves on 0.5.18, and its redacted copy; return both."""
     batch = SCENARIOS["s1-cpu"].build()
     batch.sglang_version, batch.attn_tp_rank = "0.5.18", 1
-    batch.recorded = RecordedOutcome("error", "ValueError", MSG_LENGTH)
+    batch.recorded = RecordedOutcome("error", ErrorInfo("ValueError", MSG_LENGTH))
     batch.created_by = "kimi-viz capture"
     return (
         write_manifest(batch, tmp_path / "captures" / "s1-rank1"),
