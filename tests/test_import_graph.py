@@ -68,6 +68,7 @@ DEFERRED_PLACES = {
     ("report/summary.py", "kimi_viz.plots.summary"): "matplotlib; a triage draws summary.png only with --out",
     ("request/producer.py", "kimi_viz.preprocess.pixels_torch"): f"the torch pixel path {_TORCH_AT_TOP}",
     ("request/producer.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the checkpoint pixel path {_TORCH_AT_TOP}",
+    ("manifest/read.py", "kimi_viz.preprocess.pixels_torch"): f"a gpu-backend image's CHW tensor; {_TORCH_AT_TOP}",
 }
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.

@@ -24,6 +24,8 @@ from .._explain import (
 )
 from ..errors import KimiVizError
 from ..files import file_kind
+from ..message_catalogue import STAGE_WHAT, release_span
+from ..messages import Stage
 from ..terminal import escape_value
 from . import emit
 
@@ -199,9 +201,6 @@ def _listed(known) -> dict:
 
 def _print_list(rows: list[dict]) -> None:
     """Print the messages grouped by stage, in pipeline order (the kit's own capture line last)."""
-    from ..message_catalogue import STAGE_WHAT, release_span
-    from ..messages import Stage
-
     what = {stage.value: f"{stage.number}. {stage.value}: {STAGE_WHAT[stage]}" for stage in Stage}
     table = [
         (

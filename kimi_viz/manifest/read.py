@@ -20,17 +20,14 @@ import stat
 import warnings
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover - the replay's types (and torch) load only once a manifest has passed
-    from ..split.batch import Batch, Feature, RecordedOutcome
-    from ..split.forward_context import ForwardContext
 
 from ..errors import ManifestError
 from ..files import file_kind
 from ..preprocess.config import MAX_RESIZED_SIDE
 from ..preprocess.limits import MAX_IMAGE_FILE_BYTES, decoded_bytes
 from ..releases import PathSource, as_code_path
+from ..split.batch import GRID_KEYS, Batch, Feature, Item, RecordedOutcome, scenario_named_by
+from ..split.forward_context import ForwardContext
 from .format import DTYPES, MANIFEST_NAME
 from .schema import ManifestWarning, parse_json, validate_manifest_json
 from .sources import (
@@ -149,8 +146,6 @@ def _check_payloads(obj: dict, source, max_elements: int, max_pixels: int, max_b
 
 def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixels: int) -> Feature:
     """Return one item's feature; its payload was checked by :func:`_check_payloads`."""
-    from ..split.batch import Feature
-
     kind = entry["kind"]
     if kind == "shape_only":
         return Feature.shape_only(entry["layout"], tuple(entry["shape"]), entry["dtype"])
@@ -180,8 +175,6 @@ def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixe
 
 def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     """Return ``source.recorded`` (validated by the schema) as a RecordedOutcome; None when absent or null."""
-    from ..split.batch import RecordedOutcome
-
     if value is None:
         return None
     error = value.get("error")
@@ -194,8 +187,6 @@ def _forward_context(value: dict | None) -> ForwardContext | None:
     """Return ``forward_context`` (validated by the schema and its checks) as a ForwardContext; None when absent."""
     if value is None:
         return None
-    from ..split.forward_context import ForwardContext
-
     return ForwardContext.from_json(value)
 
 
@@ -204,8 +195,6 @@ def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_byte
     _check_payloads(obj, source, max_elements, max_pixels, max_bytes)
     if not load:
         return None
-    from ..split.batch import GRID_KEYS, Batch, Item, scenario_named_by
-
     items = []
     for i, raw in enumerate(obj["items"]):
         where = f"items[{i}]"
@@ -275,8 +264,8 @@ def read_manifest(
 
     Raises ManifestError (naming the JSON path) for anything malformed or unsafe; unknown keys
     are reported with ``warnings.warn`` (:class:`ManifestWarning`). ``load=False`` runs every check
-    (JSON, schema, limits, payload headers) without loading any payload or importing the replay
-    and torch, and returns None (:func:`check_manifest`).
+    (JSON, schema, limits, payload headers) without loading any payload or importing torch, and
+    returns None (:func:`check_manifest`).
     """
     path = Path(path)
     try:
@@ -315,6 +304,6 @@ def read_manifest(
 def check_manifest(path: str | os.PathLike) -> None:
     """Run every check :func:`read_manifest` runs (JSON, schema, limits, payload headers) and load nothing.
 
-    Cheap: it imports neither the replay nor torch, so a command can refuse a bad manifest at once.
+    Cheap: it loads no payload and imports no torch, so a command can refuse a bad manifest at once.
     """
     read_manifest(path, load=False)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, scenarios
 from ..answer import Answer, Minimized, RequestReplay
 from ..errors import ArgumentError, OutputError
 from ..files import check_folder, prepare_folder, write_file
@@ -65,11 +65,9 @@ def _from_batch(
     name = scenario if scenario is not None else batch.scenario
     origin: dict[str, Any] = {"kind": "scenario" if name else "batch"}
     if name:
-        from ..scenarios import SCENARIOS
-
         origin["scenario"] = name
-        if name in SCENARIOS:
-            origin["title"] = SCENARIOS[name].title
+        if name in scenarios.SCENARIOS:  # the catalogue (and torch) loads here, on first use
+            origin["title"] = scenarios.SCENARIOS[name].title
     if batch.created_by:
         origin["created_by"] = batch.created_by
     if batch.sglang_version:
