@@ -73,7 +73,18 @@ DEFERRED_PLACES = {
 
 # Ground first. A name is a top-level module or sub-package of kimi_viz.
 LAYERS = [
-    {"_lazy", "errors", "messages", "message_catalogue", "releases", "devices", "data", "files", "terminal"},
+    {
+        "_lazy",
+        "errors",
+        "messages",
+        "message_catalogue",
+        "releases",
+        "devices",
+        "data",
+        "files",
+        "terminal",
+        "public_paths",
+    },
     {"preprocess"},
     {"encoder", "split"},
     {"request"},

@@ -9,7 +9,7 @@ workload (the forward pass around the call) when it records one; one ``<details>
 step trace and the environment (kit version, manifest name and SHA-256, SGLang version); and a
 last line saying which PNG to drag into the issue.
 
-Three rules hold for every body written here:
+Four rules hold for every body written here:
 
 - text that comes from a manifest or a log (file labels, notes, recorded messages, request ids) and
   the kit's own prose around it are escaped (:func:`md_text`: Markdown's punctuation, pipes included,
@@ -17,6 +17,10 @@ Three rules hold for every body written here:
   an issue reference) or put in code spans with a fence longer than any backtick run they hold
   (:func:`md_code`); control characters are shown as escapes, one line per value;
 - the only raw HTML is ``<details>`` and ``<summary>``;
+- no local path: the commands (replay it, the SGLang repro) name their paths as
+  :func:`~kimi_viz.public_paths.public_command` does (relative to the current folder below it, else
+  the name alone), and the environment's and the settings' values as
+  :func:`~kimi_viz.public_paths.public_text` does, so no absolute path, user or host name is pasted;
 - the body stays under GitHub's limit of :data:`GITHUB_LIMIT` characters: every value is capped, a
   batch of more than :data:`MAX_IMAGE_ROWS` images shows its flagged images and the first ones and
   says how many it leaves out (a table is never cut in the middle), and a body still over
@@ -29,6 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..public_paths import public_command, public_text
 from ..split.verdict import Status, image_sentence, release_lines
 from ..terminal import escape_value, safe_text
 from .rows import ImageLine, image_lines
@@ -266,9 +271,12 @@ def _settings(trace: Trace) -> list[str]:
     if batch.created_by:
         items.append(("recorded by", batch.created_by))
     out = ["## Server settings", ""]
-    out += [f"- {md_text(name)}: {md_text(value)}" for name, value in items]
+    out += [
+        f"- {md_text(name)}: {md_text(public_text(value) if isinstance(value, str) else value)}"
+        for name, value in items
+    ]
     if batch.note:
-        out += ["", f"Note: {md_text(batch.note, limit=MAX_PROSE)}"]
+        out += ["", f"Note: {md_text(public_text(batch.note), limit=MAX_PROSE)}"]
     return out
 
 
@@ -358,7 +366,8 @@ def issue_markdown(
     SGLang version, …); ``reproduce``: the command that replays it; ``repro``: the command that writes
     the standalone SGLang repro; ``figure``: the PNG to drag in (``None``: none written yet).
     """
-    env = dict(environment or {})
+    env = {name: public_text(value) if isinstance(value, str) else value for name, value in (environment or {}).items()}
+    reproduce, repro = public_command(reproduce), public_command(repro)
     text = ""
     # Each try is more compact; the last is bounded by the caps alone, far under the limit.
     for images, steps, block in ((MAX_IMAGE_ROWS, 2, MAX_BLOCK_LINES), (12, 1, 8), (3, 0, 0)):
