@@ -17,25 +17,8 @@ from . import __version__
 from .files import prepare_folder, write_file
 from .manifest import write_manifest
 from .report.page import badge_html, page_css
+from .scenarios import DEMO_SCENARIOS
 from .split.verdict import STATUS_STYLES, Verdict
-
-DEMO_SCENARIOS = (
-    "healthy-tp2",
-    "s1-cpu",
-    "s1-gpu",
-    "s2-cpu",
-    "s2-gpu",
-    "s3-mixed-local",
-    "s4-cpu",
-    "s4-gpu",
-    "s6-stacked",
-    "s8-t2",
-    "s9-two-grids",
-    "s10-stale-eager",
-    "s11-two-channels",
-    "s12-hwc",
-    "s13-zero-size",
-)
 
 
 def _say(message: str) -> None:

@@ -156,3 +156,16 @@ def test_a_shapes_whatif_with_its_under_load_hint_loads_no_torch(name, palette_p
     assert rc == 0, out
     assert "status: clean" in out and "under load: clean alone" in out and "Smallest failing pair" in out
     assert {lib for lib in ("torch", "matplotlib", "jsonschema") if loaded[lib]} == set()
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["image-with-hint", "together"])
+def test_a_shapes_whatif_loads_no_numpy_nor_torch(together):
+    """Image headers come from Pillow alone: neither the request side, the replay nor the hint needs numpy."""
+    images = ["coffee_palette_transparent.png"] if not together else ["chelsea.png", "astronaut_tiny_20x5.png"]
+    paths = [str(ROOT / "data" / "images" / name) for name in images]
+    rc, out, loaded, _ = _probe(
+        ["whatif", *paths, *(["--together"] if together else []), "--sglang-version", "0.5.18", "--tp", "2"]
+    )
+    assert rc == (1 if together else 0), out
+    assert ("status: error-reproduced" in out) if together else ("Smallest failing pair" in out)
+    assert {lib for lib in ("numpy", "torch", "matplotlib", "jsonschema") if loaded[lib]} == set()

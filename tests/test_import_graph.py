@@ -43,6 +43,13 @@ DEFERRED_PLACES = {
     # The CLI's sub-commands: `kimi-viz --help` imports every *_cmd.py, so each loads its verb when it runs.
     ("cli/*.py", "kimi_viz._triage"): "triage's verb: the replay, the verdict and the report",
     ("cli/*.py", "kimi_viz._whatif"): "whatif's verbs (and a load scenario's): the request sides and the replay",
+    ("cli/*.py", "kimi_viz._explain"): "explain's verb: the message catalogue and its patterns",
+    ("cli/*.py", "kimi_viz._demo"): "demo's verb: the replays, the reports and the gallery",
+    ("cli/*.py", "kimi_viz.manifest"): "triage's check and scenario run's writer: the reader imports the split's batch",
+    ("cli/*.py", "kimi_viz.split.verdict"): "scenario run's verdict: the trace, the divergence and the diagnosis",
+    ("cli/*.py", "kimi_viz.request.chat"): "whatif --chat's request reader: the chat template and its checks",
+    ("cli/*.py", "kimi_viz.schedule.workload"): "whatif --requests and --together: the workload reader",
+    ("cli/*.py", "kimi_viz.schedule.workload_replay"): "whatif's load options: the workload replay's settings",
     ("cli/*.py", "kimi_viz.repro"): "--emit-repro's writer, loaded only when a repro is asked for",
     ("cli/*.py", "kimi_viz.split._replay"): "scenario run's replay",
     ("cli/*.py", "kimi_viz.scenarios.catalogue"): f"the scenario catalogue {_TORCH_AT_TOP} (and Pillow)",

@@ -33,15 +33,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{escape_value(self.prog)}: error: {escape_value(message)}; {hint}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the top-level argument parser with every sub-command registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Return the top-level argument parser with every sub-command registered, or the sub-command ``only``.
+
+    A command line that starts with a sub-command's name parses the same with that sub-command alone
+    (:func:`main` builds it so, and imports no other sub-command's module); ``--help`` lists them all.
+    """
     parser = OneLineParser(
         prog="kimi-viz",
         description="Investigate how SGLang turns images into Kimi-K3 vision features.",
     )
     parser.add_argument("--version", action="version", version=f"kimi-viz {__version__}")
     subparsers = parser.add_subparsers(dest=COMMAND_DEST, metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else (only,):
         importlib.import_module(f"{__name__}.{name}_cmd").register(subparsers)
     return parser
 
@@ -64,7 +68,10 @@ def _one_line_warnings(command: str):
 def again(argv: list[str]) -> str:
     """Return the command that asks the same question again: as typed, without the options that write files."""
     kept, skip = [], False
-    for arg in argv:
+    for index, arg in enumerate(argv):
+        if arg == "--":  # every word after it is an operand (an image named like an option): kept as typed
+            kept += argv[index:]
+            break
         if skip:
             skip = False
         elif arg in ("--out", "--emit-repro"):
@@ -77,9 +84,10 @@ def again(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (0 ok, 1 reproduced error, 2 bad input, 3-5 triage verdicts)."""
     setup_streams()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: a command a report says to run again
+    typed = list(sys.argv[1:] if argv is None else argv)  # as typed: a command a report says to run again
+    parser = build_parser(typed[0] if typed and typed[0] in SUBCOMMANDS else None)
+    args = parser.parse_args(typed)
+    args.argv = typed
     command = getattr(args, COMMAND_DEST, None) or "?"
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._demo import DEMO_SCENARIOS, run_demo
 from ..files import check_folder
+from ..scenarios import DEMO_SCENARIOS
 from . import emit
 
 
@@ -30,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the demo and print where it is; return 0."""
+    from .._demo import run_demo
     from ..scenarios.catalogue import get_scenario
 
     check_folder(args.out, what="--out")

@@ -10,24 +10,17 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from .._explain import (
-    KNOWN_MESSAGES,
-    MAX_LINE,
-    MAX_LOG_BYTES,
-    LiveEvent,
-    LiveExplainer,
-    explain,
-    explain_stream,
-    format_explanations,
-)
 from ..errors import KimiVizError
 from ..files import file_kind
 from ..message_catalogue import STAGE_WHAT, release_span
 from ..messages import Stage
 from ..terminal import escape_value
 from . import emit
+
+if TYPE_CHECKING:
+    from .._explain import LiveEvent, LiveExplainer
 
 STDIN = "-"
 POLL_S = 0.2  # how often a followed file is checked for new lines, rotation and truncation
@@ -64,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _explain_file(name: str) -> list:
     """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed."""
+    from .._explain import MAX_LOG_BYTES, explain_stream
+
     shown = repr(escape_value(name))
     try:
         info = os.stat(name)
@@ -103,6 +98,8 @@ def _open_log(name: str) -> tuple[io.FileIO, os.stat_result]:
 
 def _follow_file(name: str, live: LiveExplainer, show: Callable[[list[LiveEvent]], None], shown: str) -> None:
     """Explain the file ``name`` from its start and as it grows, through rotation and truncation (tail -F)."""
+    from .._explain import MAX_LINE
+
     handle, info = _open_log(name)
     emit(f"kimi-viz explain: following {shown}; Ctrl-C ends it with a summary", err=True)
     try:
@@ -138,6 +135,8 @@ def _follow_file(name: str, live: LiveExplainer, show: Callable[[list[LiveEvent]
 
 def _follow_stream(stream: BinaryIO | TextIO, live: LiveExplainer, show: Callable[[list[LiveEvent]], None]) -> None:
     """Explain a stream (standard input) as its lines arrive, to its end."""
+    from .._explain import MAX_LINE
+
     read = getattr(stream, "read1", None) or stream.read
     while block := read(MAX_LINE):
         if isinstance(block, str):  # a text stream (e.g. a replaced sys.stdin)
@@ -148,6 +147,8 @@ def _follow_stream(stream: BinaryIO | TextIO, live: LiveExplainer, show: Callabl
 
 def _follow(args: argparse.Namespace) -> int:
     """Explain a live log until it ends or Ctrl-C, then print the summary; return 0 when something was found."""
+    from .._explain import LiveExplainer
+
     if args.text or args.file:
         raise KimiVizError("--follow reads a live log; pass the file as --follow LOG, without TEXT or --file")
     live = LiveExplainer()
@@ -175,6 +176,8 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def _find(args: argparse.Namespace) -> list:
+    from .._explain import explain, explain_stream
+
     if args.text:
         return explain(" ".join(args.text))
     if args.file:
@@ -224,6 +227,8 @@ def _print_list(rows: list[dict]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print what the known messages in the text mean; return 0 when one was found, else 1."""
+    from .._explain import KNOWN_MESSAGES, format_explanations
+
     if args.list:
         rows = [_listed(known) for known in KNOWN_MESSAGES]
         if args.json:

@@ -8,10 +8,8 @@ import sys
 
 from ..errors import ScenarioError
 from ..files import check_output
-from ..manifest import write_manifest
 from ..releases import CODE_PATHS
 from ..request.settings import MODES
-from ..split.verdict import build_verdict, format_verdict
 from . import again, emit
 
 
@@ -150,9 +148,11 @@ def _run_load(args: argparse.Namespace) -> int:
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
+    from ..manifest import write_manifest
     from ..scenarios.catalogue import get_scenario
     from ..scenarios.under_load import LOAD_SCENARIOS
     from ..split._replay import replay
+    from ..split.verdict import build_verdict, format_verdict
 
     if str(args.name).strip().lower() in LOAD_SCENARIOS:
         return _run_load(args)

@@ -13,7 +13,6 @@ import os
 from ..devices import DEVICES
 from ..errors import ArgumentError
 from ..files import check_folder
-from ..manifest import check_manifest
 from ..releases import CODE_PATHS
 from ..request.settings import MODES
 from . import emit
@@ -147,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     """Triage the manifest; return the verdict's exit code (0 clean, 1 error reproduced, 3, 4 or 5)."""
     output = _output_format(args)
     _check_outputs(args)
+    from ..manifest import check_manifest
+
     check_manifest(args.manifest)  # every check, before the replay and torch are imported: a bad manifest fails fast
     from .._triage import triage
 

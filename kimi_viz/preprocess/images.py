@@ -29,15 +29,15 @@ import os
 import re
 import stat
 import struct
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import (
@@ -51,6 +51,9 @@ from ..errors import (
 )
 from ..files import file_kind
 from .limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_IMAGE_FILE_BYTES, decoded_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Exceptions Pillow's format plugins raise on damaged data (beyond its own OSError/SyntaxError): the one list.
 DECODE_ERRORS: tuple[type[BaseException], ...] = (
@@ -119,7 +122,7 @@ def load_image(
         image, source = _open_bytes(bytes(src), "<bytes>", max_pixels, max_bytes), "<bytes>"
     elif isinstance(src, Image.Image):
         image, source = _from_pil(src, max_pixels), "<PIL.Image>"
-    elif isinstance(src, np.ndarray):
+    elif _is_numpy_array(src):
         image, source = _from_numpy(src, max_pixels), "<numpy>"
     elif _is_torch_tensor(src):
         image, source = _from_torch(src, max_pixels), "<torch>"
@@ -396,6 +399,8 @@ def _from_pil(image: Image.Image, max_pixels: int) -> Image.Image:
 
 def _array_to_pil(array: np.ndarray, source: str, max_pixels: int) -> Image.Image:
     """Return a PIL image from a uint8 (H, W) or (H, W, C) array."""
+    import numpy as np
+
     if array.dtype.kind == "f":
         raise UnsupportedImageError(
             f"{source}: float arrays ({array.dtype}) are not images the processor receives; "
@@ -419,6 +424,12 @@ def _array_to_pil(array: np.ndarray, source: str, max_pixels: int) -> Image.Imag
 
 def _from_numpy(array: np.ndarray, max_pixels: int) -> Image.Image:
     return _array_to_pil(array, "<numpy>", max_pixels)
+
+
+def _is_numpy_array(obj: Any) -> bool:
+    """Return True for a numpy array, without importing numpy: an array exists only once numpy is loaded."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(obj, numpy.ndarray)
 
 
 def _is_torch_tensor(obj: Any) -> bool:
@@ -487,6 +498,8 @@ def sixteen_bit_to_l(image: Image.Image) -> Image.Image:
 
     A band of rows at a time: memory beyond the source and the result stays a few MiB.
     """
+    import numpy as np
+
     width, height = image.size
     out = Image.new("L", (width, height))
     rows = max(1, _SIXTEEN_BIT_BAND_PIXELS // max(1, width))

@@ -23,5 +23,24 @@ _EXPORTS = {
     "get_load_scenario": "under_load",
 }
 
+# The scenarios the demo tours (``kimi-viz demo``): here, beside nothing heavy, so the CLI's parser can show them.
+DEMO_SCENARIOS = (
+    "healthy-tp2",
+    "s1-cpu",
+    "s1-gpu",
+    "s2-cpu",
+    "s2-gpu",
+    "s3-mixed-local",
+    "s4-cpu",
+    "s4-gpu",
+    "s6-stacked",
+    "s8-t2",
+    "s9-two-grids",
+    "s10-stale-eager",
+    "s11-two-channels",
+    "s12-hwc",
+    "s13-zero-size",
+)
+
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
