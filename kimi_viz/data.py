@@ -43,6 +43,30 @@ def sample_images() -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
+# Each sample image's (width, height), as its header gives it: the under-load hint orders the samples by pixels
+# without opening every file, and opens only the partners it tries (tests/test_whatif_load.py holds this to
+# the files; a file whose header disagrees, or one not listed, is opened to be placed).
+SAMPLE_IMAGE_SIZES = {
+    "astronaut.png": (512, 512),
+    "astronaut_tiny_20x5.png": (20, 5),
+    "camera.png": (512, 512),
+    "camera_vignette_la.png": (512, 512),
+    "chelsea.png": (451, 300),
+    "chelsea_exif_orientation6.jpg": (451, 300),
+    "coffee.png": (600, 400),
+    "coffee_cmyk.jpg": (600, 400),
+    "coffee_palette_transparent.png": (600, 400),
+    "horse.png": (400, 328),
+    "hubble_deep_field.jpg": (1000, 872),
+    "hubble_panorama_8000x100.jpg": (8000, 100),
+    "microaneurysms.png": (102, 102),
+    "retina.jpg": (1411, 1411),
+    "rocket.jpg": (640, 427),
+    "rocket_4200x3150.jpg": (4200, 3150),
+    "text.png": (448, 172),
+}
+
+
 def sample_path(name: str) -> Path:
     """Return the path of one sample image by file name (e.g. ``"horse.png"``)."""
     path = images_dir() / name

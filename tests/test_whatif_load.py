@@ -246,3 +246,42 @@ def test_an_empty_workload_is_refused():
     with pytest.raises(WhatIfError, match="0.5.99"):
         sweep_pairs(["chelsea.png", "rocket.jpg"], releases=("0.5.99",))
     assert LoadSettings().flags().startswith("--chunked-prefill-size 8192")
+
+
+def test_the_sample_size_table_matches_every_sample_header():
+    from kimi_viz.data import SAMPLE_IMAGE_SIZES, sample_images
+    from kimi_viz.request.images import probe_image
+
+    headers = {path.name: probe_image(path).size for path in sample_images()}
+    assert headers == SAMPLE_IMAGE_SIZES
+
+
+@pytest.mark.parametrize(
+    "image, version, tp",
+    [
+        ("rocket.jpg", "0.5.18", 2),
+        ("astronaut_tiny_20x5.png", "0.5.18", 2),  # its own image is no partner: the next smallest is tried
+        ("microaneurysms.png", "0.5.18", 4),
+        ("text.png", "0.5.17", 2),
+    ],
+)
+def test_the_hint_opens_samples_lazily_and_answers_as_opening_them_all(image, version, tp, monkeypatch):
+    import kimi_viz._whatif.hint as hint_module
+    from kimi_viz.data import sample_images
+
+    question = RequestQuestion((as_request_image(image),), ServerSettings())
+    release = RELEASES[version]
+
+    def seen(hint):
+        return None if hint is None else (hint.partner, hint.tried, hint.command, hint.answer.error)
+
+    everything = seen(pair_hint(question, release, tp, candidates=sample_images()))
+    opened = []
+    probe = hint_module.probe_image
+    monkeypatch.setattr(hint_module, "probe_image", lambda src, **kw: opened.append(src) or probe(src, **kw))
+    assert seen(pair_hint(question, release, tp)) == everything
+    if everything is not None:
+        assert len(opened) <= everything[1] + 1  # the partners tried (and the request's own image, skipped)
+    stale = dict(hint_module.SAMPLE_IMAGE_SIZES, **{"astronaut_tiny_20x5.png": (5000, 5000), "text.png": (1, 1)})
+    monkeypatch.setattr(hint_module, "SAMPLE_IMAGE_SIZES", stale)
+    assert seen(pair_hint(question, release, tp)) == everything  # a stale table: every header is read instead
