@@ -5,7 +5,8 @@ source walk takes them as on the path."""
 from __future__ import annotations
 
 import pytest
-from parity.catalogue_check import SCANNED, Found, classify
+from parity.call_graph import ENTRIES
+from parity.catalogue_check import Found, classify
 
 from kimi_viz._explain import explain, format_explanations
 from kimi_viz.message_catalogue import release_span
@@ -133,11 +134,12 @@ def test_the_metadata_numbers_that_are_no_shapes_are_said_so():
 
 
 def test_the_lane_walks_the_tokenizer_manager_and_takes_the_new_sites_as_on_the_path():
-    assert "managers/tokenizer_manager.py" in SCANNED
+    assert "managers/tokenizer_manager.py" in {entry.file for entry in ENTRIES}
     tm = "managers/tokenizer_manager.py"
     refusal = "The encoder did not return multimodal embeddings. The request was not run locally in language-only mode."
     assert classify(Found(tm, "_reject_missing_dispatched_encoder_embedding", "HTTPException", refusal, 1)) is None
-    assert classify(Found(tm, "TokenizerManager.generate_request", "ValueError", "beam search is off", 1))
+    beam = Found(tm, "TokenizerManager.generate_request", "ValueError", "beam search is off", 1, reached=False)
+    assert classify(beam)  # the model-agnostic request handling: no call path from the entry points
     base = "multimodal/processors/base_processor.py"
     expand = "BaseMultimodalProcessor._expand_input_ids"
     assert classify(Found(base, expand, "ValueError", "placeholder_token_id is not set for this processor", 1)) is None

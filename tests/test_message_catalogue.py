@@ -275,3 +275,86 @@ def test_the_source_check_reports_a_gap_a_wrong_range_and_a_stale_claim(tmp_path
         "t", "torch text", Stage.SPLICE, (replace(site("RuntimeError"), function="nowhere"),), origin="torch"
     )
     assert "no such function" in check([*catalogue, torch_site], files, found, here, defined).not_in_sources[0]
+
+
+# --- the lane's call graph, on a planted source tree -------------------------------------------------------
+GRAPH = {
+    "multimodal/processors/base.py": """
+class Base:
+    def __init__(self, proc):
+        self._proc = proc
+    def load(self):
+        return self.process()
+    def process(self):
+        raise ValueError("base process")
+    def unused(self):
+        raise ValueError("never called")
+""",
+    "multimodal/processors/kimi_k3.py": """
+from .base import Base
+from ..helpers import check as checked
+from .. import helpers
+
+class Wrapper:
+    def __call__(self, images):
+        helpers.deep(images)
+
+class KimiK3ImageProcessor(Base):
+    def __init__(self, proc):
+        super().__init__(proc)
+        self._wrapper = Wrapper()
+    async def process_mm_data_async(self, images):
+        checked(images)
+        return self.load()
+    def process(self):
+        self._wrapper(1)
+        return super().process()
+""",
+    "multimodal/helpers.py": """
+def check(images):
+    def inner():
+        raise ValueError("nested")
+    return inner
+def deep(images):
+    raise ValueError("deep")
+def other():
+    raise ValueError("other")
+""",
+    "managers/tokenizer_manager.py": """
+from sglang.srt.multimodal.helpers import other
+class TokenizerManager:
+    async def _tokenize_one_request(self, obj):
+        if obj.plain:
+            raise ValueError("text only")
+        if should_run_mm_processor:
+            raise ValueError("mm branch")
+""",
+}
+
+
+def test_the_call_graph_follows_self_super_imports_constructors_and_branches(tmp_path):
+    from parity.call_graph import reach
+
+    srt = tmp_path / "sglang" / "srt"
+    for rel, text in GRAPH.items():
+        (srt / rel).parent.mkdir(parents=True, exist_ok=True)
+        (srt / rel).write_text(textwrap.dedent(text))
+    graph = reach(srt)
+    assert {(e.file, e.function) for e in graph.entries} == {
+        ("multimodal/processors/kimi_k3.py", "KimiK3ImageProcessor.process_mm_data_async"),
+        ("managers/tokenizer_manager.py", "TokenizerManager._tokenize_one_request"),
+    }
+    functions = {f"{file}:{name}" for file, name in graph.functions}
+    assert {
+        "multimodal/processors/base.py:Base.load",  # self.load() in the base class
+        "multimodal/processors/kimi_k3.py:KimiK3ImageProcessor.process",  # the override, reached from the base
+        "multimodal/processors/base.py:Base.process",  # super().process()
+        "multimodal/helpers.py:check",  # from .. import check as checked
+        "multimodal/helpers.py:check.inner",  # a nested function handed on
+        "multimodal/processors/kimi_k3.py:Wrapper.__call__",  # self._wrapper(...), bound to Wrapper() in __init__
+        "multimodal/helpers.py:deep",  # helpers.deep(...)
+    } <= functions
+    assert not {"multimodal/processors/base.py:Base.unused", "multimodal/helpers.py:other"} & functions
+    files, found = extract(srt)
+    on_path = {f.template for f in found if classify(f) is None}
+    assert on_path == {"base process", "nested", "deep", "mm branch"}  # "text only" is outside the mm branch

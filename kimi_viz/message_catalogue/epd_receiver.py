@@ -9,6 +9,7 @@ from ._common import BASE, COMMON, ENCODE_RECEIVER, K3, RECEIVE_FAILS, RECEIVER,
 
 VALIDATE = "BaseMultimodalProcessor._validate_precomputed_embedding_layout"
 PART = "_validate_embedding_part"
+URL_DATA = "MMReceiverBase._extract_url_data"
 REQUEST_FAILS = "The language server fails the request with the encoder's error; it does not encode the images locally."
 NOT_DELIVERED = (
     "The request gets no embedding: the language server fails it ('The encoder did not return multimodal "
@@ -399,9 +400,13 @@ MESSAGES: tuple[Message, ...] = (
         "epd-content-hash-count",
         "mm_content_hashes has {} entries for {} images",
         Stage.EPD,
-        _both("MMReceiverBase._extract_url_data", "MMReceiverBase._extract_url_data", "ValueError", since="0.5.18"),
+        (
+            *_both(URL_DATA, URL_DATA, "ValueError", since="0.5.18"),
+            site(TOKENIZER_MANAGER, "TokenizerManager._normalize_mm_content_hashes", "ValueError", "0.5.18-0.5.23"),
+        ),
         fields=("hashes:n", "images:n"),
-        meaning="The request's mm_content_hashes has another length than the images it sends to the encoder.",
+        meaning="The request's mm_content_hashes has another length than its images: the tokenizer manager checks "
+        "it for every request with images, the EPD receiver again before it sends the images to the encoder.",
         after=REFUSED,
     ),
     Message(
@@ -423,5 +428,26 @@ MESSAGES: tuple[Message, ...] = (
         "deliver. The language server has no vision tower to fall back on; the encode server's log holds the "
         "cause (look for the request id there).",
         after="The request fails with HTTP 503 (Service Unavailable); the server goes on.",
+    ),
+    Message(
+        "epd-dispatch-batch",
+        "Batch request (batch_size={}) is not supported in EPD disaggregation mode; skipping encoder dispatch.",
+        Stage.EPD,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._should_dispatch_to_encoder", "warning", "0.5.17-0.5.23"),),
+        fields=("batch_size:n",),
+        meaning="A batch of prompts with images reached a language-only server with adaptive dispatch: the "
+        "encode server is not asked for its images.",
+        after="Logged, not raised: the request is not dispatched to the encoder; the language server processes its "
+        "images locally where its transfer mode allows, else the request waits for an embedding that never comes.",
+    ),
+    Message(
+        "epd-local-fallback",
+        "Encoder embedding not available, falling back to local mm processing",
+        Stage.EPD,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._tokenize_one_request", "warning", "0.5.17-0.5.23"),),
+        meaning="A language-only server (zmq_to_tokenizer transfer) received no embedding for the request from "
+        "the encode server and runs the Kimi processor on its images itself.",
+        after="Logged, not raised: the request goes on with features the language server's own processor made "
+        "(needs a vision tower on that server).",
     ),
 )

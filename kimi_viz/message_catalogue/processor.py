@@ -316,4 +316,14 @@ MESSAGES: tuple[Message, ...] = (
         "hashes: the preprocessing is not deterministic, or the cache key misses part of the config.",
         after=REFUSED,
     ),
+    Message(
+        "identity-decode",
+        "Could not decode image: {}",
+        Stage.PROCESSOR,
+        (site("multimodal/cache/identity.py", "_snapshot_pil", "ValueError", "0.5.19-0.5.23"),),
+        fields=("error",),
+        meaning="The preprocess cache could not decode the image's bytes to compute its content identity (a "
+        "truncated or unsupported image file); the decoder's error follows.",
+        after=REFUSED,
+    ),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import messages as m
 from ..messages import Message, Stage
-from ._common import BASE, COMMON, K3, K25, REFUSED, site
+from ._common import BASE, COMMON, K3, K25, REFUSED, TOKENIZER_MANAGER, site
 
 EXPAND = "BaseMultimodalProcessor._expand_input_ids"
 COMBINE = "BaseMultimodalProcessor.process_and_combine_mm_data"
@@ -254,5 +254,34 @@ MESSAGES: tuple[Message, ...] = (
         "and the processor's re-tokenized prompt is used instead. " + NOT_KIMI_K3,
         after="Logged, not raised: the request goes on with the decoded and re-tokenized prompt, whose length "
         "can differ from the ids the client sent (token drift).",
+    ),
+    Message(
+        "language-model-only",
+        "Multimodal inputs are not supported when --language-model-only is set; the encoder is not loaded. "
+        "Restart without the flag.",
+        Stage.REQUEST,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._tokenize_one_request", "ValueError", "0.5.18-0.5.23"),),
+        meaning="The server runs the Kimi language model only (--language-model-only): it has no vision tower, "
+        "so a request with images is refused before any image is loaded.",
+        after=REFUSED,
+    ),
+    Message(
+        "content-hashes-conflict",
+        "Conflicting content hashes for image_data[{}]",
+        Stage.REQUEST,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._normalize_mm_content_hashes", "ValueError", "0.5.18-0.5.23"),),
+        fields=("index:n",),
+        meaning="The request gives this image two different content hashes (one in the image part, one in "
+        "mm_content_hashes); the preprocess cache could not tell which image it is.",
+        after=REFUSED,
+    ),
+    Message(
+        "caller-hash-malformed",
+        "Ignoring malformed mm_hashes entry {}; this item will fall back to hash_feature().",
+        Stage.REQUEST,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._tokenize_one_request", "warning", "0.5.17-0.5.23"),),
+        fields=("hash",),
+        meaning="A caller-supplied mm_hashes entry is not a hexadecimal number; SGLang hashes that image itself.",
+        after="Logged, not raised: the request goes on; the image's cache key is computed from its features.",
     ),
 )

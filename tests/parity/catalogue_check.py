@@ -2,7 +2,7 @@
 check of :data:`kimi_viz.message_catalogue.CATALOGUE` against them.
 
 No SGLang import: the walk parses the installed release's source files (``find_spec("sglang")``
-locates them), so it also runs on a tree written by a test.
+locates them), so it also runs on a tree written by a test or an unpacked wheel.
 
 What counts as a message (:func:`extract`):
 
@@ -23,53 +23,30 @@ followed (``=`` and ``+=``); a conditional expression or a name bound in several
 message per alternative. A message with no literal letter or digit has no template (a re-raise, a
 forwarded error string): nothing to recognise in a log.
 
-Which messages are on the path (:func:`classify`): a message is ON the Kimi vision path unless a rule
-in :data:`OFF_PATH` (or the kind rule) says otherwise, so a function a new release adds in a scanned
-file shows up as a missing message, never as a silent gap. The rules take out, each with its reason:
-progress logs (``info``, ``debug``); messages without literal text; startup-only code (the vision
-tower's construction, weight mapping, kernel precompile, the processor's constructor); code the Kimi
-processors and models never reach (the base class's get_mm_data prompt building, frame
-estimates, the artifact cache's abstract methods, token-pair padding, the LLaVA helpers); the Kimi
-language model; the tokenizer manager's model-agnostic request handling (only the EPD language-only
-refusal is scanned as on the path); shared-memory and buffer housekeeping;
-and, in the model-agnostic EPD encoder, everything but the image features themselves: the control
-plane (bootstrap, registration, health, launch, the DP dispatcher), transport plumbing (sockets,
-Mooncake pools and memory registration, gRPC / HTTP wrappers), the encode API's request-format
-checks, and the audio / video paths.
+Which messages are on the path (:func:`classify`) follows calls, not a list of files:
+:func:`call_graph.reach` builds the release's static call graph from the Kimi entry points (the request
+side's processors, the tokenizer manager's multimodal branch, the forward pass, the models'
+``get_image_feature``, the EPD encoder and receiver; see :data:`call_graph.ENTRIES` and what the graph
+skips), and a message is ON the path when the function emitting it is reached. The files walked are those
+the graph reaches (and the catalogue's own, so a catalogued site off the graph still counts as present).
+The rules of :data:`OFF_PATH` then take out, each with its reason, what a Kimi request reaches but is not
+about its images: progress logs (``info``, ``debug``); messages without literal text; infrastructure every
+request shares (configuration, addresses, custom ops, tracing, IPC plumbing); other models', modalities'
+and hardware's helpers reached through shared code (the EPD preprocessor's video path, NPU patches);
+bookkeeping that leaves the features unchanged (the EPD global embedding cache, the feature transport's
+pools, the preprocess cache's keys); and, in the model-agnostic EPD encoder, the control plane, transport
+plumbing, the encode API's request-format checks and the audio / video paths.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-# The files read, relative to sglang/srt (only those a release has). The EPD encoder lived in
-# disaggregation/encode_{server,receiver,grpc_server}.py up to 0.5.18 and in disaggregation/encoder/ since.
-SCANNED = (
-    "multimodal/processors/kimi_k3.py",
-    "multimodal/processors/kimi_k25.py",
-    "multimodal/processors/kimi_common.py",
-    "multimodal/processors/base_processor.py",
-    "multimodal/media_artifacts/base.py",
-    "multimodal/media_artifacts/kimi_k3.py",
-    "models/kimi_k3.py",
-    "models/kimi_k25.py",
-    "models/kimi_k3_vl.py",
-    "multimodal/mm_utils.py",
-    "multimodal/kimi_k3_image_processing.py",
-    "multimodal/encoder_preprocessing.py",
-    "managers/mm_schedule.py",
-    "managers/mm_utils.py",
-    "disaggregation/encode_server.py",
-    "disaggregation/encode_receiver.py",
-    "disaggregation/encode_grpc_server.py",
-    "managers/tokenizer_manager.py",
-)
-SCANNED_FOLDERS = ("disaggregation/encoder",)
+from .call_graph import reach
 
 LOG_LEVELS = {
     "debug": "debug",
@@ -97,6 +74,7 @@ class Found:
     kind: str  # the exception class, or the log level (warnings.warn: UserWarning)
     template: str | None  # literal text with {} for each formatted part; None when there is none
     line: int
+    reached: bool | None = None  # on a call path from the Kimi entry points (None: not walked)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -401,18 +379,6 @@ def extract_source(text: str, file: str) -> list[Found]:
     return sorted(walker.found, key=lambda f: (f.line, f.kind, f.template or ""))
 
 
-def scanned_files(srt: Path) -> list[str]:
-    """Return the scanned files a release has, relative to its ``sglang/srt`` folder ``srt``."""
-    files = [rel for rel in SCANNED if (srt / rel).is_file()]
-    for folder in SCANNED_FOLDERS:
-        base = srt / folder
-        if base.is_dir():
-            files.extend(
-                str(path.relative_to(srt)).replace(os.sep, "/") for path in sorted(base.rglob("*.py")) if path.is_file()
-            )
-    return files
-
-
 def defined_functions(srt: Path, files: list[str]) -> set[tuple[str, str]]:
     """Return (file, qualified name) of every function and method the files define."""
     out: set[tuple[str, str]] = set()
@@ -432,12 +398,19 @@ def defined_functions(srt: Path, files: list[str]) -> set[tuple[str, str]]:
     return out
 
 
-def extract(srt: Path) -> tuple[list[str], list[Found]]:
-    """Return the files walked and every message site in them, for the release whose sglang/srt is ``srt``."""
-    files = scanned_files(srt)
+def extract(srt: Path, also: Iterable[str] = ()) -> tuple[list[str], list[Found]]:
+    """Return the files walked and every message site in them, for the release whose sglang/srt is ``srt``.
+
+    The files are those holding a function the Kimi entry points reach (:func:`call_graph.reach`), and the
+    ones of ``also`` the release has (the catalogue's own files, so a catalogued site off the graph is still
+    seen); each site says whether its function is reached.
+    """
+    graph = reach(srt)
+    files = sorted(set(graph.files) | {rel for rel in also if (srt / rel).is_file()})
     found: list[Found] = []
     for rel in files:
-        found.extend(extract_source((srt / rel).read_text(encoding="utf-8"), rel))
+        for site in extract_source((srt / rel).read_text(encoding="utf-8"), rel):
+            found.append(replace(site, reached=graph.reached(site.file, site.function, site.line)))
     return files, found
 
 
@@ -446,53 +419,37 @@ def extract(srt: Path) -> tuple[list[str], list[Found]]:
 # --------------------------------------------------------------------------------------------------
 _EPD = r"disaggregation/(encode_server|encode_receiver|encode_grpc_server|encoder/[a-z_]+)\.py"
 # (file, function, text or None, reason): a message matching all three is not on the path. First match wins.
-OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
-    # --- startup, not a request --------------------------------------------------------------------
+OFF_PATH: tuple[tuple[str, str | None, str | None, str], ...] = (
+    # --- reached, but not about the images: startup and settings ------------------------------------------
     (
-        r"multimodal/processors/base_processor\.py",
-        r"BaseMultimodalProcessor\.__init__",
+        r"multimodal/kimi_k3_vit_cuda_graph_runner\.py",
+        r"KimiK3ViTCudaGraphRunner\.__init__",
         None,
-        "startup: the processor's constructor, once per tokenizer worker",
+        "startup: the ViT CUDA-graph runner's settings, checked once when it is built",
     ),
     (
-        r"models/kimi_k3_vl\.py",
-        r".*__init__|_make_norm",
+        r"runtime_context\.py|utils/(network|custom_op|common)\.py|(utils/)?cuda_vmm_utils\.py|distributed/parallel_state\.py"
+        r"|observability/.*|model_executor/runner_utils/pool\.py|layers/moe/.*",
         None,
-        "startup: the vision tower's construction",
+        None,
+        "infrastructure every request shares: configuration lookups, addresses, custom-op registration, parallel "
+        "groups, tracing, graph pools, a kernel dispatcher's other ops (a misconfigured server, not the images)",
     ),
     (
-        r"models/kimi_k25\.py",
-        r".*\.__init__",
+        r"managers/io_struct\.py|managers/schedule_batch\.py|multimodal/modality\.py",
+        r"_maybe_wrap_pickle|get_return_hidden_states_mode|Modality\.from_str|MultimodalDataItem\.set_identity",
         None,
-        "startup: the K2.5 vision tower's construction",
+        "request-object plumbing: IPC serialisation, the hidden-states flag, modality names and identity bytes "
+        "SGLang writes itself",
     ),
+    # --- reached, but other models, modalities or hardware --------------------------------------------------
     (
-        r"models/kimi_k(3|25)\.py",
-        r".*load_weights.*|.*post_load_weights|.*precompile_kernels_after_loading",
+        r"multimodal/processors/(glm4v|qwen_vl)\.py",
         None,
-        "startup: weight loading and kernel precompile",
-    ),
-    (r"managers/mm_utils\.py", r"init_feature_buffer", None, "startup: the GPU feature buffer"),
-    # --- code a Kimi request never reaches ---------------------------------------------------------
-    (r"models/kimi_k3\.py", r"(?!KimiK3ForConditionalGeneration\.).*", None, "the Kimi-K3 language model"),
-    (
-        r"models/kimi_k3\.py",
-        r"KimiK3ForConditionalGeneration\.(?!get_image_feature|preprocess_mm_for_encoder).*",
         None,
-        "Kimi-K3 language-model accessors and speculative capture",
+        "other models' video helpers, reached through the EPD preprocessor's video path; Kimi EPD traffic is images",
     ),
-    (
-        r"models/kimi_k25\.py",
-        r"KimiK25ForConditionalGeneration\.(?!get_image_feature).*|(?!KimiK25|Learnable|Rope2D|MoonVi).*",
-        None,
-        "Kimi-K2.5 language-model accessors and speculative capture",
-    ),
-    (
-        r"multimodal/processors/base_processor\.py",
-        r"BaseMultimodalProcessor\.build_input_ids",
-        None,
-        "the base get_mm_data's prompt building; the Kimi processors override get_mm_data",
-    ),
+    (r"hardware_backend/npu/.*", None, None, "the NPU backend's image-processor patches for other models"),
     (
         r"multimodal/processors/base_processor\.py",
         r"BaseMultimodalProcessor\.submit_data_loading_tasks",
@@ -500,40 +457,43 @@ OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
         "image frame estimates: no caller passes them",
     ),
     (
-        r"multimodal/processors/base_processor\.py",
-        r"BaseMultimodalProcessor\.(_replace_broken_cpu_executor|_shutdown_broken_cpu_executor)",
-        None,
-        "the CPU process pool only llava.py uses",
-    ),
-    (
-        r"multimodal/processors/base_processor\.py",
-        r"(?!BaseMultimodalProcessor\.).*",
-        None,
-        "helpers outside the processor class the Kimi processors inherit from",
-    ),
-    (
-        r"multimodal/mm_utils\.py",
-        r"(?!materialize_multimodal_features|run_dp_sharded_mrope_vision_model).*",
-        None,
-        "the LLaVA any-res helpers",
-    ),
-    (
-        r"managers/mm_utils\.py",
-        r"TransportProxyTensor\..*|pad_mm_token_pairs|MultiModalityDataPaddingPatternTokenPairs\..*",
-        None,
-        "token-pair padding and the proxy tensor; Kimi pads with pad_mm_tokens",
-    ),
-    (
-        r"managers/mm_utils\.py",
-        r"ShmPointerMMData\..*|_wrap_shm_or_inline",
-        None,
-        "shared-memory housekeeping between tokenizer and scheduler: the features are unchanged",
-    ),
-    (
         r"multimodal/media_artifacts/base\.py",
         r"MediaArtifactCacheMixin\.(decode_media_snapshot|snapshot_media_source|prepare_artifact_batch)",
         None,
         "abstract methods: the Kimi-K3 artifact adapter overrides them",
+    ),
+    # --- reached, but bookkeeping that leaves the features as they are -------------------------------------
+    (
+        r"mem_cache/(storage/mooncake_store/)?embedding_cache_controller\.py",
+        None,
+        None,
+        "the EPD global embedding cache's pool housekeeping: a miss or a full pool falls back to encoding",
+    ),
+    (
+        r"multimodal/transport/.*|utils/cuda_ipc_transport_utils\.py",
+        None,
+        None,
+        "the feature transport between tokenizer and scheduler: pool leases and the fallback to plain IPC",
+    ),
+    (
+        r"multimodal/cache/.*",
+        r"(?!_snapshot_pil$).*",
+        None,
+        "the preprocess cache's keys: checks of a caller-supplied content hash's format and of the identity "
+        "values SGLang builds itself (only an image that does not decode is about the images)",
+    ),
+    (
+        r"managers/tokenizer_manager\.py",
+        r"TokenizerManager\._tokenize_one_request",
+        r"mm_hashes length \(\{\}\) != mm_items length.*",
+        "caller hashes ignored for a mismatched count: the request goes on with hashes of its own images",
+    ),
+    (
+        r"managers/tokenizer_manager\.py",
+        r"TokenizerManager\._validate_mm_limits",
+        None,
+        "the per-request item limit names the modality only as a field: no text of its own for explain to skim "
+        "for (a refusal the client reads as it is)",
     ),
     # --- the EPD encoder: everything but the image features ------------------------------------------
     (
@@ -589,19 +549,14 @@ OFF_PATH: tuple[tuple[str, str, str | None, str], ...] = (
         r"|No embedding available|Embedding size mismatch|Mooncake transfer_sync failed|VIT forward failed).*",
         "EPD receive and send bookkeeping: sockets, buffers and resources, not the features",
     ),
-    (
-        r"managers/tokenizer_manager\.py",
-        r"(?!_reject_missing_dispatched_encoder_embedding$).*",
-        None,
-        "the tokenizer manager's request handling common to every model; only the EPD language-only refusal "
-        "is about the images",
-    ),
 )
 KIND_OFF = {"info": "progress log, reports no failure", "debug": "debug trace, off by default"}
 
 
 def classify(found: Found) -> str | None:
     """Return why ``found`` is NOT on the Kimi vision path, or None when it is."""
+    if found.reached is False:
+        return "no call path from the Kimi entry points reaches it"
     if found.template is None:
         return "no literal text (a re-raise or a forwarded error string)"
     if found.kind in KIND_OFF:
@@ -609,7 +564,7 @@ def classify(found: Found) -> str | None:
     for file, function, text, reason in OFF_PATH:
         if (
             re.fullmatch(file, found.file)
-            and re.fullmatch(function, found.function)
+            and (function is None or re.fullmatch(function, found.function))
             and (text is None or re.fullmatch(text, found.template, re.S))
         ):
             return reason

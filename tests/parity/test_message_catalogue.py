@@ -1,10 +1,10 @@
 """The message catalogue against the installed release's own files: complete, and its release ranges right.
 
-Runs in the real-SGLang lane (``tests/parity/conftest.py``). ``catalogue_check.extract`` walks the
-installed ``sglang`` package's files on the Kimi vision path with ``ast`` (located by
-``importlib.util.find_spec``, nothing imported from it) and lists every message raised, asserted or
-logged there; ``catalogue_check.classify`` keeps the ones on the path (the rule is in that module's
-docstring: everything in the scanned files unless a listed rule takes it out). The check fails when a
+Runs in the real-SGLang lane (``tests/parity/conftest.py``). ``call_graph.reach`` builds the installed
+``sglang`` package's call graph with ``ast`` (located by ``importlib.util.find_spec``, nothing imported
+from it) from the Kimi entry points of this release; ``catalogue_check.extract`` lists every message
+raised, asserted or logged in the files it reaches, and ``catalogue_check.classify`` keeps those emitted
+in a reached function unless a listed, reasoned rule takes them out (``OFF_PATH``). The check fails when a
 message on the path is missing from :data:`kimi_viz.message_catalogue.CATALOGUE`, when the catalogue
 has the message at that site but not for this release, when it claims this release for a site whose
 message the release does not have, or when a torch / Python message names a function the release does
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kimi_viz.message_catalogue import CATALOGUE
 
+from .call_graph import reach
 from .catalogue_check import check, defined_functions, extract
 from .lane import record
 
@@ -32,10 +33,31 @@ def _srt() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "srt"
 
 
+CATALOGUE_FILES = sorted({site.file for message in CATALOGUE for site in message.sites})
+
+
 def _walk():
     srt = _srt()
-    files, found = extract(srt)
+    files, found = extract(srt, also=CATALOGUE_FILES)
     return files, found, defined_functions(srt, files)
+
+
+def test_the_call_graph_reaches_every_kimi_stage_from_the_entry_points(release):
+    graph = reach(_srt())
+    record("call-graph", entries=len(graph.entries), functions=len(graph.functions), files=len(graph.files))
+    reached = {file for file, _ in graph.functions}
+    for file in (
+        "multimodal/processors/kimi_k3.py",
+        "multimodal/processors/base_processor.py",
+        "multimodal/processors/kimi_common.py",
+        "models/kimi_k3_vl.py",
+        "multimodal/mm_utils.py",
+        "managers/mm_utils.py",
+        "managers/tokenizer_manager.py",
+    ):
+        assert file in reached or file in {f for f, _ in graph.regions}, file
+    assert any(file.startswith("disaggregation/") for file in reached)  # the EPD encoder and receiver
+    assert ("models/kimi_k3_vl.py", "KimiK3VisionTower.forward") in graph.functions  # self.vision_tower(...)
 
 
 def test_the_catalogue_holds_every_message_on_the_path_of_the_installed_release(release):
