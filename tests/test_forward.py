@@ -23,11 +23,11 @@ from kimi_viz.request.images import probe_image
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import adjust_embedding_length, replay_forward
-from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
 from kimi_viz.schedule.rows import Rows, Source
 from kimi_viz.schedule.scheduler import Window, plan_passes
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest
 from kimi_viz.schedule.workload import CacheSeed, Request, Workload, parse_workload, together
+from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
 
 
 def image(name: str):

@@ -52,11 +52,11 @@ from kimi_viz.request.sides import BuiltRequest, build_request
 from kimi_viz.schedule import forward as kit_forward
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import call_encoder, replay_forward
-from kimi_viz.schedule.workload_replay import _forward_items, _tokens
 from kimi_viz.schedule.rows import RowRun, Rows, Source
 from kimi_viz.schedule.scheduler import Window, plan_passes
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, Platform
 from kimi_viz.schedule.workload import Request, Workload
+from kimi_viz.schedule.workload_replay import _forward_items, _tokens
 from kimi_viz.split.batch import Batch
 
 from .lane import assignment, module, real_items, real_model, record, release_patches
