@@ -485,7 +485,6 @@ def choose_release(
     )
 
 
-
 def what_changed(old: Release, new: Release) -> str:
     """Return what ``new`` changed over ``old``: its code path, else its request side, else its forward pass."""
     if new.code_path != old.code_path:
@@ -514,6 +513,7 @@ def first_fixing_release(
         if runs_clean(release):
             return FixRelease(release.version, what_changed(current, release), release.code_path)
     return None
+
 
 __all__ = [
     "CodePath",
