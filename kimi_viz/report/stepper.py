@@ -26,6 +26,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..schedule.trace import ENCODE_CALL
 from ..split.trace import prod
 from .page import escape, figure_png, json_for_script, png_data_uri
 
@@ -159,7 +160,6 @@ class Stepper:
         forward: ForwardTrace | None = None,
     ):
         from ..plots.steps import resolve_rank
-        from ..schedule.trace import ENCODE_CALL
 
         if trace is None and forward is None:
             raise ConfigError("Stepper: give a replay trace, or a forward pass (forward=...)")

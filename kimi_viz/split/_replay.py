@@ -255,34 +255,37 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
         concatenate(ctx, state, steps, branch="eager")
         return
     for group in _group_backends(ctx, state, items, deferred, steps):
-        if group.backend == "gpu":
-            produced = preprocess_gpu(ctx, state, group, steps)
-        elif group.backend == "cpu":
-            produced = preprocess_cpu(ctx, state, group, steps)
-        else:
-            unsupported = raises(
-                "ValueError",
-                MSG_UNSUPPORTED_BACKEND.format(group.backend),
-                CauseKind.UNSUPPORTED_BACKEND,
-                group.global_indices[0],
-                backend=group.backend,
-            )
-            steps.append(
-                Step(
-                    preprocess_step(group.backend),
-                    f"Preprocess the {group.backend!r} group",
-                    "§6.5",
-                    UnsupportedBackend(group.indices_record()),
-                    "SGLang knows only the gpu and cpu backends.",
-                    None,
-                    unsupported.info,
-                    unsupported.cause,
-                    rows=state.tracks(),
-                )
-            )
-            raise unsupported
-        check_length(ctx, state, group, produced, steps)
+        check_length(ctx, state, group, _preprocess_group(ctx, state, group, steps), steps)
     concatenate(ctx, state, steps, branch="deferred")
+
+
+def _preprocess_group(ctx: ReplayContext, state: RankState, group: BackendGroup, steps: list[Step]) -> Any:
+    """Return one backend group's rows (the gpu or cpu path); raise SGLang's error for another backend."""
+    if group.backend == "gpu":
+        return preprocess_gpu(ctx, state, group, steps)
+    if group.backend == "cpu":
+        return preprocess_cpu(ctx, state, group, steps)
+    unsupported = raises(
+        "ValueError",
+        MSG_UNSUPPORTED_BACKEND.format(group.backend),
+        CauseKind.UNSUPPORTED_BACKEND,
+        group.global_indices[0],
+        backend=group.backend,
+    )
+    steps.append(
+        Step(
+            preprocess_step(group.backend),
+            f"Preprocess the {group.backend!r} group",
+            "§6.5",
+            UnsupportedBackend(group.indices_record()),
+            "SGLang knows only the gpu and cpu backends.",
+            None,
+            unsupported.info,
+            unsupported.cause,
+            rows=state.tracks(),
+        )
+    )
+    raise unsupported
 
 
 def _use_as_is(ctx: ReplayContext, state: RankState, items: list[Item]) -> SGLangRaise | None:
