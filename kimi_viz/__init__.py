@@ -102,7 +102,7 @@ _EXPORTS = {
     "whatif": "kimi_viz._whatif.ask",
     "sweep": "kimi_viz._whatif.ask",
     "minimize": "kimi_viz._whatif.ask",
-    "run_load_scenario": "kimi_viz._whatif.ask",
+    "run_load_scenario": "kimi_viz._whatif.under_load",
     "sweep_pairs": "kimi_viz._whatif.pairs",
     "answer_text": "kimi_viz._whatif.text",
     "answer_json": "kimi_viz._whatif.documents",

@@ -194,7 +194,7 @@ def test_text_is_counted_by_the_documented_rule():
 
 def test_a_chat_prompt_becomes_a_workload_with_its_own_gaps_and_the_same_pad_runs():
     from kimi_viz import whatif
-    from kimi_viz._whatif.questions import chat_workload
+    from kimi_viz._whatif.chat import chat_workload
     from kimi_viz.split.cause import ErrorInfo
 
     body = chat("first", image(CHELSEA), "and a much longer text between the two images", image(data_url(64, 64)), "?")

@@ -76,7 +76,11 @@ DEFERRED_PLACES = {
     ("request/producer.py", "kimi_viz.preprocess.pixels_torch"): f"the torch pixel path {_TORCH_AT_TOP}",
     ("request/producer.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the checkpoint pixel path {_TORCH_AT_TOP}",
     ("manifest/read.py", "kimi_viz.preprocess.pixels_torch"): f"a gpu-backend image's CHW tensor; {_TORCH_AT_TOP}",
-    ("report/stepper.py", "kimi_viz.plots"): "matplotlib; triage imports the stepper, which draws frames only when shown",
+    ("_whatif/ask.py", "kimi_viz._whatif.chat"): "the chat template and the request side's checks: a chat request only",
+    (
+        "report/stepper.py",
+        "kimi_viz.plots",
+    ): "matplotlib; triage imports the stepper, which draws only when shown",
     ("split/cpu_group.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the pixels branch; {_TORCH_AT_TOP}",
     ("split/gpu_group.py", "kimi_viz.preprocess.pixels_torch"): f"the pixels branch; {_TORCH_AT_TOP}",
     ("split/state.py", "kimi_viz.preprocess.images"): "Pillow; only an image already in memory is asked for alpha",

@@ -11,19 +11,17 @@ fail with the same error (Zeller's ``ddmin``; for a lone request every order of 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..answer import Answer, Cell, Minimized, Sweep
 from ..errors import SettingNotInReleaseError
 from ..releases import RELEASES, Release, release_for
-from ..request.chat import ChatRequest, Renderer
 from ..request.images import probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..request.sides import build_request
-from ..scenarios.under_load import get_load_scenario
 from ..schedule.workload import Workload
 from ..schedule.workload_replay import LoadSettings, check_workload_settings
 from ..split.batch import Batch
@@ -31,7 +29,10 @@ from ..split.ranks import check_tp_size
 from ..split.verdict import Status
 from .fix import answer_on, with_fix
 from .hint import pair_hint
-from .questions import BatchQuestion, ChatQuestion, Question, RequestQuestion, WorkloadQuestion
+from .questions import BatchQuestion, Question, RequestQuestion, WorkloadQuestion
+
+if TYPE_CHECKING:  # pragma: no cover - the chat template loads only for a client's request
+    from ..request.chat import Renderer
 
 SWEEP_TP_SIZES = (1, 2, 4, 8)
 MAX_ORDERS = 120  # every order of up to 5 kept images
@@ -48,12 +49,14 @@ def as_question(
     settings = settings if settings is not None else ServerSettings()
     if isinstance(subject, Workload):
         return WorkloadQuestion(subject, check_workload_settings(settings), load)
-    if isinstance(subject, ChatRequest):
-        settings = check_workload_settings(settings)
-        return ChatQuestion(subject, settings, load, renderer)
+    chat = sys.modules.get("kimi_viz.request.chat")  # a ChatRequest exists only once its module is loaded
+    if chat is not None and isinstance(subject, chat.ChatRequest):
+        from .chat import ChatQuestion  # the chat template and the request side's checks: only for a chat request
+
+        return ChatQuestion(subject, check_workload_settings(settings), load, renderer)
     if isinstance(subject, Batch):
         return BatchQuestion(subject)
-    if isinstance(subject, (RequestQuestion, WorkloadQuestion, ChatQuestion, BatchQuestion)):
+    if isinstance(subject, Question):
         return subject
     probed = tuple(probe_images(subject))
     return RequestQuestion(probed, settings.check_images(len(probed)))
@@ -83,8 +86,6 @@ def whatif(
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer)
     release, sentence = release_for(sglang_version)
-    if isinstance(question, ChatQuestion) and not question.settings.epd:
-        build_request([], question.settings, release.request_side)  # a flag the release refuses is refused first
     answer = answer_on(question, release, tp_size, mode, device)
     if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
         answer = replace(answer, notes=(sentence, *answer.notes))
@@ -123,18 +124,6 @@ def sweep(
     groups = [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
     cells = [cell for group in groups for cell in _row(question, group, tps)]
     return Sweep(question.subject, tps, tuple(cells))
-
-
-def run_load_scenario(name: str, *, sglang_version: str | None = None, tp_size: int | None = None) -> Answer:
-    """Return the answer of load scenario ``name`` (S14 onward), on its own deployment by default."""
-    scenario = get_load_scenario(name)
-    return whatif(
-        scenario.build(),
-        sglang_version=sglang_version or scenario.sglang_version,
-        tp_size=tp_size or scenario.tp_size,
-        settings=scenario.settings,
-        load=scenario.load,
-    )
 
 
 def ddmin(items: list[int], fails: Callable[[list[int]], bool]) -> list[int]:
@@ -207,7 +196,6 @@ __all__ = [
     "MAX_ORDERS",
     "as_question",
     "whatif",
-    "run_load_scenario",
     "sweep",
     "ddmin",
     "minimize",

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from ..answer import Answer, ChatReplay, RequestReplay, Unit, batch_answer, distinct_errors
-from ..errors import WhatIfError
+from ..answer import Answer, RequestReplay, Unit, batch_answer, distinct_errors
 from ..releases import Release
-from ..request.chat import ChatRequest, Renderer
-from ..request.checks import RequestOutcome, check_request
 from ..request.images import RequestImage
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import model_call, replay_call
-from ..schedule.workload import Request, Workload
+from ..schedule.workload import Workload
 from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
 from ..split._replay import replay
 from ..split.batch import Batch
@@ -31,6 +28,7 @@ from ..split.verdict import Status, build_verdict
 from .why import load_why, request_why
 
 
+@runtime_checkable
 class Question(Protocol):
     """Something the kit answers on a deployment."""
 
@@ -192,62 +190,6 @@ class WorkloadQuestion:
         return replace(self, workload=subset_workload(self.workload, [units[k] for k in kept]))
 
 
-def chat_workload(outcome: RequestOutcome, rid: str = "r1") -> Workload:
-    """Return the workload of one accepted request: its images and its prompt's text lengths."""
-    before, gaps, after = outcome.workload_text()
-    images = outcome.request.images
-    return Workload((Request(rid, images, before=before, after=after, gaps=tuple(gaps) if len(images) > 1 else ()),))
-
-
-@dataclass(frozen=True)
-class ChatQuestion:
-    """A client's request body (``--chat FILE``): the request side's own checks, then the workload replay."""
-
-    request: ChatRequest
-    settings: ServerSettings
-    load: LoadSettings | None = None
-    renderer: Renderer | None = None
-    permutable = False
-
-    @property
-    def subject(self) -> str:
-        """Return the request's summary."""
-        return self.request.summary()
-
-    def sees(self, release: Release) -> Hashable:
-        """Return the request side, the code path and the forward pass."""
-        return release.request_side, release.code_path, release.forward
-
-    def prepare(self, release: Release, mode: Mode) -> tuple[RequestOutcome, WorkloadQuestion | None, Any]:
-        """Return the request side's outcome and, when it accepts images, the workload and its items."""
-        outcome = check_request(self.request, release.version, renderer=self.renderer, settings=self.settings)
-        if outcome.error is not None or not outcome.processed or not self.request.images:
-            return outcome, None, None
-        question = WorkloadQuestion(chat_workload(outcome), self.settings, self.load)
-        return outcome, question, question.prepare(release, mode)
-
-    def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
-        """Return the request side's refusal, ``no-call``, or the workload's answer."""
-        outcome, question, built = prepared
-        if question is None:
-            error = outcome.error_info()
-            errors = () if error is None else (error,)
-            status = Status.ERROR_REPRODUCED if errors else Status.NO_CALL
-            stage = "request side" if errors else None
-            return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)
-        answer = question.ask(release, tp_size, built, mode=mode, device=device)
-        assert isinstance(answer.replay, LoadResult)
-        return replace(answer, replay=ChatReplay(outcome, answer.replay))
-
-    def units(self) -> tuple[Unit, ...]:
-        """Refuse: a client's request is replayed as it is."""
-        raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
-
-    def subset(self, kept: Sequence[int]) -> ChatQuestion:
-        """Refuse, like :meth:`units`."""
-        raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
-
-
 @dataclass(frozen=True)
 class BatchQuestion:
     """A captured batch (``kimi-viz triage``): its items replayed through each release's get_image_feature."""
@@ -296,9 +238,7 @@ __all__ = [
     "Question",
     "RequestQuestion",
     "WorkloadQuestion",
-    "ChatQuestion",
     "BatchQuestion",
     "load_answer",
-    "chat_workload",
     "subset_workload",
 ]

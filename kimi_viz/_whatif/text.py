@@ -9,13 +9,17 @@ workload's passes, a chat request's checks and prompt, then the verdict, why and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..answer import Answer, ChatReplay, Minimized, PairHint, RequestReplay, Sweep
 from ..report.tables import Table
-from ..request.checks import RequestOutcome
 from ..request.sides import BuiltRequest
 from ..schedule.trace import ForwardTrace
 from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Status, format_verdict
+
+if TYPE_CHECKING:  # pragma: no cover - a chat request's checks load only when one is asked
+    from ..request.checks import RequestOutcome
 
 
 def _resize_text(resize: dict | None) -> str | None:

@@ -303,10 +303,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Return what is asked (images, a workload or a client's request) and the options that go with it."""
-    from ..request.chat import Renderer, read_request
     from ..schedule.workload import read_workload, together
 
     if args.chat is not None:
+        from ..request.chat import Renderer, read_request  # the chat template: for a client's request only
+
         renderer = Renderer(
             image_prompts=_choice(args.image_prompts, IMAGE_PROMPTS, "--image-prompts") == IMAGE_PROMPTS[0],
             typed_tokens=_choice(args.typed_tokens, TYPED_TOKENS, "--typed-tokens") == TYPED_TOKENS[0],
