@@ -48,9 +48,7 @@ SGLANG_FILES = {
 
 # Modules whose docstrings are stale and are being rewritten: module -> what was found. Remove an
 # entry once its docstring resolves (the xfail is not strict, so a fixed one passes quietly meanwhile).
-PENDING: dict[str, str] = {
-    "kimi_viz._whatif.run": ":mod:`.request_side` and :mod:`.call` name no module of kimi_viz._whatif",
-}
+PENDING: dict[str, str] = {}  # module -> the stale reference it still holds (none today)
 
 ROLE = re.compile(r":(mod|func|class|meth|attr|data|exc|obj):`(?:[^`<]*<)?~?!?([^`>]+)>?`")
 LITERAL = re.compile(r"``(kimi_viz(?:\.\w+)+)(?:\(\))?``")  # a dotted name written as code
