@@ -42,6 +42,8 @@ _TORCH_AT_TOP = "imports torch at its top"
 DEFERRED_PLACES = {
     # The CLI's sub-commands: `kimi-viz --help` imports every *_cmd.py, so each loads its verb when it runs.
     ("cli/*.py", "kimi_viz._triage"): "triage's verb: the replay, the verdict and the report",
+    ("cli/*.py", "kimi_viz.report.answer_views"): "the answer's text and tables, loaded with whatif's verb",
+    ("cli/*.py", "kimi_viz.report.answer_documents"): "the answer's JSON, loaded with whatif's verb",
     ("cli/*.py", "kimi_viz._whatif"): "whatif's verbs (and a load scenario's): the request sides and the replay",
     ("cli/*.py", "kimi_viz._explain"): "explain's verb: the message catalogue and its patterns",
     ("cli/*.py", "kimi_viz._demo"): "demo's verb: the replays, the reports and the gallery",

@@ -13,13 +13,13 @@ import pytest
 from PIL import Image
 
 from kimi_viz._whatif.ask import ddmin, minimize, sweep, whatif
-from kimi_viz._whatif.documents import cell_json
-from kimi_viz._whatif.text import answer_text, culprit_unit, minimized_text, sweep_summary, sweep_text
 from kimi_viz.cli import main
 from kimi_viz.data import SAMPLE_PHOTOS, sample_images, sample_path
 from kimi_viz.errors import KimiVizError, SettingNotInReleaseError, WhatIfError
 from kimi_viz.preprocess.images import has_alpha, load_image
 from kimi_viz.releases import REQUEST_SIDES
+from kimi_viz.report.answer_documents import cell_json
+from kimi_viz.report.answer_views import answer_text, culprit_unit, minimized_text, sweep_summary, sweep_text
 from kimi_viz.request.images import probe_image, probe_images
 from kimi_viz.request.settings import OPTIONS, ServerSettings
 from kimi_viz.request.sides import build_request, item_json, request_side_for

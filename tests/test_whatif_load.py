@@ -13,11 +13,11 @@ import pytest
 from kimi_viz import LOAD_SCENARIOS, answer_json, answer_text, minimize, run_load_scenario, sweep, sweep_pairs, whatif
 from kimi_viz._whatif.hint import pair_hint
 from kimi_viz._whatif.questions import RequestQuestion, WorkloadQuestion
-from kimi_viz._whatif.text import minimized_text
 from kimi_viz.cli import main
 from kimi_viz.errors import WhatIfError
 from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from kimi_viz.releases import RELEASES
+from kimi_viz.report.answer_views import minimized_text
 from kimi_viz.request.images import as_request_image
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.workload import Request, Workload, together

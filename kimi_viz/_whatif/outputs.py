@@ -17,11 +17,11 @@ from .._triage import TriageResult, write_triage_outputs
 from ..answer import Answer, ChatReplay
 from ..files import prepare_folder, write_file
 from ..plots.forward import draw_forward_pass
+from ..report.answer_documents import answer_json
+from ..report.answer_views import answer_text
 from ..report.html import ReportFigure
 from ..report.page import figure_png
 from ..schedule.workload_replay import LoadResult
-from .documents import answer_json
-from .text import answer_text
 
 
 def _forward_figure(answer: Answer) -> ReportFigure | None:

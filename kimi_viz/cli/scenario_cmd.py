@@ -119,9 +119,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _run_load(args: argparse.Namespace) -> int:
     """Replay a load scenario (a workload) and print every pass; return the answer's exit code."""
-    from .._whatif.documents import answer_json
-    from .._whatif.text import answer_text
     from .._whatif.under_load import run_load_scenario
+    from ..report.answer_documents import answer_json
+    from ..report.answer_views import answer_text
     from ..scenarios.under_load import get_load_scenario
 
     scenario = get_load_scenario(args.name)

@@ -327,8 +327,8 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Answer the what-if; return 0 (nothing fails), 1 (SGLang raises) or 3 (a silent mismatch)."""
     from .._whatif.ask import minimize, sweep, whatif
-    from .._whatif.documents import answer_json, cell_json, minimized_json
-    from .._whatif.text import answer_text, minimized_text, sweep_text
+    from ..report.answer_documents import answer_json, cell_json, minimized_json
+    from ..report.answer_views import answer_text, minimized_text, sweep_text
 
     _check(args)
     settings = settings_from_args(args)

@@ -1,5 +1,6 @@
-"""The pages and views of a verdict: ``report.html``, ``summary.png``, ``issue.md``, the stepper, notebook tables,
-the gallery.
+"""The pages and views of a verdict and an answer: ``report.html``, ``summary.png``, ``issue.md``, the stepper,
+notebook tables, the gallery, and any question's answer as terminal text and tables (:mod:`.answer_views`) and
+as JSON (:mod:`.answer_documents`).
 
 Names are imported lazily so ``import kimi_viz.report`` stays fast.
 """

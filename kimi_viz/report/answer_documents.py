@@ -14,7 +14,7 @@ from typing import Any
 from ..answer import Answer, Cell, ChatReplay, Minimized, PairHint, RequestReplay
 from ..schedule.workload_replay import LoadResult
 from ..split.cause import ErrorInfo
-from .text import advice, culprit_unit
+from .answer_views import advice, culprit_unit
 
 QUESTION_KINDS = {RequestReplay: "request", LoadResult: "workload", ChatReplay: "chat"}  # else "batch"
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..answer import Answer, ChatReplay, Minimized, PairHint, RequestReplay, Sweep
-from ..report.tables import Table
 from ..request.sides import BuiltRequest
 from ..schedule.trace import ForwardTrace
 from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Status, format_verdict
+from .tables import Table
 
 if TYPE_CHECKING:  # pragma: no cover - a chat request's checks load only when one is asked
     from ..request.checks import RequestOutcome
