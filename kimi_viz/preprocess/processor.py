@@ -59,8 +59,10 @@ __all__ = [
 ]
 
 
-def pad_mask(resize: ResizeConfig, patch_size: int = 14) -> np.ndarray:
-    """Return int8 ``[h, w]``: 0 content, 1 patch partly in the padding, 2 patch fully in the padding."""
+def pad_mask(resize: ResizeConfig, patch_size: int | None = None) -> np.ndarray:
+    """Return int8 ``[h, w]``: 0 content, 1 patch partly in the padding, 2 patch fully in the padding (the patch
+    size defaults to the Kimi-K3 processor config's)."""
+    patch_size = get_config().patch_size if patch_size is None else patch_size
     _, gh, gw = resize.grid
 
     def states(count: int, content: int) -> np.ndarray:

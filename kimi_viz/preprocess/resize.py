@@ -67,8 +67,13 @@ class ResizeConfig:
         }
 
     @classmethod
-    def from_sglang(cls, resize: dict[str, Any], patch_size: int = 14, merge: int = 2) -> ResizeConfig:
-        """Return the config an SGLang ``resize_config`` dict describes (``KeyError`` for a missing size key)."""
+    def from_sglang(
+        cls, resize: dict[str, Any], patch_size: int | None = None, merge: int | None = None
+    ) -> ResizeConfig:
+        """Return the config an SGLang ``resize_config`` dict describes (``KeyError`` for a missing size key);
+        the patch size and merge kernel default to the Kimi-K3 processor config's."""
+        patch_size = get_config().patch_size if patch_size is None else patch_size
+        merge = get_config().merge_kernel_size if merge is None else merge
         new_w, new_h = int(resize["new_width"]), int(resize["new_height"])
         pad_w, pad_h = int(resize["pad_width"]), int(resize["pad_height"])
         grid = (1, (new_h + pad_h) // patch_size, (new_w + pad_w) // patch_size)

@@ -288,7 +288,7 @@ def item_spec(item: Item, where: str) -> ItemSpec:
 def processor_spec(batch: Batch) -> tuple[dict[str, Any] | None, int]:
     """Return the checkpoint-processor stand-in's settings (None without a consumer config) and the patch size."""
     if batch.processor is None:
-        return None, 14
+        return None, get_config().patch_size
     config = get_config(batch.processor)
     output = check_processor_output(batch)
     spec = {

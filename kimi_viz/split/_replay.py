@@ -137,7 +137,7 @@ def replay(
             device,
             tp,
             consumer,
-            consumer.patch_size if consumer is not None else 14,
+            (consumer if consumer is not None else get_config()).patch_size,
             processor_output,
             grids,
         )
