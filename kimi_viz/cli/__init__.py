@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     typed = list(sys.argv[1:] if argv is None else argv)  # as typed: a command a report says to run again
     parser = build_parser(typed[0] if typed and typed[0] in SUBCOMMANDS else None)
     args = parser.parse_args(typed)
-    args.argv = typed
+    args.command_line = typed  # the words as typed, for a report to say how to ask again
     command = getattr(args, COMMAND_DEST, None) or "?"
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -96,11 +96,7 @@ def run_list(args: argparse.Namespace) -> int:
     emit(f"{'NAME':<{width}}  CLASS  TP  CODE PATH  EXPECTED")
     for scenario in SCENARIOS.values():
         expected = scenario.expected
-        what = (
-            "ok" + (" (silent)" if expected.silent else "")
-            if expected.outcome == "ok"
-            else f"{expected.type}: {expected.message}"
-        )
+        what = "ok" + (" (silent)" if expected.silent else "") if expected.outcome == "ok" else str(expected.error)
         emit(
             f"{scenario.name:<{width}}  {scenario.scenario_class:<5}  {scenario.tp_size:>2}  "
             f"{scenario.code_path:<9}  {what}"
@@ -110,7 +106,7 @@ def run_list(args: argparse.Namespace) -> int:
     emit(f"{'NAME':<{width}}  CLASS  TP  RELEASE    EXPECTED")
     for load in LOAD_SCENARIOS.values():
         want = load.expected
-        what = want.status.value if want.type is None else f"{want.type}: {want.message}"
+        what = want.status.value if want.error is None else str(want.error)
         if want.fixed_in:
             what += f" (fixed in {want.fixed_in})"
         emit(f"{load.name:<{width}}  {load.scenario_class:<5}  {load.tp_size:>2}  {load.sglang_version:<9}  {what}")
@@ -141,7 +137,7 @@ def _run_load(args: argparse.Namespace) -> int:
     if args.out:
         from .._whatif.outputs import write_answer  # the report's figures load matplotlib
 
-        written = write_answer(answer, args.out, reproduce=again(args.argv))
+        written = write_answer(answer, args.out, reproduce=again(args.command_line))
         emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.values())}", err=True)
     return answer.exit_code
 
@@ -177,7 +173,7 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
             sglang_version=args.sglang_version,
             source=f"scenario {scenario.name}",
             title=f"kimi-viz scenario — {scenario.name}: {scenario.title}",
-            reproduce=again(args.argv),
+            reproduce=again(args.command_line),
         )
         verdict = written.verdict
         emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.outputs.values())}", err=True)

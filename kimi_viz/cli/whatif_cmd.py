@@ -364,7 +364,7 @@ def _write_out(args: argparse.Namespace, answer: Answer) -> None:
         return
     from .._whatif.outputs import write_answer  # the report's figures load matplotlib
 
-    written = write_answer(answer, args.out, reproduce=again(args.argv))
+    written = write_answer(answer, args.out, reproduce=again(args.command_line))
     emit(f"kimi-viz whatif: wrote {', '.join(str(p) for p in written.values())}", err=True)
 
 
