@@ -37,7 +37,12 @@ def sample():
 DEV_EXTRAS = "pip install -e '.[dev]' (make test installs them into .venv)"
 #: (a word the skip reason holds, lower case) -> the command that would run those tests; first match wins.
 ENABLE_BY_REASON: tuple[tuple[str, str], ...] = (
-    ("chromium", "apt-get install -y chromium (KIMI_VIZ_REQUIRE_BROWSER=1 turns this skip into a failure)"),
+    # tests/browser.py's one skip reason, whether Chromium or playwright is the missing half.
+    (
+        "chromium",
+        "apt-get install -y chromium, and pip install -e '.[dev]' for playwright"
+        " (KIMI_VIZ_REQUIRE_BROWSER=1 turns this skip into a failure)",
+    ),
     ("playwright", DEV_EXTRAS),
     ("ipywidgets", DEV_EXTRAS),
     ("ruff", DEV_EXTRAS),

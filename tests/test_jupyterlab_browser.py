@@ -25,41 +25,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = "03_deferred_split.ipynb"
 SCREENSHOT = ROOT / "build" / "jupyterlab_03_deferred_split.png"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 SERVER_START_S = 90
 RUN_ALL_S = 240
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def require_browser():
-    """Return Playwright's ``sync_playwright``, or skip/fail when the browser setup is missing."""
-    required = os.environ.get("KIMI_VIZ_REQUIRE_BROWSER") == "1"
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing; install Debian's chromium (apt-get install chromium)"
-        if required:
-            pytest.fail(message + " (KIMI_VIZ_REQUIRE_BROWSER=1)")
-        pytest.skip(message)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if required:
-            pytest.fail("playwright is not installed (pip install -e '.[dev]')")
-        pytest.skip("playwright is not installed")
-    return sync_playwright
 
 
 def free_port() -> int:
@@ -207,7 +181,7 @@ def run_all_cells(page) -> None:
 
 
 def test_stepper_moves_in_jupyterlab_and_its_counts_change(tmp_path):
-    sync_playwright = require_browser()
+    sync_playwright = sync_playwright_or_skip()
     notebooks, env, options = prepare_lab_home(tmp_path)
     port, token = free_port(), secrets.token_hex(24)
     base = f"http://127.0.0.1:{port}"

@@ -3,30 +3,20 @@ where the stepper's script cannot run (a reopened, untrusted notebook), the step
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 from kimi_viz.report.stepper import Stepper
 from kimi_viz.scenarios import run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 
 pytestmark = pytest.mark.browser
-
-
-def _playwright():
-    if not CHROMIUM.exists():
-        if os.environ.get("KIMI_VIZ_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing (KIMI_VIZ_REQUIRE_BROWSER=1)")
-        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium")
-    return pytest.importorskip("playwright.sync_api").sync_playwright
 
 
 def _export(notebook: str, folder: Path) -> Path:
@@ -68,10 +58,10 @@ def _name_lines(page) -> list[tuple[str, int]]:
 @pytest.mark.slow
 def test_the_verdict_views_labels_stay_one_line_in_an_nbconvert_export_of_notebook_05(tmp_path):
     """The notebook's own CSS floats <dt>; the verdict view's fact names must not wrap one word per line."""
-    sync_playwright = _playwright()
+    sync_playwright = sync_playwright_or_skip()
     export = _export("05_whatif", tmp_path)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.set_default_timeout(90_000)  # a hang guard only
@@ -86,10 +76,10 @@ def test_the_verdict_views_labels_stay_one_line_in_an_nbconvert_export_of_notebo
 
 @pytest.mark.slow
 def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
-    sync_playwright = _playwright()
+    sync_playwright = sync_playwright_or_skip()
     export = _export("03_deferred_split", tmp_path)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.set_default_timeout(90_000)  # a hang guard only
@@ -114,7 +104,7 @@ def test_the_static_stepper_works_in_an_nbconvert_html_export(tmp_path):
 
 
 def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp_path):
-    sync_playwright = _playwright()
+    sync_playwright = sync_playwright_or_skip()
     page_file = tmp_path / "stepper.html"
     page_file.write_text(
         "<!doctype html><meta charset='utf-8'><body>"
@@ -123,7 +113,7 @@ def test_without_its_script_the_static_stepper_says_how_to_get_a_working_one(tmp
         encoding="utf-8",
     )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(java_script_enabled=False).new_page()
             page.set_default_timeout(90_000)  # a hang guard only

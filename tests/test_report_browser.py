@@ -6,16 +6,15 @@ Chromium it skips, unless ``KIMI_VIZ_REQUIRE_BROWSER=1`` (CI) makes that a failu
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 from kimi_viz._triage import triage
 from kimi_viz.manifest import write_manifest
 from kimi_viz.scenarios import SCENARIOS
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 
@@ -24,23 +23,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("KIMI_VIZ_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing but KIMI_VIZ_REQUIRE_BROWSER=1 (install Debian's chromium)")
-        pytest.skip(f"{CHROMIUM} is not installed")
-    from playwright.sync_api import sync_playwright
-
+    sync_playwright = sync_playwright_or_skip()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-            ],
-        )
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 

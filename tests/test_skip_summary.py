@@ -6,15 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from browser import SKIP_REASON
+
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
-PLANTED = """
+PLANTED = f"""
 import pytest
 
 
 @pytest.mark.parametrize("n", range(3))
 def test_browser(n):
-    pytest.skip("/usr/bin/chromium is missing; install Debian's chromium")
+    pytest.skip({SKIP_REASON!r})
 
 
 def test_widgets():
@@ -45,8 +47,9 @@ def test_the_run_ends_with_each_skip_reason_its_count_and_the_enabling_command(t
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "5 skipped, by reason" in line)
     assert lines[start + 1 : start + 7] == [
-        "3 skipped: /usr/bin/chromium is missing; install Debian's chromium",
-        "    to run them: apt-get install -y chromium (KIMI_VIZ_REQUIRE_BROWSER=1 turns this skip into a failure)",
+        f"3 skipped: {SKIP_REASON}",
+        "    to run them: apt-get install -y chromium, and pip install -e '.[dev]' for playwright"
+        " (KIMI_VIZ_REQUIRE_BROWSER=1 turns this skip into a failure)",
         "1 skipped: could not import 'nosuchmod': No module named 'nosuchmod'",
         "    to run them: see the reason above",
         "1 skipped: the real-SGLang lane runs where sglang imports (make parity)",

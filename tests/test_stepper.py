@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 from matplotlib.axes import Axes
 
 from kimi_viz.errors import ConfigError
@@ -17,7 +17,6 @@ from kimi_viz.report.stepper import COUNT_ROWS, FRAME_DPI, Stepper
 from kimi_viz.scenarios import run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 PNG = b"\x89PNG\r\n\x1a\n"
 LENGTH = "Kimi-K3 deferred feature length does not match image grids"
 
@@ -200,14 +199,6 @@ def test_widget_and_static_page_show_the_same_counts(s1):
     assert 'class="kv-fail" data-key="check" style="color:#B34000;font-weight:700">FAIL<' in counts.value
 
 
-def _chromium():
-    if not CHROMIUM.exists():
-        if os.environ.get("KIMI_VIZ_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing (KIMI_VIZ_REQUIRE_BROWSER=1)")
-        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium")
-    return pytest.importorskip("playwright.sync_api").sync_playwright
-
-
 SMALLEST_FONT_JS = """root => {
   let smallest = 1e9;
   for (const el of root.querySelectorAll('*')) {
@@ -221,7 +212,7 @@ SMALLEST_FONT_JS = """root => {
 
 @pytest.mark.browser
 def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
-    sync_playwright = _chromium()
+    sync_playwright = sync_playwright_or_skip()
     page_file = tmp_path / "stepper.html"
     page_file.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>stepper</title></head><body>"
@@ -230,16 +221,7 @@ def test_static_stepper_in_a_real_browser(s1_stepper, tmp_path):
         encoding="utf-8",
     )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-            ],
-        )
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.set_default_timeout(90_000)  # a hang guard only
