@@ -108,7 +108,7 @@ def test_the_expectations_are_the_kits_verdict_per_release(tmp_path):
     case = _case(emit_repro(_s1("s1-gpu"), tmp_path))
     assert case.ranks == [0, 1]
     assert [e.outcome for e in case.expected_for("0.5.18").values()] == ["passes", "raises"]
-    assert case.expected_for("0.5.18")[1].message == MSG_GPU_WRONG_GRIDS
+    assert case.expected_for("0.5.18")[1].error.message == MSG_GPU_WRONG_GRIDS
     assert case.expected_for("0.5.18.post1") == case.expected["0.5.18"]
     assert all(not e.fails for e in case.expected["0.5.23"].values())
     stale = _case(emit_repro(SCENARIOS["s10-stale-eager"].build(), tmp_path))
@@ -174,7 +174,7 @@ def test_the_minimal_failing_set_is_what_gets_emitted(tmp_path):
     assert case.source["kind"] == "minimized" and case.source["kept"] == list(minimal.kept)
     assert case.release == "0.5.18" and case.tp_size == 2
     failing = [e for e in case.expected["0.5.18"].values() if e.fails]
-    assert failing and (failing[0].type, failing[0].message) == (minimal.target.type, minimal.target.message)
+    assert failing and failing[0].error == minimal.target
     doc = " ".join(ast.get_docstring(ast.parse(test_file.read_text(encoding="utf-8"))).split())
     assert "minimal failing set of a 4-image request" in doc
     with pytest.raises(ArgumentError, match="the what-if ran SGLang 0.5.18"):

@@ -32,6 +32,7 @@ from ..preprocess.config import get_config
 from ..releases import RELEASES, CodePath, release_for
 from ..split._replay import replay
 from ..split.batch import GRID_KEYS, Batch, Feature, Item, check_processor_output
+from ..split.cause import ErrorInfo
 from ..split.trace import Replayed
 
 FORMAT = "kimi-viz-repro"
@@ -122,8 +123,7 @@ class RankExpectation:
 
     rank: int
     outcome: RankOutcome
-    type: str | None = None  # the exception SGLang raises (outcome "raises")
-    message: str | None = None
+    error: ErrorInfo | None = None  # the exception SGLang raises (outcome "raises")
     images: tuple[int, ...] | None = None  # the rank's share (None: raised before the split)
     rows: tuple[int | None, ...] = ()  # rows handed over per image (outcome "wrong-rows")
     grid_rows: tuple[int, ...] = ()  # prod(grid) per image (outcome "wrong-rows")
@@ -136,7 +136,7 @@ class RankExpectation:
     def text(self) -> str:
         """Return e.g. ``"fails: ValueError: ..."``, ``"fails the row check: image 1 has 4 rows, its grid 64"``."""
         if self.outcome == "raises":
-            return f"fails: {self.type}: {self.message}"
+            return f"fails: {self.error}"
         if self.outcome == "wrong-rows":
             wrong = [
                 f"image {i} has {r} rows, its grid {g}"
@@ -151,8 +151,8 @@ class RankExpectation:
         return {
             "rank": self.rank,
             "outcome": self.outcome,
-            "type": self.type,
-            "message": self.message,
+            "type": None if self.error is None else self.error.type,
+            "message": None if self.error is None else self.error.message,
             "images": None if self.images is None else list(self.images),
             "rows": list(self.rows),
             "grid_rows": list(self.grid_rows),
@@ -162,11 +162,11 @@ class RankExpectation:
     def from_json(cls, data: Mapping[str, Any]) -> RankExpectation:
         """Return the expectation from :meth:`to_json`'s dict."""
         images = data.get("images")
+        error = None if data.get("type") is None else ErrorInfo(str(data["type"]), str(data.get("message") or ""))
         return cls(
             int(data["rank"]),
             data["outcome"],
-            data.get("type"),
-            data.get("message"),
+            error,
             None if images is None else tuple(int(i) for i in images),
             tuple(None if r is None else int(r) for r in data.get("rows", ())),
             tuple(int(g) for g in data.get("grid_rows", ())),
@@ -314,13 +314,13 @@ def _rank_expectation(trace: Replayed, rank: int) -> RankExpectation:
     images = None if r.image_indices is None else tuple(r.image_indices)
     if r.outcome == "error":
         assert r.error is not None
-        return RankExpectation(rank, "raises", r.error.type, r.error.message, images)
+        return RankExpectation(rank, "raises", r.error, images)
     grids = trace.grid_thws_host or []
     rows = tuple(row.produced_rows for row in r.images)
     grid_rows = tuple(math.prod(grids[row.image]) for row in r.images)
     if any(p is not None and p != g for p, g in zip(rows, grid_rows)):
-        return RankExpectation(rank, "wrong-rows", None, None, images, rows, grid_rows)
-    return RankExpectation(rank, "passes", None, None, images)
+        return RankExpectation(rank, "wrong-rows", None, images, rows, grid_rows)
+    return RankExpectation(rank, "passes", None, images)
 
 
 def expectations(

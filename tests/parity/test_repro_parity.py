@@ -75,7 +75,7 @@ def check(name: str, test_file: Path, results: dict, release: str, kit: list | N
         for rank, outcome, type_, message in kit:
             e = expected[rank]
             if (outcome == "error") != (e.outcome == "raises") or (
-                outcome == "error" and (type_, message) != (e.type, e.message)
+                outcome == "error" and ErrorInfo(type_, message) != e.error
             ):
                 problems.append(
                     f"{name}: rank {rank}: data file says {e.text()}, the kit's replay {outcome} {type_} {message}"
@@ -89,8 +89,8 @@ def check(name: str, test_file: Path, results: dict, release: str, kit: list | N
         outcome, text = got
         if e.outcome == "passes" and outcome != "passed":
             problems.append(f"{name}: rank {rank}: the kit says it passes, SGLang {outcome}: {text[:400]}")
-        elif e.outcome == "raises" and (outcome != "failed" or f"{e.type}: {e.message}" not in text):
-            problems.append(f"{name}: rank {rank}: the kit says {e.type}: {e.message}; SGLang {outcome}: {text[:400]}")
+        elif e.outcome == "raises" and (outcome != "failed" or str(e.error) not in text):
+            problems.append(f"{name}: rank {rank}: the kit says {e.error}; SGLang {outcome}: {text[:400]}")
         elif e.outcome == "wrong-rows" and (outcome != "failed" or "were handed over with" not in text):
             problems.append(f"{name}: rank {rank}: the kit says {e.text()}; SGLang {outcome}: {text[:400]}")
     return problems
