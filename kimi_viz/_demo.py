@@ -57,9 +57,9 @@ def run_demo(
         )
         verdict = result.verdict
         expected = scenario.expected
-        matches = (
-            verdict.outcome == expected.outcome
-            and (None if verdict.error is None else verdict.error.message) == expected.message
+        message = None if verdict.error is None else verdict.error.message
+        matches = verdict.outcome == expected.outcome and message == (
+            None if expected.error is None else expected.error.message
         )
         rows.append((scenario, verdict, matches))
         say(f"  {scenario.name:<16} {_outcome_text(verdict):<90.90} {time.perf_counter() - t0:5.1f} s")

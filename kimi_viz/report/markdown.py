@@ -102,7 +102,7 @@ def _title(verdict: Verdict, trace: Trace) -> str:
     if status in (Status.ERROR_REPRODUCED, Status.RECORDED_OK_REPLAY_FAILS) and verdict.error is not None:
         what = f"raises {verdict.error.type}: {verdict.error.message}"
     elif status is Status.NOT_REPRODUCED and verdict.recorded is not None:
-        what = f"does not reproduce the recorded {verdict.recorded.type}: {verdict.recorded.message}"
+        what = f"does not reproduce the recorded {verdict.recorded.error}"
     elif status is Status.SILENT_MISMATCH:
         what = "encodes an image wrongly without raising"
     else:
@@ -126,7 +126,7 @@ def _verdict(verdict: Verdict) -> list[str]:
         lines.append("SGLang raises nothing in `get_image_feature`.")
     if verdict.recorded is not None:
         rec = verdict.recorded
-        what = "ok" if rec.outcome == "ok" else f"{rec.type}: {rec.message}"
+        what = "ok" if rec.outcome == "ok" else str(rec.error)
         differs = " (not the error this replay raises)" if verdict.recorded_differs else ""
         lines.append(f"The capture recorded {md_code(what)}{differs}.")
     lines.append("")

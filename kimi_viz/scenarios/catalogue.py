@@ -54,16 +54,6 @@ class ExpectedOutcome:
     def __post_init__(self) -> None:
         object.__setattr__(self, "scenario_class", ScenarioClass(self.scenario_class))
 
-    @property
-    def type(self) -> str | None:
-        """Return the exception's type name, or None when SGLang raises nothing."""
-        return None if self.error is None else self.error.type
-
-    @property
-    def message(self) -> str | None:
-        """Return the exception's exact message, or None when SGLang raises nothing."""
-        return None if self.error is None else self.error.message
-
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
         return {

@@ -36,16 +36,6 @@ class LoadExpectation:
     calls: int | None = None  # get_image_feature calls over all passes
     passes: int | None = None
 
-    @property
-    def type(self) -> str | None:
-        """Return the exception's type name, or None when SGLang raises nothing."""
-        return None if self.error is None else self.error.type
-
-    @property
-    def message(self) -> str | None:
-        """Return the exception's exact message, or None when SGLang raises nothing."""
-        return None if self.error is None else self.error.message
-
     def to_json(self) -> dict[str, Any]:
         """Return the expectation as plain JSON data."""
         return {

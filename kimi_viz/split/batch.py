@@ -123,16 +123,6 @@ class RecordedOutcome:
     outcome: Literal["ok", "error"]
     error: ErrorInfo | None = None
 
-    @property
-    def type(self) -> str | None:
-        """Return the recorded exception's type name, or None when none was recorded."""
-        return None if self.error is None else self.error.type
-
-    @property
-    def message(self) -> str | None:
-        """Return the recorded exception's message, or None when none was recorded."""
-        return None if self.error is None else self.error.message
-
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> RecordedOutcome:
         """Return the outcome :meth:`to_json` wrote (``"error"`` absent or null: none recorded)."""
