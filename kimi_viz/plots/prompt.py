@@ -195,7 +195,7 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
         ax.text(0, y + TRACK / 2, "no ids at all (an empty prompt)", va="center", fontsize=LABEL_FONT)
     error = outcome.error
     assert error is not None
-    error_text(ax, -1.4, f"{error.type}: {error.message} ({error.where})", "request-error")
+    error_text(ax, -1.4, f"{error.error} ({error.where})", "request-error")
     heading = title or f"SGLang {outcome.release.version}: the request side refuses the request"
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
     return ax

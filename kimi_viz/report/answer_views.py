@@ -318,7 +318,7 @@ def _chat_lines(answer: Answer, replayed: ChatReplay) -> list[str]:
     lines.append(repr(check_table(outcome)))
     if outcome.error is not None:
         tip = advice(outcome)
-        return [*lines, "", f"✗ REQUEST REFUSED — {outcome.error.type}: {outcome.error.message}"] + (
+        return [*lines, "", f"✗ REQUEST REFUSED — {outcome.error.error}"] + (
             [f"answer: {answer.why}"] + ([f"to fix: {tip}"] if tip else [])
         )
     if outcome.media_spans():

@@ -80,15 +80,14 @@ class Check:
 
 @dataclass(frozen=True)
 class RequestError:
-    """What the request side raises: the exception type, SGLang's exact message, and where."""
+    """What the request side raises: the exception (its type and SGLang's exact message), and where."""
 
-    type: str
-    message: str
+    error: ErrorInfo
     where: str
 
     def to_json(self) -> dict[str, str]:
         """Return ``{"type", "message", "where"}``."""
-        return {"type": self.type, "message": self.message, "where": self.where}
+        return {**self.error.to_json(), "where": self.where}
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ class RequestOutcome:
 
     def error_info(self) -> ErrorInfo | None:
         """Return what the request side raises as an :class:`~kimi_viz.split.cause.ErrorInfo`, or None."""
-        return None if self.error is None else ErrorInfo(self.error.type, self.error.message)
+        return None if self.error is None else self.error.error
 
     def media_spans(self) -> list[MediaSpan]:
         """Return each image's block in the expanded prompt (empty when a check raised)."""
@@ -219,7 +218,8 @@ class RequestOutcome:
         n, m = len(self.request.images), self.rendered.placeholders
         side = f"SGLang {self.release.version}"
         if self.error is not None:
-            lead = f"{side}'s request side raises {self.error.type} in {self.error.where}: {self.error.message}."
+            raised = self.error.error
+            lead = f"{side}'s request side raises {raised.type} in {self.error.where}: {raised.message}."
             if self.raised_check == "one-to-one":
                 return lead + " " + _placeholder_story(self, n, m)
             return lead + " The request is refused before any image is loaded; nothing reaches the scheduler."
@@ -316,8 +316,9 @@ class _Checking:
 
     def raised(self, name: str, where: str, message: str) -> RequestOutcome:
         """Return the outcome of check ``name`` raising SGLang's ValueError ``message`` at ``where``."""
-        self.checks.append(Check(name, where, "raised", f"ValueError: {message}"))
-        return self.done(RequestError("ValueError", message, where), None)
+        error = ErrorInfo("ValueError", message)
+        self.checks.append(Check(name, where, "raised", str(error)))
+        return self.done(RequestError(error, where), None)
 
 
 def _stop_before_loading(run: _Checking) -> RequestOutcome | None:
