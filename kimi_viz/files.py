@@ -11,7 +11,6 @@ renaming it over the target, so an existing link is replaced, never written thro
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def write_file(path: str | os.PathLike, data: bytes) -> Path:
             f"{str(folder)!r}: cannot open the output folder without following links "
             f"({exc.strerror or exc}); choose a real folder"
         ) from None
-    temp = f".{target.name}.{secrets.token_hex(6)}.tmp"
+    temp = f".{target.name}.{os.urandom(6).hex()}.tmp"
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644, dir_fd=dir_fd)
         try:

@@ -14,7 +14,8 @@ from kimi_viz.files import prepare_folder, write_file
 from kimi_viz.plots.palette import color_for
 from kimi_viz.plots.summary import draw_grid_mismatch, draw_rank_rows, draw_verdict_banner
 from kimi_viz.report.summary import summary_panels, summary_png
-from kimi_viz.report.tables import Table, VerdictView, batch_table, images_table, ranks_table
+from kimi_viz.report.tables import VerdictView, batch_table, images_table, ranks_table
+from kimi_viz.report.text_table import Table
 from kimi_viz.scenarios import SCENARIOS, get_scenario, run_scenario
 from kimi_viz.split._replay import replay
 from kimi_viz.split.verdict import STATUS_STYLES, Status, build_verdict

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import WhatIfError
 from ..releases import RELEASES
-from ..report.tables import Table
+from ..report.text_table import Table
 from ..request.images import RequestImage, probe_images
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest

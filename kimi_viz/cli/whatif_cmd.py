@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..devices import DEVICES
@@ -320,16 +321,18 @@ def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return list(args.images), {}
 
 
-def _print(args: argparse.Namespace, data: Any, text: str) -> None:
-    emit(json.dumps(data, indent=2, default=str) if args.json else text)
+def _print(args: argparse.Namespace, document: Callable[[], Any], text: Callable[[], str]) -> None:
+    """Print ``document()`` as JSON with --json, else ``text()``."""
+    emit(json.dumps(document(), indent=2, default=str) if args.json else text())
 
 
 def run(args: argparse.Namespace) -> int:
     """Answer the what-if; return 0 (nothing fails), 1 (SGLang raises) or 3 (a silent mismatch)."""
     from .._whatif.ask import minimize, sweep, whatif
-    from ..report.answer_documents import answer_json, cell_json, minimized_json
     from ..report.answer_views import answer_text, minimized_text, sweep_text
 
+    if args.json:
+        from ..report.answer_documents import answer_json, cell_json, minimized_json  # JSON only when asked
     _check(args)
     settings = settings_from_args(args)
     subject, options = _subject(args)
@@ -345,13 +348,13 @@ def run(args: argparse.Namespace) -> int:
     deployment = {"sglang_version": args.sglang_version, "tp_size": tp, "settings": settings}
     if args.minimize:
         found = minimize(subject, mode=args.mode, **deployment, **options)
-        _print(args, minimized_json(found), minimized_text(found))
+        _print(args, lambda: minimized_json(found), lambda: minimized_text(found))
         if args.emit_repro and found.target is not None:
             _emit_repro(found, args.emit_repro)
         _write_out(args, found.answer)
         return found.exit_code
     answer = whatif(subject, mode=args.mode, device=args.device, **deployment, **options)
-    _print(args, answer_json(answer), answer_text(answer))
+    _print(args, lambda: answer_json(answer), lambda: answer_text(answer))
     if args.emit_repro:
         _emit_repro(answer, args.emit_repro)
     _write_out(args, answer)

@@ -12,7 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "Stepper": "stepper",
-    "Table": "tables",
+    "Table": "text_table",
     "VerdictView": "tables",
     "ranks_table": "tables",
     "images_table": "tables",

@@ -16,7 +16,7 @@ from ..request.sides import BuiltRequest
 from ..schedule.trace import ForwardTrace
 from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Status, format_verdict
-from .tables import Table
+from .text_table import Table
 
 if TYPE_CHECKING:  # pragma: no cover - a chat request's checks load only when one is asked
     from ..request.checks import RequestOutcome

@@ -30,7 +30,7 @@ from ..plots import (
 from ..preprocess.layout import BatchLayout, compare_layouts
 from ..preprocess.processor import Processor, resize_config
 from ..preprocess.records import ProcessorOutput
-from .tables import Table
+from .text_table import Table
 
 BIG_SAMPLE = "rocket_4200x3150.jpg"
 OTHER_PRESET = {"kimi-k3": "kimi-k25", "kimi-k25": "kimi-k3"}
