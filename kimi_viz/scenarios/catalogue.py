@@ -490,12 +490,7 @@ _SCENARIO_ROWS: tuple[Scenario, ...] = (
 )
 
 
-def _catalogue() -> dict[str, Scenario]:
-    """Return the scenarios of :data:`_SCENARIO_ROWS` by name."""
-    return {sc.name: sc for sc in _SCENARIO_ROWS}
-
-
-SCENARIOS: dict[str, Scenario] = _catalogue()
+SCENARIOS: dict[str, Scenario] = {sc.name: sc for sc in _SCENARIO_ROWS}
 
 
 def get_scenario(name: str) -> Scenario:

@@ -217,12 +217,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
 )
 
 
-def _catalogue() -> dict[str, LoadScenario]:
-    """Return the load scenarios of :data:`_LOAD_SCENARIO_ROWS` by name."""
-    return {sc.name: sc for sc in _LOAD_SCENARIO_ROWS}
-
-
-LOAD_SCENARIOS: dict[str, LoadScenario] = _catalogue()
+LOAD_SCENARIOS: dict[str, LoadScenario] = {sc.name: sc for sc in _LOAD_SCENARIO_ROWS}
 
 
 def get_load_scenario(name: str) -> LoadScenario:
