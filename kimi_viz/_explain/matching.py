@@ -57,6 +57,8 @@ NEEDLES = (
     "'list' object has no attribute",
     "input_ids",
     "retokenize",
+    "mm_hashes",
+    "exceeds limit",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces

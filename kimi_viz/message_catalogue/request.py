@@ -276,6 +276,26 @@ MESSAGES: tuple[Message, ...] = (
         after=REFUSED,
     ),
     Message(
+        "mm-limit-per-request",
+        "{} count {} exceeds limit {} per request.",
+        Stage.REQUEST,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._validate_mm_limits", "ValueError", "0.5.17-0.5.23"),),
+        fields=("modality:word", "count:n", "limit:n"),
+        meaning="The request carries more images (or other items of the modality) than the server's "
+        "per-request limit (limit_mm_data_per_request) allows; SGLang refuses it before any image is processed.",
+        after=REFUSED,
+    ),
+    Message(
+        "caller-hashes-count",
+        "mm_hashes length ({}) != mm_items length ({}); ignoring caller hashes for this request.",
+        Stage.REQUEST,
+        (site(TOKENIZER_MANAGER, "TokenizerManager._tokenize_one_request", "warning", "0.5.17-0.5.23"),),
+        fields=("hashes:n", "items:n"),
+        meaning="The caller sent a different number of mm_hashes than the request has multimodal items; "
+        "SGLang ignores all of them and hashes every image itself.",
+        after="Logged, not raised: the request goes on; its images' cache keys are computed from their features.",
+    ),
+    Message(
         "caller-hash-malformed",
         "Ignoring malformed mm_hashes entry {}; this item will fall back to hash_feature().",
         Stage.REQUEST,

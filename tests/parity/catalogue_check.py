@@ -482,19 +482,6 @@ OFF_PATH: tuple[tuple[str, str | None, str | None, str], ...] = (
         "the preprocess cache's keys: checks of a caller-supplied content hash's format and of the identity "
         "values SGLang builds itself (only an image that does not decode is about the images)",
     ),
-    (
-        r"managers/tokenizer_manager\.py",
-        r"TokenizerManager\._tokenize_one_request",
-        r"mm_hashes length \(\{\}\) != mm_items length.*",
-        "caller hashes ignored for a mismatched count: the request goes on with hashes of its own images",
-    ),
-    (
-        r"managers/tokenizer_manager\.py",
-        r"TokenizerManager\._validate_mm_limits",
-        None,
-        "the per-request item limit names the modality only as a field: no text of its own for explain to skim "
-        "for (a refusal the client reads as it is)",
-    ),
     # --- the EPD encoder: everything but the image features ------------------------------------------
     (
         _EPD,
