@@ -169,7 +169,6 @@ class Sweep:
     subject: str  # the question in a few words, e.g. "2 image(s), --tp-size N" or "3 request(s), 4 image(s)"
     tp_sizes: tuple[int, ...]
     cells: tuple[Cell, ...]
-    refused: tuple[tuple[str, ErrorInfo], ...] = ()  # (release, error) where the request side refuses the question
 
     @property
     def rows(self) -> list[tuple[Release, ...]]:
@@ -188,7 +187,7 @@ class Sweep:
     @property
     def failed(self) -> bool:
         """Return True when SGLang raises in some cell."""
-        return any(c.status.failed for c in self.cells) or bool(self.refused)
+        return any(c.status.failed for c in self.cells)
 
     @property
     def exit_code(self) -> int:
