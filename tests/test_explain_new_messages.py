@@ -147,4 +147,5 @@ def test_the_lane_walks_the_tokenizer_manager_and_takes_the_new_sites_as_on_the_
     assert (
         classify(Found(server, "MMEncoder.send_with_url", "MMError", "[{}] embedding delivery failed: {}", 1)) is None
     )
-    assert classify(Found(server, "MMEncoder.send_with_url", "error", "Failed to send to {}: {}", 1))
+    # a per-destination send failure is a Kimi EPD request's too: on the path
+    assert classify(Found(server, "MMEncoder.send_with_url", "error", "Failed to send to {}: {}", 1)) is None

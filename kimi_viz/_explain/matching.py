@@ -59,6 +59,7 @@ NEEDLES = (
     "retokenize",
     "mm_hashes",
     "exceeds limit",
+    "Timeout!",
     "request state",  # the EPD encoder's "No request state exists while encoding request"
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)

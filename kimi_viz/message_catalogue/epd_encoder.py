@@ -424,6 +424,34 @@ MESSAGES: tuple[Message, ...] = (
         after="Logged, not raised: the embeddings are not cached; the request goes on with the right features.",
     ),
     Message(
+        "epd-send-to-failed",
+        "Failed to send to {}: {}",
+        Stage.EPD,
+        (
+            site(ENCODE_SERVER, "MMEncoder.send_with_url", "error", "0.5.17-0.5.18"),
+            site(SERVER, "MMEncoder.send_with_url", "error", "0.5.19-0.5.23"),
+        ),
+        fields=("url:word", "failure"),
+        meaning="The encode server could not send a request's embedding to one language-server destination "
+        "(the send to that URL raised); the images themselves were encoded.",
+        after="Logged per destination; that language server gets no embedding for the request (from 0.5.21 the "
+        "request then fails with 'embedding delivery failed').",
+    ),
+    Message(
+        "epd-send-timeout",
+        "[{}] Timeout! Sent {}/{}",
+        Stage.EPD,
+        (
+            site(ENCODE_SERVER, "MMEncoder.send_with_url", "error", "0.5.17-0.5.18"),
+            site(SERVER, "MMEncoder.send_with_url", "error", "0.5.19-0.5.20"),
+        ),
+        fields=("request:word", "sent:n", "expected:n"),
+        meaning="The encode server waited for every language-server destination of the request to register where "
+        "to send the embedding, and only some did before the time-out.",
+        after="Logged; the destinations that never registered get no embedding, and the request fails on the "
+        "language side ('The encoder did not return multimodal embeddings' in language-only mode).",
+    ),
+    Message(
         "epd-delivery-failed",
         "[{}] embedding delivery failed: {}",
         Stage.EPD,

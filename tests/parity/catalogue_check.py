@@ -510,12 +510,6 @@ OFF_PATH: tuple[tuple[str, str | None, str | None, str], ...] = (
     ),
     (
         _EPD,
-        r"MMEncoder\.send_with_url",
-        r"(?!\[\{\}\] embedding delivery failed).*",
-        "EPD send bookkeeping: the per-destination send's own logs; only the delivery failure reaches the request",
-    ),
-    (
-        _EPD,
         r"await_task_completion_on_cancel",
         r"\{\} failed while draining cancellation",
         "EPD: a cancelled request's late failure, logged after its abort; the line opens with the operation's "
