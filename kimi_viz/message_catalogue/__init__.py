@@ -2,9 +2,10 @@
 
 One module per :class:`~kimi_viz.messages.Stage`, in pipeline order: ``request``, ``processor``,
 ``call``, ``split``, ``encoder``, ``splice``, and the EPD transfer's two sides ``epd_encoder`` and
-``epd_receiver``. Each entry (:class:`~kimi_viz.messages.Message`) holds its template, its sites (file
-under ``sglang/srt``, function, exception type or log level, releases), the numbers it carries, what it
-means and what SGLang does next. :mod:`kimi_viz._explain` derives its patterns from here; the
+``epd_receiver``, each with its embedding delivery (``epd_encoder_delivery``,
+``epd_receiver_delivery``). Each entry (:class:`~kimi_viz.messages.Message`) holds its template, its
+sites (file under ``sglang/srt``, function, exception type or log level, releases), the numbers it
+carries, what it means and what SGLang does next. :mod:`kimi_viz._explain` derives its patterns from here; the
 real-SGLang lane (``tests/parity/test_message_catalogue.py``) walks each installed release's files and
 fails when a message on the path is missing here or a release range is wrong; ``docs/pipeline.md`` §11
 is :func:`markdown`.
@@ -13,7 +14,18 @@ is :func:`markdown`.
 from __future__ import annotations
 
 from ..messages import Message, Stage
-from . import call, encoder, epd_encoder, epd_receiver, processor, request, splice, split
+from . import (
+    call,
+    encoder,
+    epd_encoder,
+    epd_encoder_delivery,
+    epd_receiver,
+    epd_receiver_delivery,
+    processor,
+    request,
+    splice,
+    split,
+)
 from ._common import ORDER
 
 CATALOGUE: tuple[Message, ...] = (
@@ -24,7 +36,9 @@ CATALOGUE: tuple[Message, ...] = (
     *encoder.MESSAGES,
     *splice.MESSAGES,
     *epd_encoder.MESSAGES,
+    *epd_encoder_delivery.MESSAGES,
     *epd_receiver.MESSAGES,
+    *epd_receiver_delivery.MESSAGES,
 )
 BY_KEY: dict[str, Message] = {message.key: message for message in CATALOGUE}
 

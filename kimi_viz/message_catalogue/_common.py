@@ -52,3 +52,21 @@ def span(text: str) -> tuple[str, ...]:
 def site(file: str, function: str, kind: str, releases: str) -> Site:
     """Return a :class:`~kimi_viz.messages.Site` for ``releases`` written as a span (see :func:`span`)."""
     return Site(file, function, kind, span(releases))
+
+
+def encode_server_sites(
+    old_function: str, new_function: str, kind: str, *, new_file: str = SERVER, since: str = "0.5.17"
+) -> tuple[Site, ...]:
+    """Return one message's sites in encode_server.py (``since``-0.5.18) and the encoder/ package (0.5.19-0.5.23)."""
+    return (
+        site(ENCODE_SERVER, old_function, kind, f"{since}-0.5.18"),
+        site(new_file, new_function, kind, "0.5.19-0.5.23"),
+    )
+
+
+def receiver_sites(old_function: str, new_function: str, kind: str, *, since: str = "0.5.17") -> tuple[Site, ...]:
+    """Return one message's sites in encode_receiver.py (``since``-0.5.18) and encoder/receiver.py (0.5.19-0.5.23)."""
+    return (
+        site(ENCODE_RECEIVER, old_function, kind, f"{since}-0.5.18"),
+        site(RECEIVER, new_function, kind, "0.5.19-0.5.23"),
+    )

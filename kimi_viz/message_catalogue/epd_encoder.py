@@ -5,21 +5,13 @@ the images, runs the tower, cuts the embedding per image by the preprocessing's 
 from __future__ import annotations
 
 from ..messages import Message, Stage
-from ._common import ENCODE_FAILS, ENCODE_SERVER, PREPROCESSOR, SERVER, site
+from ._common import ENCODE_FAILS, ENCODE_SERVER, PREPROCESSOR, SERVER, encode_server_sites, site
 
 CACHE_FALLBACK = (
     "Logged, not raised: the encode server encodes those images with the vision tower instead, and the "
     "request goes on with the right features (only slower)."
 )
 WRAPPED = "The encode request's preprocessing or encoding raised; the original error follows the colon."
-
-
-def _both(old_function: str, new_function: str, kind: str, *, new_file: str = SERVER, since: str = "0.5.17") -> tuple:
-    """The same message in encode_server.py (``since``-0.5.18) and in the encoder/ package (0.5.19-0.5.23)."""
-    return (
-        site(ENCODE_SERVER, old_function, kind, f"{since}-0.5.18"),
-        site(new_file, new_function, kind, "0.5.19-0.5.23"),
-    )
 
 
 MESSAGES: tuple[Message, ...] = (
@@ -57,7 +49,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-preprocess-modality",
         "Encoder preprocess output contains wrong modality",
         Stage.EPD,
-        _both("MMEncoder._build_mm_data_items", "MMEncoder._build_model_mm_items", "ValueError", since="0.5.18"),
+        encode_server_sites(
+            "MMEncoder._build_mm_data_items", "MMEncoder._build_model_mm_items", "ValueError", since="0.5.18"
+        ),
         meaning="An item of owner-side preprocessing is not of the modality being encoded.",
         after=ENCODE_FAILS,
     ),
@@ -138,7 +132,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-content-hash",
         "Encoder media content hash mismatch: expected {}, got {}",
         Stage.EPD,
-        _both(
+        encode_server_sites(
             "MMEncoder._load_single_item",
             "EncoderPreprocessor._load_single_item",
             "BadRequestError",
@@ -154,7 +148,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-no-image-processor",
         "No image processor available",
         Stage.EPD,
-        _both(
+        encode_server_sites(
             "MMEncoder._process_image_items",
             "EncoderPreprocessor._process_image_items",
             "ValueError",
@@ -167,7 +161,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-image-processor-load",
         "Failed to load image processor: {}",
         Stage.EPD,
-        _both(
+        encode_server_sites(
             "MMEncoder._load_mm_processor", "EncoderPreprocessor._load_mm_processor", "warning", new_file=PREPROCESSOR
         ),
         fields=("error",),
@@ -180,7 +174,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-unsupported-modality",
         "Unsupported modality: {}",
         Stage.EPD,
-        _both(
+        encode_server_sites(
             "MMEncoder._process_mm_items", "EncoderPreprocessor.process_mm_items", "ValueError", new_file=PREPROCESSOR
         ),
         fields=("modality:word",),
@@ -191,7 +185,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-grid-dim",
         "Grid dim ({}) not found in {}",
         Stage.EPD,
-        _both("_get_mm_grid_dim", "EncoderPreprocessor._get_mm_grid_dim", "ValueError", new_file=PREPROCESSOR),
+        encode_server_sites(
+            "_get_mm_grid_dim", "EncoderPreprocessor._get_mm_grid_dim", "ValueError", new_file=PREPROCESSOR
+        ),
         fields=("attribute:word", "inputs"),
         meaning="The processor's output has no grid under the name the encode server reads for this model "
         "(image_grid_thw / grid_thws): the processor is not the model's.",
@@ -201,7 +197,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-feature-attrs",
         "Feature attrs ({}) not found in {}",
         Stage.EPD,
-        _both("_get_mm_feature", "_get_mm_feature", "ValueError"),
+        encode_server_sites("_get_mm_feature", "_get_mm_feature", "ValueError"),
         fields=("attribute:word", "inputs"),
         meaning="The processor's output has no pixel feature under the name the encode server reads for this "
         "model: the processor is not the model's.",
@@ -211,7 +207,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-kimi-grid",
         "Invalid Kimi image grid metadata: {}; expected [h, w] or [t, h, w]",
         Stage.EPD,
-        _both(
+        encode_server_sites(
             "MMEncoder._kimi_hw_from_patch_grid",
             "EncoderPreprocessor._kimi_hw_from_patch_grid",
             "ValueError",
@@ -226,7 +222,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-image-shape",
         "Invalid image tensor shape: {}",
         Stage.EPD,
-        _both("_get_original_image_size", "_get_original_image_size", "ValueError", new_file=PREPROCESSOR),
+        encode_server_sites(
+            "_get_original_image_size", "_get_original_image_size", "ValueError", new_file=PREPROCESSOR
+        ),
         fields=("shape:shape",),
         meaning="An image tensor has neither 2 nor 3 dimensions, so its original size (written into the K3 "
         "prompt block) cannot be read.",
@@ -236,7 +234,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-image-size",
         "Cannot determine original image size from {}",
         Stage.EPD,
-        _both("_get_original_image_size", "_get_original_image_size", "TypeError", new_file=PREPROCESSOR),
+        encode_server_sites("_get_original_image_size", "_get_original_image_size", "TypeError", new_file=PREPROCESSOR),
         fields=("type:type",),
         meaning="An image is neither a PIL image nor a tensor, so its original size cannot be read.",
         after=ENCODE_FAILS,
@@ -258,7 +256,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-not-implemented",
         "Not implemented error: {}",
         Stage.EPD,
-        _both("MMEncoder._encode", "MMEncoder._prepare_encode_context", "InternalError"),
+        encode_server_sites("MMEncoder._encode", "MMEncoder._prepare_encode_context", "InternalError"),
         fields=("error",),
         meaning="The encode server met a path it does not implement for this model or modality. " + WRAPPED,
         after=ENCODE_FAILS,
@@ -267,7 +265,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-bad-request",
         "Bad request error: {}",
         Stage.EPD,
-        _both("MMEncoder._encode", "MMEncoder._compute_direct_embedding", "BadRequestError"),
+        encode_server_sites("MMEncoder._encode", "MMEncoder._compute_direct_embedding", "BadRequestError"),
         fields=("error",),
         meaning="Encoding failed on the request's own data. " + WRAPPED,
         after=ENCODE_FAILS,
@@ -276,7 +274,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-internal-error",
         "Internal encoding error: {}",
         Stage.EPD,
-        _both("MMEncoder._encode", "MMEncoder._compute_direct_embedding", "InternalError"),
+        encode_server_sites("MMEncoder._encode", "MMEncoder._compute_direct_embedding", "InternalError"),
         fields=("error",),
         meaning="The vision tower (or the features it was given) failed on the encode server. " + WRAPPED,
         after=ENCODE_FAILS,
@@ -326,7 +324,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-embedding-size",
         "Embedding size mismatch for {}: actual={}, expected={} (shape={}, element_size={})",
         Stage.EPD,
-        _both("MMEncoder._send", "MMEncoder._send", "AssertionError"),
+        encode_server_sites("MMEncoder._send", "MMEncoder._send", "AssertionError"),
         fields=("request:word", "actual:n", "expected:n", "shape:shape", "element_size:n"),
         meaning="The embedding's bytes differ from what the language server's receive buffer expects (rows × "
         "hidden size × element size): the encoder produced another number of rows than were announced.",
@@ -336,7 +334,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-mooncake-no-embedding",
         "No embedding available for Mooncake GPU-direct transfer: {}",
         Stage.EPD,
-        _both("MMEncoder._send", "MMEncoder._send", "InternalError"),
+        encode_server_sites("MMEncoder._send", "MMEncoder._send", "InternalError"),
         fields=("request:word",),
         meaning="The Mooncake transfer of a request's embedding started with no embedding computed for it.",
         after=ENCODE_FAILS,
@@ -345,7 +343,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-mooncake-transfer",
         "Mooncake transfer_sync failed for {} (session={}, nbytes={}, ret={})",
         Stage.EPD,
-        _both("MMEncoder._send", "MMEncoder._send", "InternalError"),
+        encode_server_sites("MMEncoder._send", "MMEncoder._send", "InternalError"),
         fields=("request:word", "session:word", "nbytes:n", "ret:n"),
         meaning="The RDMA transfer of the embedding to the language server failed (network, or a receive buffer "
         "that is gone).",
@@ -355,7 +353,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-cached-not-available",
         "Cached embedding {} not available for req {}",
         Stage.EPD,
-        _both("MMEncoder._assemble_global_cache_cpu", "MMEncoder._assemble_global_cache_cpu", "InternalError"),
+        encode_server_sites(
+            "MMEncoder._assemble_global_cache_cpu", "MMEncoder._assemble_global_cache_cpu", "InternalError"
+        ),
         fields=("hash:word", "request:word"),
         meaning="An image found in the global embedding cache was gone when the request's embedding was assembled.",
         after=ENCODE_FAILS,
@@ -364,7 +364,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-cached-disappeared",
         "Cached embedding {} disappeared during assembly for req {}",
         Stage.EPD,
-        _both("MMEncoder._assemble_global_cache_gpu", "MMEncoder._assemble_global_cache_gpu", "InternalError"),
+        encode_server_sites(
+            "MMEncoder._assemble_global_cache_gpu", "MMEncoder._assemble_global_cache_gpu", "InternalError"
+        ),
         fields=("hash:word", "request:word"),
         meaning="An image found in the global embedding cache was evicted while the request's embedding was assembled.",
         after=ENCODE_FAILS,
@@ -373,7 +375,9 @@ MESSAGES: tuple[Message, ...] = (
         "epd-cache-hits-failed",
         "Req {}: {}/{} cache-hit items failed to load, falling back to ViT",
         Stage.EPD,
-        _both("MMEncoder._wait_global_cache_prefetch", "MMEncoder._wait_global_cache_prefetch", "warning"),
+        encode_server_sites(
+            "MMEncoder._wait_global_cache_prefetch", "MMEncoder._wait_global_cache_prefetch", "warning"
+        ),
         fields=("request:word", "failed:n", "hits:n"),
         meaning="Some images found in the global embedding cache could not be loaded from it.",
         after=CACHE_FALLBACK,
@@ -382,7 +386,7 @@ MESSAGES: tuple[Message, ...] = (
         "epd-prefetch-failed",
         "Prefetch failed for req {}: {}. Falling back to ViT for {} hit items.",
         Stage.EPD,
-        _both("MMEncoder._wait_global_cache_prefetch", "MMEncoder._wait_global_cache_prefetch", "error"),
+        encode_server_sites("MMEncoder._wait_global_cache_prefetch", "MMEncoder._wait_global_cache_prefetch", "error"),
         fields=("request:word", "error", "hits:n"),
         meaning="Loading the request's images from the global embedding cache failed.",
         after=CACHE_FALLBACK,
@@ -424,34 +428,6 @@ MESSAGES: tuple[Message, ...] = (
         after="Logged, not raised: the embeddings are not cached; the request goes on with the right features.",
     ),
     Message(
-        "epd-send-to-failed",
-        "Failed to send to {}: {}",
-        Stage.EPD,
-        (
-            site(ENCODE_SERVER, "MMEncoder.send_with_url", "error", "0.5.17-0.5.18"),
-            site(SERVER, "MMEncoder.send_with_url", "error", "0.5.19-0.5.23"),
-        ),
-        fields=("url:word", "failure"),
-        meaning="The encode server could not send a request's embedding to one language-server destination "
-        "(the send to that URL raised); the images themselves were encoded.",
-        after="Logged per destination; that language server gets no embedding for the request (from 0.5.21 the "
-        "request then fails with 'embedding delivery failed').",
-    ),
-    Message(
-        "epd-send-timeout",
-        "[{}] Timeout! Sent {}/{}",
-        Stage.EPD,
-        (
-            site(ENCODE_SERVER, "MMEncoder.send_with_url", "error", "0.5.17-0.5.18"),
-            site(SERVER, "MMEncoder.send_with_url", "error", "0.5.19-0.5.20"),
-        ),
-        fields=("request:word", "sent:n", "expected:n"),
-        meaning="The encode server waited for every language-server destination of the request to register where "
-        "to send the embedding, and only some did before the time-out.",
-        after="Logged; the destinations that never registered get no embedding, and the request fails on the "
-        "language side ('The encoder did not return multimodal embeddings' in language-only mode).",
-    ),
-    Message(
         "epd-delivery-failed",
         "[{}] embedding delivery failed: {}",
         Stage.EPD,
@@ -463,162 +439,5 @@ MESSAGES: tuple[Message, ...] = (
         after="The encode server fails the request (HTTP 502, 504 for the time-out) and the language server gets "
         "no embedding for it: in language-only mode the request fails with 'The encoder did not return "
         "multimodal embeddings' (HTTP 503).",
-    ),
-    Message(
-        "epd-rank-encode-failed-old",
-        "Rank {} encode failed: {} error_code = {}",
-        Stage.EPD,
-        (site(ENCODE_SERVER, "MMEncoder.encode", "error", "0.5.17-0.5.18"),),
-        fields=("rank:n", "error", "code"),
-        meaning="Preprocessing or encoding the request's images failed on this rank of the encode server; the "
-        "error and its HTTP status follow.",
-        after="Logged, and an error is stored in place of the request's embedding: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-rank-encode-failed",
-        "Rank {} encode failed: {} code = {}",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder._stage_errors", "error", "0.5.19-0.5.23"),),
-        fields=("rank:n", "error", "code"),
-        meaning="Preprocessing or encoding the request's images failed on this rank of the encode server; the "
-        "error and its HTTP status follow.",
-        after="Logged, and an error is staged in place of each request's embedding, so the send reports it: "
-        + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-rank-batch-encode-failed",
-        "Rank {} batch_encode failed: {} code = {}",
-        Stage.EPD,
-        (site(ENCODE_SERVER, "MMEncoder._batch_set_error", "error", "0.5.17-0.5.18"),),
-        fields=("rank:n", "error", "code"),
-        meaning="Encoding a batch of encode requests failed on this rank of the encode server; the error and its "
-        "HTTP status follow.",
-        after="Logged, and an error is stored in place of each batched request's embedding: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-rank-mooncake-encode-failed",
-        "Rank {} encode_with_mooncake failed: {} error_code = {}",
-        Stage.EPD,
-        (site(ENCODE_SERVER, "MMEncoder.encode_with_mooncake", "error", "0.5.17-0.5.18"),),
-        fields=("rank:n", "error", "code"),
-        meaning="Encoding the request's images for a Mooncake transfer failed on this rank; the error and its "
-        "HTTP status follow.",
-        after="Logged, and the error is returned for the request: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-rank-cache-mooncake-encode-failed",
-        "Rank {} encode_with_global_cache_mooncake failed: {} error_code = {}",
-        Stage.EPD,
-        (site(ENCODE_SERVER, "MMEncoder.encode_with_global_cache_mooncake", "error", "0.5.17-0.5.18"),),
-        fields=("rank:n", "error", "code"),
-        meaning="Encoding the request's images (with the global embedding cache) for a Mooncake transfer failed "
-        "on this rank; the error and its HTTP status follow.",
-        after="Logged, and the error is returned for the request: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-mooncake-vit-failed",
-        "VIT forward failed for {}: {}",
-        Stage.EPD,
-        (site(ENCODE_SERVER, "MMEncoder.encode_with_mooncake._run_forward", "error", "0.5.17-0.5.18"),),
-        fields=("request:word", "error"),
-        meaning="The vision tower failed on the request's images before a Mooncake transfer; the error follows.",
-        after="Logged, and the error is recorded for the request, whose send then reports it: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-cache-vit-failed",
-        "Global cache + VIT forward failed for {}: {}",
-        Stage.EPD,
-        (
-            site(
-                ENCODE_SERVER,
-                "MMEncoder.encode_with_global_cache_mooncake._run_forward_with_cache",
-                "error",
-                "0.5.17-0.5.18",
-            ),
-        ),
-        fields=("request:word", "error"),
-        meaning="Assembling the request's embedding from the global embedding cache and the vision tower failed; "
-        "the error follows.",
-        after="Logged, and the error is recorded for the request, whose send then reports it: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-no-request-state",
-        "No request state exists while encoding request: {}",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder._require_active_encode_state", "InternalError", "0.5.19-0.5.23"),),
-        fields=("request:word",),
-        meaning="The encode server lost the request's state while encoding its images (released, e.g. after its "
-        "time-out).",
-        after=ENCODE_FAILS,
-    ),
-    Message(
-        "epd-no-active-encode",
-        "Request state has no active encode work: {}",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder._require_active_encode_state", "InternalError", "0.5.19-0.5.23"),),
-        fields=("request:word",),
-        meaning="The encode server's state for the request holds no encode in progress while it encodes the "
-        "request's images: its bookkeeping and the work disagree.",
-        after=ENCODE_FAILS,
-    ),
-    Message(
-        "epd-shared-mr-register",
-        "Shared-MR register failed for {}, falling back to per-/send register: {}",
-        Stage.EPD,
-        _both("MMEncoder.encode_with_mooncake._run_forward", "MMEncoder._register_shared_mr", "warning"),
-        fields=("request:word", "error"),
-        meaning="Registering the request's embedding once with Mooncake for all its sends failed; the error follows.",
-        after="Logged, not raised: each send registers the embedding itself; the request goes on (only slower).",
-    ),
-    Message(
-        "epd-shared-mr-deregister",
-        "Shared-MR deregister failed for {}: {}",
-        Stage.EPD,
-        (
-            site(SERVER, "MooncakeDelivery.release", "warning", "0.5.19"),
-            site(SERVER, "MMEncoder._deregister_shared_mr", "warning", "0.5.20-0.5.23"),
-        ),
-        fields=("request:word", "error"),
-        meaning="Releasing the request's sent embedding failed to deregister it from Mooncake; the error follows.",
-        after="Logged, not raised: the request is unaffected; the registration may leak.",
-    ),
-    Message(
-        "epd-per-send-deregister",
-        "Per-send MR deregistration also failed for {}; preserving the transfer error",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder._send", "exception", "0.5.20-0.5.23"),),
-        fields=("request:word",),
-        meaning="A Mooncake transfer of the request's embedding failed, and deregistering its buffer afterwards "
-        "failed too.",
-        after="Logged; the transfer's error is raised: " + ENCODE_FAILS,
-    ),
-    Message(
-        "epd-send-no-embedding",
-        "MMEncoder.send: no embedding for req_id={} (already released or unknown)",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder.send", "warning", "0.5.19-0.5.23"),),
-        fields=("request:word",),
-        meaning="The language server asked for the request's embedding after the encode server released it (a "
-        "time-out or an earlier send), or for a request it never encoded.",
-        after="Logged, not raised: nothing is sent, and the language server's request waits for an embedding "
-        "that does not come ('Embedding recv timeout').",
-    ),
-    Message(
-        "epd-request-released",
-        "Encoder request was released: {}",
-        Stage.EPD,
-        (site(SERVER, "MMEncoder.send_to_destination", "InternalError", "0.5.19-0.5.23"),),
-        fields=("request:word",),
-        meaning="The request's embedding was released (a time-out or an abort) before it could be sent.",
-        after="The send fails with this error and the language server gets no embedding for the request.",
-    ),
-    Message(
-        "epd-release-stale",
-        "Failed to release stale encoder request {}",
-        Stage.EPD,
-        (site(SERVER, "EncoderMetaRegistry._release_stale", "exception", "0.5.20-0.5.23"),),
-        fields=("request:word",),
-        meaning="Releasing a request whose embedding no language server fetched in time failed.",
-        after="Logged, not raised: the request's metadata and buffer stay held until a later sweep releases them.",
     ),
 )
