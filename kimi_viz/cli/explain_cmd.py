@@ -55,18 +55,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _log_status(name: str, option: str, purpose: str, pipe: str) -> os.stat_result:
+    """Return the status of the log file ``name``; KimiVizError when it is missing or no regular file."""
+    shown = repr(escape_value(name))
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):
+        raise KimiVizError(f"{option} {shown}: no such file; expected a log file {purpose}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = file_kind(info.st_mode, fifo=f"pipe it into stdin instead: {pipe}")
+        raise KimiVizError(f"{option} {shown}: is {kind}; expected a regular log file")
+    return info
+
+
 def _explain_file(name: str) -> list:
     """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed."""
     from .._explain import MAX_LOG_BYTES, explain_stream
 
     shown = repr(escape_value(name))
-    try:
-        info = os.stat(name)
-    except (OSError, ValueError):
-        raise KimiVizError(f"--file {shown}: no such file; expected a log file to read") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = file_kind(info.st_mode, fifo="pipe it into stdin instead: kimi-viz explain < FIFO")
-        raise KimiVizError(f"--file {shown}: is {kind}; expected a regular log file")
+    info = _log_status(name, "--file", "to read", "kimi-viz explain < FIFO")
     if info.st_size > MAX_LOG_BYTES:
         raise KimiVizError(
             f"--file {shown}: is {info.st_size} bytes, over the {MAX_LOG_BYTES >> 20} MiB limit; "
@@ -82,13 +89,7 @@ def _explain_file(name: str) -> list:
 def _open_log(name: str) -> tuple[io.FileIO, os.stat_result]:
     """Return the log file ``name`` opened for reading, with its status; a bad path raises KimiVizError."""
     shown = repr(escape_value(name))
-    try:
-        info = os.stat(name)
-    except (OSError, ValueError):
-        raise KimiVizError(f"--follow {shown}: no such file; expected a log file to follow") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = file_kind(info.st_mode, fifo="pipe it into stdin instead: kimi-viz explain --follow < FIFO")
-        raise KimiVizError(f"--follow {shown}: is {kind}; expected a regular log file")
+    _log_status(name, "--follow", "to follow", "kimi-viz explain --follow < FIFO")
     try:
         handle = open(name, "rb", buffering=0)  # noqa: SIM115 - kept open while the file is followed
     except OSError as exc:
