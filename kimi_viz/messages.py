@@ -17,8 +17,9 @@ missing from the catalogue or a release range is wrong (``tests/parity/test_mess
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from ._records import frozen
 
 # ------------------------------------------------------------------------------------------------
 # The exceptions SGLang 0.5.23 raises on this path, copied literally. ``{}`` marks a formatted part.
@@ -154,7 +155,7 @@ FIELD_FORMS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Site:
     """One place SGLang emits a message: a file (under ``sglang/srt``), a function, how, and in which releases."""
 
@@ -169,7 +170,7 @@ class Site:
         return self.kind in LOG_KINDS
 
 
-@dataclass(frozen=True)
+@frozen
 class Message:
     """One message on the Kimi vision path: its text, stage, sites, the fields it carries and what it means.
 

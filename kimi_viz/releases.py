@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 from typing import Literal
 
+from ._records import frozen
 from .errors import ConfigError
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
@@ -53,7 +54,7 @@ class PathSource(str, Enum):
     ASSUMED = "assumed"  # nobody knew: the newest release
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestSide:
     """One version of ``processors/kimi_k3.py`` (and its EPD encoder): what it can build and from where."""
 
@@ -82,7 +83,7 @@ class RequestSide:
         return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardRules:
     """How one release's ``get_embedding_and_mask`` forms the ``get_image_feature`` call and splices the rows back.
 
@@ -109,7 +110,7 @@ class ForwardRules:
         return tuple(r.version for r in RELEASES.values() if r.forward is self)
 
 
-@dataclass(frozen=True)
+@frozen
 class Release:
     """One SGLang release: its Kimi-K3 code path, its request side and its forward pass."""
 
@@ -296,7 +297,7 @@ def parse_version(text: str) -> tuple[tuple[int, int, int], str]:
     return (int(match[1]), int(match[2]), int(match[3])), match[4]
 
 
-@dataclass(frozen=True)
+@frozen
 class ReleaseChoice:
     """The code path a replay runs, the release it stands for, and how it was chosen (said in every verdict)."""
 
@@ -322,7 +323,7 @@ class ReleaseChoice:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class FixRelease:
     """The first later release whose code replays a failing batch clean, and what changed there."""
 

@@ -10,11 +10,11 @@ scenario classes and catalogue scenarios behind it, :data:`NEXT_BY_STAGE` says w
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from .. import message_catalogue
+from .._records import frozen
 from ..messages import FIELD_FORMS, Message, Stage
 
 CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
@@ -70,7 +70,7 @@ LINKS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class KnownMessage:
     """One message SGLang raises or logs on the Kimi vision path, with what it means and where it belongs."""
 

@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 
+from .._records import frozen
 from ..preprocess.layout import BatchLayout, LayoutLookupError, layout_of
 from ..preprocess.records import ImageRecord, ImageSpan, ProcessorOutput
 from .axes import PATCH, patch_ticks, picture_axes
@@ -129,7 +130,7 @@ def _units_per_pt(ax: Axes, frame: _GridToRowsFrame, height: float) -> float:
     return (frame.x1 - frame.x0) / (ax.bbox.width * 72.0 / ax.figure.dpi)
 
 
-@dataclass(frozen=True)
+@frozen
 class _ImageInBatch:
     """The batch a draw_grid_to_rows figure shows, the image's own span in it, and whether a layout was given."""
 
@@ -163,7 +164,7 @@ def _image_in_batch(
     return _ImageInBatch(batch, own_span, True)
 
 
-@dataclass(frozen=True)
+@frozen
 class _RowLinks:
     """The linked rows of draw_grid_to_rows: global rows, their (t, y, x) patches, track positions and labels."""
 

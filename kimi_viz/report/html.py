@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .._records import frozen
 from ..files import prepare_folder, write_file
 from ..plots.palette import color_for
 from ..split.batch import Batch
@@ -246,7 +246,7 @@ def _facts_html(facts: Mapping[str, Any]) -> str:
     return f'<dl class="kv-facts">{rows}</dl>'
 
 
-@dataclass(frozen=True)
+@frozen
 class ReportFigure:
     """A figure the report shows after its summary: a heading, a caption said in words, the PNG bytes."""
 

@@ -23,9 +23,10 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
+from .._records import frozen
 from ..errors import ConfigError
 from ..manifest.format import TENSOR_LAYOUTS
 from ..preprocess.config import get_config
@@ -43,7 +44,7 @@ BANDS_MODE = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 RankOutcome = Literal["passes", "raises", "wrong-rows"]
 
 
-@dataclass(frozen=True)
+@frozen
 class FeatureSpec:
     """An item's feature as the test rebuilds it: a PIL image (``layout="image"``) or a tensor, by shape and dtype."""
 
@@ -78,7 +79,7 @@ class FeatureSpec:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemSpec:
     """One ``MultimodalDataItem``: its grids, deferred config, local flag and feature."""
 
@@ -117,7 +118,7 @@ class ItemSpec:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class RankExpectation:
     """What the emitted test does on one rank under one release, from the kit's replay of that release."""
 
@@ -173,7 +174,7 @@ class RankExpectation:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ReproCase:
     """Everything an emitted test reads: the batches, the processor stand-in's settings, the ranks, the expectations."""
 

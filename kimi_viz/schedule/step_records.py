@@ -9,13 +9,13 @@ view, whose forward frame is the pass itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._records import frozen
 from ..split.step_records import JsonObject, StepRecord
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardBatch(StepRecord):
     """§10: every request of the batch with its window and its items' images, pad runs and hashes."""
 
@@ -26,7 +26,7 @@ class ForwardBatch(StepRecord):
         return {"requests": self.requests}
 
 
-@dataclass(frozen=True)
+@frozen
 class PathChoice(StepRecord):
     """§10.1: the path the pass takes (precomputed, per-image or by-item) and the platform that decides it."""
 
@@ -38,7 +38,7 @@ class PathChoice(StepRecord):
         return {"path": self.path, "platform": self.platform}
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheLookups(StepRecord):
     """§10.3: every overlapping item's embedding-cache lookup and what came of it, and the key the cache uses."""
 
@@ -50,7 +50,7 @@ class CacheLookups(StepRecord):
         return {"items": self.items, "key": self.key}
 
 
-@dataclass(frozen=True)
+@frozen
 class EncodeCall(StepRecord):
     """§10.3: the items of the one ``get_image_feature`` call (request, image, tokens) and the tokens it produced."""
 
@@ -62,7 +62,7 @@ class EncodeCall(StepRecord):
         return {"call": self.call, "produced_tokens": self.produced_tokens}
 
 
-@dataclass(frozen=True)
+@frozen
 class SplitBack(StepRecord):
     """§10.3: the call's rows and the sizes ``torch.split`` cuts them into (each item's pad tokens)."""
 
@@ -74,7 +74,7 @@ class SplitBack(StepRecord):
         return {"rows": self.rows, "split_sizes": self.split_sizes}
 
 
-@dataclass(frozen=True)
+@frozen
 class ChunkSlices(StepRecord):
     """§10.3: each request's part of each overlapping image for its window (request, image, rows)."""
 
@@ -85,7 +85,7 @@ class ChunkSlices(StepRecord):
         return {"slices": self.slices}
 
 
-@dataclass(frozen=True)
+@frozen
 class TokenCount(StepRecord):
     """§10.4: where the pad tokens are counted from (``from`` in JSON), how many, and the rows there are for them."""
 
@@ -98,7 +98,7 @@ class TokenCount(StepRecord):
         return {"from": self.counted_from, "tokens": self.tokens, "rows": self.rows}
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthFit(StepRecord):
     """§10.4: the pad tokens, the rows of the embedding and the rows kept (None when SGLang raises)."""
 
@@ -115,7 +115,7 @@ class LengthFit(StepRecord):
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class Scatter(StepRecord):
     """§10.2: the pad tokens, the rows written onto them, and the operation (``index_copy_`` or ``masked_scatter_``)."""
 

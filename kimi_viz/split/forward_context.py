@@ -21,8 +21,9 @@ is the sentence every view leads with: "this call held 2 images from 2 requests"
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from .._records import frozen
 
 ImageStatus = Literal["in-call", "cache-hit", "same-image", "outside-window", "not-in-call"]
 IMAGE_STATUSES: tuple[ImageStatus, ...] = ("in-call", "cache-hit", "same-image", "outside-window", "not-in-call")
@@ -44,7 +45,7 @@ def _runs_text(offsets: Sequence[Sequence[int]]) -> str:
     return ", ".join(f"[{start}, {end}]" for start, end in offsets) or "(none)"
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextImage:
     """One image of a request in the forward pass (one of its ``MultimodalDataItem`` s)."""
 
@@ -83,7 +84,7 @@ class ContextImage:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextRequest:
     """One request with images in the forward pass, in SGLang's request order."""
 
@@ -134,7 +135,7 @@ class ContextRequest:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextItem:
     """One item of the call: the request (index into :attr:`ForwardContext.requests`) and its image it came from."""
 
@@ -146,7 +147,7 @@ class ContextItem:
         return {"request": self.request, "image": self.image}
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardContext:
     """The forward pass around one ``get_image_feature`` call: its requests, and where each call item came from."""
 

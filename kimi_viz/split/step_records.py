@@ -15,8 +15,9 @@ pass's own records (:mod:`kimi_viz.schedule.step_records`) extend :class:`StepRe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
+
+from .._records import frozen
 
 #: A JSON object of a snapshot inside a record (an item, a feature, a resize), kept as SGLang's names.
 JsonObject = dict[str, Any]
@@ -37,7 +38,7 @@ class StepRecord(ABC):
 
 
 # --- §6.1–6.4: the whole call's and the rank's -------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class GridCollection(StepRecord):
     """§6.1: every item's grids and their source, ``grid_thws_host`` and its patch counts (both None on a raise)."""
 
@@ -54,7 +55,7 @@ class GridCollection(StepRecord):
         return (("grid_thws_host", self.grid_thws_host), ("patch_counts", self.patch_counts))
 
 
-@dataclass(frozen=True)
+@frozen
 class RankAssignment(StepRecord):
     """§6.2: the DP runner's load balancing — every rank's images and load, and this rank's share.
 
@@ -97,7 +98,7 @@ class RankAssignment(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemSelection(StepRecord):
     """§6.3 (§9 on 0.5.17): the rank's items and which are locally preprocessed (None: 0.5.17 does not ask)."""
 
@@ -117,7 +118,7 @@ class ItemSelection(StepRecord):
         return (("image_indices", self.image_indices), ("locally_preprocessed", self.locally_preprocessed))
 
 
-@dataclass(frozen=True)
+@frozen
 class BackendGrouping(StepRecord):
     """§6.4: the eager items used as they are, each backend group's positions and rows read, and the code path."""
 
@@ -135,7 +136,7 @@ class BackendGrouping(StepRecord):
 
 
 # --- §6.5–6.6: one backend group --------------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class GroupIndices:
     """One backend group as SGLang names it: local ``indices``, ``global_indices`` and the grid rows its checks read."""
 
@@ -154,7 +155,7 @@ class GroupIndices:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class UnsupportedBackend(StepRecord):
     """§6.5: a group of a backend SGLang does not know (it raises there)."""
 
@@ -165,7 +166,7 @@ class UnsupportedBackend(StepRecord):
         return self.group.to_json()
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuGrids:
     """What the gpu group produced, and the grids its check expects (``grid_thws_host`` at the rows read)."""
 
@@ -184,7 +185,7 @@ class GpuGrids:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuPreprocess(StepRecord):
     """§6.5, gpu backend: the group, each image's input as far as staging got, and its grids (None: it raised first)."""
 
@@ -212,7 +213,7 @@ class GpuPreprocess(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuGrids:
     """What the checkpoint processor produced, the items' ``grid_thws`` it compares with, and ``pixel_values``' rows.
 
@@ -239,7 +240,7 @@ class CpuGrids:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuPreprocess(StepRecord):
     """§6.5, cpu backend: the group, each image's input and own resize, the consumer's ``media_proc_cfg``, its grids.
 
@@ -271,7 +272,7 @@ class CpuPreprocess(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthCheck(StepRecord):
     """§6.6: the group's ``patch_counts`` from the grids read, their sum, ``pixel_values.shape[0]`` and the split.
 
@@ -314,7 +315,7 @@ class LengthCheck(StepRecord):
 
 
 # --- §6.7: the rank's concatenation -----------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class Concatenation(StepRecord):
     """§6.7: the branch, each feature's rows and trailing shape, their total (None on a raise), the grids' total."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._records import frozen
 from ..errors import ConfigError
 from .batch import Batch, prod
 from .cause import CAUSES, Cause, CauseKind, CauseText, ErrorInfo
@@ -80,7 +81,7 @@ def is_length_check(name: str) -> bool:
     return name.startswith("length_check_")
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     """A comparison SGLang makes at a step: what it expects, what it finds, and whether they agree."""
 
@@ -160,7 +161,7 @@ class ImageRow:
         return data
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One step of ``get_image_feature`` on one rank, built once its outcome is known, never changed after.
 
