@@ -10,14 +10,18 @@ own bug: it raises ``ValueError`` naming the file and the entry's key as soon as
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from .. import messages
 from ..messages import Message, Site, Stage
 from ..releases import RELEASES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli, tomllib's own code as published before it joined the standard library
+    import tomli as tomllib
 
 ORDER = tuple(RELEASES)  # 0.5.17 ... 0.5.23, oldest first
 DATA = Path(__file__).resolve().parent / "data"
