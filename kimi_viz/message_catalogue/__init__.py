@@ -32,8 +32,27 @@ STAGE_FILES = (
     "epd_receiver_delivery",
 )
 
-CATALOGUE: tuple[Message, ...] = load(STAGE_FILES)
-BY_KEY: dict[str, Message] = {message.key: message for message in CATALOGUE}
+# Read from data/ the first time either is asked for (__getattr__), then plain names of the module: the
+# commands that never look a message up (kimi-viz --help, triage, whatif) do not parse the files.
+CATALOGUE: tuple[Message, ...]  # every entry, file after file
+BY_KEY: dict[str, Message]  # the entries by key
+
+
+def _catalogue() -> tuple[Message, ...]:
+    """Return :data:`CATALOGUE`, reading the files (and setting :data:`BY_KEY`) the first time."""
+    if "CATALOGUE" not in globals():
+        catalogue = load(STAGE_FILES)
+        globals().update(CATALOGUE=catalogue, BY_KEY={message.key: message for message in catalogue})
+    return globals()["CATALOGUE"]
+
+
+def __getattr__(name: str) -> object:
+    """Return ``CATALOGUE`` or ``BY_KEY`` on first use (PEP 562); any other name is missing."""
+    if name not in ("CATALOGUE", "BY_KEY"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _catalogue()
+    return globals()[name]
+
 
 STAGE_WHAT = {
     Stage.REQUEST: "the chat request, its prompt and its <|media_pad|> placeholders",
@@ -46,10 +65,10 @@ STAGE_WHAT = {
 }
 
 
-def by_stage(messages: tuple[Message, ...] = CATALOGUE) -> dict[Stage, list[Message]]:
-    """Return the messages grouped by stage, stages in pipeline order (each stage present, maybe empty)."""
+def by_stage(messages: tuple[Message, ...] | None = None) -> dict[Stage, list[Message]]:
+    """Return the messages (the catalogue's by default) by stage, in pipeline order (each stage, maybe empty)."""
     grouped: dict[Stage, list[Message]] = {stage: [] for stage in Stage}
-    for message in messages:
+    for message in _catalogue() if messages is None else messages:
         grouped[message.stage].append(message)
     return grouped
 

@@ -4,7 +4,7 @@
 shares; each stage file holds its entries as ``[[message]]`` tables. :func:`load` turns them into
 :class:`~kimi_viz.messages.Message` objects, in file order. The files are package data, so a mistake
 in one (an unknown key, a missing field, an unknown name, a bad release span or stage) is the kit's
-own bug: it raises ``ValueError`` naming the file and the entry's key as soon as the catalogue is imported.
+own bug: it raises ``ValueError`` naming the file and the entry's key the first time the catalogue is read.
 """
 
 from __future__ import annotations
