@@ -75,13 +75,6 @@ class Prompt:
         """Return the number of ``<|media_pad|>`` tokens in the prompt."""
         return sum(s.length for s in self.segments if s.kind == "pads")
 
-    def segment_at(self, position: int) -> Segment:
-        """Return the segment that holds ``position``."""
-        for segment in self.segments:
-            if segment.start <= position < segment.end:
-                return segment
-        raise IndexError(f"position {position} is outside the prompt's {self.length} tokens")
-
 
 def render_prompt(
     image_tokens: list[int],

@@ -105,14 +105,6 @@ class ContextRequest:
         """Return ``"request 0 (rid a1)"``, or ``"request 0"`` when no rid was recorded."""
         return f"request {index}" + (f" (rid {self.rid})" if self.rid is not None else "")
 
-    def window_text(self) -> str:
-        """Return ``"prefix 0, extend 9: tokens [0, 9)"`` (absent lengths said so)."""
-        prefix = "?" if self.prefix_len is None else str(self.prefix_len)
-        extend = "?" if self.extend_len is None else str(self.extend_len)
-        window = self.window
-        where = "" if window is None else f": tokens [{window[0]}, {window[1]})"
-        return f"prefix {prefix}, extend {extend}{where}"
-
     def to_json(self) -> dict[str, Any]:
         """Return ``{"rid", "batch_index", "prefix_len", "extend_len", "images"}``."""
         return {

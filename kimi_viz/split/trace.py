@@ -211,11 +211,6 @@ class RankTrace:
     cause: Cause | None = None
     pixel_values: torch.Tensor | None = field(default=None, repr=False)
 
-    @property
-    def failing_step(self) -> int | None:
-        """Return the index of the step where SGLang raises, or None."""
-        return next((k for k, s in enumerate(self.steps) if s.error is not None), None)
-
     def to_json(self) -> dict[str, Any]:
         """Return the rank's full trace as plain JSON data (no pixels)."""
         return {
