@@ -21,10 +21,6 @@ class ForwardBatch(StepRecord):
 
     requests: list[JsonObject]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"requests"}``."""
-        return {"requests": self.requests}
-
 
 @frozen
 class PathChoice(StepRecord):
@@ -32,10 +28,6 @@ class PathChoice(StepRecord):
 
     path: str
     platform: str
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"path", "platform"}``."""
-        return {"path": self.path, "platform": self.platform}
 
 
 @frozen
@@ -45,10 +37,6 @@ class CacheLookups(StepRecord):
     items: list[JsonObject]
     key: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"items", "key"}``."""
-        return {"items": self.items, "key": self.key}
-
 
 @frozen
 class EncodeCall(StepRecord):
@@ -56,10 +44,6 @@ class EncodeCall(StepRecord):
 
     call: list[JsonObject]
     produced_tokens: list[int]
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"call", "produced_tokens"}``."""
-        return {"call": self.call, "produced_tokens": self.produced_tokens}
 
 
 @frozen
@@ -69,20 +53,12 @@ class SplitBack(StepRecord):
     rows: int
     split_sizes: list[int]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"rows", "split_sizes"}``."""
-        return {"rows": self.rows, "split_sizes": self.split_sizes}
-
 
 @frozen
 class ChunkSlices(StepRecord):
     """§10.3: each request's part of each overlapping image for its window (request, image, rows)."""
 
     slices: list[JsonObject]
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"slices"}``."""
-        return {"slices": self.slices}
 
 
 @frozen
@@ -106,14 +82,6 @@ class LengthFit(StepRecord):
     rows_in_embedding: int
     rows_kept: int | None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"tokens_in_text", "rows_in_embedding", "rows_kept"}``."""
-        return {
-            "tokens_in_text": self.tokens_in_text,
-            "rows_in_embedding": self.rows_in_embedding,
-            "rows_kept": self.rows_kept,
-        }
-
 
 @frozen
 class Scatter(StepRecord):
@@ -122,10 +90,6 @@ class Scatter(StepRecord):
     pad_tokens: int
     rows: int
     scatter: str
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"pad_tokens", "rows", "scatter"}``."""
-        return {"pad_tokens": self.pad_tokens, "rows": self.rows, "scatter": self.scatter}
 
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 A :class:`~kimi_viz.split.trace.Step` holds one of these as its ``variables``. Each record's
 ``to_json`` gives the ``variables`` object of that step in ``trace.json`` (``docs/outputs.md``: the
-keys, their order and their values), and ``key_variables`` the ``(name, value)`` pairs the step view
+keys, their order and their values; unless a record writes its own, its fields under their own names,
+in the order the class declares them), and ``key_variables`` the ``(name, value)`` pairs the step view
 and the stepper show (the rest stay in ``trace.json``). The views read the record's fields by name,
 so a renamed field is a type error, not a variable that quietly drops out of the view.
 
@@ -14,7 +15,7 @@ pass's own records (:mod:`kimi_viz.schedule.step_records`) extend :class:`StepRe
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from dataclasses import fields
 from typing import Any
 
 from .._records import frozen
@@ -25,12 +26,17 @@ JsonObject = dict[str, Any]
 KeyVariables = tuple[tuple[str, Any], ...]
 
 
-class StepRecord(ABC):
+def field_values(record: Any) -> dict[str, Any]:
+    """Return a new dict of a frozen record's fields, each under its own name, in the order the class declares them."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+class StepRecord:
     """The variables of one step: what ``trace.json`` holds under ``variables`` and which of them a view shows."""
 
-    @abstractmethod
     def to_json(self) -> dict[str, Any]:
-        """Return the step's ``variables`` object for ``trace.json`` (a new dict each call)."""
+        """Return the step's ``variables`` object for ``trace.json`` (a new dict each call): every field, in order."""
+        return field_values(self)
 
     def key_variables(self) -> KeyVariables:
         """Return the ``(name, value)`` pairs worth showing for this step, in order (none by default)."""
@@ -45,10 +51,6 @@ class GridCollection(StepRecord):
     items: list[JsonObject]
     grid_thws_host: list[list[int]] | None
     patch_counts: list[int] | None
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"items", "grid_thws_host", "patch_counts"}``."""
-        return {"items": self.items, "grid_thws_host": self.grid_thws_host, "patch_counts": self.patch_counts}
 
     def key_variables(self) -> KeyVariables:
         """Return ``grid_thws_host`` and ``patch_counts``."""
@@ -71,19 +73,6 @@ class RankAssignment(StepRecord):
     loads: list[int]
     image_indices: list[int]
     recorded_image_indices: list[int] | None
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the assignment's variables, ``tp_size`` to ``recorded_image_indices``."""
-        return {
-            "tp_size": self.tp_size,
-            "rank": self.rank,
-            "patch_counts": self.patch_counts,
-            "order_largest_first": self.order_largest_first,
-            "assignment": self.assignment,
-            "loads": self.loads,
-            "image_indices": self.image_indices,
-            "recorded_image_indices": self.recorded_image_indices,
-        }
 
     def key_variables(self) -> KeyVariables:
         """Return every variable but ``rank`` (the heading names it)."""
@@ -126,10 +115,6 @@ class BackendGrouping(StepRecord):
     backend_groups: dict[str, JsonObject]
     code_path: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"eager", "backend_groups", "code_path"}``."""
-        return {"eager": self.eager, "backend_groups": self.backend_groups, "code_path": self.code_path}
-
     def key_variables(self) -> KeyVariables:
         """Return ``backend_groups``, ``eager`` and ``code_path``."""
         return (("backend_groups", self.backend_groups), ("eager", self.eager), ("code_path", self.code_path))
@@ -147,12 +132,7 @@ class GroupIndices:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"backend", "indices", "global_indices", "grid_rows_read"}``."""
-        return {
-            "backend": self.backend,
-            "indices": self.indices,
-            "global_indices": self.global_indices,
-            "grid_rows_read": self.grid_rows_read,
-        }
+        return field_values(self)
 
 
 @frozen
@@ -177,12 +157,7 @@ class GpuGrids:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"produced_grids", "produced_rows", "expected_grids", "expected_from"}``."""
-        return {
-            "produced_grids": self.produced_grids,
-            "produced_rows": self.produced_rows,
-            "expected_grids": self.expected_grids,
-            "expected_from": self.expected_from,
-        }
+        return field_values(self)
 
 
 @frozen
@@ -230,14 +205,7 @@ class CpuGrids:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``produced_grids`` to ``pixel_values_rows``."""
-        return {
-            "produced_grids": self.produced_grids,
-            "produced_rows": self.produced_rows,
-            "expected_grids": self.expected_grids,
-            "expected_from": self.expected_from,
-            "processor_output": self.processor_output,
-            "pixel_values_rows": self.pixel_values_rows,
-        }
+        return field_values(self)
 
 
 @frozen
@@ -323,15 +291,6 @@ class Concatenation(StepRecord):
     features: list[JsonObject]
     total_rows: int | None
     rows_from_grids: int
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"branch", "features", "total_rows", "rows_from_grids"}``."""
-        return {
-            "branch": self.branch,
-            "features": self.features,
-            "total_rows": self.total_rows,
-            "rows_from_grids": self.rows_from_grids,
-        }
 
     def key_variables(self) -> KeyVariables:
         """Return ``branch``, ``total_rows`` and ``rows_from_grids``."""
