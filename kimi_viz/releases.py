@@ -436,14 +436,13 @@ def choose_release(
             )
         return ReleaseChoice(release.code_path, release, PathSource.ASKED, sglang_version, sentence + " (asked)")
     if asked_path is not None:
-        chosen = asked_path
-        release = RELEASES[PATH_RELEASE[chosen]]
+        release = RELEASES[PATH_RELEASE[asked_path]]
         return ReleaseChoice(
-            chosen,
+            asked_path,
             release,
             PathSource.CODE_PATH,
             None,
-            f"the {chosen} code path, as in SGLang {release.version} (--code-path)",
+            f"the {asked_path} code path, as in SGLang {release.version} (--code-path)",
         )
     detected = recorded_code_path in CODE_PATHS and recorded_source is PathSource.DETECTED
     if recorded_version:
@@ -464,8 +463,7 @@ def choose_release(
     if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
         path = as_code_path(recorded_code_path)
         release = RELEASES[PATH_RELEASE[path]]
-        known = recorded_source is not None and recorded_source in _RECORDED_PATH_WORDS
-        how = recorded_source if known and recorded_source is not None else PathSource.RECORDED
+        how = recorded_source if recorded_source in _RECORDED_PATH_WORDS else PathSource.RECORDED
         what = _RECORDED_PATH_WORDS[how]
         unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
         return ReleaseChoice(
