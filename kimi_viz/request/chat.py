@@ -190,7 +190,7 @@ class _Reader:
         if scheme == "data":
             image = decode_data_url(url, label=f"{self.source}: {where} ({label})")
             media_type = url[5:].split(";", 1)[0].split(",", 1)[0][:40] or "data"
-            self.images.append(_relabel(image, f"{media_type} data URL"))
+            self.images.append(replace(image, label=f"{media_type} data URL"))
             return len(self.images) - 1
         if scheme == "file":
             path: Any = Path(unquote(urlparse(url).path))
@@ -201,10 +201,6 @@ class _Reader:
         image = probe_image(path, label=os.path.basename(str(path)) or label)
         self.images.append(image)
         return len(self.images) - 1
-
-
-def _relabel(image: RequestImage, label: str) -> RequestImage:
-    return replace(image, label=label)
 
 
 def _string(value: Any, reader: _Reader, where: str) -> str:
