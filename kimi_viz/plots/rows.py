@@ -64,11 +64,6 @@ class TrackArtists:
     levels: int  # staggered outside-label levels used (0: all inside)
     level_height_pt: float
 
-    @property
-    def label_room_pt(self) -> float:
-        """Return the height above the track (points) that its outside labels occupy."""
-        return 0.0 if self.levels == 0 else LABEL_GAP_PT + self.levels * self.level_height_pt
-
 
 def text_size_px(text: str, fontsize: float, dpi: float) -> tuple[float, float]:
     """Return an estimate of (width, height) in pixels of ``text`` in DejaVu Sans."""
