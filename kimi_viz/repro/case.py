@@ -18,7 +18,6 @@ on shapes.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from .._records import frozen
 from ..errors import ConfigError
 from ..manifest.format import TENSOR_LAYOUTS
+from ..manifest.write import redact_batch
 from ..preprocess.config import get_config
 from ..releases import RELEASES, CodePath, release_for
 from ..split._replay import replay
@@ -305,9 +305,7 @@ def processor_spec(batch: Batch) -> tuple[dict[str, Any] | None, int]:
 
 def shape_only(batch: Batch) -> Batch:
     """Return a copy of ``batch`` whose features are shape-only: what the emitted test holds."""
-    return dataclasses.replace(
-        batch, items=[dataclasses.replace(it, feature=it.feature.redacted()) for it in batch.items]
-    )
+    return redact_batch(batch)
 
 
 def _rank_expectation(trace: Replayed, rank: int) -> RankExpectation:
