@@ -27,7 +27,7 @@ from matplotlib.patches import Rectangle
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
-from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
+from .tracks import GAP, TEXT_FILL, TRACK, consecutive_spans, error_text, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.rows import Source
@@ -93,13 +93,9 @@ def _draw_call_track(
     returns nothing."""
     _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
     if call_items:
-        spans, start = [], 0
-        for item in call_items:
-            spans.append((start, start + item.tokens))
-            start += item.tokens
         draw_row_track(
             ax,
-            spans,
+            consecutive_spans(item.tokens for item in call_items),
             y=y,
             height=TRACK,
             labels=[f"item {k}: {_name(i.source)}\n{i.tokens} tokens" for k, i in enumerate(call_items)],
@@ -122,14 +118,9 @@ def _draw_outside_track(
     returns nothing."""
     _track_name(ax, y, "not in the call")
     if outside:
-        spans, start = [], 0
-        for u in outside:
-            n = tokens.get((u.source.request, u.source.image), 1)
-            spans.append((start, start + n))
-            start += n
         draw_row_track(
             ax,
-            spans,
+            consecutive_spans(tokens.get((u.source.request, u.source.image), 1) for u in outside),
             y=y,
             height=TRACK,
             labels=[f"{_name(u.source)}\n{_LOOKUP_WORDS[u.outcome]}" for u in outside],

@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..split.trace import prod
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
+from .tracks import consecutive_spans
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import RankTrace, Step, Trace
@@ -151,14 +152,6 @@ def step_drawing_key(trace: Trace, k: int, *, rank: int | None = None) -> tuple:
     return (own, shown.rank, tuple(shown.image_indices or ()), drawn)
 
 
-def _spans(counts: list[int]) -> list[tuple[int, int]]:
-    spans, start = [], 0
-    for n in counts:
-        spans.append((start, start + n))
-        start += n
-    return spans
-
-
 def draw_step(trace: Trace, k: int, *, rank: int | None = None, ax: Axes | None = None, text: bool = True) -> Axes:
     """Return an Axes with step ``k`` (negative counts from the end) of ``rank`` of ``trace``.
 
@@ -255,7 +248,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     styles = [r.image for r in rows]
     draw_row_track(
         ax,
-        _spans(expected),
+        consecutive_spans(expected),
         y=58.0,
         height=24.0,
         labels=labels_e,
@@ -268,7 +261,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     if own:
         draw_row_track(
             ax,
-            _spans(produced),
+            consecutive_spans(produced),
             y=14.0,
             height=24.0,
             labels=labels_p,
