@@ -325,13 +325,7 @@ def _draw_row_links(ax: Axes, frame: _GridToRowsFrame, links: _RowLinks) -> None
         ),
         autolim=False,
     )
-    ticks = np.stack(
-        [
-            np.stack([links.positions, np.full(len(links.positions), frame.track_y)], 1),
-            np.stack([links.positions, np.full(len(links.positions), frame.band_top)], 1),
-        ],
-        1,
-    )
+    ticks = np.stack([targets, np.stack([links.positions, np.full(len(links.positions), frame.band_top)], 1)], 1)
     ax.add_collection(
         LineCollection(cast(Sequence[np.ndarray], ticks), colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
         autolim=False,
