@@ -445,12 +445,10 @@ class Stepper:
             continuous_update=True,
             readout=True,
             layout=widgets.Layout(width="420px"),
-        )
-        slider.add_class("kv-slider")
+        ).add_class("kv-slider")
         prev_button = widgets.Button(
             description="◀ Previous", tooltip="previous step", layout=widgets.Layout(width="auto")
-        )
-        prev_button.add_class("kv-prev")
+        ).add_class("kv-prev")
         next_button = widgets.Button(description="Next ▶", tooltip="next step", layout=widgets.Layout(width="auto"))
         next_button.add_class("kv-next")
         play = widgets.Play(value=self.start, min=1, max=n, step=1, interval=1200, description="play")
@@ -459,14 +457,9 @@ class Stepper:
         heading = widgets.HTML(
             f'<div class="kv-heading" style="font-weight:700;font-size:15px">{self.heading_html()}</div>'
         )
-        position = widgets.HTML()
-        position.add_class("kv-position")
-        title = widgets.HTML()
-        title.add_class("kv-title")
-        counts = widgets.HTML()
-        counts.add_class("kv-counts")
-        variables = widgets.HTML()
-        variables.add_class("kv-vars")
+        position, title, counts, variables = (
+            widgets.HTML().add_class(f"kv-{name}") for name in ("position", "title", "counts", "vars")
+        )
         image = widgets.Image(format="png", layout=widgets.Layout(width=f"{FRAME_WIDTH_PX}px", max_width="100%"))
         image.add_class("kv-frame")
         table_style = (
