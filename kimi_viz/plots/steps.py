@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..split.trace import prod
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
-from .tracks import consecutive_spans
+from .tracks import spans_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import RankTrace, Step, Trace
@@ -248,7 +248,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     styles = [r.image for r in rows]
     draw_row_track(
         ax,
-        consecutive_spans(expected),
+        spans_of(expected),
         y=58.0,
         height=24.0,
         labels=labels_e,
@@ -261,7 +261,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     if own:
         draw_row_track(
             ax,
-            consecutive_spans(produced),
+            spans_of(produced),
             y=14.0,
             height=24.0,
             labels=labels_p,
