@@ -122,10 +122,7 @@ def _one_pattern(text: str, names: tuple[str, ...], forms: tuple[str, ...]) -> s
     parts = text.split("{}")
     last = len(names) - 1
     tail = parts[-1]
-    if tail.endswith("."):
-        tail_regex = re.escape(tail[:-1]) + r"\.?"
-    else:
-        tail_regex = re.escape(tail)
+    tail_regex = re.escape(tail[:-1]) + r"\.?" if tail.endswith(".") else re.escape(tail)
     optional_tail = not tail or tail == "." or (tail.startswith(". ") and bool(names) and forms[last] != "text")
     if tail.startswith(". ") and optional_tail:
         tail_regex = f"(?:{tail_regex})?"  # a sentence after the last number: a quoted line often drops it
