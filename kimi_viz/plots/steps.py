@@ -84,19 +84,12 @@ def step_lines(trace: Trace, rank: RankTrace, k: int) -> list[tuple[str, str]]:
     k = k % len(rank.steps)
     step = rank.steps[k]
     lines: list[tuple[str, str]] = [("title", step_title(trace, rank, k))]
-    for chunk in textwrap.wrap(step.note, 130):
-        lines.append(("note", chunk))
+    lines += [("note", chunk) for chunk in textwrap.wrap(step.note, 130)]
     if step.check is not None:
         verdict = "PASS" if step.check.passed else "FAIL"
-        lines.append(
-            (
-                "check",
-                f"check [{verdict}] {step.check.name}: expected {short(step.check.expected)}, "
-                f"actual {short(step.check.actual)}",
-            )
-        )
-    for key, value in key_variables(step):
-        lines.append(("var", f"{key} = {value}"))
+        expected, actual = short(step.check.expected), short(step.check.actual)
+        lines.append(("check", f"check [{verdict}] {step.check.name}: expected {expected}, actual {actual}"))
+    lines += [("var", f"{key} = {value}") for key, value in key_variables(step)]
     if step.error is not None:
         lines.append(("error", f"SGLang raises {step.error.type}: {step.error.message}"))
     return lines
