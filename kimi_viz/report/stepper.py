@@ -198,10 +198,7 @@ class Stepper:
     def __repr__(self) -> str:
         where = "forward pass" if self.rank is None else f"rank {self.rank.rank}"
         tp = self.trace.tp_size if self.trace is not None else self.forward.tp_size  # type: ignore[union-attr]
-        return f"Stepper({where} of TP {tp}, {len(self)} steps, {self._outcome()})"
-
-    def _outcome(self) -> str:
-        return "error" if self._error() is not None else "ok"
+        return f"Stepper({where} of TP {tp}, {len(self)} steps, {'error' if self._error() is not None else 'ok'})"
 
     def _error(self) -> Any:
         if self.forward is not None and self.forward.error is not None:
