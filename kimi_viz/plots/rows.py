@@ -543,15 +543,8 @@ def _mark_divergence(
     differing = [row["index"] for row in comparison.table if not row["equal"] and row["index"] < len(produced)]
     if differing and "produced" in placed:
         y, height = placed["produced"]
-        verts = [
-            [
-                (produced.spans[k].rows[0], y),
-                (produced.spans[k].rows[1], y),
-                (produced.spans[k].rows[1], y + height),
-                (produced.spans[k].rows[0], y + height),
-            ]
-            for k in differing
-        ]
+        spans = [produced.spans[k].rows for k in differing]
+        verts = cast(Sequence[np.ndarray], _track_polygons(spans, y=y, height=height, x_scale=1.0, x_offset=0.0)[2])
         ax.add_collection(
             PolyCollection(
                 verts, facecolors="none", edgecolors=DIVERGENCE_COLOR, linewidths=2.5, zorder=4, gid="divergent-spans"
