@@ -204,15 +204,8 @@ def _settled_frame(
     own_figure = ax is None
     units_per_pt = 1.04 * width / (7.0 * 72.0)  # a width-bound 7-inch plot, to start
     for _ in range(8):
-        frame = _grid_to_rows_frame(
-            width,
-            height,
-            links.positions,
-            links.texts,
-            caption,
-            units_per_pt,
-            ax.figure.dpi if ax is not None else 100.0,
-        )
+        dpi = ax.figure.dpi if ax is not None else 100.0
+        frame = _grid_to_rows_frame(width, height, links.positions, links.texts, caption, units_per_pt, dpi)
         if own_figure:
             ax = picture_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
         assert ax is not None  # given, or made just above
