@@ -19,7 +19,6 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -298,12 +297,8 @@ def open_zip(path: Path) -> tuple[zipfile.ZipFile, str]:
 # ------------------------------------------------------------------------------------------
 # Payload readers: safetensors header, tensors, images
 # ------------------------------------------------------------------------------------------
-def _element_count(shape: Iterable[int]) -> int:
-    return math.prod(int(s) for s in shape)
-
-
 def check_elements(shape: list[int], max_elements: int, where: str) -> int:
-    count = _element_count(shape)
+    count = math.prod(int(s) for s in shape)
     if count > max_elements:
         raise ManifestError(
             f"declared shape {list(shape)} has {count} elements, more than the limit of "
@@ -400,7 +395,7 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
             f"tensor {key!r} has damaged data_offsets in the safetensors header", json_path=where + ".key"
         )
     begin, end = offsets
-    if not (0 <= begin <= end <= header["__data_len__"]) or end - begin != _element_count(shape) * itemsize:
+    if not (0 <= begin <= end <= header["__data_len__"]) or end - begin != math.prod(int(s) for s in shape) * itemsize:
         raise ManifestError(
             f"tensor {key!r} has data_offsets {offsets} that do not fit its shape {shape} "
             f"and dtype {dtype} inside the file; the file is damaged",
