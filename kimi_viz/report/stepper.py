@@ -132,8 +132,7 @@ COUNT_ROWS = (
 def _cell(key: str, value: Any) -> str:
     """Return one counts cell, the check and error coloured inline (so the widget shows them the same)."""
     text = "—" if value is None else str(value)
-    style = ""
-    css = ""
+    css, style = "", ""
     if key == "check" and value in ("PASS", "FAIL"):
         css = "kv-pass" if value == "PASS" else "kv-fail"
         style = f"color:{PASS_COLOR if value == 'PASS' else FAIL_COLOR};font-weight:700"
