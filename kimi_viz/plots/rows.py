@@ -470,8 +470,7 @@ def draw_row_spans(
     ax.set_yticks(drawn.centres, drawn.names, fontsize=fontsize + 1)
     ax.tick_params(axis="y", length=0)
     ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
     ax.set_title(_row_spans_title(layout, produced, comparison), fontsize=fontsize + 3)
     return ax
 

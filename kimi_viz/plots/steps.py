@@ -279,8 +279,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     ax.set_xlabel(
         "pixel_values rows on this rank" if own else "pixel_values rows of the whole batch", fontsize=TEXT_FONT
     )
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
 
 
 def _mark_first_divergence(

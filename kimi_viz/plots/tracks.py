@@ -36,8 +36,7 @@ def track_axes(ax: Axes, width: float, ylim: tuple[float, float], xlabel: str) -
     ax.set_xlim(-0.01 * width, width * 1.01)
     ax.set_ylim(*ylim)
     ax.set_yticks([])
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
     ax.set_xlabel(xlabel)
 
 
