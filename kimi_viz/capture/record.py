@@ -245,11 +245,9 @@ def _new_folder(out_dir: Path) -> Path:
         with _counter_lock:
             count = next(_counter)
         folder = out_dir / f"{stamp}-pid{os.getpid()}-{count:04d}"
-        try:
+        with contextlib.suppress(FileExistsError):  # taken meanwhile: try the next count
             folder.mkdir()
             return folder
-        except FileExistsError:
-            continue
 
 
 def record_call(
