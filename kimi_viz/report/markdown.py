@@ -181,8 +181,7 @@ def _shown_images(lines: list[ImageLine], first: int | None, limit: int) -> list
     """Return every line when they fit, else the flagged ones (the first diverging image first) and the first ones."""
     if len(lines) <= limit:
         return lines
-    chosen = [line for line in lines if line.image == first] + [line for line in lines if line.flagged]
-    chosen += lines
+    chosen = [line for line in lines if line.image == first] + [line for line in lines if line.flagged] + lines
     picked: dict[int, ImageLine] = {}
     for line in chosen:
         if len(picked) >= limit:
