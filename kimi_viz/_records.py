@@ -1,20 +1,26 @@
-"""The kit's frozen records: :func:`frozen`, a frozen dataclass whose equality, hash and repr are shared.
+"""The kit's frozen records: :func:`frozen`, a frozen dataclass whose methods are written once.
 
 ``@dataclass(frozen=True)`` compiles six methods from source for every class when its module is
-imported; the on-call commands import about seventy frozen records, and compiling their
-``__eq__``, ``__hash__`` and ``__repr__`` was a seventh of ``kimi-viz whatif``'s run
-(``benchmarks/bench_cli.py``). A class decorated with :func:`frozen` is that same frozen dataclass
-(``dataclasses.fields``, ``replace``, ``asdict`` and ``FrozenInstanceError`` as usual) whose three
-methods are the ones below, written once: they compare, hash and show the fields exactly as the
-generated ones do — the fields with ``compare`` (``hash`` where set), those with ``repr``, the class's
-qualified name, ``NotImplemented`` for another class. ``tests/test_records.py`` holds them to the
-generated ones. A method the class writes itself is kept.
+imported; the on-call commands import about seventy frozen records, and compiling them was a fifth
+of ``kimi-viz whatif``'s run (``benchmarks/bench_cli.py``). A class decorated with :func:`frozen` is a
+dataclass (``dataclasses.fields``, ``replace``, ``asdict`` as usual) whose ``__init__`` alone is
+generated; the other five are the functions below, shared by every record:
+
+* ``__eq__``, ``__hash__`` and ``__repr__`` compare, hash and show the fields exactly as the generated
+  ones do: the fields with ``compare`` (``hash`` where set), those with ``repr``, the class's qualified
+  name, ``NotImplemented`` for another class, ``...`` for a record inside itself;
+* ``__setattr__`` and ``__delattr__`` raise :class:`dataclasses.FrozenInstanceError` as a frozen
+  dataclass's do. The one assignment they let through is ``__init__``'s first one of each field, so an
+  object is frozen once built; ``object.__setattr__`` in ``__post_init__`` works as with any frozen
+  dataclass. (Its ``__dataclass_params__.frozen`` reads False: the check is these methods.)
+
+``tests/test_records.py`` holds them to the generated ones. A method the class writes itself is kept.
 """
 
 from __future__ import annotations
 
 import reprlib
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, FrozenInstanceError, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # typing has it from Python 3.11; the checker reads it here, the kit runs on 3.10 too
@@ -64,15 +70,26 @@ def _repr(self: Any) -> str:
     return f"{self.__class__.__qualname__}({shown})"
 
 
+def _setattr(self: Any, name: str, value: Any) -> None:
+    if name in self.__dict__ or name not in self.__dataclass_fields__:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+    object.__setattr__(self, name, value)  # __init__ setting a field for the first time
+
+
+def _delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+SHARED = {"__eq__": _eq, "__hash__": _hash, "__repr__": _repr, "__setattr__": _setattr, "__delattr__": _delattr}
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
 def frozen(cls: type[T]) -> type[T]:
-    """Return ``cls`` as a frozen dataclass with the shared ``__eq__``, ``__hash__`` and ``__repr__``."""
+    """Return ``cls`` as a frozen record: a dataclass with the shared methods above (its own ones kept)."""
     own = dict(cls.__dict__)
-    record = dataclass(frozen=True, repr=False, eq=False)(cls)
-    if "__eq__" not in own:
-        record.__eq__ = _eq  # type: ignore[method-assign]
-    if own.get("__hash__") is None:  # none written, or the None Python sets beside an own __eq__
-        record.__hash__ = _hash  # type: ignore[method-assign]
-    if "__repr__" not in own:
-        record.__repr__ = _repr  # type: ignore[method-assign]
+    record = dataclass(repr=False, eq=False)(cls)
+    for name, method in SHARED.items():
+        # __hash__: none written, or the None Python sets beside an own __eq__ (a frozen dataclass hashes then too)
+        if own.get(name) is None if name == "__hash__" else name not in own:
+            setattr(record, name, method)
     return record

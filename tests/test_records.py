@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import kimi_viz
-from kimi_viz._records import _eq, _hash, _repr, frozen
+from kimi_viz._records import SHARED, frozen
 
 
 def _point_class(decorate: Any) -> Any:
@@ -122,9 +122,38 @@ def _package_dataclasses() -> list[type]:
 
 
 def test_every_frozen_dataclass_in_the_package_is_a_record_with_the_shared_methods():
-    records = [cls for cls in _package_dataclasses() if cls.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+    """No ``@dataclass(frozen=True)`` is left (it would compile its own methods): every frozen one is a record."""
+    classes = _package_dataclasses()
+    assert not [cls for cls in classes if cls.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+    records = [cls for cls in classes if cls.__setattr__ is SHARED["__setattr__"]]
     assert len(records) >= 100
     for cls in records:
-        assert cls.__eq__ is _eq, cls
-        assert cls.__hash__ is _hash, cls
-        assert cls.__repr__ is _repr or "__repr__" in cls.__dict__, cls
+        for name, method in SHARED.items():
+            assert getattr(cls, name) is method or name in cls.__dict__, (cls, name)
+
+
+def test_a_record_is_frozen_once_built_as_a_frozen_dataclass_is():
+    """Every field, and any other name, refuses assignment and deletion after ``__init__``, with the same errors."""
+    for cls in (OURS, STANDARD):
+        point = cls(x=1)
+        for name in ("x", "label", "items", "not_a_field"):
+            with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot assign to field '{name}'"):
+                setattr(point, name, 2)
+            with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot delete field '{name}'"):
+                delattr(point, name)
+        assert point == cls(x=1)
+
+
+def test_post_init_may_set_a_field_as_in_a_frozen_dataclass():
+    @frozen
+    class Normalised:
+        """A record whose ``__post_init__`` rewrites a field the way the kit's scenarios do."""
+
+        name: str
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "name", self.name.lower())
+
+    assert Normalised("ABC").name == "abc"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Normalised("x").name = "y"  # type: ignore[misc]
