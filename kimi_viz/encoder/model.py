@@ -50,7 +50,7 @@ than 16384 rows run the MLP in row chunks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..preprocess.layout import spans_of
 from .config import Grid, VisionConfig, get_vision_config
 
 
@@ -175,15 +176,6 @@ def attention_varlen(
     assert varlen_attn is not None, "this torch has no varlen_attn: packed_varlen runs only where varlen_available()"
     out = varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens, max_len, max_len)
     return out.flatten(1)
-
-
-def spans_of(counts: Iterable[int]) -> list[tuple[int, int]]:
-    """Return the consecutive ``[start, end)`` spans of blocks of these sizes, starting at 0."""
-    spans, start = [], 0
-    for count in counts:
-        spans.append((start, start + count))
-        start += count
-    return spans
 
 
 @dataclass

@@ -28,13 +28,13 @@ import torch
 
 from ..devices import resolve_device
 from ..errors import CheckpointError, ConfigError, RowCountError, UnsupportedImageError
+from ..preprocess.layout import spans_of
 from .checkpoint import LoadReport, load_vision_weights, read_config, read_weight_map
 from .config import Grid, VisionConfig, get_vision_config
 from .model import (
     AttentionLayout,
     VisionModel,
     init_weights,
-    spans_of,
     time_table,
     varlen_kernel,
 )

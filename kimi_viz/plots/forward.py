@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
+from ..preprocess.layout import spans_of
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
-from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, spans_of, track_axes, track_name
+from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.rows import Source

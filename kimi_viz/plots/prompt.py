@@ -24,13 +24,14 @@ from typing import Any
 
 from matplotlib.axes import Axes
 
+from ..preprocess.layout import spans_of
 from ..request.chat import KIMI_IMAGE_PLACEHOLDER
 from ..request.checks import RequestOutcome
 from ..request.prompt import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, MEDIA_PAD_ID, MEDIA_TOKEN_IDS, Prompt
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
-from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, spans_of, track_axes, track_name
+from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, track_axes, track_name
 
 MARKER_FILL = "#56B4E9"  # sky blue: the renderer's own image marker
 MAX_BLOCK_ROWS = 8

@@ -20,10 +20,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..errors import ConfigError
+from ..preprocess.layout import spans_of
 from ..split.trace import prod
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
-from .tracks import spans_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import RankTrace, Step, Trace

@@ -4,7 +4,7 @@ stacked from the top, each named above it, an x axis of token positions, an erro
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from matplotlib.axes import Axes
 
@@ -15,15 +15,6 @@ TRACK = 1.0  # a track's height (data units)
 GAP = 1.9  # room above a track for its name and outside labels
 TEXT_FILL = "#E6E6E6"  # the spans of ordinary text tokens
 TrackRun = tuple[tuple[int, int], str | None, str, int]  # one span of a track: (span, label, colour, style index)
-
-
-def spans_of(counts: Iterable[int]) -> list[tuple[int, int]]:
-    """Return the consecutive ``[start, end)`` spans of blocks of these sizes, starting at 0."""
-    spans, start = [], 0
-    for n in counts:
-        spans.append((start, start + n))
-        start += n
-    return spans
 
 
 def run_columns(runs: Sequence[TrackRun]) -> tuple[list[tuple[int, int]], list[str | None], list[str], list[int]]:
@@ -51,4 +42,4 @@ def error_text(ax: Axes, y: float, text: str, gid: str) -> None:
     ax.text(0, y, message, fontsize=LABEL_FONT, color=DIVERGENCE_COLOR, va="bottom", gid=gid)
 
 
-__all__ = ["TRACK", "GAP", "TEXT_FILL", "TrackRun", "spans_of", "run_columns", "track_axes", "track_name", "error_text"]
+__all__ = ["TRACK", "GAP", "TEXT_FILL", "TrackRun", "run_columns", "track_axes", "track_name", "error_text"]

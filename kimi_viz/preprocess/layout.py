@@ -27,6 +27,15 @@ from ..errors import LayoutLookupError, RowCountError
 from .records import ImageSpan, ProcessorOutput, padding_counts, source_label
 
 
+def spans_of(counts: Iterable[int]) -> list[tuple[int, int]]:
+    """Return the consecutive ``[start, end)`` spans of blocks of these sizes, starting at 0."""
+    spans, start = [], 0
+    for n in counts:
+        spans.append((start, start + n))
+        start += n
+    return spans
+
+
 def _grid_tuple(value: Any, index: int) -> tuple[int, int, int]:
     """Return ``value`` as a validated ``(t, h, w)`` of positive ints."""
     try:
