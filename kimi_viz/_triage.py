@@ -308,19 +308,16 @@ def triage(
 ) -> TriageResult:
     """Return the :class:`TriageResult` of a manifest (folder, manifest.json or .zip); see :func:`triage_batch`."""
     batch = read_manifest(manifest_path)
+    options = (  # the options given, as the command line that replays it again names them
+        ("--sglang-version", shlex.quote(sglang_version) if sglang_version else None),
+        ("--code-path", code_path or None),
+        ("--tp", tp),
+        ("--mode", None if mode == "auto" else mode),
+        ("--rank", None if rank == "recorded" else "all" if rank is None else rank),
+        ("--device", None if device == "auto" else device),
+    )
     args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
-    if sglang_version:
-        args.append(f"--sglang-version {shlex.quote(sglang_version)}")
-    if code_path:
-        args.append(f"--code-path {code_path}")
-    if tp is not None:
-        args.append(f"--tp {tp}")
-    if mode != "auto":
-        args.append(f"--mode {mode}")
-    if rank != "recorded":
-        args.append(f"--rank {'all' if rank is None else rank}")
-    if device != "auto":
-        args.append(f"--device {device}")
+    args += [f"{option} {value}" for option, value in options if value is not None]
     return triage_batch(
         batch,
         out_dir=out_dir,

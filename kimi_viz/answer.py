@@ -12,9 +12,9 @@ These are records: text, JSON, ``issue.md`` and the report are presenters that i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._records import frozen
 from .releases import FixRelease, Release
 from .split.cause import ErrorInfo
 from .split.trace import Trace
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - the request side loads Pillow: a capture
     from .schedule.workload_replay import LoadResult
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestReplay:
     """One request: the items the release's request side built, the model's call, and its replay (None: no call)."""
 
@@ -48,7 +48,7 @@ class RequestReplay:
         return self.call.positions[g] if 0 <= g < len(self.call.positions) else None
 
 
-@dataclass(frozen=True)
+@frozen
 class ChatReplay:
     """A client's request: the request side's checks and prompt, then its workload replay (None when refused or no
     image reaches the model)."""
@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     Replay = RequestReplay | LoadResult | ChatReplay | Trace  # what was replayed: a request, workload, chat, batch
 
 
-@dataclass(frozen=True)
+@frozen
 class PairHint:
     """A request clean alone that fails once prefilled with another: the smallest such partner and their answer."""
 
@@ -75,7 +75,7 @@ class PairHint:
     command: str  # the command that replays the pair, runnable from the folder the kit ran in
 
 
-@dataclass(frozen=True)
+@frozen
 class Answer:
     """What SGLang does with one question on one release at one attention-TP size, with why and what fixes it."""
 
@@ -136,7 +136,7 @@ def batch_answer(trace: Trace, release: Release, verdict: Verdict | None = None)
     return Answer(release, trace.tp_size, trace, verdict.status, verdict, errors, why, verdict.fixed_in, stage=stage)
 
 
-@dataclass(frozen=True)
+@frozen
 class Cell:
     """One sweep cell: a group of releases that see the question alike, at one attention-TP size."""
 
@@ -162,7 +162,7 @@ class Cell:
         return first if first == last else f"{first}–{last}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Sweep:
     """A question in every release group × attention-TP size; a row per group of releases that see it alike."""
 
@@ -205,7 +205,7 @@ class Sweep:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Unit:
     """One image a minimization may drop: its request (None for a lone request), position there, the image, its name."""
 
@@ -215,7 +215,7 @@ class Unit:
     label: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Minimized:
     """A failing question shrunk to the images it needs (1-minimal: dropping any one kept image loses the error)."""
 

@@ -7,18 +7,21 @@ same in 0.5.18 to 0.5.23; 0.5.17 raises the grid-loop, tensor-type and ``mm_util
 releases of every text are in the catalogue.
 
 Every message SGLang raises or logs on the Kimi vision path in 0.5.17–0.5.23 — these and the rest —
-is an entry of the catalogue :data:`kimi_viz.message_catalogue.CATALOGUE` (one module per
-:class:`Stage`, two for the EPD transfer), typed by :class:`Message` and :class:`Site` below: its
-template, the stage, and each file, function, exception type or log level and the releases that
-have it. A ``MSG_*`` text here is the template of one entry there (``Message.name``). The
+is an entry of the catalogue :data:`kimi_viz.message_catalogue.CATALOGUE`, typed by :class:`Message`
+and :class:`Site` below: its template, the stage, and each file, function, exception type or log
+level and the releases that have it. The entries are data, a ``[[message]]`` table each in one TOML
+file per :class:`Stage` (four for the EPD transfer) under ``kimi_viz/message_catalogue/data/``, where
+``common.toml`` says how to write one. A ``MSG_*`` text here is the template of one entry there,
+which names the constant instead of copying its text (``Message.name``). The
 real-SGLang lane walks each installed release's files and fails when a message on the path is
 missing from the catalogue or a release range is wrong (``tests/parity/test_message_catalogue.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from ._records import frozen
 
 # ------------------------------------------------------------------------------------------------
 # The exceptions SGLang 0.5.23 raises on this path, copied literally. ``{}`` marks a formatted part.
@@ -119,7 +122,7 @@ MSG_K3_SPANS = "Expected one Kimi-K3 image span for each image"
 
 
 # ------------------------------------------------------------------------------------------------
-# The catalogue's types (the entries: kimi_viz/message_catalogue/, one module per stage).
+# The catalogue's types (the entries: kimi_viz/message_catalogue/data/, one TOML file per stage).
 # ------------------------------------------------------------------------------------------------
 class Stage(str, Enum):
     """Where on the way from a chat request to the spliced prompt SGLang emits a message, in order."""
@@ -154,7 +157,7 @@ FIELD_FORMS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Site:
     """One place SGLang emits a message: a file (under ``sglang/srt``), a function, how, and in which releases."""
 
@@ -169,7 +172,7 @@ class Site:
         return self.kind in LOG_KINDS
 
 
-@dataclass(frozen=True)
+@frozen
 class Message:
     """One message on the Kimi vision path: its text, stage, sites, the fields it carries and what it means.
 

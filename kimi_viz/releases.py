@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 from typing import Literal
 
+from ._records import frozen
 from .errors import ConfigError
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
@@ -53,7 +54,7 @@ class PathSource(str, Enum):
     ASSUMED = "assumed"  # nobody knew: the newest release
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestSide:
     """One version of ``processors/kimi_k3.py`` (and its EPD encoder): what it can build and from where."""
 
@@ -82,7 +83,7 @@ class RequestSide:
         return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardRules:
     """How one release's ``get_embedding_and_mask`` forms the ``get_image_feature`` call and splices the rows back.
 
@@ -109,7 +110,7 @@ class ForwardRules:
         return tuple(r.version for r in RELEASES.values() if r.forward is self)
 
 
-@dataclass(frozen=True)
+@frozen
 class Release:
     """One SGLang release: its Kimi-K3 code path, its request side and its forward pass."""
 
@@ -296,7 +297,7 @@ def parse_version(text: str) -> tuple[tuple[int, int, int], str]:
     return (int(match[1]), int(match[2]), int(match[3])), match[4]
 
 
-@dataclass(frozen=True)
+@frozen
 class ReleaseChoice:
     """The code path a replay runs, the release it stands for, and how it was chosen (said in every verdict)."""
 
@@ -322,7 +323,7 @@ class ReleaseChoice:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class FixRelease:
     """The first later release whose code replays a failing batch clean, and what changed there."""
 
@@ -435,14 +436,13 @@ def choose_release(
             )
         return ReleaseChoice(release.code_path, release, PathSource.ASKED, sglang_version, sentence + " (asked)")
     if asked_path is not None:
-        chosen = asked_path
-        release = RELEASES[PATH_RELEASE[chosen]]
+        release = RELEASES[PATH_RELEASE[asked_path]]
         return ReleaseChoice(
-            chosen,
+            asked_path,
             release,
             PathSource.CODE_PATH,
             None,
-            f"the {chosen} code path, as in SGLang {release.version} (--code-path)",
+            f"the {asked_path} code path, as in SGLang {release.version} (--code-path)",
         )
     detected = recorded_code_path in CODE_PATHS and recorded_source is PathSource.DETECTED
     if recorded_version:
@@ -463,8 +463,7 @@ def choose_release(
     if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
         path = as_code_path(recorded_code_path)
         release = RELEASES[PATH_RELEASE[path]]
-        known = recorded_source is not None and recorded_source in _RECORDED_PATH_WORDS
-        how = recorded_source if known and recorded_source is not None else PathSource.RECORDED
+        how = recorded_source if recorded_source in _RECORDED_PATH_WORDS else PathSource.RECORDED
         what = _RECORDED_PATH_WORDS[how]
         unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
         return ReleaseChoice(

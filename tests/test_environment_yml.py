@@ -24,8 +24,11 @@ REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.
 
 
 def split_requirement(text: str) -> tuple[str, str]:
-    """Return ``(normalised name, version specifier without spaces)`` of one requirement string."""
-    match = REQUIREMENT.match(text)
+    """Return ``(normalised name, version specifier without spaces)`` of one requirement string.
+
+    An environment marker (``; python_version < '3.11'``) is dropped: conda has none.
+    """
+    match = REQUIREMENT.match(text.partition(";")[0])
     assert match, f"cannot parse requirement {text!r}"
     name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
     return name, match.group(3).replace(" ", "")
@@ -95,7 +98,12 @@ def test_project_itself_is_installed_editable_with_pip():
 
 @pytest.mark.parametrize(
     "text, name, spec",
-    [("torch>=2.4", "torch", ">=2.4"), ("Jupyter_Lab >= 4.0", "jupyter-lab", ">=4.0"), ("tqdm", "tqdm", "")],
+    [
+        ("torch>=2.4", "torch", ">=2.4"),
+        ("Jupyter_Lab >= 4.0", "jupyter-lab", ">=4.0"),
+        ("tqdm", "tqdm", ""),
+        ("tomli>=2.0; python_version < '3.11'", "tomli", ">=2.0"),
+    ],
 )
 def test_split_requirement(text, name, spec):
     assert split_requirement(text) == (name, spec)

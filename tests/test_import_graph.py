@@ -92,6 +92,7 @@ DEFERRED_PLACES = {
 LAYERS = [
     {
         "_lazy",
+        "_records",
         "errors",
         "messages",
         "message_catalogue",

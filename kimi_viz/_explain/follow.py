@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import message_catalogue
+from .._records import frozen
 from .matching import BLOCK, scan
 from .recognised import Recognised, format_explanations
 
@@ -44,7 +45,7 @@ class Tally:
     last_line: int = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class LiveEvent:
     """Something a follower has to say: a new incident (its answer) or a repeat of one (folded, with a count)."""
 

@@ -10,11 +10,11 @@ scenario classes and catalogue scenarios behind it, :data:`NEXT_BY_STAGE` says w
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from .. import message_catalogue
+from .._records import frozen
 from ..messages import FIELD_FORMS, Message, Stage
 
 CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
@@ -70,7 +70,7 @@ LINKS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class KnownMessage:
     """One message SGLang raises or logs on the Kimi vision path, with what it means and where it belongs."""
 
@@ -122,10 +122,7 @@ def _one_pattern(text: str, names: tuple[str, ...], forms: tuple[str, ...]) -> s
     parts = text.split("{}")
     last = len(names) - 1
     tail = parts[-1]
-    if tail.endswith("."):
-        tail_regex = re.escape(tail[:-1]) + r"\.?"
-    else:
-        tail_regex = re.escape(tail)
+    tail_regex = re.escape(tail[:-1]) + r"\.?" if tail.endswith(".") else re.escape(tail)
     optional_tail = not tail or tail == "." or (tail.startswith(". ") and bool(names) and forms[last] != "text")
     if tail.startswith(". ") and optional_tail:
         tail_regex = f"(?:{tail_regex})?"  # a sentence after the last number: a quoted line often drops it

@@ -173,10 +173,7 @@ def explain_stream(stream: Any, *, limit: int = MAX_LOG_BYTES, source: str = "th
     line = 1
     carry = b""
     total = 0
-    while True:
-        block = stream.read(BLOCK)
-        if not block:
-            break
+    while block := stream.read(BLOCK):
         if isinstance(block, str):  # a text stream (e.g. a replaced sys.stdin)
             block = block.encode("utf-8", "surrogateescape")
         total += len(block)

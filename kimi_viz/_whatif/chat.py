@@ -8,9 +8,10 @@ SGLang's order (:mod:`kimi_viz.request.checks`); a request they accept becomes a
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from .._records import frozen
 from ..answer import Answer, ChatReplay, Unit
 from ..errors import WhatIfError
 from ..releases import Release
@@ -32,7 +33,7 @@ def chat_workload(outcome: RequestOutcome, rid: str = "r1") -> Workload:
     return Workload((Request(rid, images, before=before, after=after, gaps=tuple(gaps) if len(images) > 1 else ()),))
 
 
-@dataclass(frozen=True)
+@frozen
 class ChatQuestion:
     """A client's request body (``--chat FILE``): the request side's own checks, then the workload replay."""
 

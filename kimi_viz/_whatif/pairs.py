@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._records import frozen
 from ..errors import WhatIfError
 from ..releases import RELEASES
 from ..report.text_table import Table
@@ -29,7 +30,7 @@ PAIR_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.23")  # one release per requ
 MAX_PAIR_IMAGES = 64  # 2016 pairs
 
 
-@dataclass(frozen=True)
+@frozen
 class PairCell:
     """Two images as two requests arriving together, on one release at one TP size."""
 

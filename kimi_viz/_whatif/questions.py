@@ -10,9 +10,10 @@ every attention-TP size (:meth:`Question.prepare`), answers on one release and T
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from .._records import frozen
 from ..answer import Answer, RequestReplay, Unit, batch_answer, distinct_errors
 from ..releases import Release
 from ..request.images import RequestImage
@@ -63,7 +64,7 @@ class Question(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestQuestion:
     """One request carrying these images, on its own (``kimi-viz whatif IMAGE ...``)."""
 
@@ -142,7 +143,7 @@ def subset_workload(workload: Workload, units: Sequence[Unit]) -> Workload:
     return Workload(tuple(requests), workload.cache)
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkloadQuestion:
     """Several requests reaching the scheduler (``--together``, ``--requests FILE``): every prefill pass."""
 
@@ -190,7 +191,7 @@ class WorkloadQuestion:
         return replace(self, workload=subset_workload(self.workload, [units[k] for k in kept]))
 
 
-@dataclass(frozen=True)
+@frozen
 class BatchQuestion:
     """A captured batch (``kimi-viz triage``): its items replayed through each release's get_image_feature."""
 

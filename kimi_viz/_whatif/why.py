@@ -20,17 +20,10 @@ from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Verdict, build_verdict
 
 
-def _unique(texts: list[str]) -> list[str]:
-    seen: list[str] = []
-    for t in texts:
-        if t not in seen:
-            seen.append(t)
-    return seen
-
-
 def _eager_reasons(replayed: RequestReplay) -> str:
     decisions = {d.image: d for d in replayed.built.decisions}
-    reasons = _unique([decisions[p].reason for p in replayed.call.positions if p in decisions])
+    # Each reason once, in the order of the call's images.
+    reasons = dict.fromkeys(decisions[p].reason for p in replayed.call.positions if p in decisions)
     return "; ".join(reasons)
 
 

@@ -74,15 +74,7 @@ __all__ = [
     "wrap_forward_function",
     "wrap_method",
     "wrap_module",
-    # lazily, from .record, .context and .run
-    "batch_from_call",
-    "capture_environment",
-    "context_from_call",
-    "captured_manifests",
-    "item_from_sglang",
-    "record_call",
-    "run_captured",
-    "shim_dir",
+    *_LAZY,  # lazily, from .record, .context and .run
 ]
 
 

@@ -177,14 +177,12 @@ def _build(forward: Any, calls: list) -> ForwardContext | None:
                 status = "not-in-call"
             images.append(ContextImage(runs, status, call_item))
         position = _request_position(items, positions)
-        rid = None
-        if (
-            position is not None
-            and isinstance(rids, (list, tuple))
-            and position < len(rids)
-            and rids[position] is not None
-        ):
-            rid = str(rids[position])
+        batch_rid = (
+            rids[position]
+            if position is not None and isinstance(rids, (list, tuple)) and position < len(rids)
+            else None
+        )
+        rid = None if batch_rid is None else str(batch_rid)
         requests.append(ContextRequest(p, e, tuple(images), rid=rid, batch_index=position))
     size, size_from = _chunked_prefill_size(forward.function)
     if size is None:
@@ -210,9 +208,7 @@ def _safe_contains(cache: Any, item: Any) -> bool:
 def _request_position(items: list, positions: dict[int, int]) -> int | None:
     """Return the forward-batch position of a request's items (None when unknown or inconsistent)."""
     found = {positions.get(id(item)) for item in items}
-    if len(found) != 1:
-        return None
-    return next(iter(found))
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def context_from_call(forward: Any, items: Any) -> ForwardContext | None:

@@ -99,13 +99,9 @@ def _feature_of(value: Any, backend: str | None):
 def item_from_sglang(item: Any, index: int):
     """Return the kit :class:`~kimi_viz.split.batch.Item` for one SGLang ``MultimodalDataItem``."""
     data = _model_data(item)
-    grids = {}
-    for key in GRID_KEYS:
-        rows = _grid_rows(_item_value(item, data, key))
-        if rows is not None:
-            grids[key] = rows
-    deferred = _item_value(item, data, DEFERRED_KEY)
-    deferred = jsonable(deferred) if deferred is not None else None
+    found = {key: _grid_rows(_item_value(item, data, key)) for key in GRID_KEYS}
+    grids = {key: rows for key, rows in found.items() if rows is not None}
+    deferred = jsonable(_item_value(item, data, DEFERRED_KEY))
     backend = deferred.get("backend") if isinstance(deferred, dict) else None
     local = bool(_item_value(item, data, "encoder_local_preprocessed") or False)
     feature = _feature_of(getattr(item, "feature", None), backend)
@@ -249,11 +245,9 @@ def _new_folder(out_dir: Path) -> Path:
         with _counter_lock:
             count = next(_counter)
         folder = out_dir / f"{stamp}-pid{os.getpid()}-{count:04d}"
-        try:
+        with contextlib.suppress(FileExistsError):  # taken meanwhile: try the next count
             folder.mkdir()
             return folder
-        except FileExistsError:
-            continue
 
 
 def record_call(

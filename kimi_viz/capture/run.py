@@ -92,7 +92,7 @@ def run_captured(
         )
         log(f"error: {message}")
         return code
-    forwarded = {}
+    previous = {}  # the handlers replaced while the child runs, restored after it
 
     def forward(signum, _frame):
         with contextlib.suppress(Exception):
@@ -100,19 +100,15 @@ def run_captured(
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(Exception):
-            forwarded[signum] = signal.signal(signum, forward)
-    previous_int = None
+            previous[signum] = signal.signal(signum, forward)
     with contextlib.suppress(Exception):
-        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C itself
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C itself
     try:
         code = child.wait()
     finally:
-        for signum, handler in forwarded.items():
+        for signum, handler in previous.items():
             with contextlib.suppress(Exception):
                 signal.signal(signum, handler)
-        if previous_int is not None:
-            with contextlib.suppress(Exception):
-                signal.signal(signal.SIGINT, previous_int)
     return 128 - code if code < 0 else code
 
 

@@ -35,9 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command under capture and return its exit code."""
-    command = list(args.argv)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = list(args.argv[1:] if args.argv[:1] == ["--"] else args.argv)
     if not command:
         raise CaptureError(
             "no command given; expected the command to run after --, e.g. "

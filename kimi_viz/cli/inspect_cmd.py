@@ -54,22 +54,21 @@ def inspect_images(args: argparse.Namespace) -> dict[str, Any]:
         config, backend=args.backend, exif_transpose=args.exif_transpose, alpha=args.alpha, keep_images=False
     )
     output = processor.preprocess(loaded)
-    images = []
-    for path, record in zip(args.images, output.records):
-        images.append(
-            {
-                "path": str(path),
-                "source_size": list(record.source_size),
-                "source_mode": record.source_mode,
-                "resize": record.resize.to_json(),
-                "grid_thw": list(record.grid_thw),
-                "patches": record.patches,
-                "tokens": record.num_tokens,
-                "rows": list(record.rows),
-                "token_span": list(record.token_span),
-                "pixel_values_sha256": rows_sha256(output.image_rows(record.index)),
-            }
-        )
+    images = [
+        {
+            "path": str(path),
+            "source_size": list(record.source_size),
+            "source_mode": record.source_mode,
+            "resize": record.resize.to_json(),
+            "grid_thw": list(record.grid_thw),
+            "patches": record.patches,
+            "tokens": record.num_tokens,
+            "rows": list(record.rows),
+            "token_span": list(record.token_span),
+            "pixel_values_sha256": rows_sha256(output.image_rows(record.index)),
+        }
+        for path, record in zip(args.images, output.records)
+    ]
     return {
         "preset": config.name,
         "images": images,
@@ -113,8 +112,7 @@ def format_table(report: dict[str, Any]) -> str:
         )
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = [f"preset {report['preset']}"]
-    for row in [header, *lines]:
-        out.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    out += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *lines]]
     out.append(f"total: {report['total_rows']} rows, {report['total_tokens']} tokens")
     return "\n".join(out)
 

@@ -221,12 +221,9 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
     """Return the :class:`~kimi_viz.schedule.workload_replay.LoadSettings` the load options ask for."""
     from ..schedule.workload_replay import LoadSettings
 
-    chunk = DEFAULT_CHUNKED_PREFILL
-    if args.chunked_prefill_size is not None:
-        chunk = _int(args.chunked_prefill_size, "--chunked-prefill-size", low=-1)
-    cache = float(DEFAULT_CACHE_MB)
-    if args.mm_embedding_cache_size is not None:
-        cache = float(_int(args.mm_embedding_cache_size, "--mm-embedding-cache-size", low=0))
+    size, cache_mb = args.chunked_prefill_size, args.mm_embedding_cache_size
+    chunk = DEFAULT_CHUNKED_PREFILL if size is None else _int(size, "--chunked-prefill-size", low=-1)
+    cache = float(DEFAULT_CACHE_MB if cache_mb is None else _int(cache_mb, "--mm-embedding-cache-size", low=0))
     platform = _choice(args.platform, PLATFORMS, "--platform")
     return LoadSettings(chunked_prefill_size=chunk, cache_mb=cache, platform=platform)  # type: ignore[arg-type]
 

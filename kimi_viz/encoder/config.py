@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
+from .._records import frozen
 from ..errors import ConfigError
 from ..preprocess.config import get_config
 
@@ -56,7 +57,7 @@ def _shown(value: Any) -> str:
 ACTIVATION_NAMES = ("gelu_pytorch_tanh", "gelu")
 
 
-@dataclass(frozen=True)
+@frozen
 class VisionConfig:
     """Shapes and choices of one vision tower + projector (field names follow SGLang's config)."""
 
@@ -235,7 +236,7 @@ _FIXED_CHOICES = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class _VisionKeys:
     """A checkpoint's ``vision_config`` dict read key by key, each fault named with ``source``."""
 

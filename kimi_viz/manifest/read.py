@@ -175,19 +175,12 @@ def _load_feature(source, entry: dict, backend: str | None, where: str, max_pixe
 
 def _recorded_outcome(value: dict | None) -> RecordedOutcome | None:
     """Return ``source.recorded`` (validated by the schema) as a RecordedOutcome; None when absent or null."""
-    if value is None:
-        return None
-    error = value.get("error")
-    if error is None:
-        return RecordedOutcome(value["outcome"])
-    return RecordedOutcome.from_json(value)
+    return None if value is None else RecordedOutcome.from_json(value)
 
 
 def _forward_context(value: dict | None) -> ForwardContext | None:
     """Return ``forward_context`` (validated by the schema and its checks) as a ForwardContext; None when absent."""
-    if value is None:
-        return None
-    return ForwardContext.from_json(value)
+    return None if value is None else ForwardContext.from_json(value)
 
 
 def _build_batch(obj: dict, source, max_elements: int, max_pixels: int, max_bytes: int, load: bool = True):

@@ -315,8 +315,7 @@ def validate_manifest_json(obj: Any) -> list[str]:
             path[1] = slow[path[1]]  # back to the item's index in the manifest
         error.kv_path = path
         if error.validator == "additionalProperties":
-            for key in _unknown_keys(error):
-                found.append(f"{json_path(path + [key])}: unknown key {key!r} (ignored)")
+            found += [f"{json_path(path + [key])}: unknown key {key!r} (ignored)" for key in _unknown_keys(error)]
         else:
             hard.append(error)
     if hard:

@@ -19,7 +19,6 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -196,10 +195,7 @@ class ZipSource:
         try:
             return self.archive.open(info)
         except _ZIP_DAMAGE as exc:
-            raise ManifestError(
-                f"zip {self.label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
-                json_path=where,
-            ) from None
+            raise _damaged_zip(self.label, info, exc, where) from None
 
     def read_range(self, name: str, where: str, offset: int, count: int) -> bytes:
         info = self._info(name, where)
@@ -213,10 +209,7 @@ class ZipSource:
                     remaining -= len(chunk)
                 return handle.read(count)
         except _ZIP_DAMAGE as exc:
-            raise ManifestError(
-                f"zip {self.label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
-                json_path=where,
-            ) from None
+            raise _damaged_zip(self.label, info, exc, where) from None
 
     def load_tensor(self, name: str, where: str, key: str):
         from safetensors.torch import load
@@ -237,16 +230,21 @@ class ZipSource:
         return self._loaded[name][key]
 
 
+def _damaged_zip(label: str, info: zipfile.ZipInfo, exc: BaseException, where: str) -> ManifestError:
+    """Return the ManifestError for a zip member that could not be read (truncation, bad CRC) at ``where``."""
+    return ManifestError(
+        f"zip {label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
+        json_path=where,
+    )
+
+
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str, where: str) -> bytes:
     """Return a zip member's bytes, turning damage (truncation, bad CRC) into ManifestError naming ``where``."""
     try:
         with archive.open(info) as handle:
             data = handle.read(info.file_size + 1)
     except _ZIP_DAMAGE as exc:
-        raise ManifestError(
-            f"zip {label} is damaged or truncated while reading {info.filename!r} ({exc}); re-create the zip",
-            json_path=where,
-        ) from None
+        raise _damaged_zip(label, info, exc, where) from None
     if len(data) != info.file_size:
         raise ManifestError(
             f"zip {label} member {info.filename!r} has {len(data)} bytes, its header says "
@@ -299,12 +297,8 @@ def open_zip(path: Path) -> tuple[zipfile.ZipFile, str]:
 # ------------------------------------------------------------------------------------------
 # Payload readers: safetensors header, tensors, images
 # ------------------------------------------------------------------------------------------
-def _element_count(shape: Iterable[int]) -> int:
-    return math.prod(int(s) for s in shape)
-
-
 def check_elements(shape: list[int], max_elements: int, where: str) -> int:
-    count = _element_count(shape)
+    count = math.prod(int(s) for s in shape)
     if count > max_elements:
         raise ManifestError(
             f"declared shape {list(shape)} has {count} elements, more than the limit of "
@@ -401,7 +395,7 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
             f"tensor {key!r} has damaged data_offsets in the safetensors header", json_path=where + ".key"
         )
     begin, end = offsets
-    if not (0 <= begin <= end <= header["__data_len__"]) or end - begin != _element_count(shape) * itemsize:
+    if not (0 <= begin <= end <= header["__data_len__"]) or end - begin != math.prod(int(s) for s in shape) * itemsize:
         raise ManifestError(
             f"tensor {key!r} has data_offsets {offsets} that do not fit its shape {shape} "
             f"and dtype {dtype} inside the file; the file is damaged",
@@ -417,11 +411,6 @@ def check_tensor_entry(header: dict, entry: dict, where: str, max_elements: int)
         check_elements(other_info["shape"], max_elements, where + ".file")
 
 
-def _as_manifest_error(exc: Exception, where: str) -> ManifestError:
-    """Return the ManifestError for an image the kit's opener refused: its message (naming the file) at ``where``."""
-    return ManifestError(str(exc), json_path=where)
-
-
 def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = MAX_PAYLOAD_BYTES):
     """Return a lazily opened PIL image (header only) after checking its format, pixel count and decoded size."""
     from ..preprocess.images import open_header
@@ -429,7 +418,7 @@ def open_image(stream, name: str, where: str, max_pixels: int, max_bytes: int = 
     try:
         return open_header(stream, repr(name), max_pixels=max_pixels, max_bytes=max_bytes, formats=IMAGE_FORMATS)
     except ImageLoadError as exc:
-        raise _as_manifest_error(exc, where) from None
+        raise ManifestError(str(exc), json_path=where) from None  # its message names the file
     except (zipfile.BadZipFile, zlib.error) as exc:  # a damaged member of a manifest zip
         raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None
 
@@ -442,6 +431,6 @@ def decode_image(data: bytes, name: str, where: str, max_pixels: int, max_bytes:
     try:
         return decode(image, repr(name))
     except ImageLoadError as exc:
-        raise _as_manifest_error(exc, where) from None
+        raise ManifestError(str(exc), json_path=where) from None  # its message names the file
     except (zipfile.BadZipFile, zlib.error) as exc:
         raise ManifestError(f"{name!r} is damaged inside the zip ({exc}); re-create the zip", json_path=where) from None

@@ -137,9 +137,8 @@ def _source_entry(batch: Batch) -> dict:
         "code_variant_source": batch.code_path_source.value,
         "note": batch.note,
     }
-    recorded = batch.recorded
-    if recorded is not None:
-        entry["recorded"] = recorded.to_json()
+    if batch.recorded is not None:
+        entry["recorded"] = batch.recorded.to_json()
     return entry
 
 

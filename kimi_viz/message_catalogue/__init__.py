@@ -1,46 +1,58 @@
 """Every message SGLang raises or logs on the Kimi vision path, 0.5.17–0.5.23: the catalogue.
 
-One module per :class:`~kimi_viz.messages.Stage`, in pipeline order: ``request``, ``processor``,
-``call``, ``split``, ``encoder``, ``splice``, and the EPD transfer's two sides ``epd_encoder`` and
-``epd_receiver``, each with its embedding delivery (``epd_encoder_delivery``,
-``epd_receiver_delivery``). Each entry (:class:`~kimi_viz.messages.Message`) holds its template, its
-sites (file under ``sglang/srt``, function, exception type or log level, releases), the numbers it
-carries, what it means and what SGLang does next. :mod:`kimi_viz._explain` derives its patterns from here; the
-real-SGLang lane (``tests/parity/test_message_catalogue.py``) walks each installed release's files and
-fails when a message on the path is missing here or a release range is wrong; ``docs/pipeline.md`` §11
-is :func:`markdown`.
+The entries are data: one TOML file per part of the pipeline in ``data/``, listed in pipeline order
+by :data:`STAGE_FILES` (``request``, ``processor``, ``call``, ``split``, ``encoder``, ``splice``, and
+the EPD transfer's two sides ``epd_encoder`` and ``epd_receiver``, each with its embedding delivery),
+read by :func:`~._load.load` into :data:`CATALOGUE`. Each entry (:class:`~kimi_viz.messages.Message`)
+holds its template, its sites (file under ``sglang/srt``, function, exception type or log level,
+releases), the numbers it carries, what it means and what SGLang does next. To add a message, add a
+``[[message]]`` table to its stage's file (``data/common.toml`` says how one is written) and regenerate
+``docs/pipeline.md`` §11 (``python -m kimi_viz.message_catalogue``). :mod:`kimi_viz._explain` derives
+its patterns from here; the real-SGLang lane (``tests/parity/test_message_catalogue.py``) walks each
+installed release's files and fails when a message on the path is missing here or a release range is
+wrong; ``docs/pipeline.md`` §11 is :func:`markdown`.
 """
 
 from __future__ import annotations
 
 from ..messages import Message, Stage
-from . import (
-    call,
-    encoder,
-    epd_encoder,
-    epd_encoder_delivery,
-    epd_receiver,
-    epd_receiver_delivery,
-    processor,
-    request,
-    splice,
-    split,
-)
-from ._common import ORDER
+from ._load import ORDER, load
 
-CATALOGUE: tuple[Message, ...] = (
-    *request.MESSAGES,
-    *processor.MESSAGES,
-    *call.MESSAGES,
-    *split.MESSAGES,
-    *encoder.MESSAGES,
-    *splice.MESSAGES,
-    *epd_encoder.MESSAGES,
-    *epd_encoder_delivery.MESSAGES,
-    *epd_receiver.MESSAGES,
-    *epd_receiver_delivery.MESSAGES,
+# The stage files of data/ (data/<name>.toml), in pipeline order: their entries, file after file, are the catalogue.
+STAGE_FILES = (
+    "request",
+    "processor",
+    "call",
+    "split",
+    "encoder",
+    "splice",
+    "epd_encoder",
+    "epd_encoder_delivery",
+    "epd_receiver",
+    "epd_receiver_delivery",
 )
-BY_KEY: dict[str, Message] = {message.key: message for message in CATALOGUE}
+
+# Read from data/ the first time either is asked for (__getattr__), then plain names of the module: the
+# commands that never look a message up (kimi-viz --help, triage, whatif) do not parse the files.
+CATALOGUE: tuple[Message, ...]  # every entry, file after file
+BY_KEY: dict[str, Message]  # the entries by key
+
+
+def _catalogue() -> tuple[Message, ...]:
+    """Return :data:`CATALOGUE`, reading the files (and setting :data:`BY_KEY`) the first time."""
+    if "CATALOGUE" not in globals():
+        catalogue = load(STAGE_FILES)
+        globals().update(CATALOGUE=catalogue, BY_KEY={message.key: message for message in catalogue})
+    return globals()["CATALOGUE"]
+
+
+def __getattr__(name: str) -> object:
+    """Return ``CATALOGUE`` or ``BY_KEY`` on first use (PEP 562); any other name is missing."""
+    if name not in ("CATALOGUE", "BY_KEY"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _catalogue()
+    return globals()[name]
+
 
 STAGE_WHAT = {
     Stage.REQUEST: "the chat request, its prompt and its <|media_pad|> placeholders",
@@ -53,10 +65,10 @@ STAGE_WHAT = {
 }
 
 
-def by_stage(messages: tuple[Message, ...] = CATALOGUE) -> dict[Stage, list[Message]]:
-    """Return the messages grouped by stage, stages in pipeline order (each stage present, maybe empty)."""
+def by_stage(messages: tuple[Message, ...] | None = None) -> dict[Stage, list[Message]]:
+    """Return the messages (the catalogue's by default) by stage, in pipeline order (each stage, maybe empty)."""
     grouped: dict[Stage, list[Message]] = {stage: [] for stage in Stage}
-    for message in messages:
+    for message in _catalogue() if messages is None else messages:
         grouped[message.stage].append(message)
     return grouped
 

@@ -187,8 +187,7 @@ def _draw_call_requests_text(
     returns nothing."""
     ax.set_yticks([bottom + STRIP_PT / 2 for bottom in bottoms], names, fontsize=FONT)
     ax.tick_params(axis="y", length=0)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
     note = ""
     if len(context.requests) > shown:
         note = f"\n{plural(len(context.requests) - shown, 'more request')} not drawn (see the table)"

@@ -27,7 +27,7 @@ from matplotlib.patches import Rectangle
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
-from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
+from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, spans_of, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.rows import Source
@@ -93,13 +93,9 @@ def _draw_call_track(
     returns nothing."""
     _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
     if call_items:
-        spans, start = [], 0
-        for item in call_items:
-            spans.append((start, start + item.tokens))
-            start += item.tokens
         draw_row_track(
             ax,
-            spans,
+            spans_of(item.tokens for item in call_items),
             y=y,
             height=TRACK,
             labels=[f"item {k}: {_name(i.source)}\n{i.tokens} tokens" for k, i in enumerate(call_items)],
@@ -122,14 +118,9 @@ def _draw_outside_track(
     returns nothing."""
     _track_name(ax, y, "not in the call")
     if outside:
-        spans, start = [], 0
-        for u in outside:
-            n = tokens.get((u.source.request, u.source.image), 1)
-            spans.append((start, start + n))
-            start += n
         draw_row_track(
             ax,
-            spans,
+            spans_of(tokens.get((u.source.request, u.source.image), 1) for u in outside),
             y=y,
             height=TRACK,
             labels=[f"{_name(u.source)}\n{_LOOKUP_WORDS[u.outcome]}" for u in outside],
@@ -169,29 +160,20 @@ def _track_name(ax: Axes, y: float, text: str) -> None:
 
 def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float) -> None:
     """Draw a request's prompt (text grey, pad runs in their image's colour) and its window."""
-    spans: list[tuple[int, int]] = []
-    labels: list[str | None] = []
-    colors: list[str] = []
-    indices: list[int] = []
+    runs: list[TrackRun] = []
     cursor = 0
     for item in sorted(request.items, key=lambda i: i.offsets[0]):
         start, end = item.offsets
         if start > cursor:
-            spans.append((cursor, start))
-            labels.append(None)
-            colors.append(TEXT_FILL)
-            indices.append(0)
+            runs.append(((cursor, start), None, TEXT_FILL, 0))
         index = styles[(item.source.request, item.source.image)]
-        spans.append((start, end + 1))
-        labels.append(f"{_name(item.source)}\n{item.tokens} pads {start}..{end}")
-        colors.append(color_for(index))
-        indices.append(index)
+        runs.append(
+            ((start, end + 1), f"{_name(item.source)}\n{item.tokens} pads {start}..{end}", color_for(index), index)
+        )
         cursor = end + 1
     if cursor < request.length:
-        spans.append((cursor, request.length))
-        labels.append(None)
-        colors.append(TEXT_FILL)
-        indices.append(0)
+        runs.append(((cursor, request.length), None, TEXT_FILL, 0))
+    spans, labels, colors, indices = run_columns(runs)
     _track_name(ax, y + GAP * 0.45, f"{request.rid} prompt ({request.length} tokens)")
     draw_row_track(
         ax,

@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 
+from .._records import frozen
 from ..preprocess.layout import BatchLayout, LayoutLookupError, layout_of
 from ..preprocess.records import ImageRecord, ImageSpan, ProcessorOutput
 from .axes import PATCH, patch_ticks, picture_axes
@@ -129,7 +130,7 @@ def _units_per_pt(ax: Axes, frame: _GridToRowsFrame, height: float) -> float:
     return (frame.x1 - frame.x0) / (ax.bbox.width * 72.0 / ax.figure.dpi)
 
 
-@dataclass(frozen=True)
+@frozen
 class _ImageInBatch:
     """The batch a draw_grid_to_rows figure shows, the image's own span in it, and whether a layout was given."""
 
@@ -163,7 +164,7 @@ def _image_in_batch(
     return _ImageInBatch(batch, own_span, True)
 
 
-@dataclass(frozen=True)
+@frozen
 class _RowLinks:
     """The linked rows of draw_grid_to_rows: global rows, their (t, y, x) patches, track positions and labels."""
 
@@ -203,15 +204,8 @@ def _settled_frame(
     own_figure = ax is None
     units_per_pt = 1.04 * width / (7.0 * 72.0)  # a width-bound 7-inch plot, to start
     for _ in range(8):
-        frame = _grid_to_rows_frame(
-            width,
-            height,
-            links.positions,
-            links.texts,
-            caption,
-            units_per_pt,
-            ax.figure.dpi if ax is not None else 100.0,
-        )
+        dpi = ax.figure.dpi if ax is not None else 100.0
+        frame = _grid_to_rows_frame(width, height, links.positions, links.texts, caption, units_per_pt, dpi)
         if own_figure:
             ax = picture_axes(frame.x1 - frame.x0, frame.y1 + 0.02 * height, top_in=0.5, bottom_in=0.6)
         assert ax is not None  # given, or made just above
@@ -324,13 +318,7 @@ def _draw_row_links(ax: Axes, frame: _GridToRowsFrame, links: _RowLinks) -> None
         ),
         autolim=False,
     )
-    ticks = np.stack(
-        [
-            np.stack([links.positions, np.full(len(links.positions), frame.track_y)], 1),
-            np.stack([links.positions, np.full(len(links.positions), frame.band_top)], 1),
-        ],
-        1,
-    )
+    ticks = np.stack([targets, np.stack([links.positions, np.full(len(links.positions), frame.band_top)], 1)], 1)
     ax.add_collection(
         LineCollection(cast(Sequence[np.ndarray], ticks), colors=LINK_COLOR, linewidths=1.6, zorder=6, gid="row-ticks"),
         autolim=False,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.gridspec import GridSpecBase
 
+from .._records import frozen
 from ..errors import KimiVizError
 from ..preprocess.layout import BatchLayout
 from ..preprocess.records import ImageRecord, ImageSpan, ProcessorOutput
@@ -19,7 +19,7 @@ from .rows import draw_row_spans, row_spans_height_pt
 THUMB_MAX_LINES = 24  # lattice lines per side in a thumbnail; bigger grids show every k-th line
 
 
-@dataclass(frozen=True)
+@frozen
 class _Panels:
     """Where draw_processor_output's panels go: the figure (or subfigure), its grid, and the row-track Axes."""
 

@@ -303,12 +303,9 @@ def patch_squares(y: np.ndarray, x: np.ndarray, *, inset: float = 0.0) -> np.nda
     y0 = np.asarray(y, dtype=float) * PATCH + inset
     x0 = np.asarray(x, dtype=float) * PATCH + inset
     size = PATCH - 2 * inset
-    verts = np.empty((len(y0), 4, 2))
-    verts[:, 0] = np.stack([x0, y0], 1)
-    verts[:, 1] = np.stack([x0 + size, y0], 1)
-    verts[:, 2] = np.stack([x0 + size, y0 + size], 1)
-    verts[:, 3] = np.stack([x0, y0 + size], 1)
-    return verts
+    corner_xs = np.stack([x0, x0 + size, x0 + size, x0], 1)
+    corner_ys = np.stack([y0, y0, y0 + size, y0 + size], 1)
+    return np.stack([corner_xs, corner_ys], 2)
 
 
 def _free_label_spot(

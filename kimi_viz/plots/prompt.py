@@ -30,7 +30,7 @@ from ..request.prompt import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, M
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, color_for
 from .rows import LABEL_FONT, draw_row_track
-from .tracks import GAP, TEXT_FILL, TRACK, error_text, track_axes, track_name
+from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, spans_of, track_axes, track_name
 
 MARKER_FILL = "#56B4E9"  # sky blue: the renderer's own image marker
 MAX_BLOCK_ROWS = 8
@@ -60,29 +60,20 @@ def draw_prompt(prompt: Prompt | RequestOutcome, *, ax: Axes | None = None, titl
     track_axes(ax, width, ylim, "token position (the top track; the rows below are not to scale)")
     y = top - TRACK - GAP + 0.2
     track_name(ax, y + GAP * 0.45, f"the prompt ({drawn.length} tokens, text counted)", "track-prompt")
-    spans: list[tuple[int, int]] = []
-    names: list[str | None] = []
-    colors: list[str] = []
-    styles: list[int] = []
+    runs: list[TrackRun] = []
     for kind, start, end, image, token in _runs(drawn, blocks):
-        spans.append((start, end))
         if kind == "text":
-            names.append(None)
-            colors.append(TEXT_FILL)
-            styles.append(0)
+            runs.append(((start, end), None, TEXT_FILL, 0))
         elif kind == "typed":
-            names.append(f"written {_TOKEN_NAMES.get(token or 0, token)}")
-            colors.append(DIVERGENCE_COLOR)
-            styles.append(1)
+            runs.append(((start, end), f"written {_TOKEN_NAMES.get(token or 0, token)}", DIVERGENCE_COLOR, 1))
         else:
             assert image is not None
             pads = blocks[image]["pads"]
             size = sizes.get(image)
             caption = f"image {size[0]}x{size[1]}, " if size else ""
             name = f"image {image}: {labels[image]}" if labels.get(image) else f"image {image}"
-            names.append(f"{name}\n{caption}{pads[1] - pads[0]} pads")
-            colors.append(color_for(image))
-            styles.append(image)
+            runs.append(((start, end), f"{name}\n{caption}{pads[1] - pads[0]} pads", color_for(image), image))
+    spans, names, colors, styles = run_columns(runs)
     draw_row_track(ax, spans, y=y, height=TRACK, labels=names, style_indices=styles, colors=colors, gid_prefix="prompt")
     for image in sorted(blocks)[:rows]:
         y -= TRACK + GAP
@@ -169,12 +160,10 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
         f"for {len(outcome.request.images)} image(s)",
         "track-ids",
     )
-    spans: list[tuple[int, int]] = []
+    spans = spans_of(piece.length for piece in rendered.pieces)
     names: list[str | None] = []
     colors: list[str] = []
-    cursor = 0
     for piece in rendered.pieces:
-        spans.append((cursor, cursor + piece.length))
         if piece.kind == "text":
             names.append(None)
             colors.append(TEXT_FILL)
@@ -184,7 +173,6 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
         else:
             names.append(f"{_TOKEN_NAMES.get(piece.token or 0, piece.token)}\n{piece.origin}")
             colors.append(DIVERGENCE_COLOR)
-        cursor += piece.length
     if spans:
         special = iter(range(len(spans)))
         styles = [0 if name is None else next(special) for name in names]  # text plain, the marked ids alternate

@@ -64,11 +64,6 @@ class TrackArtists:
     levels: int  # staggered outside-label levels used (0: all inside)
     level_height_pt: float
 
-    @property
-    def label_room_pt(self) -> float:
-        """Return the height above the track (points) that its outside labels occupy."""
-        return 0.0 if self.levels == 0 else LABEL_GAP_PT + self.levels * self.level_height_pt
-
 
 def text_size_px(text: str, fontsize: float, dpi: float) -> tuple[float, float]:
     """Return an estimate of (width, height) in pixels of ``text`` in DejaVu Sans."""
@@ -475,8 +470,7 @@ def draw_row_spans(
     ax.set_yticks(drawn.centres, drawn.names, fontsize=fontsize + 1)
     ax.tick_params(axis="y", length=0)
     ax.set_xlabel("row of pixel_values (merged tokens drawn to the same width)")
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
     ax.set_title(_row_spans_title(layout, produced, comparison), fontsize=fontsize + 3)
     return ax
 
@@ -548,15 +542,8 @@ def _mark_divergence(
     differing = [row["index"] for row in comparison.table if not row["equal"] and row["index"] < len(produced)]
     if differing and "produced" in placed:
         y, height = placed["produced"]
-        verts = [
-            [
-                (produced.spans[k].rows[0], y),
-                (produced.spans[k].rows[1], y),
-                (produced.spans[k].rows[1], y + height),
-                (produced.spans[k].rows[0], y + height),
-            ]
-            for k in differing
-        ]
+        spans = [produced.spans[k].rows for k in differing]
+        verts = cast(Sequence[np.ndarray], _track_polygons(spans, y=y, height=height, x_scale=1.0, x_offset=0.0)[2])
         ax.add_collection(
             PolyCollection(
                 verts, facecolors="none", edgecolors=DIVERGENCE_COLOR, linewidths=2.5, zorder=4, gid="divergent-spans"

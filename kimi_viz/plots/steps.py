@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..split.trace import prod
 from .palette import DIVERGENCE_COLOR
 from .rows import draw_row_track
+from .tracks import spans_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.trace import RankTrace, Step, Trace
@@ -83,19 +84,12 @@ def step_lines(trace: Trace, rank: RankTrace, k: int) -> list[tuple[str, str]]:
     k = k % len(rank.steps)
     step = rank.steps[k]
     lines: list[tuple[str, str]] = [("title", step_title(trace, rank, k))]
-    for chunk in textwrap.wrap(step.note, 130):
-        lines.append(("note", chunk))
+    lines += [("note", chunk) for chunk in textwrap.wrap(step.note, 130)]
     if step.check is not None:
         verdict = "PASS" if step.check.passed else "FAIL"
-        lines.append(
-            (
-                "check",
-                f"check [{verdict}] {step.check.name}: expected {short(step.check.expected)}, "
-                f"actual {short(step.check.actual)}",
-            )
-        )
-    for key, value in key_variables(step):
-        lines.append(("var", f"{key} = {value}"))
+        expected, actual = short(step.check.expected), short(step.check.actual)
+        lines.append(("check", f"check [{verdict}] {step.check.name}: expected {expected}, actual {actual}"))
+    lines += [("var", f"{key} = {value}") for key, value in key_variables(step)]
     if step.error is not None:
         lines.append(("error", f"SGLang raises {step.error.type}: {step.error.message}"))
     return lines
@@ -149,14 +143,6 @@ def step_drawing_key(trace: Trace, k: int, *, rank: int | None = None) -> tuple:
         for r in rows
     )
     return (own, shown.rank, tuple(shown.image_indices or ()), drawn)
-
-
-def _spans(counts: list[int]) -> list[tuple[int, int]]:
-    spans, start = [], 0
-    for n in counts:
-        spans.append((start, start + n))
-        start += n
-    return spans
 
 
 def draw_step(trace: Trace, k: int, *, rank: int | None = None, ax: Axes | None = None, text: bool = True) -> Axes:
@@ -255,7 +241,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     styles = [r.image for r in rows]
     draw_row_track(
         ax,
-        _spans(expected),
+        spans_of(expected),
         y=58.0,
         height=24.0,
         labels=labels_e,
@@ -268,7 +254,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     if own:
         draw_row_track(
             ax,
-            _spans(produced),
+            spans_of(produced),
             y=14.0,
             height=24.0,
             labels=labels_p,
@@ -293,8 +279,7 @@ def _draw_tracks(ax: Axes, trace: Trace, rank: RankTrace, step: Step) -> None:
     ax.set_xlabel(
         "pixel_values rows on this rank" if own else "pixel_values rows of the whole batch", fontsize=TEXT_FONT
     )
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
 
 
 def _mark_first_divergence(

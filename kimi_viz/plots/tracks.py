@@ -4,6 +4,7 @@ stacked from the top, each named above it, an x axis of token positions, an erro
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable, Sequence
 
 from matplotlib.axes import Axes
 
@@ -13,6 +14,21 @@ from .rows import LABEL_FONT
 TRACK = 1.0  # a track's height (data units)
 GAP = 1.9  # room above a track for its name and outside labels
 TEXT_FILL = "#E6E6E6"  # the spans of ordinary text tokens
+TrackRun = tuple[tuple[int, int], str | None, str, int]  # one span of a track: (span, label, colour, style index)
+
+
+def spans_of(counts: Iterable[int]) -> list[tuple[int, int]]:
+    """Return the consecutive ``[start, end)`` spans of blocks of these sizes, starting at 0."""
+    spans, start = [], 0
+    for n in counts:
+        spans.append((start, start + n))
+        start += n
+    return spans
+
+
+def run_columns(runs: Sequence[TrackRun]) -> tuple[list[tuple[int, int]], list[str | None], list[str], list[int]]:
+    """Return ``(span, label, colour, style index)`` runs as four lists: spans, labels, colours and style indices."""
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs], [r[3] for r in runs]
 
 
 def track_axes(ax: Axes, width: float, ylim: tuple[float, float], xlabel: str) -> None:
@@ -20,8 +36,7 @@ def track_axes(ax: Axes, width: float, ylim: tuple[float, float], xlabel: str) -
     ax.set_xlim(-0.01 * width, width * 1.01)
     ax.set_ylim(*ylim)
     ax.set_yticks([])
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "right", "top"]].set_visible(False)
     ax.set_xlabel(xlabel)
 
 
@@ -36,4 +51,4 @@ def error_text(ax: Axes, y: float, text: str, gid: str) -> None:
     ax.text(0, y, message, fontsize=LABEL_FONT, color=DIVERGENCE_COLOR, va="bottom", gid=gid)
 
 
-__all__ = ["TRACK", "GAP", "TEXT_FILL", "track_axes", "track_name", "error_text"]
+__all__ = ["TRACK", "GAP", "TEXT_FILL", "TrackRun", "spans_of", "run_columns", "track_axes", "track_name", "error_text"]

@@ -16,10 +16,11 @@ import math
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
+from .._records import frozen
 from ..errors import CheckpointError, ConfigError
 from ..files import file_kind
 
@@ -49,7 +50,7 @@ BACKGROUND_DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class ProcessorConfig:
     """The NaViT processor settings that decide grids, token counts and pixel values."""
 

@@ -123,7 +123,7 @@ def load_image(
     elif isinstance(src, Image.Image):
         image, source = _from_pil(src, max_pixels), "<PIL.Image>"
     elif _is_numpy_array(src):
-        image, source = _from_numpy(src, max_pixels), "<numpy>"
+        image, source = _array_to_pil(src, "<numpy>", max_pixels), "<numpy>"
     elif _is_torch_tensor(src):
         image, source = _from_torch(src, max_pixels), "<torch>"
     else:
@@ -420,10 +420,6 @@ def _array_to_pil(array: np.ndarray, source: str, max_pixels: int) -> Image.Imag
     if channels not in (3, 4):
         raise UnsupportedImageError(f"{source}: {channels} channels; expected 1 (grey), 3 (RGB) or 4 (RGBA)")
     return Image.fromarray(np.ascontiguousarray(array), mode="RGB" if channels == 3 else "RGBA")
-
-
-def _from_numpy(array: np.ndarray, max_pixels: int) -> Image.Image:
-    return _array_to_pil(array, "<numpy>", max_pixels)
 
 
 def _is_numpy_array(obj: Any) -> bool:

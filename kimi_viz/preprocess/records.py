@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._records import frozen
 from .resize import ResizeConfig
 
 if TYPE_CHECKING:  # pragma: no cover - records and layouts of shapes alone need no torch
@@ -22,7 +23,7 @@ PATCH_PARTLY_PADDING = 1
 PATCH_FULLY_PADDING = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class ImageSpan:
     """One image's place in the batch: rows ``[start, end)`` of ``pixel_values`` and its merged tokens.
 

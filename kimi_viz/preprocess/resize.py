@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
 from typing import Any
 
+from .._records import frozen
 from ..errors import ArgumentError, EmptyImageError
 from .config import ProcessorConfig, get_config
 
 SGLANG_KEYS = ("num_tokens", "new_width", "new_height", "pad_width", "pad_height")  # SGLang's resize_config dict
 
 
-@dataclass(frozen=True)
+@frozen
 class ResizeConfig:
     """One image's NaViT resize: its resized size, the right and bottom padding, the grid and the tokens.
 

@@ -137,18 +137,17 @@ def _look_at(answer: Answer, replayed: RequestReplay) -> list[str]:
 
 def workload_table(result: LoadResult) -> Table:
     """Return one row per request: id, images, text before/between/after, arrival, prompt length, pad runs."""
-    rows = []
-    for request, prompt in zip(result.workload.requests, result.prompts):
-        rows.append(
-            [
-                request.rid,
-                ", ".join(image.label for image in request.images),
-                f"{request.before}/{','.join(map(str, request.gaps)) or request.between}/{request.after}",
-                request.arrival,
-                prompt.length,
-                ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),
-            ]
-        )
+    rows = [
+        [
+            request.rid,
+            ", ".join(image.label for image in request.images),
+            f"{request.before}/{','.join(map(str, request.gaps)) or request.between}/{request.after}",
+            request.arrival,
+            prompt.length,
+            ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),
+        ]
+        for request, prompt in zip(result.workload.requests, result.prompts)
+    ]
     return Table(
         ["request", "images", "text before/between/after", "arrival", "prompt tokens", "<|media_pad|> runs"],
         rows,
@@ -168,28 +167,26 @@ _LOOKUP_WORDS = {
 
 def pass_table(result: LoadResult) -> Table:
     """Return one row per prefill pass: its windows, the path, each call's items, the cache, warnings and outcome."""
-    rows = []
-    for k, trace in enumerate(result.passes):
-        rows.append(
-            [
-                k + 1,
-                "; ".join(f"{w.rid} [{w.prefix}, {w.prefix + w.extend})" for w in trace.batch if w.extend),
-                trace.path,
-                " | ".join(
-                    ", ".join(f"{i.source.rid}:{i.source.image} ({i.tokens})" for i in call.items)
-                    for call in trace.calls
-                )
-                or "—",
-                ", ".join(
-                    f"{u.source.rid}:{u.source.image} {_LOOKUP_WORDS[u.outcome]}"
-                    for u in trace.lookups
-                    if u.outcome != "miss"
-                )
-                or "—",
-                len(trace.warnings),
-                "ok" if trace.error is None else f"{trace.error.type} ({trace.stage})",
-            ]
-        )
+    rows = [
+        [
+            k + 1,
+            "; ".join(f"{w.rid} [{w.prefix}, {w.prefix + w.extend})" for w in trace.batch if w.extend),
+            trace.path,
+            " | ".join(
+                ", ".join(f"{i.source.rid}:{i.source.image} ({i.tokens})" for i in call.items) for call in trace.calls
+            )
+            or "—",
+            ", ".join(
+                f"{u.source.rid}:{u.source.image} {_LOOKUP_WORDS[u.outcome]}"
+                for u in trace.lookups
+                if u.outcome != "miss"
+            )
+            or "—",
+            len(trace.warnings),
+            "ok" if trace.error is None else f"{trace.error.type} ({trace.stage})",
+        ]
+        for k, trace in enumerate(result.passes)
+    ]
     return Table(
         [
             "pass",

@@ -54,11 +54,6 @@ def default_images() -> list[Path]:
     return paths
 
 
-def _save(ax: Axes, path: Path, dpi: int) -> None:
-    figure = cast(Figure, ax.figure)  # the draw_* functions, given no ax, draw on a Figure of their own
-    figure.savefig(path, format="png", dpi=dpi, metadata=PNG_METADATA)
-
-
 def _slug(text: str) -> str:
     stem = Path(text).stem
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in stem) or "image"
@@ -66,10 +61,8 @@ def _slug(text: str) -> str:
 
 def _resized_index(records: Sequence[Any]) -> int:
     """Return the index of the first image the processor resized (0 when none was)."""
-    for record in records:
-        if (record.resize.new_width, record.resize.new_height) != tuple(record.source_size):
-            return record.index
-    return 0
+    resized = (r.index for r in records if (r.resize.new_width, r.resize.new_height) != tuple(r.source_size))
+    return next(resized, 0)
 
 
 @dataclass
@@ -82,7 +75,8 @@ class _GalleryWriter:
 
     def add(self, ax: Axes, file: str, title: str, caption: str) -> None:
         """Save ``ax``'s figure as ``file`` and list it with its title and caption; returns nothing."""
-        _save(ax, self.out / file, self.dpi)
+        figure = cast(Figure, ax.figure)  # the draw_* functions, given no ax, draw on a Figure of their own
+        figure.savefig(self.out / file, format="png", dpi=self.dpi, metadata=PNG_METADATA)
         self.figures.append(GalleryFigure(file, title, caption))
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .._records import frozen
 from ..files import prepare_folder, write_file
 from ..plots.palette import color_for
 from ..split.batch import Batch
@@ -246,7 +246,7 @@ def _facts_html(facts: Mapping[str, Any]) -> str:
     return f'<dl class="kv-facts">{rows}</dl>'
 
 
-@dataclass(frozen=True)
+@frozen
 class ReportFigure:
     """A figure the report shows after its summary: a heading, a caption said in words, the PNG bytes."""
 
@@ -303,16 +303,12 @@ def render_report(
         parts.append(f"<h2>The question</h2><pre>{escape(question)}</pre>")
     if batch.forward_context is not None:
         parts.append(forward_context_html(batch.forward_context, verdict.divergence.first_image))
-    parts.append("<h2>Every image</h2>")
-    parts.append(images_table_html(verdict, batch))
+    parts += ["<h2>Every image</h2>", images_table_html(verdict, batch)]
     if stepper_html:
-        parts.append("<h2>Step through get_image_feature</h2>")
-        parts.append(stepper_html)
-    parts.append("<h2>The batch</h2>")
-    parts.append(batch_table_html(batch))
+        parts += ["<h2>Step through get_image_feature</h2>", stepper_html]
+    parts += ["<h2>The batch</h2>", batch_table_html(batch)]
     if facts:
-        parts.append("<h2>Where it comes from</h2>")
-        parts.append(_facts_html(facts))
+        parts += ["<h2>Where it comes from</h2>", _facts_html(facts)]
     if reproduce:
         parts.append(f"<p>Reproduce: <code>{escape(reproduce)}</code></p>")
     parts.append(

@@ -120,10 +120,8 @@ def _verdict(verdict: Verdict) -> list[str]:
         f"{md_text(style.wording, limit=MAX_PROSE)}",
         "",
     ]
-    if verdict.error is not None:
-        lines.append(f"SGLang raises {md_code(verdict.error)} in `get_image_feature`.")
-    else:
-        lines.append("SGLang raises nothing in `get_image_feature`.")
+    raised = "nothing" if verdict.error is None else md_code(verdict.error)
+    lines.append(f"SGLang raises {raised} in `get_image_feature`.")
     if verdict.recorded is not None:
         rec = verdict.recorded
         what = "ok" if rec.outcome == "ok" else str(rec.error)
@@ -183,8 +181,7 @@ def _shown_images(lines: list[ImageLine], first: int | None, limit: int) -> list
     """Return every line when they fit, else the flagged ones (the first diverging image first) and the first ones."""
     if len(lines) <= limit:
         return lines
-    chosen = [line for line in lines if line.image == first] + [line for line in lines if line.flagged]
-    chosen += lines
+    chosen = [line for line in lines if line.image == first] + [line for line in lines if line.flagged] + lines
     picked: dict[int, ImageLine] = {}
     for line in chosen:
         if len(picked) >= limit:
@@ -266,8 +263,7 @@ def _settings(trace: Trace) -> list[str]:
     if context is not None:
         size = context.chunked_prefill_size
         items.append(("chunked-prefill size", "not recorded" if size is None else "off" if size == -1 else size))
-    for key, value in list(batch.manifest_extra().items())[:12]:
-        items.append((f"extra: {key}", value))
+    items += [(f"extra: {key}", value) for key, value in list(batch.manifest_extra().items())[:12]]
     if batch.created_by:
         items.append(("recorded by", batch.created_by))
     out = ["## Server settings", ""]

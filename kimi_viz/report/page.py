@@ -72,12 +72,11 @@ def figure_png(figure: Any, *, dpi: int = 100) -> bytes:
 
 def status_css() -> str:
     """Return the CSS of every status: badge colours and the verdict panel's left border."""
-    rules = []
-    for status, style in STATUS_STYLES.items():
-        name = status.value
-        rules.append(f".kv-badge.kv-{name} {{ background: {style.color}; color: {style.text_color}; }}")
-        rules.append(f".kv-verdict.kv-{name} {{ border-color: {style.color}; }}")
-    return "\n".join(rules)
+    return "\n".join(
+        f".kv-badge.kv-{status.value} {{ background: {style.color}; color: {style.text_color}; }}\n"
+        f".kv-verdict.kv-{status.value} {{ border-color: {style.color}; }}"
+        for status, style in STATUS_STYLES.items()
+    )
 
 
 def badge_html(status: Status) -> str:

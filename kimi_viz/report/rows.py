@@ -9,15 +9,16 @@ produced grids and rows, the match). The views only format the fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .._records import frozen
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..split.divergence import ImageOutcome
     from ..split.verdict import ImageIdentity, Verdict
 
 
-@dataclass(frozen=True)
+@frozen
 class ImageLine:
     """One image: its identity, and the replay's row for it (``None`` when no rank replayed it)."""
 

@@ -132,8 +132,7 @@ COUNT_ROWS = (
 def _cell(key: str, value: Any) -> str:
     """Return one counts cell, the check and error coloured inline (so the widget shows them the same)."""
     text = "—" if value is None else str(value)
-    style = ""
-    css = ""
+    css, style = "", ""
     if key == "check" and value in ("PASS", "FAIL"):
         css = "kv-pass" if value == "PASS" else "kv-fail"
         style = f"color:{PASS_COLOR if value == 'PASS' else FAIL_COLOR};font-weight:700"
@@ -198,10 +197,7 @@ class Stepper:
     def __repr__(self) -> str:
         where = "forward pass" if self.rank is None else f"rank {self.rank.rank}"
         tp = self.trace.tp_size if self.trace is not None else self.forward.tp_size  # type: ignore[union-attr]
-        return f"Stepper({where} of TP {tp}, {len(self)} steps, {self._outcome()})"
-
-    def _outcome(self) -> str:
-        return "error" if self._error() is not None else "ok"
+        return f"Stepper({where} of TP {tp}, {len(self)} steps, {'error' if self._error() is not None else 'ok'})"
 
     def _error(self) -> Any:
         if self.forward is not None and self.forward.error is not None:
@@ -445,12 +441,10 @@ class Stepper:
             continuous_update=True,
             readout=True,
             layout=widgets.Layout(width="420px"),
-        )
-        slider.add_class("kv-slider")
+        ).add_class("kv-slider")
         prev_button = widgets.Button(
             description="◀ Previous", tooltip="previous step", layout=widgets.Layout(width="auto")
-        )
-        prev_button.add_class("kv-prev")
+        ).add_class("kv-prev")
         next_button = widgets.Button(description="Next ▶", tooltip="next step", layout=widgets.Layout(width="auto"))
         next_button.add_class("kv-next")
         play = widgets.Play(value=self.start, min=1, max=n, step=1, interval=1200, description="play")
@@ -459,14 +453,9 @@ class Stepper:
         heading = widgets.HTML(
             f'<div class="kv-heading" style="font-weight:700;font-size:15px">{self.heading_html()}</div>'
         )
-        position = widgets.HTML()
-        position.add_class("kv-position")
-        title = widgets.HTML()
-        title.add_class("kv-title")
-        counts = widgets.HTML()
-        counts.add_class("kv-counts")
-        variables = widgets.HTML()
-        variables.add_class("kv-vars")
+        position, title, counts, variables = (
+            widgets.HTML().add_class(f"kv-{name}") for name in ("position", "title", "counts", "vars")
+        )
         image = widgets.Image(format="png", layout=widgets.Layout(width=f"{FRAME_WIDTH_PX}px", max_width="100%"))
         image.add_class("kv-frame")
         table_style = (

@@ -36,10 +36,8 @@ def summary_panels(trace: Trace, verdict: Verdict) -> list[bytes]:
     healthy = [r for r in trace.ranks if r.outcome != "error"]
     # The verdict's expectation for an image a silent mismatch names (the consumer's grid), in every panel.
     expected = {row.image: row.expected_grid for row in verdict.divergence.images if row.silent}
-    for rank in failing[:MAX_FAILING_PANELS]:
-        pngs.append(figure_png(draw_rank_rows(trace, rank, expected_grids=expected).figure, dpi=DPI))
     shown_healthy = healthy[:MAX_HEALTHY_PANELS] if (not failing or len(healthy) <= MAX_HEALTHY_PANELS) else []
-    for rank in shown_healthy:
+    for rank in failing[:MAX_FAILING_PANELS] + shown_healthy:
         pngs.append(figure_png(draw_rank_rows(trace, rank, expected_grids=expected).figure, dpi=DPI))
     rest = [r.rank for r in healthy if r not in shown_healthy]
     more_failing = [r.rank for r in failing[MAX_FAILING_PANELS:]]

@@ -18,16 +18,17 @@ on shapes.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
+from .._records import frozen
 from ..errors import ConfigError
 from ..manifest.format import TENSOR_LAYOUTS
+from ..manifest.write import redact_batch
 from ..preprocess.config import get_config
 from ..releases import RELEASES, CodePath, release_for
 from ..split._replay import replay
@@ -43,7 +44,7 @@ BANDS_MODE = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 RankOutcome = Literal["passes", "raises", "wrong-rows"]
 
 
-@dataclass(frozen=True)
+@frozen
 class FeatureSpec:
     """An item's feature as the test rebuilds it: a PIL image (``layout="image"``) or a tensor, by shape and dtype."""
 
@@ -78,7 +79,7 @@ class FeatureSpec:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemSpec:
     """One ``MultimodalDataItem``: its grids, deferred config, local flag and feature."""
 
@@ -117,7 +118,7 @@ class ItemSpec:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class RankExpectation:
     """What the emitted test does on one rank under one release, from the kit's replay of that release."""
 
@@ -173,7 +174,7 @@ class RankExpectation:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ReproCase:
     """Everything an emitted test reads: the batches, the processor stand-in's settings, the ranks, the expectations."""
 
@@ -304,9 +305,7 @@ def processor_spec(batch: Batch) -> tuple[dict[str, Any] | None, int]:
 
 def shape_only(batch: Batch) -> Batch:
     """Return a copy of ``batch`` whose features are shape-only: what the emitted test holds."""
-    return dataclasses.replace(
-        batch, items=[dataclasses.replace(it, feature=it.feature.redacted()) for it in batch.items]
-    )
+    return redact_batch(batch)
 
 
 def _rank_expectation(trace: Replayed, rank: int) -> RankExpectation:

@@ -36,11 +36,12 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
+from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.config import read_json_file
 from .images import RequestImage, decode_data_url, probe_image, resolve_image
@@ -87,7 +88,7 @@ def text_tokens(text: str) -> int:
 
 
 # --- the request -------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class ChatPart:
     """One content part of a chat message: text, or an image / video / audio reference."""
 
@@ -96,7 +97,7 @@ class ChatPart:
     image: int | None = None  # an image part: its position in ChatRequest.images
 
 
-@dataclass(frozen=True)
+@frozen
 class ChatMessage:
     """One chat message: its role and its parts (a string content is one text part)."""
 
@@ -104,7 +105,7 @@ class ChatMessage:
     parts: tuple[ChatPart, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class ChatRequest:
     """A client's request as the kit read it: the entry point, the text or messages or ids, and the media."""
 
@@ -189,7 +190,7 @@ class _Reader:
         if scheme == "data":
             image = decode_data_url(url, label=f"{self.source}: {where} ({label})")
             media_type = url[5:].split(";", 1)[0].split(",", 1)[0][:40] or "data"
-            self.images.append(_relabel(image, f"{media_type} data URL"))
+            self.images.append(replace(image, label=f"{media_type} data URL"))
             return len(self.images) - 1
         if scheme == "file":
             path: Any = Path(unquote(urlparse(url).path))
@@ -200,10 +201,6 @@ class _Reader:
         image = probe_image(path, label=os.path.basename(str(path)) or label)
         self.images.append(image)
         return len(self.images) - 1
-
-
-def _relabel(image: RequestImage, label: str) -> RequestImage:
-    return replace(image, label=label)
 
 
 def _string(value: Any, reader: _Reader, where: str) -> str:
@@ -356,7 +353,7 @@ def read_request(path: str | os.PathLike) -> ChatRequest:
 
 
 # --- rendering ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class Renderer:
     """The checkpoint tokenizer's two choices that decide the placeholder count (its remote code, not SGLang's)."""
 
@@ -384,7 +381,7 @@ class Renderer:
         return {"image_prompts": self.image_prompts, "typed_tokens": self.typed_tokens}
 
 
-@dataclass(frozen=True)
+@frozen
 class Piece:
     """A run of the ids handed to the image processor: text, a ``<|media_pad|>``, another media token, or the
     renderer's own image marker (``marker``: one id, not the pad's)."""
@@ -396,7 +393,7 @@ class Piece:
     ids: tuple[int, ...] | None = None  # a text run's exact ids (/generate with input_ids)
 
 
-@dataclass(frozen=True)
+@frozen
 class Rendered:
     """The ids SGLang hands ``process_mm_data_async``, as runs (text counted, media tokens exact)."""
 

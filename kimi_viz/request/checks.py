@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._records import frozen
 from ..errors import WhatIfError
 from ..messages import (
     MSG_CALLER_MM_HASHES,
@@ -64,7 +65,7 @@ _CHAT_FILE = "entrypoints/openai/serving_chat.py"
 _K3_FILE = "multimodal/processors/kimi_k3.py"
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     """One check on the way from the body to the processor's output: where, and how it ended."""
 
@@ -78,7 +79,7 @@ class Check:
         return {"name": self.name, "where": self.where, "outcome": self.outcome, "detail": self.detail}
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestError:
     """What the request side raises: the exception (its type and SGLang's exact message), and where."""
 
@@ -90,7 +91,7 @@ class RequestError:
         return {**self.error.to_json(), "where": self.where}
 
 
-@dataclass(frozen=True)
+@frozen
 class MediaSpan:
     """One image's block in the expanded prompt: where each of its media tokens sits."""
 

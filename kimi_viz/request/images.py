@@ -12,12 +12,13 @@ import base64
 import binascii
 import hashlib
 import io
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
+from .._records import frozen
 from ..data import images_dir
 from ..errors import DecompressionBombError, NotAnImageError, WhatIfError
 from ..preprocess.images import SIXTEEN_BIT_MODES, check_size, has_alpha, load_image, open_header, read_file
@@ -27,7 +28,7 @@ from ..preprocess.limits import DEFAULT_MAX_PIXELS
 MAX_DATA_URL_BYTES = 48 << 20
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestImage:
     """One image of a request as SGLang's loader sees it (no pixels decoded)."""
 

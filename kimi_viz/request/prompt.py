@@ -17,9 +17,9 @@ client wrote into the text as a ``typed`` segment with its id.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from .._records import frozen
 from ..errors import ArgumentError
 
 MEDIA_BEGIN = "<|media_begin|>"
@@ -38,7 +38,7 @@ def caption_tokens(width: int, height: int) -> int:
     return 1 + len(str(width)) // 3 + 1 + 1 + len(str(height)) // 3 + 1
 
 
-@dataclass(frozen=True)
+@frozen
 class Segment:
     """A run of one kind of token in a prompt: ``[start, start + length)``, and the image it belongs to."""
 
@@ -54,7 +54,7 @@ class Segment:
         return self.start + self.length
 
 
-@dataclass(frozen=True)
+@frozen
 class Prompt:
     """One request's prompt as positions: its segments in order, each image's pad run, and its length."""
 
@@ -74,13 +74,6 @@ class Prompt:
     def pad_tokens(self) -> int:
         """Return the number of ``<|media_pad|>`` tokens in the prompt."""
         return sum(s.length for s in self.segments if s.kind == "pads")
-
-    def segment_at(self, position: int) -> Segment:
-        """Return the segment that holds ``position``."""
-        for segment in self.segments:
-            if segment.start <= position < segment.end:
-                return segment
-        raise IndexError(f"position {position} is outside the prompt's {self.length} tokens")
 
 
 def render_prompt(

@@ -11,9 +11,10 @@ command-line option and the SGLang flag or environment variable it stands for (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal, get_args
 
+from .._records import frozen
 from ..errors import WhatIfError
 
 Serving = Literal["normal", "epd-encoder"]
@@ -40,7 +41,7 @@ def choices_metavar(choices: tuple[str, ...]) -> str:
     return "{" + ",".join(choices) + "}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Option:
     """One setting: its field, its ``kimi-viz whatif`` option, the SGLang flag it stands for, and what it does."""
 
@@ -128,7 +129,7 @@ def _indices(value: Any, name: str) -> tuple[int, ...]:
     return tuple(found)
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerSettings:
     """The server settings of one deployment that change the items (see :data:`OPTIONS` for the SGLang flags)."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._records import frozen
 from ..errors import SettingNotInReleaseError
 from ..preprocess.config import ProcessorConfig, get_config
 from ..preprocess.resize import ResizeConfig, resize_config
@@ -45,7 +46,7 @@ def request_side_for(sglang_version: str) -> RequestSide:
     return release.request_side
 
 
-@dataclass(frozen=True)
+@frozen
 class Decision:
     """How the request side decided one image: deferred or eager, the two byte counts, and why."""
 

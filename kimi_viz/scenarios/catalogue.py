@@ -9,13 +9,14 @@ the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scena
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
+from .._records import frozen
 from ..data import sample_path
 from ..errors import ScenarioError
 from ..messages import (
@@ -41,7 +42,7 @@ from ..split.classes import ScenarioClass
 from ..split.trace import Trace
 
 
-@dataclass(frozen=True)
+@frozen
 class ExpectedOutcome:
     """What SGLang does with a scenario: ``ok`` or an exception, per rank when ranks differ."""
 
@@ -70,7 +71,7 @@ class ExpectedOutcome:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class Scenario:
     """A named batch, how to replay it, and what SGLang does with it."""
 

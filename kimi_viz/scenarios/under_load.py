@@ -10,9 +10,10 @@ message, the ranks that raise, the warnings SGLang logs, and the release that fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._records import frozen
 from ..errors import ScenarioError
 from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from ..request.images import as_request_image
@@ -24,7 +25,7 @@ from ..split.classes import ScenarioClass
 from ..split.verdict import Status
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadExpectation:
     """What SGLang does with a workload: the status, the exception, the failing ranks, the warnings, the fix."""
 
@@ -49,7 +50,7 @@ class LoadExpectation:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadScenario:
     """A named workload on one deployment, and what SGLang does with it."""
 

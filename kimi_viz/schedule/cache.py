@@ -12,8 +12,8 @@ evicting anything (:attr:`~kimi_viz.releases.ForwardRules.rejects_oversized_cach
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from .._records import frozen
 from .rows import Rows
 
 DEFAULT_CACHE_MB = 100  # SGLANG_VLM_CACHE_SIZE_MB's default
@@ -21,7 +21,7 @@ TEXT_HIDDEN = 7168  # Kimi-K3's text hidden size: one feature row
 ROW_BYTES = TEXT_HIDDEN * 2  # bf16
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheEntry:
     """One cached embedding: the item hash it is stored under and its rows."""
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._records import frozen
 from ..request.sides import BuiltRequest, encoder_preprocesses, local_rows_feature
 from ..split._replay import replay
 from ..split.batch import Batch
@@ -28,7 +29,7 @@ from ..split.ranks import assign_ranks, check_tp_size
 from ..split.trace import Replayed, Trace
 
 
-@dataclass(frozen=True)
+@frozen
 class Skipped:
     """A request image that does not reach ``get_image_feature``, and why."""
 

@@ -175,6 +175,12 @@ class _Pass:
     def warn(self, text: str) -> None:
         self.warnings.append(text)
 
+    def add_step(self, step: Step, stage: Stage) -> None:
+        """Append ``step``; where it carries SGLang's error, the pass raises there (at ``stage``)."""
+        self.steps.append(step)
+        if step.error is not None:
+            raise _Raised(step.error, stage)
+
     def call(self, items: list[ForwardItem]) -> Rows:
         rows, record = self.encode(items)
         self.calls.append(record)
@@ -206,19 +212,16 @@ class _Pass:
         counts = [i.tokens for i in items]
         passed = len(rows) == sum(counts)
         error = None if passed else ErrorInfo("RuntimeError", MSG_SPLIT_SIZES.format(len(rows), counts))
-        self.steps.append(
-            Step(
-                SPLIT_BACK,
-                "Split the call's rows back by each item's pad tokens",
-                "§10.3",
-                SplitBack(len(rows), counts),
-                "torch.split(embedding, token_counts): each item's rows must be exactly its <|media_pad|> run.",
-                Check("rows == sum(token counts)", sum(counts), len(rows), passed),
-                error=error,
-            )
+        step = Step(
+            SPLIT_BACK,
+            "Split the call's rows back by each item's pad tokens",
+            "§10.3",
+            SplitBack(len(rows), counts),
+            "torch.split(embedding, token_counts): each item's rows must be exactly its <|media_pad|> run.",
+            Check("rows == sum(token counts)", sum(counts), len(rows), passed),
+            error=error,
         )
-        if error is not None:
-            raise _Raised(error, "split-back")
+        self.add_step(step, "split-back")
         return rows.split(counts)
 
     def store(self, key: str, tokens: int, rows: Rows) -> Rows:
@@ -448,18 +451,15 @@ def _place_rows(
     error = None
     if async_assert and rules.async_assert and mask_count != expected:
         error = ErrorInfo("RuntimeError", MSG_ASYNC_ASSERT)
-    state.steps.append(
-        Step(
-            COUNT_TOKENS,
-            "Count the window's pad tokens",
-            "§10.4",
-            TokenCount("offsets" if rules.count_from_offsets else "the input ids' mask", expected, len(embedding)),
-            "_count_mm_tokens_in_extend counts every run's overlap with its request's window.",
-            error=error,
-        )
+    step = Step(
+        COUNT_TOKENS,
+        "Count the window's pad tokens",
+        "§10.4",
+        TokenCount("offsets" if rules.count_from_offsets else "the input ids' mask", expected, len(embedding)),
+        "_count_mm_tokens_in_extend counts every run's overlap with its request's window.",
+        error=error,
     )
-    if error is not None:
-        raise _Raised(error, "adjust")
+    state.add_step(step, "adjust")
     embedding = _adjust(state, embedding, expected, chunked_prefill_size)
     return _scatter(state, requests, embedding, mask_count, rules.index_copy_scatter)
 
@@ -549,19 +549,16 @@ def _adjust(state: _Pass, embedding: Rows, count: int, chunked_prefill_size: int
     for text in warnings:
         state.warn(text)
     rows = len(embedding)
-    state.steps.append(
-        Step(
-            ADJUST_LENGTH,
-            "Fit the rows to the pad tokens",
-            "§10.4",
-            LengthFit(count, rows, len(kept) if error is None else None),
-            "More rows than pad tokens: the last ones are kept (with a warning); fewer: SGLang raises.",
-            Check("rows == pad tokens", count, rows, rows == count),
-            error=error,
-        )
+    step = Step(
+        ADJUST_LENGTH,
+        "Fit the rows to the pad tokens",
+        "§10.4",
+        LengthFit(count, rows, len(kept) if error is None else None),
+        "More rows than pad tokens: the last ones are kept (with a warning); fewer: SGLang raises.",
+        Check("rows == pad tokens", count, rows, rows == count),
+        error=error,
     )
-    if error is not None:
-        raise _Raised(error, "adjust")
+    state.add_step(step, "adjust")
     return kept
 
 
@@ -583,19 +580,16 @@ def _scatter(
     placements: list[Placement] = []
     if error is None:
         placements = _placements(positions, embedding)
-    state.steps.append(
-        Step(
-            SCATTER,
-            "Write the rows onto the pad tokens",
-            "§10.2",
-            Scatter(mask_count, rows, "index_copy_" if index_copy else "masked_scatter_"),
-            "Row k lands on the k-th <|media_pad|> of the batch, requests in order.",
-            Check("pad tokens == rows", rows, mask_count, mask_count == rows),
-            error=error,
-        )
+    step = Step(
+        SCATTER,
+        "Write the rows onto the pad tokens",
+        "§10.2",
+        Scatter(mask_count, rows, "index_copy_" if index_copy else "masked_scatter_"),
+        "Row k lands on the k-th <|media_pad|> of the batch, requests in order.",
+        Check("pad tokens == rows", rows, mask_count, mask_count == rows),
+        error=error,
     )
-    if error is not None:
-        raise _Raised(error, "scatter")
+    state.add_step(step, "scatter")
     return placements
 
 

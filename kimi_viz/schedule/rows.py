@@ -11,10 +11,11 @@ landed there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+from .._records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Source:
     """Whose feature rows these are: a request of the workload and one of its images."""
 
@@ -30,7 +31,7 @@ class Source:
         return f"request {self.rid}, image {self.image}" + (f" ({self.label})" if self.label else "")
 
 
-@dataclass(frozen=True)
+@frozen
 class RowRun:
     """``count`` consecutive rows of one image's encoder output, from row ``start``."""
 
@@ -39,7 +40,7 @@ class RowRun:
     count: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Rows:
     """An embedding's rows as runs, in order (what ``embedding.reshape(-1, hidden)`` holds)."""
 

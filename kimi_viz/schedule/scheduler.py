@@ -17,8 +17,7 @@ arrival waits until the previous one has been prefilled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .._records import frozen
 from ..errors import WhatIfError
 
 DEFAULT_CHUNKED_PREFILL = 8192  # --chunked-prefill-size on an H200 (resolved from GPU memory)
@@ -26,7 +25,7 @@ DEFAULT_MAX_PREFILL = 16384  # --max-prefill-tokens
 MAX_PASSES = 100_000
 
 
-@dataclass(frozen=True)
+@frozen
 class Window:
     """One request's part of a pass: tokens ``[prefix, prefix + extend)`` of its prompt."""
 
@@ -35,7 +34,7 @@ class Window:
     extend: int
 
 
-@dataclass(frozen=True)
+@frozen
 class PassPlan:
     """One prefill pass: each request's window, in the batch's order."""
 

@@ -9,83 +9,59 @@ view, whose forward frame is the pass itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._records import frozen
 from ..split.step_records import JsonObject, StepRecord
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardBatch(StepRecord):
     """§10: every request of the batch with its window and its items' images, pad runs and hashes."""
 
     requests: list[JsonObject]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"requests"}``."""
-        return {"requests": self.requests}
 
-
-@dataclass(frozen=True)
+@frozen
 class PathChoice(StepRecord):
     """§10.1: the path the pass takes (precomputed, per-image or by-item) and the platform that decides it."""
 
     path: str
     platform: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"path", "platform"}``."""
-        return {"path": self.path, "platform": self.platform}
 
-
-@dataclass(frozen=True)
+@frozen
 class CacheLookups(StepRecord):
     """§10.3: every overlapping item's embedding-cache lookup and what came of it, and the key the cache uses."""
 
     items: list[JsonObject]
     key: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"items", "key"}``."""
-        return {"items": self.items, "key": self.key}
 
-
-@dataclass(frozen=True)
+@frozen
 class EncodeCall(StepRecord):
     """§10.3: the items of the one ``get_image_feature`` call (request, image, tokens) and the tokens it produced."""
 
     call: list[JsonObject]
     produced_tokens: list[int]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"call", "produced_tokens"}``."""
-        return {"call": self.call, "produced_tokens": self.produced_tokens}
 
-
-@dataclass(frozen=True)
+@frozen
 class SplitBack(StepRecord):
     """§10.3: the call's rows and the sizes ``torch.split`` cuts them into (each item's pad tokens)."""
 
     rows: int
     split_sizes: list[int]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"rows", "split_sizes"}``."""
-        return {"rows": self.rows, "split_sizes": self.split_sizes}
 
-
-@dataclass(frozen=True)
+@frozen
 class ChunkSlices(StepRecord):
     """§10.3: each request's part of each overlapping image for its window (request, image, rows)."""
 
     slices: list[JsonObject]
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"slices"}``."""
-        return {"slices": self.slices}
 
-
-@dataclass(frozen=True)
+@frozen
 class TokenCount(StepRecord):
     """§10.4: where the pad tokens are counted from (``from`` in JSON), how many, and the rows there are for them."""
 
@@ -98,7 +74,7 @@ class TokenCount(StepRecord):
         return {"from": self.counted_from, "tokens": self.tokens, "rows": self.rows}
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthFit(StepRecord):
     """§10.4: the pad tokens, the rows of the embedding and the rows kept (None when SGLang raises)."""
 
@@ -106,26 +82,14 @@ class LengthFit(StepRecord):
     rows_in_embedding: int
     rows_kept: int | None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"tokens_in_text", "rows_in_embedding", "rows_kept"}``."""
-        return {
-            "tokens_in_text": self.tokens_in_text,
-            "rows_in_embedding": self.rows_in_embedding,
-            "rows_kept": self.rows_kept,
-        }
 
-
-@dataclass(frozen=True)
+@frozen
 class Scatter(StepRecord):
     """§10.2: the pad tokens, the rows written onto them, and the operation (``index_copy_`` or ``masked_scatter_``)."""
 
     pad_tokens: int
     rows: int
     scatter: str
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"pad_tokens", "rows", "scatter"}``."""
-        return {"pad_tokens": self.pad_tokens, "rows": self.rows, "scatter": self.scatter}
 
 
 __all__ = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._records import frozen
 from ..releases import Release
 from ..split.batch import Item
 from ..split.trace import ErrorInfo, Step, Trace
@@ -47,7 +48,7 @@ PathName = Literal["precomputed", "per-image", "by-item", "none"]
 LookupOutcome = Literal["miss", "hit", "stale-hit", "discarded", "duplicate", "found"]
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardItem:
     """One ``MultimodalDataItem`` of a request in the forward batch: whose image, its hash, its pad run."""
 
@@ -73,7 +74,7 @@ class ForwardItem:
         return self.offsets[1] >= start and self.offsets[0] < stop
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardRequest:
     """One request of the forward batch: its items and the window this pass computes, ``[prefix, prefix+extend)``."""
 
@@ -100,7 +101,7 @@ class ForwardRequest:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class CallItem:
     """One item of the ``get_image_feature`` call: its image, hash, tokens and whether it stands for others."""
 
@@ -131,7 +132,7 @@ class CallRecord:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class Lookup:
     """One overlapping item looked up in the embedding cache: a miss (into the call), a hit, or a duplicate.
 
@@ -145,7 +146,7 @@ class Lookup:
     rows: int | None = None  # the cached entry's rows, for hits and stale entries
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     """Feature rows written onto a request's pad tokens: positions ``[start, start + run.count)`` get ``run``."""
 

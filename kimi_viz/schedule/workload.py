@@ -23,10 +23,10 @@ entry left by a request that sized the image differently).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.config import read_json_file
 from ..request.images import RequestImage, image_sources, probe_image, resolve_image
@@ -37,7 +37,7 @@ MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + afte
 DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
 
 
-@dataclass(frozen=True)
+@frozen
 class Request:
     """One request: its id, its images in order, its text token counts and its arrival."""
 
@@ -74,7 +74,7 @@ class Request:
         return data
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheSeed:
     """An embedding-cache entry the workload starts with: ``tokens`` rows under ``image``'s hash."""
 
@@ -82,7 +82,7 @@ class CacheSeed:
     tokens: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     """The requests, in the order they reach the scheduler."""
 

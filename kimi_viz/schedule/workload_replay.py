@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
@@ -38,7 +39,7 @@ from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadSettings:
     """What the scheduler and the forward pass add to the server settings for a workload."""
 

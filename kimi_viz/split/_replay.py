@@ -43,7 +43,6 @@ from .state import (
     SGLangRaise,
     feature_json,
     is_tensor,
-    outcome_of,
     raises,
     type_text,
 )
@@ -230,22 +229,15 @@ def _materialize(ctx: ReplayContext, state: RankState, steps: list[Step]) -> Non
         )
     elif eager:  # every feature is used as it is: one that is no tensor raises here
         problem = _use_as_is(ctx, state, items)
-    error, cause = outcome_of(problem)
-    steps.append(
-        Step(
-            SELECT_ITEMS,
-            "Select this rank's items",
-            "§6.3",
-            ItemSelection(state.image_indices, selected, local),
-            "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
-            Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
-            error,
-            cause,
-            rows=state.tracks(),
-        )
+    step = Step(
+        SELECT_ITEMS,
+        "Select this rank's items",
+        "§6.3",
+        ItemSelection(state.image_indices, selected, local),
+        "materialize_item_features(image_indices): locally preprocessed items must be all or none.",
+        Check("local preprocessed: all or none", "all or none", f"{sum(local)} of {len(local)}", not mixed),
     )
-    if problem is not None:
-        raise problem
+    state.add_step(steps, step, problem)
     if any(local):
         for k, it in enumerate(items):
             state.features[k] = _as_is(ctx, it, check_type=False)
@@ -314,23 +306,16 @@ def _materialize_no_split(ctx: ReplayContext, state: RankState, items: list[Item
     ]
     tensors = [is_tensor(it.feature) for it in items]
     problem = _use_as_is(ctx, state, items)
-    error, cause = outcome_of(problem)
-    steps.append(
-        Step(
-            SELECT_ITEMS,
-            "Select this rank's items (0.5.17: no deferred split)",
-            "§9",
-            ItemSelection(state.image_indices, selected),
-            "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
-            "is; a deferred config is ignored, and nothing compares rows with grids here.",
-            Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
-            error,
-            cause,
-            rows=state.tracks(),
-        )
+    step = Step(
+        SELECT_ITEMS,
+        "Select this rank's items (0.5.17: no deferred split)",
+        "§9",
+        ItemSelection(state.image_indices, selected),
+        "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
+        "is; a deferred config is ignored, and nothing compares rows with grids here.",
+        Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
     )
-    if problem is not None:
-        raise problem
+    state.add_step(steps, step, problem)
     concatenate(ctx, state, steps, branch="no-split")
 
 
@@ -396,22 +381,14 @@ def _group_backends(
         f"Deferred items are grouped by backend; global_indices = [image_indices[i] for i in indices]. "
         f"This code ({ctx.code_path}) reads grid_thws_host at {mapping_name}."
     )
-    error, cause = outcome_of(problem)
-    steps.append(
-        Step(
-            GROUP_BACKENDS,
-            "Group deferred items by backend",
-            "§6.4",
-            BackendGrouping(eager, described, ctx.code_path),
-            note,
-            None,
-            error,
-            cause,
-            rows=state.tracks(),
-        )
+    step = Step(
+        GROUP_BACKENDS,
+        "Group deferred items by backend",
+        "§6.4",
+        BackendGrouping(eager, described, ctx.code_path),
+        note,
     )
-    if problem is not None:
-        raise problem
+    state.add_step(steps, step, problem)
     return groups
 
 

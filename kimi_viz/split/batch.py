@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from .._records import frozen
 from ..errors import ConfigError
 from ..releases import CodePath, PathSource
 from .cause import ErrorInfo
@@ -116,7 +117,7 @@ class Item:
         return None
 
 
-@dataclass(frozen=True)
+@frozen
 class RecordedOutcome:
     """What the captured call itself did: ``"ok"``, or ``"error"`` with the exception SGLang raised."""
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
+from .._records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class ErrorInfo:
     """An exception SGLang raises: its type name and ``str(exception)``."""
 
@@ -51,7 +53,7 @@ class CauseKind(str, Enum):
     TRAILING_SHAPE = "trailing_shape"  # features whose trailing shapes differ
 
 
-@dataclass(frozen=True)
+@frozen
 class CauseText:
     """What a cause kind means and what fixes it, when no scenario class of §7 says more."""
 

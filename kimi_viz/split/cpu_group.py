@@ -16,7 +16,7 @@ from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Feature, Item
 from .group import BackendGroup, Produced
-from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, outcome_of, raises
+from .state import RankState, ReplayContext, SGLangRaise, feature_json, image_size, is_tensor, raises
 from .step_records import CpuGrids, CpuPreprocess
 from .trace import PREPROCESS_CPU, CauseKind, Check, Step, prod
 
@@ -80,10 +80,7 @@ def preprocess_cpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
     )
     check = Check("checkpoint grids == cat(item grid_thws)", expected, produced, passed)
     problem = _grid_problem(group, grids, missing, passed)
-    error, cause = outcome_of(problem)
-    steps.append(Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, check, error, cause, state.tracks()))
-    if problem is not None:
-        raise problem
+    state.add_step(steps, Step(PREPROCESS_CPU, CPU_TITLE, "§6.5", variables, note, check), problem)
     return Produced(grids, rows, tensors, pixel_rows, output)
 
 

@@ -21,8 +21,9 @@ is the sentence every view leads with: "this call held 2 images from 2 requests"
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from .._records import frozen
 
 ImageStatus = Literal["in-call", "cache-hit", "same-image", "outside-window", "not-in-call"]
 IMAGE_STATUSES: tuple[ImageStatus, ...] = ("in-call", "cache-hit", "same-image", "outside-window", "not-in-call")
@@ -44,7 +45,7 @@ def _runs_text(offsets: Sequence[Sequence[int]]) -> str:
     return ", ".join(f"[{start}, {end}]" for start, end in offsets) or "(none)"
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextImage:
     """One image of a request in the forward pass (one of its ``MultimodalDataItem`` s)."""
 
@@ -83,7 +84,7 @@ class ContextImage:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextRequest:
     """One request with images in the forward pass, in SGLang's request order."""
 
@@ -103,14 +104,6 @@ class ContextRequest:
     def name(self, index: int) -> str:
         """Return ``"request 0 (rid a1)"``, or ``"request 0"`` when no rid was recorded."""
         return f"request {index}" + (f" (rid {self.rid})" if self.rid is not None else "")
-
-    def window_text(self) -> str:
-        """Return ``"prefix 0, extend 9: tokens [0, 9)"`` (absent lengths said so)."""
-        prefix = "?" if self.prefix_len is None else str(self.prefix_len)
-        extend = "?" if self.extend_len is None else str(self.extend_len)
-        window = self.window
-        where = "" if window is None else f": tokens [{window[0]}, {window[1]})"
-        return f"prefix {prefix}, extend {extend}{where}"
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"rid", "batch_index", "prefix_len", "extend_len", "images"}``."""
@@ -134,7 +127,7 @@ class ContextRequest:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextItem:
     """One item of the call: the request (index into :attr:`ForwardContext.requests`) and its image it came from."""
 
@@ -146,7 +139,7 @@ class ContextItem:
         return {"request": self.request, "image": self.image}
 
 
-@dataclass(frozen=True)
+@frozen
 class ForwardContext:
     """The forward pass around one ``get_image_feature`` call: its requests, and where each call item came from."""
 

@@ -26,7 +26,6 @@ from .state import (
     image_size,
     is_tensor,
     keeps_alpha,
-    outcome_of,
     probe_torch,
     raises,
     torch_dtype_text,
@@ -93,10 +92,7 @@ def preprocess_gpu(ctx: ReplayContext, state: RankState, group: BackendGroup, st
             expected=expected[bad],
             produced=produced[bad],
         )
-    error, cause = outcome_of(problem)
-    steps.append(Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, GPU_NOTE, check, error, cause, state.tracks()))
-    if problem is not None:
-        raise problem
+    state.add_step(steps, Step(PREPROCESS_GPU, GPU_TITLE, "§6.5", variables, GPU_NOTE, check), problem)
     return Produced(grids, rows, tensors, sum(rows))
 
 

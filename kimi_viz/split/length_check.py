@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..messages import MSG_EXPECTED_TENSOR, MSG_LEADING_DIM, MSG_LENGTH, MSG_TRAILING_SHAPES
 from .group import BackendGroup, Produced
-from .state import RankState, ReplayContext, SGLangRaise, outcome_of, raises, size_text, type_text
+from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, type_text
 from .step_records import Concatenation, LengthCheck
 from .trace import CONCATENATE, CauseKind, Check, Step, length_check_step, prod
 
@@ -26,28 +26,21 @@ def check_length(
     split = None
     if problem is None:
         split = [{"local": k, "image": state.image_indices[k], "rows": n} for k, n in zip(group.indices, patch_counts)]
-    error, cause = outcome_of(problem)
-    steps.append(
-        Step(
-            length_check_step(group.backend),
-            f"Check the {group.backend} group's rows against the grids",
-            "§6.6",
-            LengthCheck(group.indices_record(), patch_counts, expected, produced.pixel_rows, produced.output, split),
-            "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
-            "pixel_values.shape[0], then the rows are split back into place.",
-            Check(
-                "sum(patch_counts) == pixel_values.shape[0]",
-                expected,
-                produced.pixel_rows,
-                produced.output != "list" and produced.pixel_rows == expected,
-            ),
-            error,
-            cause,
-            rows=state.tracks(),
-        )
+    step = Step(
+        length_check_step(group.backend),
+        f"Check the {group.backend} group's rows against the grids",
+        "§6.6",
+        LengthCheck(group.indices_record(), patch_counts, expected, produced.pixel_rows, produced.output, split),
+        "patch_counts = prod(grid_thws_host[...]) per image; their sum must equal "
+        "pixel_values.shape[0], then the rows are split back into place.",
+        Check(
+            "sum(patch_counts) == pixel_values.shape[0]",
+            expected,
+            produced.pixel_rows,
+            produced.output != "list" and produced.pixel_rows == expected,
+        ),
     )
-    if problem is not None:
-        raise problem
+    state.add_step(steps, step, problem)
     tail: tuple[int, ...] = (3, ctx.patch_size, ctx.patch_size)
     if produced.output == "stacked":  # the split cuts the batch axis of [B, N, 3, p, p]
         tail = (max(produced.rows), *tail)
@@ -127,27 +120,20 @@ def concatenate(ctx: ReplayContext, state: RankState, steps: list[Step], *, bran
             f" get_image_feature raises nothing here, but the tower receives {total} rows for grids "
             f"that hold {declared}: it fails later."
         )
-    error, cause = outcome_of(problem)
-    steps.append(
-        Step(
-            CONCATENATE,
-            "Concatenate the rank's features for the tower",
-            "§6.7",
-            Concatenation(branch, features, total if problem is None else None, declared),
-            note,
-            Check(
-                "matching trailing shapes",
-                None if trailing is None else list(trailing),
-                [f["trailing_shape"] for f in features],
-                problem is None,
-            ),
-            error,
-            cause,
-            rows=state.tracks(),
-        )
+    step = Step(
+        CONCATENATE,
+        "Concatenate the rank's features for the tower",
+        "§6.7",
+        Concatenation(branch, features, total if problem is None else None, declared),
+        note,
+        Check(
+            "matching trailing shapes",
+            None if trailing is None else list(trailing),
+            [f["trailing_shape"] for f in features],
+            problem is None,
+        ),
     )
-    if problem is not None:
-        raise problem
+    state.add_step(steps, step, problem)
     if ctx.mode == "pixels":
         tensors = [entry[2] for entry in state.features if entry is not None and entry[2] is not None]
         complete = bool(tensors) and len(tensors) == len(state.features)

@@ -9,13 +9,13 @@ including a shape-only (redacted) one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..preprocess.config import ProcessorConfig
 from ..releases import CodePath
 from .batch import Batch, Feature
-from .trace import Cause, CauseKind, ErrorInfo, ImageRow
+from .trace import Cause, CauseKind, ErrorInfo, ImageRow, Step
 
 if TYPE_CHECKING:  # pragma: no cover - torch loads only where pixels are materialized
     import torch
@@ -91,6 +91,13 @@ class RankState:
     def tracks(self) -> list[ImageRow]:
         """Return a snapshot of the image rows (a step keeps them as they stood)."""
         return [r.copy() for r in self.rows]
+
+    def add_step(self, steps: list[Step], step: Step, problem: SGLangRaise | None) -> None:
+        """Append ``step`` (the rows as they stand, ``problem``'s error and cause), then raise ``problem`` if any."""
+        error, cause = outcome_of(problem)
+        steps.append(replace(step, error=error, cause=cause, rows=self.tracks()))
+        if problem is not None:
+            raise problem
 
     def grid_rows_read(self, indices: list[int]) -> list[int]:
         """Return the rows of grid_thws_host the checks read for these local positions (the S1 bug pre-fix)."""

@@ -2,7 +2,8 @@
 
 A :class:`~kimi_viz.split.trace.Step` holds one of these as its ``variables``. Each record's
 ``to_json`` gives the ``variables`` object of that step in ``trace.json`` (``docs/outputs.md``: the
-keys, their order and their values), and ``key_variables`` the ``(name, value)`` pairs the step view
+keys, their order and their values; unless a record writes its own, its fields under their own names,
+in the order the class declares them), and ``key_variables`` the ``(name, value)`` pairs the step view
 and the stepper show (the rest stay in ``trace.json``). The views read the record's fields by name,
 so a renamed field is a type error, not a variable that quietly drops out of the view.
 
@@ -14,9 +15,10 @@ pass's own records (:mod:`kimi_viz.schedule.step_records`) extend :class:`StepRe
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import Any
+
+from .._records import frozen
 
 #: A JSON object of a snapshot inside a record (an item, a feature, a resize), kept as SGLang's names.
 JsonObject = dict[str, Any]
@@ -24,12 +26,17 @@ JsonObject = dict[str, Any]
 KeyVariables = tuple[tuple[str, Any], ...]
 
 
-class StepRecord(ABC):
+def field_values(record: Any) -> dict[str, Any]:
+    """Return a new dict of a frozen record's fields, each under its own name, in the order the class declares them."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+class StepRecord:
     """The variables of one step: what ``trace.json`` holds under ``variables`` and which of them a view shows."""
 
-    @abstractmethod
     def to_json(self) -> dict[str, Any]:
-        """Return the step's ``variables`` object for ``trace.json`` (a new dict each call)."""
+        """Return the step's ``variables`` object for ``trace.json`` (a new dict each call): every field, in order."""
+        return field_values(self)
 
     def key_variables(self) -> KeyVariables:
         """Return the ``(name, value)`` pairs worth showing for this step, in order (none by default)."""
@@ -37,7 +44,7 @@ class StepRecord(ABC):
 
 
 # --- §6.1–6.4: the whole call's and the rank's -------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class GridCollection(StepRecord):
     """§6.1: every item's grids and their source, ``grid_thws_host`` and its patch counts (both None on a raise)."""
 
@@ -45,16 +52,12 @@ class GridCollection(StepRecord):
     grid_thws_host: list[list[int]] | None
     patch_counts: list[int] | None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"items", "grid_thws_host", "patch_counts"}``."""
-        return {"items": self.items, "grid_thws_host": self.grid_thws_host, "patch_counts": self.patch_counts}
-
     def key_variables(self) -> KeyVariables:
         """Return ``grid_thws_host`` and ``patch_counts``."""
         return (("grid_thws_host", self.grid_thws_host), ("patch_counts", self.patch_counts))
 
 
-@dataclass(frozen=True)
+@frozen
 class RankAssignment(StepRecord):
     """§6.2: the DP runner's load balancing — every rank's images and load, and this rank's share.
 
@@ -71,19 +74,6 @@ class RankAssignment(StepRecord):
     image_indices: list[int]
     recorded_image_indices: list[int] | None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the assignment's variables, ``tp_size`` to ``recorded_image_indices``."""
-        return {
-            "tp_size": self.tp_size,
-            "rank": self.rank,
-            "patch_counts": self.patch_counts,
-            "order_largest_first": self.order_largest_first,
-            "assignment": self.assignment,
-            "loads": self.loads,
-            "image_indices": self.image_indices,
-            "recorded_image_indices": self.recorded_image_indices,
-        }
-
     def key_variables(self) -> KeyVariables:
         """Return every variable but ``rank`` (the heading names it)."""
         return (
@@ -97,7 +87,7 @@ class RankAssignment(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemSelection(StepRecord):
     """§6.3 (§9 on 0.5.17): the rank's items and which are locally preprocessed (None: 0.5.17 does not ask)."""
 
@@ -117,7 +107,7 @@ class ItemSelection(StepRecord):
         return (("image_indices", self.image_indices), ("locally_preprocessed", self.locally_preprocessed))
 
 
-@dataclass(frozen=True)
+@frozen
 class BackendGrouping(StepRecord):
     """§6.4: the eager items used as they are, each backend group's positions and rows read, and the code path."""
 
@@ -125,17 +115,13 @@ class BackendGrouping(StepRecord):
     backend_groups: dict[str, JsonObject]
     code_path: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"eager", "backend_groups", "code_path"}``."""
-        return {"eager": self.eager, "backend_groups": self.backend_groups, "code_path": self.code_path}
-
     def key_variables(self) -> KeyVariables:
         """Return ``backend_groups``, ``eager`` and ``code_path``."""
         return (("backend_groups", self.backend_groups), ("eager", self.eager), ("code_path", self.code_path))
 
 
 # --- §6.5–6.6: one backend group --------------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class GroupIndices:
     """One backend group as SGLang names it: local ``indices``, ``global_indices`` and the grid rows its checks read."""
 
@@ -146,15 +132,10 @@ class GroupIndices:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"backend", "indices", "global_indices", "grid_rows_read"}``."""
-        return {
-            "backend": self.backend,
-            "indices": self.indices,
-            "global_indices": self.global_indices,
-            "grid_rows_read": self.grid_rows_read,
-        }
+        return field_values(self)
 
 
-@dataclass(frozen=True)
+@frozen
 class UnsupportedBackend(StepRecord):
     """§6.5: a group of a backend SGLang does not know (it raises there)."""
 
@@ -165,7 +146,7 @@ class UnsupportedBackend(StepRecord):
         return self.group.to_json()
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuGrids:
     """What the gpu group produced, and the grids its check expects (``grid_thws_host`` at the rows read)."""
 
@@ -176,15 +157,10 @@ class GpuGrids:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"produced_grids", "produced_rows", "expected_grids", "expected_from"}``."""
-        return {
-            "produced_grids": self.produced_grids,
-            "produced_rows": self.produced_rows,
-            "expected_grids": self.expected_grids,
-            "expected_from": self.expected_from,
-        }
+        return field_values(self)
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuPreprocess(StepRecord):
     """§6.5, gpu backend: the group, each image's input as far as staging got, and its grids (None: it raised first)."""
 
@@ -212,7 +188,7 @@ class GpuPreprocess(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuGrids:
     """What the checkpoint processor produced, the items' ``grid_thws`` it compares with, and ``pixel_values``' rows.
 
@@ -229,17 +205,10 @@ class CpuGrids:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``produced_grids`` to ``pixel_values_rows``."""
-        return {
-            "produced_grids": self.produced_grids,
-            "produced_rows": self.produced_rows,
-            "expected_grids": self.expected_grids,
-            "expected_from": self.expected_from,
-            "processor_output": self.processor_output,
-            "pixel_values_rows": self.pixel_values_rows,
-        }
+        return field_values(self)
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuPreprocess(StepRecord):
     """§6.5, cpu backend: the group, each image's input and own resize, the consumer's ``media_proc_cfg``, its grids.
 
@@ -271,7 +240,7 @@ class CpuPreprocess(StepRecord):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthCheck(StepRecord):
     """§6.6: the group's ``patch_counts`` from the grids read, their sum, ``pixel_values.shape[0]`` and the split.
 
@@ -314,7 +283,7 @@ class LengthCheck(StepRecord):
 
 
 # --- §6.7: the rank's concatenation -----------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class Concatenation(StepRecord):
     """§6.7: the branch, each feature's rows and trailing shape, their total (None on a raise), the grids' total."""
 
@@ -322,15 +291,6 @@ class Concatenation(StepRecord):
     features: list[JsonObject]
     total_rows: int | None
     rows_from_grids: int
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"branch", "features", "total_rows", "rows_from_grids"}``."""
-        return {
-            "branch": self.branch,
-            "features": self.features,
-            "total_rows": self.total_rows,
-            "rows_from_grids": self.rows_from_grids,
-        }
 
     def key_variables(self) -> KeyVariables:
         """Return ``branch``, ``total_rows`` and ``rows_from_grids``."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._records import frozen
 from ..errors import ConfigError
 from .batch import Batch, prod
 from .cause import CAUSES, Cause, CauseKind, CauseText, ErrorInfo
@@ -80,7 +81,7 @@ def is_length_check(name: str) -> bool:
     return name.startswith("length_check_")
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     """A comparison SGLang makes at a step: what it expects, what it finds, and whether they agree."""
 
@@ -160,7 +161,7 @@ class ImageRow:
         return data
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One step of ``get_image_feature`` on one rank, built once its outcome is known, never changed after.
 
@@ -209,11 +210,6 @@ class RankTrace:
     images: list[ImageRow] = field(default_factory=list)  # the final image rows, in rank order
     cause: Cause | None = None
     pixel_values: torch.Tensor | None = field(default=None, repr=False)
-
-    @property
-    def failing_step(self) -> int | None:
-        """Return the index of the step where SGLang raises, or None."""
-        return next((k for k, s in enumerate(self.steps) if s.error is not None), None)
 
     def to_json(self) -> dict[str, Any]:
         """Return the rank's full trace as plain JSON data (no pixels)."""

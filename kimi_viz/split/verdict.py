@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .._records import frozen
 from ..errors import ConfigError
 from ..releases import NEWEST, FixRelease, ReleaseChoice
 from .batch import Batch, RecordedOutcome
@@ -58,7 +59,7 @@ class Status(str, Enum):
         return self in (Status.ERROR_REPRODUCED, Status.RECORDED_OK_REPLAY_FAILS)
 
 
-@dataclass(frozen=True)
+@frozen
 class StatusStyle:
     """How every view shows a status: badge text, a symbol (so colour is never the only signal), colours, words."""
 
@@ -151,7 +152,7 @@ def decide_status(outcome: Outcome, silent: bool, recorded: RecordedOutcome | No
     return Status.SILENT_MISMATCH if silent else Status.CLEAN
 
 
-@dataclass(frozen=True)
+@frozen
 class ImageIdentity:
     """One image as every view names it: the global index, its file or label, source size, mode and backend."""
 
@@ -207,7 +208,7 @@ def identities(batch: Batch) -> list[ImageIdentity]:
     return out
 
 
-@dataclass(frozen=True)
+@frozen
 class RankVerdict:
     """One rank's outcome."""
 
