@@ -5,7 +5,8 @@
 chunk size. Requests: 2-4-turn conversations (each turn re-sends the previous prompt, its answer and
 new text, sometimes a new image or one sent before), one-shot requests, all opening with one of two
 shared system prompts, images drawn from a small pool (so the same image comes back in another
-conversation, and different images follow identical text), arriving over the first steps.
+conversation, and different images follow identical text), and sometimes a burst of short requests
+arriving together, arriving over the first steps.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def _settings(rng: random.Random) -> Settings:
     chunk = rng.choice((256, 512, 1024, 2048, None, -1))
     chunking = chunk is not None and chunk > 0
     max_prefill = 16384
-    if rng.random() < 0.15:
-        max_prefill = rng.choice((100, 300, 700))
+    if rng.random() < 0.3:  # below the chunk size: where 0.5.18 and 0.5.23 part
+        max_prefill = rng.choice((100, 200, 300))
     return Settings(
         page_size=page,
         schedule_policy=rng.choice(("fcfs", "lpm")),
@@ -64,6 +65,15 @@ def _single(rng: random.Random, name: str, system: list[int], images: list[tuple
     return Request(name, tuple(parts), arrival=rng.randint(0, 8), max_new_tokens=rng.randint(1, 6))
 
 
+def _burst(rng: random.Random, name: str, system: list[int]) -> list[Request]:
+    """Several short requests arriving together: passes the chunk budget packs, page rounding and all."""
+    step = rng.randint(0, 8)
+    return [
+        Request(f"{name}b{k}", (*system[: rng.randint(0, len(system))], *_text(rng, rng.randint(1, 90))), step, None, 2)
+        for k in range(rng.randint(3, 6))
+    ]
+
+
 def random_workload(seed: int) -> Workload:
     """Return workload number ``seed`` (the same every run)."""
     rng = random.Random(seed)
@@ -74,5 +84,7 @@ def random_workload(seed: int) -> Workload:
         requests += _conversation(rng, f"c{c}", rng.choice(systems), images)
     for s in range(rng.randint(1, 4)):
         requests.append(_single(rng, f"s{s}", rng.choice(systems), images))
+    if rng.random() < 0.5:
+        requests += _burst(rng, "u", rng.choice(systems))
     requests.sort(key=lambda r: r.arrival)  # the queue's order for ties: the workload's order
     return Workload(_settings(rng), tuple(requests))

@@ -3,7 +3,8 @@
 For each workload (:func:`.random_workloads.random_workload`) the real ``PrefillAdder``, policy and
 radix tree (``real_scheduler.py``) and the kit's :func:`kimi_viz.schedule.steps.schedule_steps` must
 form the same passes: the same step, the same windows in batch order (rid, prefix_len,
-extend_input_len), the same request left chunked, the same mixed decode rows and finishes. Two
+extend_input_len), the same request left chunked, the same mixed decode rows and finishes. ``releases_part``
+counts the workloads where the kit's 0.5.18 and 0.5.23 passes differ (the budget check). Two
 planted bugs show the comparison can fail: budgets charged without the page ceiling, and pad values
 that ignore the image hash (so different images share a prefix).
 """
@@ -66,7 +67,11 @@ def _counts(runs: list[tuple[Workload, list[Pass]]]) -> dict[str, int]:
 def test_the_kit_forms_the_passes_sglang_forms(real_runs, release):
     found = disagreements(real_runs, release)
     counts = _counts(real_runs)
-    record("scheduler", **counts, disagreements=len(found))
+    split = sum(
+        list(map(_shape, schedule_steps(w, "0.5.18"))) != list(map(_shape, schedule_steps(w, "0.5.23")))
+        for w, _ in real_runs
+    )
+    record("scheduler", **counts, releases_part=split, disagreements=len(found))
     assert counts["prefix_hits"] > 0 and counts["cut_requests"] > 0  # the workloads exercise both
     assert found == [], "\n".join(found[:10])
 
