@@ -1,10 +1,12 @@
 """Run a :class:`~workload.Workload` through SGLang's OWN prefill scheduling on the CPU and return its passes.
 
-Run it inside an SGLang venv (0.5.18 or 0.5.23), e.g.::
+Run it inside an SGLang venv (0.5.18 or 0.5.23) from the repository root (the workload records live
+in the package), e.g.::
 
-    $HOME/.cache/kimi-viz/sglang-envs/0.5.23/bin/python -m parity.scheduler.real_scheduler workload.json
+    PYTHONPATH=. $HOME/.cache/kimi-viz/sglang-envs/0.5.23/bin/python \
+        -m tests.parity.scheduler.real_scheduler workload.json
 
-(from ``tests/``), or call :func:`run_workload`. What runs for real: ``ServerArgs`` published as the
+or call :func:`run_workload`. What runs for real: ``ServerArgs`` published as the
 scheduler's (so ``get_schedule()`` & co. answer), the release's ``pad_input_ids`` on
 ``MultimodalDataItem`` s hashed with ``set_hash``, ``Req`` objects, ``SchedulePolicy.calc_priority``,
 ``PrefillAdder`` (``add_chunked_req``, ``add_one_req``, its budgets, ``budget_state``),
