@@ -1,0 +1,245 @@
+"""One prefill pass as SGLang's ``PrefillAdder`` forms it: who is admitted, with which window, and who is cut.
+
+``managers/schedule_policy.py`` ``PrefillAdder``, driven by ``managers/scheduler.py``
+``_get_new_batch_prefill_raw`` (``docs/scheduler-notes.md`` §1, §2, §4 and §6 hold the rules and
+the runs that checked them):
+
+* the **chunked request first** (:func:`continue_chunked`): ``min(remaining, rem_chunk_tokens)`` tokens
+  from where its last window ended, not floored to the page;
+* then the **waiting queue** in the policy's order (:func:`policy_order`: ``fcfs`` keeps the queue,
+  ``lpm`` sorts by cached prefix with the in-batch deprioritisation), each through
+  :func:`add_waiting`: admitted whole when chunking is off or its *page-ceiled* extend fits the chunk
+  budget, else cut at the budget floored to the page; with chunking off a later request is refused
+  once its page-ceiled extend reaches ``rem_input_tokens`` (the first is always admitted whole);
+* every admission **charges** the chunk and input budgets its page-ceiled extend
+  (:func:`charged_tokens`); any result other than ``continue`` (:func:`budget_state`) ends the walk.
+
+What differs between releases is one table, :data:`ADMISSION_RULES`: 0.5.23 also checks
+``budget_state()`` *before* each waiting candidate, so a spent ``--max-prefill-tokens`` stops the walk
+even where chunk budget is left (0.5.18 still admits one more request within the chunk budget).
+The KV budgets (``rem_total_tokens``, ``cur_rem_tokens``) are taken as ample: memory never refuses
+anyone, nothing is evicted or retracted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._records import frozen
+from ..errors import WhatIfError
+from ..releases import parse_version, release_for
+from .prefill_workload import Settings, Window
+from .prefix import PrefixTree, page_ceil, page_floor
+
+CONTINUE = "continue"  # AddReqResult.CONTINUE
+OTHER = "other"  # AddReqResult.OTHER: a budget is spent, the walk stops
+IN_BATCH_CHECK_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
+IN_BATCH_DEPRIORITIZE_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
+LPM_MAX_WAITING = 128  # above this many waiting requests lpm falls back to fcfs
+POLICIES = ("fcfs", "lpm")
+
+
+@frozen
+class AdmissionRules:
+    """How one range of releases walks the waiting queue."""
+
+    version: str  # the first release with these rules
+    budget_state_before_candidate: bool  # stop before a candidate once budget_state() is not CONTINUE
+    source: str  # where SGLang does it
+
+
+ADMISSION_RULES: tuple[AdmissionRules, ...] = (
+    AdmissionRules("0.5.17", False, "managers/scheduler.py _get_new_batch_prefill_raw: budget_state() after each add"),
+    AdmissionRules("0.5.23", True, "managers/scheduler.py _get_new_batch_prefill_raw: budget_state() before each"),
+)
+
+
+def admission_rules(release: str) -> AdmissionRules:
+    """Return the :class:`AdmissionRules` that ``release`` (an SGLang version string) runs."""
+    version = parse_version(release_for(release)[0].version)[0]
+    return [rule for rule in ADMISSION_RULES if parse_version(rule.version)[0] <= version][-1]
+
+
+@frozen
+class Budget:
+    """The adder's token budgets (``rem_chunk`` None: chunking off)."""
+
+    page_size: int
+    rem_input: int  # rem_input_tokens
+    rem_chunk: int | None  # rem_chunk_tokens
+
+
+@frozen
+class Candidate:
+    """A request offered to the adder: its fill length and the prefix it starts from."""
+
+    rid: str
+    length: int  # len(fill_ids): the prompt (and any output ids)
+    prefix_len: int  # the tree match (a waiting request) or the last window's end (the chunked one)
+
+
+@frozen
+class Admission:
+    """What one offer to the adder did: the window (None: refused), whether it was cut, and what is left."""
+
+    window: Window | None
+    cut: bool
+    result: str  # CONTINUE or OTHER
+    budget: Budget
+
+
+@frozen
+class PassForm:
+    """One pass as the adder formed it: the windows in batch order and the request left cut (None: none)."""
+
+    windows: tuple[Window, ...]
+    chunked: str | None
+    budget: Budget
+
+
+def chunk_size(settings: Settings) -> int | None:
+    """Return ``--chunked-prefill-size`` as the scheduler reads it (None: chunking off, for None or <= 0)."""
+    chunk = settings.chunked_prefill_size
+    return chunk if chunk is not None and chunk > 0 else None
+
+
+def mixed_decode_rows(settings: Settings, running: int) -> int:
+    """Return the decode rows a pass carries with ``running`` requests decoding (0 without mixed chunk)."""
+    return running if chunk_size(settings) is not None and settings.enable_mixed_chunk else 0
+
+
+def start_budget(settings: Settings, mixed_rows: int = 0) -> Budget:
+    """Return the budgets a pass starts with: both less the mixed decode rows."""
+    chunk = chunk_size(settings)
+    return Budget(
+        settings.page_size,
+        settings.max_prefill_tokens - mixed_rows,
+        None if chunk is None else chunk - mixed_rows,
+    )
+
+
+def charged_tokens(extend: int, page_size: int) -> int:
+    """Return what an admitted window of ``extend`` tokens costs the budgets: ``extend`` ceiled to the page."""
+    return page_ceil(extend, page_size)
+
+
+def charge(budget: Budget, extend: int) -> Budget:
+    """Return ``budget`` after charging a window of ``extend`` tokens (``_update_prefill_budget``)."""
+    cost = charged_tokens(extend, budget.page_size)
+    rem_chunk = None if budget.rem_chunk is None else budget.rem_chunk - cost
+    return Budget(budget.page_size, budget.rem_input - cost, rem_chunk)
+
+
+def budget_state(budget: Budget) -> str:
+    """Return OTHER when the input or the chunk budget is spent, else CONTINUE (memory taken as ample)."""
+    if budget.rem_input <= 0 or (budget.rem_chunk is not None and budget.rem_chunk <= 0):
+        return OTHER
+    return CONTINUE
+
+
+def continue_chunked(budget: Budget, candidate: Candidate) -> Admission:
+    """Return the chunked request's next window (``add_chunked_req``): the chunk budget's worth, unfloored."""
+    assert budget.rem_chunk is not None, "a chunked request needs chunking on"
+    remaining = candidate.length - candidate.prefix_len
+    extend = min(remaining, budget.rem_chunk)
+    window = Window(candidate.rid, candidate.prefix_len, extend)
+    return Admission(window, remaining > extend, CONTINUE, charge(budget, extend))
+
+
+def add_waiting(budget: Budget, candidate: Candidate, admitted: int) -> Admission:
+    """Return what ``add_one_req`` does with a waiting request when ``admitted`` windows are already in the pass."""
+    extend = candidate.length - candidate.prefix_len
+    paged = page_ceil(extend, budget.page_size)
+    if budget.rem_chunk is None and admitted and paged >= budget.rem_input:
+        return Admission(None, False, OTHER, budget)
+    if budget.rem_chunk is None or paged <= budget.rem_chunk:
+        spent = charge(budget, extend)
+        return Admission(Window(candidate.rid, candidate.prefix_len, extend), False, budget_state(spent), spent)
+    trunc = page_floor(budget.rem_chunk, budget.page_size)
+    trunc = page_floor(candidate.prefix_len + trunc, budget.page_size) - candidate.prefix_len
+    if trunc <= 0:
+        return Admission(None, False, OTHER, budget)
+    spent = charge(budget, trunc)
+    return Admission(Window(candidate.rid, candidate.prefix_len, trunc), True, budget_state(spent), spent)
+
+
+def form_pass(
+    budget: Budget, chunked: Candidate | None, waiting: Sequence[Candidate], rules: AdmissionRules
+) -> PassForm:
+    """Return the pass the adder forms: the chunked request's window first, then the waiting ones in order."""
+    windows: list[Window] = []
+    still_cut: str | None = None
+    if chunked is not None:
+        first = continue_chunked(budget, chunked)
+        assert first.window is not None
+        windows.append(first.window)
+        still_cut = chunked.rid if first.cut else None
+        budget = first.budget
+    for candidate in waiting:
+        if rules.budget_state_before_candidate and budget_state(budget) != CONTINUE:
+            break
+        outcome = add_waiting(budget, candidate, len(windows))
+        if outcome.window is not None:
+            windows.append(outcome.window)
+            if outcome.cut:
+                assert still_cut is None, "at most one request is cut per pass"
+                still_cut = candidate.rid
+        budget = outcome.budget
+        if outcome.result != CONTINUE:
+            break
+    return PassForm(tuple(windows), still_cut, budget)
+
+
+def check_policy(policy: str, tree: PrefixTree) -> str:
+    """Return the policy the scheduler runs (``lpm`` on a disabled tree is ``fcfs``); raise WhatIfError if unknown."""
+    if policy not in POLICIES:
+        raise WhatIfError(f"--schedule-policy: the kit models {', '.join(POLICIES)}, got {policy!r}")
+    return "fcfs" if tree.disabled else policy
+
+
+def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: PrefixTree) -> list[int]:
+    """Return the waiting requests' indices in the order ``SchedulePolicy.calc_priority`` leaves them.
+
+    ``lpm``: by the tree's match (capped at ``len - 1``), longest first, ties in queue order; a request
+    whose tree match is at most 32 tokens and which shares 32 or more with an earlier one in the queue
+    (page 1, ``waiting_queue_radix_tree``) goes last for this round. More than 128 waiting: queue order.
+    """
+    order = list(range(len(fill_ids)))
+    if check_policy(policy, tree) == "fcfs" or len(fill_ids) > LPM_MAX_WAITING:
+        return order
+    in_batch = PrefixTree(page_size=1)
+    keys: list[float] = []
+    for ids in fill_ids:
+        matched = tree.match(ids)
+        key = -float(min(matched, max(len(ids) - 1, 0)))
+        if matched <= IN_BATCH_CHECK_THRESHOLD:
+            if in_batch.match(ids) >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
+                key = float("inf")
+            else:
+                in_batch.insert(ids)
+        keys.append(key)
+    return sorted(order, key=lambda k: keys[k])
+
+
+__all__ = [
+    "ADMISSION_RULES",
+    "CONTINUE",
+    "OTHER",
+    "Admission",
+    "AdmissionRules",
+    "Budget",
+    "Candidate",
+    "PassForm",
+    "add_waiting",
+    "admission_rules",
+    "budget_state",
+    "charge",
+    "charged_tokens",
+    "check_policy",
+    "chunk_size",
+    "continue_chunked",
+    "form_pass",
+    "mixed_decode_rows",
+    "policy_order",
+    "start_budget",
+]

@@ -1,0 +1,148 @@
+"""The radix prefix as SGLang computes it: padded ids, what the tree holds, and the longest cached match.
+
+The scheduler never sees ``<|media_pad|>``: the model's ``pad_input_ids`` (``managers/mm_utils.py``)
+replaces each image's run by pad values derived from the image's hash, so the radix tree compares
+images by hash. How the values are derived is one per-release rule (:data:`PAD_RULES`):
+
+* up to 0.5.22 one value, ``1_000_000 + hash % 2**30`` (``managers/schedule_batch.py``
+  ``_compute_pad_value``), repeated over the run;
+* from 0.5.23 four 62-bit sentinels, ``1_000_000 + (8 bytes of sha256(b"sglang-mm-wide-pad-v1" +
+  hash as 8 big-endian bytes)) & (2**62 - 1)`` (``_compute_pad_values``), cycled over the run
+  (``MultimodalDataItem.padding_sequence``).
+
+:class:`PrefixTree` holds what the scheduler inserted (``mem_cache/radix_cache.py`` ``RadixCache``:
+keys floored to the page size, matched page by page). Its match of a request is the longest common
+prefix with any inserted key, floored to the page, over a key capped at ``len - 1`` (so a request
+always extends at least one token: ``Req.init_next_round_input``). With the tree disabled
+(``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as ample: nothing
+is ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the rules and where they live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from .._records import frozen
+from ..releases import parse_version, release_for
+from .prefill_workload import Image, Request
+
+PAD_SHIFT = 1_000_000  # MM_PAD_SHIFT_VALUE
+WIDE_PAD_TAG = b"sglang-mm-wide-pad-v1"
+WIDE_PAD_MASK = (1 << 62) - 1
+WIDE_PAD_VALUES = 4  # _MM_IDENTITY_BYTES (32) / 8
+
+
+@frozen
+class PadRule:
+    """How one range of releases turns an image hash into the pad values of its run."""
+
+    version: str  # the first release with this rule
+    wide: bool  # four sha256-derived sentinels cycled (else one value repeated)
+    source: str  # where SGLang computes it
+
+
+PAD_RULES: tuple[PadRule, ...] = (
+    PadRule("0.5.17", False, "managers/schedule_batch.py _compute_pad_value"),
+    PadRule("0.5.23", True, "managers/schedule_batch.py _compute_pad_values"),
+)
+
+
+def pad_rule(release: str) -> PadRule:
+    """Return the :class:`PadRule` that ``release`` (an SGLang version string) runs."""
+    version = parse_version(release_for(release)[0].version)[0]
+    return [rule for rule in PAD_RULES if parse_version(rule.version)[0] <= version][-1]
+
+
+def pad_values(image_hash: int, release: str) -> tuple[int, ...]:
+    """Return the pad values ``release`` derives from an image's hash (one value, or four cycled)."""
+    if not pad_rule(release).wide:
+        return (PAD_SHIFT + image_hash % (1 << 30),)
+    digest = hashlib.sha256(WIDE_PAD_TAG + image_hash.to_bytes(8, byteorder="big")).digest()
+    return tuple(
+        PAD_SHIFT + (int.from_bytes(digest[i : i + 8], byteorder="big") & WIDE_PAD_MASK)
+        for i in range(0, 8 * WIDE_PAD_VALUES, 8)
+    )
+
+
+def padded_ids(request: Request, release: str) -> tuple[int, ...]:
+    """Return the request's prompt as the scheduler sees it: each image run replaced by its pad values."""
+    ids: list[int] = []
+    for part in request.parts:
+        if isinstance(part, Image):
+            values = pad_values(part.image_hash, release)
+            ids.extend(values[k % len(values)] for k in range(part.length))
+        else:
+            ids.append(int(part))
+    return tuple(ids)
+
+
+def page_floor(tokens: int, page_size: int) -> int:
+    """Return ``tokens`` floored to a multiple of ``page_size``."""
+    return tokens // page_size * page_size
+
+
+def page_ceil(tokens: int, page_size: int) -> int:
+    """Return ``tokens`` ceiled to a multiple of ``page_size`` (``PrefillAdder.ceil_paged_tokens``)."""
+    return -(-tokens // page_size) * page_size
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Return how many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class PrefixTree:
+    """What the radix tree holds (the page-floored keys inserted so far) and how it matches a key."""
+
+    def __init__(self, page_size: int, disabled: bool = False) -> None:
+        self.page_size = page_size
+        self.disabled = disabled
+        self.keys: list[tuple[int, ...]] = []
+
+    def match(self, ids: Sequence[int]) -> int:
+        """Return the longest cached prefix of ``ids`` (``RadixCache.match_prefix``: page-floored key and match)."""
+        if self.disabled:
+            return 0
+        key = tuple(ids[: page_floor(len(ids), self.page_size)])
+        best = max((common_prefix(key, stored) for stored in self.keys), default=0)
+        return page_floor(best, self.page_size)
+
+    def insert(self, ids: Sequence[int]) -> None:
+        """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
+        if self.disabled:
+            return
+        key = tuple(ids[: page_floor(len(ids), self.page_size)])
+        if not key or any(stored[: len(key)] == key for stored in self.keys):
+            return
+        self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
+        self.keys.append(key)
+
+
+def request_prefix(tree: PrefixTree, fill_ids: Sequence[int]) -> int:
+    """Return a waiting request's ``prefix_len``: its match over a key capped at ``len - 1``."""
+    return tree.match(fill_ids[: max(len(fill_ids) - 1, 0)])
+
+
+__all__ = [
+    "PAD_RULES",
+    "PadRule",
+    "PrefixTree",
+    "common_prefix",
+    "pad_rule",
+    "pad_values",
+    "padded_ids",
+    "page_ceil",
+    "page_floor",
+    "request_prefix",
+]

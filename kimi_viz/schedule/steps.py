@@ -1,0 +1,183 @@
+"""A workload through the kit's model of SGLang's scheduler, step by step: the prefill passes it forms.
+
+:func:`schedule_steps` runs the loop ``tests/parity/scheduler/real_scheduler.py`` runs on SGLang's own
+code (``docs/scheduler-notes.md`` §1, the non-overlap order), on the kit's model: each step, the
+requests due arrive; the chunked request's last window goes into the tree (:mod:`.prefix`) and it
+continues from that window's end; the adder (:mod:`.admission`) forms a pass from it and the
+waiting queue in the policy's order, every waiting request starting from its tree match; if it
+admits anyone the pass runs (with ``--enable-mixed-chunk`` the running requests decode a token in
+it), else the running requests decode one token. After a pass each request that is not a middle
+chunk emits a token; an unfinished one puts its prompt in the tree, a finished one its prompt and
+outputs but the last token (``kv_committed_len``). Memory and request slots never run short.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import WhatIfError
+from .admission import (
+    Candidate,
+    admission_rules,
+    chunk_size,
+    form_pass,
+    mixed_decode_rows,
+    policy_order,
+    start_budget,
+)
+from .prefill_workload import Pass, Request, Window, Workload
+from .prefix import PrefixTree, padded_ids, request_prefix
+
+
+@dataclass
+class _Live:
+    """A request inside the scheduler: its padded prompt, its outputs so far and its KV extent."""
+
+    request: Request
+    ids: tuple[int, ...]
+    outputs: list[int] = field(default_factory=list)
+    prefix_len: int = 0
+    extend_end: int = 0
+    committed: int = 0  # kv_committed_len
+
+    @property
+    def rid(self) -> str:
+        return self.request.rid
+
+    def fill_ids(self) -> tuple[int, ...]:
+        return self.ids + tuple(self.outputs)
+
+    def emit(self) -> None:
+        self.outputs.append(self.request.outputs()[len(self.outputs)])
+
+    @property
+    def finished(self) -> bool:
+        return len(self.outputs) >= self.request.max_new_tokens
+
+    def candidate(self) -> Candidate:
+        return Candidate(self.rid, len(self.fill_ids()), self.prefix_len)
+
+
+def _due(request: Request, step: int, finish_step: dict[str, int]) -> bool:
+    """Whether ``request`` joins the queue at ``step`` (its arrival reached, the turn it follows finished before)."""
+    after = request.after
+    return request.arrival <= step and (after is None or finish_step.get(after, step) < step)
+
+
+class _Loop:
+    """The scheduler's state between steps."""
+
+    def __init__(self, workload: Workload, release: str) -> None:
+        s = workload.settings
+        self.workload = workload
+        self.release = release
+        self.rules = admission_rules(release)
+        self.tree = PrefixTree(s.page_size, disabled=s.disable_radix_cache)
+        self.pending = list(workload.requests)
+        self.waiting: list[_Live] = []
+        self.running: list[_Live] = []
+        self.chunked: _Live | None = None
+        self.finish_step: dict[str, int] = {}
+        self.passes: list[Pass] = []
+
+    def arrive(self, step: int) -> None:
+        due = [r for r in self.pending if _due(r, step, self.finish_step)]
+        self.waiting += [_Live(r, padded_ids(r, self.release)) for r in due]
+        self.pending = [r for r in self.pending if r not in due]
+
+    def stash_chunked(self) -> None:
+        live = self.chunked
+        if live is not None and live.extend_end > live.prefix_len:
+            self.tree.insert(live.fill_ids()[: live.extend_end])
+            live.prefix_len = live.extend_end
+
+    def form(self) -> list[_Live]:
+        """Return the requests of this step's pass in batch order (empty: no pass), their windows set."""
+        if not self.waiting and self.chunked is None:
+            return []
+        settings = self.workload.settings
+        order = policy_order(settings.schedule_policy, [w.fill_ids() for w in self.waiting], self.tree)
+        self.waiting = [self.waiting[k] for k in order]
+        for live in self.waiting:
+            live.prefix_len = request_prefix(self.tree, live.fill_ids())
+        budget = start_budget(settings, mixed_decode_rows(settings, len(self.running)))
+        chunked = None if self.chunked is None else self.chunked.candidate()
+        formed = form_pass(budget, chunked, [w.candidate() for w in self.waiting], self.rules)
+        by_rid = {w.rid: w for w in self.waiting}
+        if self.chunked is not None:
+            by_rid[self.chunked.rid] = self.chunked
+        batch = [by_rid[window.rid] for window in formed.windows]
+        for live, window in zip(batch, formed.windows):
+            live.extend_end = window.prefix_len + window.extend_input_len
+        admitted = {live.rid for live in batch}
+        self.waiting = [w for w in self.waiting if w.rid not in admitted]
+        self.chunked = None if formed.chunked is None else by_rid[formed.chunked]
+        return batch
+
+    def finish(self, live: _Live, step: int, finished: list[str]) -> None:
+        self.tree.insert(live.fill_ids()[: live.committed])
+        self.finish_step[live.rid] = step
+        finished.append(live.rid)
+
+    def decode_one(self, live: _Live) -> None:
+        live.committed += 1
+        live.emit()
+
+    def run_pass(self, step: int, batch: list[_Live]) -> None:
+        windows = tuple(Window(b.rid, b.prefix_len, b.extend_end - b.prefix_len) for b in batch)
+        for live in batch:
+            live.committed = live.extend_end
+        mixed = chunk_size(self.workload.settings) is not None and self.workload.settings.enable_mixed_chunk
+        decoding = list(self.running) if mixed else []
+        finished: list[str] = []
+        for live in decoding:
+            self.decode_one(live)
+        for live in batch:
+            if live is self.chunked:  # a middle chunk: no token, stashed at the next step
+                continue
+            live.emit()
+            if live.finished:
+                self.finish(live, step, finished)
+            else:
+                self.tree.insert(live.fill_ids()[: live.extend_end])
+        for live in decoding:
+            if live.finished:
+                self.finish(live, step, finished)
+        self.running = [r for r in self.running if not r.finished]
+        self.running += [b for b in batch if not b.finished and b is not self.chunked]
+        chunked = None if self.chunked is None else self.chunked.rid
+        self.passes.append(Pass(step, windows, chunked, tuple(d.rid for d in decoding), tuple(finished), self.release))
+
+    def decode_step(self, step: int) -> None:
+        finished: list[str] = []
+        for live in self.running:
+            self.decode_one(live)
+            if live.finished:
+                self.finish(live, step, finished)
+        self.running = [r for r in self.running if not r.finished]
+
+    def step(self, step: int) -> None:
+        self.arrive(step)
+        self.stash_chunked()
+        batch = self.form()
+        if batch:
+            self.run_pass(step, batch)
+        elif self.running:
+            self.decode_step(step)
+
+    @property
+    def done(self) -> bool:
+        return not (self.pending or self.waiting or self.running or self.chunked)
+
+
+def schedule_steps(workload: Workload, release: str) -> list[Pass]:
+    """Return the prefill passes the kit's model of ``release``'s scheduler forms for ``workload``."""
+    loop = _Loop(workload, release)
+    for step in range(workload.max_steps):
+        loop.step(step)
+        if loop.done:
+            return loop.passes
+    raise WhatIfError(f"the workload did not finish in {workload.max_steps} scheduler steps")
+
+
+__all__ = ["schedule_steps"]

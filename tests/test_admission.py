@@ -1,0 +1,127 @@
+"""The kit's model of SGLang's prefill pass on worked examples taken from the real scheduler's runs.
+
+Every expected pass below is what SGLang's own ``PrefillAdder`` and radix tree formed for the same
+workload (``tests/parity/scheduler/try_it.py``, quoted in ``docs/scheduler-notes.md`` §11); the
+real-SGLang lane (``tests/parity/scheduler/test_scheduler_parity.py``) holds the model to many more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from parity.scheduler.examples import chat, long_chunked, prefill_budget_below_chunk, shared_prompt
+
+from kimi_viz.schedule.admission import (
+    Budget,
+    Candidate,
+    add_waiting,
+    admission_rules,
+    continue_chunked,
+    form_pass,
+    policy_order,
+)
+from kimi_viz.schedule.prefill_workload import Image, Request
+from kimi_viz.schedule.prefix import PrefixTree, pad_values, padded_ids, request_prefix
+from kimi_viz.schedule.steps import schedule_steps
+
+RELEASES = ("0.5.18", "0.5.23")
+
+
+def _passes(workload, release) -> list[str]:
+    out = []
+    for p in schedule_steps(workload, release):
+        windows = " ".join(f"{w.rid}[{w.prefix_len}+{w.extend_input_len}]" for w in p.windows)
+        out.append(f"{p.step}: {windows}" + (f" chunked={p.chunked}" if p.chunked else ""))
+    return out
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize(("page", "prefix"), [(1, 200), (16, 192)])
+def test_a_second_chat_turn_matches_the_first_turn_and_its_answer_but_the_last_token(release, page, prefix):
+    # 181-token prompt, 20 output tokens: 181 + 20 - 1 = 200 in the tree, floored to the page.
+    assert _passes(chat(page), release) == ["0: t1[0+181]", f"20: t2[{prefix}+{212 - prefix}]"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_shared_system_prompt_under_fcfs_and_lpm(release):
+    assert _passes(shared_prompt("fcfs"), release) == [
+        "0: warm[0+107]",
+        "3: u0[0+187] u1[0+69] chunked=u1",
+        "4: u1[69+115] u2[100+81]",
+    ]
+    # lpm: u2 (100 cached) first; u0 and u1 share 0 with the tree and u1 shares < 32 with u0 in the queue.
+    assert _passes(shared_prompt("lpm"), release) == [
+        "0: warm[0+107]",
+        "3: u2[100+81] u0[0+175] chunked=u0",
+        "4: u0[175+12] u1[0+184]",
+    ]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize(("page", "short"), [(1, 29), (16, 16)])
+def test_the_last_chunk_is_page_ceiled_against_the_next_request(release, page, short):
+    # 256 - ceil(227) leaves 29 tokens at page 1, 256 - 240 = 16 at page 16.
+    assert _passes(long_chunked(page), release) == [
+        "0: long[0+256] chunked=long",
+        "1: long[256+256] chunked=long",
+        "2: long[512+256] chunked=long",
+        f"3: long[768+227] short[0+{short}] chunked=short",
+        f"4: short[{short}+{50 - short}]",
+    ]
+
+
+def test_max_prefill_tokens_below_the_chunk_size_parts_the_releases():
+    assert _passes(prefill_budget_below_chunk(), "0.5.18") == ["0: a[0+256] chunked=a", "1: a[256+144] b[0+50]"]
+    assert _passes(prefill_budget_below_chunk(), "0.5.23") == ["0: a[0+256] chunked=a", "1: a[256+144]", "2: b[0+50]"]
+    assert not admission_rules("0.5.18").budget_state_before_candidate
+    assert admission_rules("0.5.22").budget_state_before_candidate is False
+    assert admission_rules("0.5.23").budget_state_before_candidate
+
+
+def test_pad_values_per_release():
+    h = 0xA11CE << 40
+    assert pad_values(h, "0.5.18") == (1_000_000 + h % 2**30,)
+    digest = hashlib.sha256(b"sglang-mm-wide-pad-v1" + h.to_bytes(8, "big")).digest()
+    wide = tuple(1_000_000 + (int.from_bytes(digest[i : i + 8], "big") & (2**62 - 1)) for i in range(0, 32, 8))
+    assert pad_values(h, "0.5.23") == wide
+    ids = padded_ids(Request("r", (7, Image(h, 6), 8)), "0.5.23")
+    assert ids == (7, *wide, *wide[:2], 8)
+    assert padded_ids(Request("r", (7, Image(h, 3))), "0.5.18") == (7, *[1_000_000 + h % 2**30] * 3)
+
+
+def test_a_match_is_page_floored_capped_and_stops_at_a_different_image():
+    tree = PrefixTree(page_size=16)
+    prompt = list(range(64))
+    tree.insert(prompt)
+    assert request_prefix(tree, prompt) == 48  # capped at 63, floored to 48
+    a = padded_ids(Request("a", (*range(40), Image(1, 30), 5)), "0.5.23")
+    b = padded_ids(Request("b", (*range(40), Image(2, 30), 5)), "0.5.23")
+    tree = PrefixTree(page_size=1)
+    tree.insert(a)
+    assert request_prefix(tree, b) == 40 and request_prefix(tree, a) == len(a) - 1
+    assert PrefixTree(page_size=1, disabled=True).match(a) == 0
+
+
+def test_a_waiting_request_is_cut_at_the_page_ceiled_budget():
+    # chunk 32 at page 16 less 3 mixed decode rows: 29 left; a 20-token request (charged 32) is cut at 16.
+    outcome = add_waiting(Budget(16, 16384 - 3, 29), Candidate("r", 20, 0), admitted=0)
+    assert outcome.cut and outcome.window is not None and outcome.window.extend_input_len == 16
+    # a continued chunk is not floored: 29 tokens, charged 32.
+    again = continue_chunked(Budget(16, 16384 - 3, 29), Candidate("r", 100, 16))
+    assert again.window is not None and again.window.extend_input_len == 29 and again.budget.rem_chunk == -3
+
+
+def test_three_ten_token_requests_do_not_share_a_32_token_chunk_at_page_16():
+    formed = form_pass(
+        Budget(16, 16384, 32), None, [Candidate(f"r{k}", 10, 0) for k in range(3)], admission_rules("0.5.23")
+    )
+    assert [w.rid for w in formed.windows] == ["r0", "r1"] and formed.chunked is None
+
+
+def test_lpm_deprioritises_a_request_sharing_32_tokens_with_an_earlier_waiting_one():
+    tree = PrefixTree(page_size=1)
+    shared = list(range(40))
+    queue = [[*shared, 1], [*shared, 2], [500, 501]]
+    assert policy_order("lpm", queue, tree) == [0, 2, 1]
+    assert policy_order("fcfs", queue, tree) == [0, 1, 2]
