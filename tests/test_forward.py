@@ -24,7 +24,8 @@ from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import adjust_embedding_length, replay_forward
 from kimi_viz.schedule.rows import Rows, Source
-from kimi_viz.schedule.scheduler import Window, plan_passes
+from kimi_viz.schedule.prefill_workload import Settings, text_requests
+from kimi_viz.schedule.scheduler import Window, passes_of
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest
 from kimi_viz.schedule.workload import CacheSeed, Request, Workload, parse_workload, together
 from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
@@ -47,6 +48,12 @@ def test_rows_follow_torch_slicing_split_and_negative_tails():
 
 
 # --- the scheduler --------------------------------------------------------------------------------------
+def plan_passes(lengths, arrivals, *, chunked_prefill_size, max_prefill_tokens=16384):
+    """The passes of text-only requests of ``lengths`` (distinct ids: no prefix is shared) on 0.5.23."""
+    settings = Settings(chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens)
+    return passes_of(text_requests(lengths, arrivals), settings, "0.5.23")
+
+
 def test_chunked_prefill_follows_sglangs_worked_example():
     """A (3000 tokens) and B (20000) waiting, chunks of 8192: B is cut, then goes alone, then shares."""
     plans = plan_passes([3000, 20000, 500], [0, 0, 0], chunked_prefill_size=8192)
@@ -197,7 +204,9 @@ def test_a_workload_file_is_read_strictly():
     assert workload.requests[0].before == 5 and workload.requests[0].arrival == 1
     for bad, words in (
         ({"requests": []}, "holds no request"),
-        ({"requests": [{"images": []}]}, "non-empty list"),
+        ({"requests": [{"images": []}]}, "no images; give at least one, or continue an earlier request"),
+        ({"requests": [{"images": ["chelsea.png"], "continues": "r9"}]}, "continues 'r9', which is not an earlier"),
+        ({"requests": [{"images": ["chelsea.png"], "output": 0}]}, "expected 1 to 4096 generated tokens"),
         ({"requests": [{"images": ["chelsea.png"], "colour": 1}]}, "unknown key 'colour'"),
         (
             {"requests": [{"id": "x", "images": ["chelsea.png"]}, {"id": "x", "images": ["chelsea.png"]}]},

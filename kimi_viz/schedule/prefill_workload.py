@@ -27,6 +27,8 @@ from typing import Any
 
 from .._records import frozen
 
+DEFAULT_CHUNKED_PREFILL = 8192  # --chunked-prefill-size on an H200 (resolved from GPU memory)
+DEFAULT_MAX_PREFILL = 16384  # --max-prefill-tokens
 MEDIA_PAD = 163605  # <|media_pad|>, Kimi-K3's image token id
 OUTPUT_BASE = 600_000  # stand-in output ids live in [OUTPUT_BASE, OUTPUT_BASE + 300_000): below every pad value
 
@@ -102,8 +104,8 @@ class Settings:
     page_size: int = 1
     disable_radix_cache: bool = False
     schedule_policy: str = "fcfs"
-    max_prefill_tokens: int = 16384
-    chunked_prefill_size: int | None = 8192  # None or <= 0: no chunking
+    max_prefill_tokens: int = DEFAULT_MAX_PREFILL
+    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL  # None or <= 0: no chunking
     enable_mixed_chunk: bool = False
     # Which tree cache to build: "radix" = RadixCache (ChunkCache for --disable-radix-cache where the
     # release has one), "default" = what the release's default factory builds for a full-attention
@@ -217,12 +219,25 @@ def passes_from_json(data: list[dict[str, Any]]) -> list[Pass]:
     ]
 
 
+def text_requests(lengths: list[int], arrivals: list[int] | None = None) -> list[Request]:
+    """Return text-only requests ``r0``, ``r1``, ... of ``lengths`` tokens, arriving at ``arrivals`` (default step 0),
+    every token distinct so no two share a prefix."""
+    requests, start = [], 0
+    for k, length in enumerate(lengths):
+        arrival = 0 if arrivals is None else arrivals[k]
+        requests.append(Request(f"r{k}", tuple(range(start, start + length)), arrival=arrival))
+        start += length
+    return requests
+
+
 def chat_turn(previous: Request, answer: list[int], new_parts: list[Part], rid: str, **kw: Any) -> Request:
     """Return the next chat turn: ``previous``'s prompt, its answer, then ``new_parts``, arriving after it."""
     return Request(rid=rid, parts=(*previous.parts, *answer, *new_parts), after=previous.rid, **kw)
 
 
 __all__ = [
+    "DEFAULT_CHUNKED_PREFILL",
+    "DEFAULT_MAX_PREFILL",
     "MEDIA_PAD",
     "Image",
     "Part",
@@ -232,6 +247,7 @@ __all__ = [
     "Window",
     "Workload",
     "chat_turn",
+    "text_requests",
     "passes_from_json",
     "passes_to_json",
     "workload_from_json",

@@ -1,28 +1,34 @@
-"""Which requests share a prefill pass, and where chunked prefill cuts a long prompt.
+"""Which requests share a prefill pass, and each one's window: a workload's prompts through the scheduler's model.
 
-SGLang's scheduler (``managers/scheduler.py`` ``_get_new_batch_prefill_raw``, ``schedule_policy.py``
-``PrefillAdder``) builds each prefill batch from the request whose prompt is being chunked (first),
-then the waiting requests in arrival order (FCFS) while the token budget lasts. The budget is
-``--chunked-prefill-size`` (default 8192 on an H200; -1 turns chunking off, and then it is
-``--max-prefill-tokens``, 16384, with the first request always admitted). A request that does not fit
-is cut at the budget and becomes *the* chunked request: its next chunks (``min(remaining, size)``
-tokens) go first in the following passes, alone until its last chunk, which shares its pass with
-new requests. Nothing keeps a cut out of an image's ``<|media_pad|>`` run: an image can straddle
-two passes.
+SGLang's scheduler never sees the kit's workload: it sees token ids. :func:`scheduled_requests` writes
+each request's prompt as the ids its radix tree compares (:mod:`.prefill_workload`): a system prompt
+is the same ids for every request with the same count, a chat's later turn repeats its earlier turn's
+prompt and generated tokens id for id, every other text token is the request's own, and each image's
+``<|media_pad|>`` run is an image part under the image's hash (the release's ``pad_input_ids`` turns
+it into pad values, :mod:`.prefix`). :func:`plan_passes` then runs the kit's model of that release's
+scheduler (:func:`~.steps.schedule_steps`: the radix prefix floored to the page, the chunked request
+first, the policy's order, page-ceiled budgets, the cut at the budget, arrivals by scheduler step,
+decoding requests) and returns each prefill pass as windows over the workload's requests.
 
-Simplified here (``docs/whatif.md`` says so): a page size of 1, no radix-cache prefix hits (every
-request starts at 0), KV memory and request slots never run short, no mixed decode, and every
-arrival waits until the previous one has been prefilled.
+``docs/scheduler-notes.md`` holds the rules and where SGLang keeps them; ``docs/whatif.md`` lists
+what stays simplified (memory never short, no retraction, the plain radix tree).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
+
 from .._records import frozen
 from ..errors import WhatIfError
+from ..request.prompt import MEDIA_TOKEN_IDS, Prompt
+from . import prefill_workload as pw
+from .prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL
+from .steps import schedule_steps
+from .workload import Workload
 
-DEFAULT_CHUNKED_PREFILL = 8192  # --chunked-prefill-size on an H200 (resolved from GPU memory)
-DEFAULT_MAX_PREFILL = 16384  # --max-prefill-tokens
-MAX_PASSES = 100_000
+TEXT_ID_SPAN = 500_000  # stand-in text ids live in [0, TEXT_ID_SPAN): below the output stand-ins and every pad value
+OUTPUT_BASE = TEXT_ID_SPAN  # generated ids: [TEXT_ID_SPAN, 2 * TEXT_ID_SPAN), still below every pad value
 
 
 @frozen
@@ -36,18 +42,20 @@ class Window:
 
 @frozen
 class PassPlan:
-    """One prefill pass: each request's window, in the batch's order."""
+    """One prefill pass: each request's window in the batch's order, its scheduler step and who decodes in it."""
 
     windows: tuple[Window, ...]
-    arrival: int
+    step: int
+    decoding: tuple[int, ...] = ()  # requests decoding one token inside this pass (--enable-mixed-chunk)
 
     def to_json(self) -> dict[str, object]:
-        """Return ``{"arrival", "windows": [{"request", "prefix_length", "extend_length"}]}``."""
+        """Return ``{"step", "windows": [{"request", "prefix_length", "extend_length"}], "decoding"}``."""
         return {
-            "arrival": self.arrival,
+            "step": self.step,
             "windows": [
                 {"request": w.request, "prefix_length": w.prefix, "extend_length": w.extend} for w in self.windows
             ],
+            "decoding": list(self.decoding),
         }
 
 
@@ -60,54 +68,104 @@ def check_chunk_size(value: int | None, name: str = "--chunked-prefill-size") ->
     return value if value > 0 else None
 
 
+class _Ids:
+    """Hands out stand-in text ids: a fresh block per text, the same block for the same shared text."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.shared: dict[str, tuple[int, ...]] = {}
+
+    def fresh(self, count: int) -> tuple[int, ...]:
+        ids = tuple((self.next + k) % TEXT_ID_SPAN for k in range(count))
+        self.next += count
+        return ids
+
+    def named(self, name: str, count: int) -> tuple[int, ...]:
+        if name not in self.shared:
+            self.shared[name] = self.fresh(count)
+        return self.shared[name]
+
+
+def _image_hash(key: str) -> int:
+    """Return an image's item hash as a 64-bit number (its digest's first 16 hex digits)."""
+    try:
+        return int(key[:16], 16)
+    except ValueError:
+        return zlib.crc32(key.encode())
+
+
+def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> list[pw.Part]:
+    """Return the parts of ``prompt`` from ``start`` on: fresh text ids, media tokens, captions, image runs."""
+    parts: list[pw.Part] = []
+    for segment in prompt.segments:
+        lo = max(segment.start, start)
+        if lo >= segment.end:
+            continue
+        if segment.kind == "pads":
+            assert lo == segment.start, "a continued prefix ends on a text token"
+            parts.append(pw.Image(_image_hash(keys[segment.image or 0]), segment.length))
+        elif segment.kind in ("media_begin", "media_content", "media_end"):
+            parts.append(MEDIA_TOKEN_IDS["<|" + segment.kind + "|>"])
+        elif segment.kind == "caption":  # the same image size writes the same caption
+            name = f"caption:{segment.image}:{segment.length}:{keys[segment.image or 0]}"
+            parts.extend(ids.named(name, segment.length)[lo - segment.start :])
+        else:
+            parts.extend(ids.fresh(segment.end - lo))
+    return parts
+
+
+def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]]) -> list[pw.Request]:
+    """Return each request as the scheduler's model reads it: its prompt's ids and image runs, when it arrives,
+    which turn it follows and the ids it generates. ``prompts`` and ``keys`` (each image's hash) are of each
+    request written out whole (:meth:`Workload.whole`)."""
+    ids = _Ids()
+    out: list[pw.Request] = []
+    by_rid: dict[str, int] = {}
+    for k, (request, prompt) in enumerate(zip(workload.requests, prompts)):
+        parts: list[pw.Part]
+        if request.continues is not None:
+            earlier = out[by_rid[request.continues]]
+            parts = [*earlier.parts, *(earlier.output_ids or ())]
+        else:
+            parts = list(ids.named(f"system:{request.system}", request.system)) if request.system else []
+        start = sum(p.length if isinstance(p, pw.Image) else 1 for p in parts)
+        parts += _own_parts(prompt, keys[k], start, ids)
+        outputs = tuple(OUTPUT_BASE + t for t in ids.fresh(request.output))
+        out.append(
+            pw.Request(
+                request.rid,
+                tuple(parts),
+                arrival=request.arrival,
+                after=request.continues,
+                max_new_tokens=request.output,
+                output_ids=outputs,
+            )
+        )
+        by_rid[request.rid] = k
+    return out
+
+
+
+def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: str) -> list[PassPlan]:
+    """Return the prefill passes the kit's model of ``release``'s scheduler forms, windows by request index."""
+    index = {r.rid: k for k, r in enumerate(requests)}
+    steps = 1000 + sum(r.max_new_tokens + r.length for r in requests)
+    passes = schedule_steps(pw.Workload(settings, tuple(requests), max_steps=steps), release)
+    return [
+        PassPlan(
+            tuple(Window(index[w.rid], w.prefix_len, w.extend_input_len) for w in p.windows),
+            p.step,
+            tuple(index[rid] for rid in p.decoding),
+        )
+        for p in passes
+    ]
+
+
 def plan_passes(
-    lengths: list[int],
-    arrivals: list[int],
-    *,
-    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL,
-    max_prefill_tokens: int = DEFAULT_MAX_PREFILL,
+    workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]], settings: pw.Settings, release: str
 ) -> list[PassPlan]:
-    """Return the prefill passes of requests of prompt ``lengths`` arriving at ``arrivals`` (indices in order)."""
-    chunk = check_chunk_size(chunked_prefill_size)
-    passes: list[PassPlan] = []
-    for arrival in sorted(set(arrivals)):
-        queue = [k for k, a in enumerate(arrivals) if a == arrival]
-        chunked: tuple[int, int] | None = None  # (request, tokens done)
-        while queue or chunked is not None:
-            if len(passes) >= MAX_PASSES:
-                raise WhatIfError(f"the workload needs more than {MAX_PASSES} prefill passes; shorten its prompts")
-            budget = chunk if chunk is not None else max_prefill_tokens
-            windows: list[Window] = []
-            if chunked is not None:
-                request, done = chunked
-                assert chunk is not None
-                size = min(lengths[request] - done, chunk)
-                windows.append(Window(request, done, size))
-                budget -= size
-                chunked = (request, done + size) if done + size < lengths[request] else None
-            while queue and (chunked is None):
-                request = queue[0]
-                need = lengths[request]
-                if chunk is not None:
-                    if budget <= 0:
-                        break
-                    if need <= budget:
-                        windows.append(Window(request, 0, need))
-                        budget -= need
-                        queue.pop(0)
-                    else:
-                        windows.append(Window(request, 0, budget))
-                        chunked = (request, budget)
-                        queue.pop(0)
-                        break
-                else:
-                    if windows and need >= budget:
-                        break
-                    windows.append(Window(request, 0, need))
-                    budget -= need
-                    queue.pop(0)
-            passes.append(PassPlan(tuple(windows), arrival))
-    return passes
+    """Return the prefill passes of ``workload`` (its requests' whole ``prompts``, each image's hash in ``keys``)."""
+    return passes_of(scheduled_requests(workload, prompts, keys), settings, release)
 
 
 __all__ = [
@@ -116,5 +174,7 @@ __all__ = [
     "Window",
     "PassPlan",
     "check_chunk_size",
+    "passes_of",
     "plan_passes",
+    "scheduled_requests",
 ]

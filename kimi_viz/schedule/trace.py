@@ -84,6 +84,7 @@ class ForwardRequest:
     prefix: int
     extend: int
     length: int  # the prompt's length
+    matched: int = 0  # the radix prefix it started from: tokens [0, matched) were cached, never prefilled
 
     @property
     def window(self) -> tuple[int, int]:
@@ -206,6 +207,7 @@ class ForwardTrace:
             "requests": [
                 {
                     "rid": r.rid,
+                    "matched_prefix": r.matched,
                     "prefix_length": r.prefix,
                     "extend_length": r.extend,
                     "items": [

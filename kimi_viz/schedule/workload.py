@@ -34,6 +34,7 @@ from ..request.images import RequestImage, image_sources, probe_image, resolve_i
 MAX_REQUESTS = 256
 MAX_IMAGES = 256  # images in a whole workload
 MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + after
+MAX_OUTPUT = 4096  # tokens one request generates (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's clip)
 DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
 
 
@@ -49,8 +50,17 @@ class Request:
     arrival: int = 0
     stale: tuple[tuple[int, RequestImage], ...] = ()  # (image, the image whose eager rows the cache hands back)
     gaps: tuple[int, ...] = ()  # text tokens between each pair of images when they differ (a chat request's)
+    continues: str | None = None  # the earlier request (a chat's previous turn) whose prompt and output it repeats
+    output: int = 1  # the tokens it generates (SGLang's max_new_tokens; the last arrives as its final decode)
+    system: int = 0  # tokens of a system prompt every request with the same count shares, before its text
 
     def __post_init__(self) -> None:
+        if not self.images and self.continues is None:
+            raise WhatIfError(f"request {self.rid}: no images; give an image, or continue an earlier request")
+        if self.continues is not None and self.system:
+            raise WhatIfError(f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system")
+        if not 1 <= self.output <= MAX_OUTPUT:
+            raise WhatIfError(f"request {self.rid}: output {self.output}: expected 1 to {MAX_OUTPUT} generated tokens")
         if self.gaps and len(self.gaps) != len(self.images) - 1:
             raise WhatIfError(
                 f"request {self.rid}: {len(self.gaps)} text gaps for {len(self.images)} images; expected one per gap"
@@ -60,6 +70,10 @@ class Request:
     def spacing(self) -> int | tuple[int, ...]:
         """Return the text tokens between images: one count for every gap, or one per gap."""
         return self.gaps if self.gaps else self.between
+
+    def gap_list(self) -> list[int]:
+        """Return the text tokens of every gap between two images, one count per gap."""
+        return list(self.gaps) if self.gaps else [self.between] * max(0, len(self.images) - 1)
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"id", "images", "text", "arrival"}`` (images as their labels), and ``"stale"`` when set."""
@@ -71,7 +85,35 @@ class Request:
         }
         if self.stale:
             data["stale"] = {str(k): image.label for k, image in self.stale}
+        data.update(
+            (key, value)
+            for key, value, default in (("continues", self.continues, None), ("output", self.output, 1), ("system", self.system, 0))
+            if value != default
+        )
         return data
+
+
+def _joined(earlier: Request, output: int, later: Request) -> Request:
+    """Return ``later`` written out whole: ``earlier``'s prompt (already whole), its ``output`` tokens, then ``later``'s own."""
+    shift = len(earlier.images)
+    stale = (*earlier.stale, *((k + shift, image) for k, image in later.stale))
+    joint = earlier.after + output + later.before
+    if not later.images:
+        after, gaps = joint + later.after, earlier.gap_list()
+    else:
+        after, gaps = later.after, [*earlier.gap_list(), joint, *later.gap_list()]
+    images = (*earlier.images, *later.images)
+    return Request(
+        later.rid,
+        images,
+        before=earlier.before,
+        between=gaps[0] if gaps and len(set(gaps)) == 1 else DEFAULT_TEXT["between"],
+        after=after,
+        arrival=later.arrival,
+        stale=stale,
+        gaps=tuple(gaps) if len(set(gaps)) > 1 else (),
+        output=later.output,
+    )
 
 
 @frozen
@@ -101,6 +143,33 @@ class Workload:
         repeated = sorted({rid for rid in ids if ids.count(rid) > 1})
         if repeated:
             raise WhatIfError(f"requests: the id {repeated[0]!r} names two requests; give every request its own id")
+        for k, request in enumerate(self.requests):
+            if request.continues is not None and request.continues not in ids[:k]:
+                raise WhatIfError(
+                    f"request {request.rid}: continues {request.continues!r}, which is not an earlier request; "
+                    "list a conversation's turns in order"
+                )
+
+    def turns(self, k: int) -> list[int]:
+        """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` for a lone request)."""
+        index = {r.rid: j for j, r in enumerate(self.requests)}
+        chain = [k]
+        while self.requests[chain[0]].continues is not None:
+            chain.insert(0, index[self.requests[chain[0]].continues])  # type: ignore[index]
+        return chain
+
+    def whole(self, k: int) -> Request:
+        """Return request ``k`` written out whole, as the server receives it: its conversation's system prompt,
+        every earlier turn's text, images and output, then its own (every image of the conversation re-sent)."""
+        chain = [self.requests[j] for j in self.turns(k)]
+        first = chain[0]
+        request = Request(
+            first.rid, first.images, before=first.system + first.before, between=first.between, after=first.after,
+            arrival=first.arrival, stale=first.stale, gaps=first.gaps, output=first.output,
+        )
+        for earlier, later in zip(chain, chain[1:]):
+            request = _joined(request, earlier.output, later)
+        return request
 
     @property
     def images(self) -> int:
@@ -145,15 +214,23 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         where = f"{source}: requests[{k}]"
         if not isinstance(entry, dict):
             raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
-        unknown = set(entry) - {"id", "images", "text", "arrival", "stale"}
+        unknown = set(entry) - {"id", "images", "text", "arrival", "stale", "continues", "output", "system"}
         if unknown:
-            raise WhatIfError(f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale")
+            raise WhatIfError(
+                f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale, continues, "
+                "output, system"
+            )
         rid = entry.get("id", f"r{k + 1}")
         if not isinstance(rid, str) or not rid or len(rid) > 64:
             raise WhatIfError(f"{where}.id: expected a string of 1 to 64 characters, got {rid!r}")
-        names = entry.get("images")
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-            raise WhatIfError(f"{where}.images: expected a non-empty list of image paths or sample names")
+        continues = entry.get("continues")
+        if continues is not None and not isinstance(continues, str):
+            raise WhatIfError(f"{where}.continues: expected the id of an earlier request, got {continues!r}")
+        names = entry.get("images", [] if continues is not None else None)
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise WhatIfError(f"{where}.images: expected a list of image paths or sample names")
+        if not names and continues is None:
+            raise WhatIfError(f"{where}.images: no images; give at least one, or continue an earlier request")
         text = entry.get("text", {})
         if not isinstance(text, dict) or set(text) - set(DEFAULT_TEXT):
             raise WhatIfError(f"{where}.text: expected {{before, between, after}} token counts, got {text!r}")
@@ -177,7 +254,12 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
                 f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap"
             )
         stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
-        requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts))
+        output = _count(entry.get("output", 1), f"{where}.output")
+        system = _count(entry.get("system", 0), f"{where}.system")
+        if not 1 <= output <= MAX_OUTPUT:
+            raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
+        turn = dict(continues=continues, output=output, system=system)
+        requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts, **turn))
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:

@@ -34,31 +34,83 @@ from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
-from .scheduler import DEFAULT_CHUNKED_PREFILL, PassPlan, plan_passes
+from .prefill_workload import Settings
+from .scheduler import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, PassPlan, check_chunk_size, plan_passes
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
 
 
+SchedulePolicy = Literal["fcfs", "lpm"]
+SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")
+
+
 @frozen
 class LoadSettings:
-    """What the scheduler and the forward pass add to the server settings for a workload."""
+    """What the scheduler and the forward pass add to the server settings for a workload: SGLang's flags that
+    shape the prefill passes (same names, same defaults; ``docs/scheduler-notes.md`` §7) and the platform."""
 
     chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL  # None or <= 0: chunked prefill off
     cache_mb: float = DEFAULT_CACHE_MB  # SGLANG_VLM_CACHE_SIZE_MB (0 stores nothing)
     platform: Platform = "cuda"
+    page_size: int = 1
+    disable_radix_cache: bool = False
+    schedule_policy: SchedulePolicy = "fcfs"
+    max_prefill_tokens: int = DEFAULT_MAX_PREFILL
+    enable_mixed_chunk: bool = False
+
+    def __post_init__(self) -> None:
+        chunk = check_chunk_size(self.chunked_prefill_size)
+        if self.page_size < 1:
+            raise WhatIfError(f"--page-size {self.page_size}: expected a page of at least 1 token")
+        if self.max_prefill_tokens < 1:
+            raise WhatIfError(f"--max-prefill-tokens {self.max_prefill_tokens}: expected at least 1 token")
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise WhatIfError(
+                f"--schedule-policy {self.schedule_policy!r}: the kit models {', '.join(SCHEDULE_POLICIES)}"
+            )
+        if chunk is not None and chunk % self.page_size:
+            raise WhatIfError(
+                f"--chunked-prefill-size {chunk}: SGLang requires a multiple of --page-size {self.page_size}; "
+                "pick a chunk size that the page divides"
+            )
+
+    def scheduler_settings(self) -> Settings:
+        """Return the scheduler's flags as the model of its prefill pass reads them."""
+        return Settings(
+            page_size=self.page_size,
+            disable_radix_cache=self.disable_radix_cache,
+            schedule_policy=self.schedule_policy,
+            max_prefill_tokens=self.max_prefill_tokens,
+            chunked_prefill_size=check_chunk_size(self.chunked_prefill_size),
+            enable_mixed_chunk=self.enable_mixed_chunk,
+        )
 
     def flags(self) -> str:
-        """Return the SGLang settings these stand for: ``--chunked-prefill-size``, ``SGLANG_VLM_CACHE_SIZE_MB``."""
-        chunk = self.chunked_prefill_size if self.chunked_prefill_size and self.chunked_prefill_size > 0 else -1
-        return f"--chunked-prefill-size {chunk} SGLANG_VLM_CACHE_SIZE_MB={self.cache_mb:g} ({self.platform})"
+        """Return the SGLang settings these stand for, the scheduler's flags as SGLang spells them."""
+        chunk = check_chunk_size(self.chunked_prefill_size) or -1
+        words = [f"--chunked-prefill-size {chunk}"]
+        words += [f"--page-size {self.page_size}"] if self.page_size != 1 else []
+        words += ["--disable-radix-cache"] if self.disable_radix_cache else []
+        words += [f"--schedule-policy {self.schedule_policy}"] if self.schedule_policy != "fcfs" else []
+        words += [f"--max-prefill-tokens {self.max_prefill_tokens}"] * (self.max_prefill_tokens != DEFAULT_MAX_PREFILL)
+        words += ["--enable-mixed-chunk"] if self.enable_mixed_chunk else []
+        return f"{' '.join(words)} SGLANG_VLM_CACHE_SIZE_MB={self.cache_mb:g} ({self.platform})"
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"chunked_prefill_size", "cache_mb", "platform"}``."""
-        return {
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "cache_mb": self.cache_mb,
-            "platform": self.platform,
-        }
+        """Return every field by name: the scheduler's flags, ``cache_mb`` and ``platform``."""
+        return {name: getattr(self, name) for name in LOAD_FIELDS}
+
+
+LOAD_FIELDS = (
+    "chunked_prefill_size",
+    "cache_mb",
+    "platform",
+    "page_size",
+    "disable_radix_cache",
+    "schedule_policy",
+    "max_prefill_tokens",
+    "enable_mixed_chunk",
+)
 
 
 @dataclass
@@ -225,19 +277,17 @@ def replay_workload(
     settings = settings if settings is not None else ServerSettings()
     load = load if load is not None else LoadSettings()
     check_workload_settings(settings)
+    whole = whole_requests(workload)
     if built is None:
-        built = [build_workload_request(r, settings, release, mode) for r in workload.requests]
+        built = [build_workload_request(r, settings, release, mode) for r in whole]
     prompts = [
         render_prompt(_tokens(b), [im.size for im in b.images], before=r.before, between=r.spacing, after=r.after)
-        for r, b in zip(workload.requests, built)
+        for r, b in zip(whole, built)
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
-    plans = plan_passes(
-        [p.length for p in prompts],
-        [r.arrival for r in workload.requests],
-        chunked_prefill_size=load.chunked_prefill_size,
-    )
-    items = _forward_items(workload, built, prompts, encoder_preprocesses(settings, release.request_side))
+    keys = [[image.digest[:16] for image in r.images] for r in whole]
+    plans = plan_passes(workload, prompts, keys, load.scheduler_settings(), release.version)
+    items = _forward_items(whole, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
@@ -254,6 +304,7 @@ def replay_workload(
         cache.set(key, Rows.of(Source(-1, 0, "earlier", f"{seed.image.label}, cached", key), seed.tokens))
     consumer = built[0].consumer.to_media_proc_cfg()
     encode = call_encoder(release=release, tp_size=tp, processor=consumer, mode=mode, device=device)
+    matched = matched_prefixes(plans, len(workload.requests))
     for plan in plans:
         batch = [
             ForwardRequest(
@@ -263,6 +314,7 @@ def replay_workload(
                 w.prefix,
                 w.extend,
                 prompts[w.request].length,
+                matched[w.request],
             )
             for w in plan.windows
         ]
@@ -309,11 +361,25 @@ def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltReque
     return replace(built, items=items, notes=notes)
 
 
+def whole_requests(workload: Workload) -> list[Request]:
+    """Return every request of ``workload`` written out whole, as the server receives it (:meth:`Workload.whole`)."""
+    return [workload.whole(k) for k in range(len(workload.requests))]
+
+
+def matched_prefixes(plans: list[PassPlan], requests: int) -> list[int]:
+    """Return each request's radix prefix: where its first window starts (0 for a request never prefilled)."""
+    matched: dict[int, int] = {}
+    for plan in plans:
+        for window in plan.windows:
+            matched.setdefault(window.request, window.prefix)
+    return [matched.get(k, 0) for k in range(requests)]
+
+
 def _forward_items(
-    workload: Workload, built: list[BuiltRequest], prompts: list[Prompt], ignore_stale: bool = False
+    requests: list[Request], built: list[BuiltRequest], prompts: list[Prompt], ignore_stale: bool = False
 ) -> list[tuple[ForwardItem, ...]]:
     out = []
-    for k, (request, b, prompt) in enumerate(zip(workload.requests, built, prompts)):
+    for k, (request, b, prompt) in enumerate(zip(requests, built, prompts)):
         stale = {} if ignore_stale else dict(request.stale)
         out.append(
             tuple(
@@ -361,7 +427,11 @@ __all__ = [
     "LoadSettings",
     "EncoderRun",
     "LoadResult",
+    "SCHEDULE_POLICIES",
+    "SchedulePolicy",
     "check_workload_settings",
+    "matched_prefixes",
+    "whole_requests",
     "replay_workload",
     "build_workload_request",
 ]

@@ -53,7 +53,8 @@ from kimi_viz.schedule import forward as kit_forward
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import call_encoder, replay_forward
 from kimi_viz.schedule.rows import RowRun, Rows, Source
-from kimi_viz.schedule.scheduler import Window, plan_passes
+from kimi_viz.schedule.prefill_workload import Settings, text_requests
+from kimi_viz.schedule.scheduler import Window, passes_of
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, Platform
 from kimi_viz.schedule.workload import Request, Workload
 from kimi_viz.schedule.workload_replay import _forward_items, _tokens
@@ -198,7 +199,8 @@ def forward_case(seed: int, release: str) -> Case:
     if planned == 0:
         planned = rng.randint(max(16, total // 6), max(17, total))
     arrivals = [rng.randint(0, 1) for _ in requests]
-    plans = plan_passes([p.length - s for p, s in zip(prompts, starts)], arrivals, chunked_prefill_size=planned)
+    lengths = [p.length - s for p, s in zip(prompts, starts)]
+    plans = passes_of(text_requests(lengths, arrivals), Settings(chunked_prefill_size=planned), release)
     passes = [[Window(w.request, w.prefix + starts[w.request], w.extend) for w in plan.windows] for plan in plans]
     chunk = planned if planned else -1
     shown = "; ".join(
