@@ -76,6 +76,22 @@ class PairHint:
 
 
 @frozen
+class FlagChange:
+    """One scheduler flag changed from the deployment's, and the status the same workload gets with it."""
+
+    flag: str  # as SGLang spells it, e.g. "--disable-radix-cache", "--page-size 16", "SGLANG_VLM_CACHE_SIZE_MB=0"
+    status: Status
+
+
+@frozen
+class FlagSearch:
+    """Every single-flag change tried on a workload, and those that change its status."""
+
+    tried: tuple[str, ...]
+    changes: tuple[FlagChange, ...]
+
+
+@frozen
 class Answer:
     """What SGLang does with one question on one release at one attention-TP size, with why and what fixes it."""
 
@@ -90,6 +106,7 @@ class Answer:
     notes: tuple[str, ...] = ()
     stage: str | None = None  # where on the path it fails: "request side", "encode server", "forward pass", "call"
     under_load: PairHint | None = None  # clean alone, but fails when prefilled with this partner
+    flags: FlagSearch | None = None  # a workload's scheduler flags, each changed alone (None: not searched)
 
     @property
     def style(self) -> StatusStyle:
@@ -240,6 +257,8 @@ class Minimized:
 __all__ = [
     "Answer",
     "Cell",
+    "FlagChange",
+    "FlagSearch",
     "ChatReplay",
     "Minimized",
     "PairHint",

@@ -28,6 +28,7 @@ from ..split.batch import Batch
 from ..split.ranks import check_tp_size
 from ..split.verdict import Status
 from .fix import answer_on, with_fix
+from .flags import flag_search
 from .hint import pair_hint
 from .questions import BatchQuestion, Question, RequestQuestion, WorkloadQuestion
 
@@ -74,6 +75,7 @@ def whatif(
     device: Any = "auto",
     find_fix: bool = True,
     under_load: bool = True,
+    try_flags: bool = True,
 ) -> Answer:
     """Return the :class:`~kimi_viz.answer.Answer` to a question on SGLang ``sglang_version`` at attention-TP N.
 
@@ -82,7 +84,8 @@ def whatif(
     ``load`` the scheduler's for a workload. ``mode="shapes"`` reads only image headers, ``"pixels"``
     materializes the pixels too. With ``find_fix`` a failure names the first later release that runs
     it clean. With ``under_load`` a lone request clean alone is also prefilled beside each sample image
-    (smallest first): ``Answer.under_load`` names the first partner that makes it fail.
+    (smallest first): ``Answer.under_load`` names the first partner that makes it fail. With ``try_flags``
+    a workload's scheduler flags are each changed alone: ``Answer.flags`` names those that change its status.
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer)
     release, sentence = release_for(sglang_version)
@@ -91,6 +94,8 @@ def whatif(
         answer = replace(answer, notes=(sentence, *answer.notes))
     if find_fix:
         answer = with_fix(question, answer)
+    if try_flags:
+        answer = replace(answer, flags=flag_search(question, answer, mode, device))
     if under_load and isinstance(question, RequestQuestion) and answer.status is Status.CLEAN:
         hint = pair_hint(question, release, answer.tp_size, paths=subject)
         answer = answer if hint is None else replace(answer, under_load=hint)

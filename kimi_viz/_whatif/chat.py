@@ -20,6 +20,7 @@ from ..request.checks import RequestOutcome, check_request
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
+from ..schedule.steps import scheduler_rules
 from ..schedule.workload import Request, Workload
 from ..schedule.workload_replay import LoadResult, LoadSettings
 from ..split.verdict import Status
@@ -49,8 +50,8 @@ class ChatQuestion:
         return self.request.summary()
 
     def sees(self, release: Release) -> Hashable:
-        """Return the request side, the code path and the forward pass."""
-        return release.request_side, release.code_path, release.forward
+        """Return the request side, the code path, the forward pass and the scheduler's rules."""
+        return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
 
     def prepare(self, release: Release, mode: Mode) -> tuple[RequestOutcome, WorkloadQuestion | None, Any]:
         """Return the request side's outcome and, when it accepts images, the workload and its items."""

@@ -22,7 +22,14 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import model_call, replay_call
 from ..schedule.workload import Workload
-from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
+from ..schedule.steps import scheduler_rules
+from ..schedule.workload_replay import (
+    LoadResult,
+    LoadSettings,
+    build_workload_request,
+    replay_workload,
+    whole_requests,
+)
 from ..split._replay import replay
 from ..split.batch import Batch
 from ..split.verdict import Status, build_verdict
@@ -133,7 +140,11 @@ def subset_workload(workload: Workload, units: Sequence[Unit]) -> Workload:
     for unit in units:
         keep.setdefault(unit.request, []).append(unit.position)
     requests = []
+    talking = {r.continues for r in workload.requests} | {r.rid for r in workload.requests if r.continues is not None}
     for request in workload.requests:
+        if request.rid in talking:  # a conversation's turn: never offered as units, kept as it is
+            requests.append(request)
+            continue
         kept = sorted(keep.get(request.rid, []))
         if not kept:
             continue
@@ -158,12 +169,12 @@ class WorkloadQuestion:
         return f"{len(self.workload.requests)} request(s), {self.workload.images} image(s)"
 
     def sees(self, release: Release) -> Hashable:
-        """Return the request side, the code path and the forward pass."""
-        return release.request_side, release.code_path, release.forward
+        """Return the request side, the code path, the forward pass and the scheduler's rules."""
+        return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
 
     def prepare(self, release: Release, mode: Mode) -> list[BuiltRequest]:
-        """Return each request's items as the release builds them."""
-        return [build_workload_request(r, self.settings, release, mode) for r in self.workload.requests]
+        """Return each request's items as the release builds them (a chat's later turn re-sends earlier images)."""
+        return [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
 
     def ask(self, release: Release, tp_size: int, prepared: list[BuiltRequest], *, mode: Mode, device: Any) -> Answer:
         """Return the answer: every prefill pass replayed."""
@@ -181,8 +192,14 @@ class WorkloadQuestion:
 
     def units(self) -> tuple[Unit, ...]:
         """Return one unit per image, named by its request."""
+        talking = {r.continues for r in self.workload.requests} | {
+            r.rid for r in self.workload.requests if r.continues is not None
+        }
         return tuple(
-            Unit(r.rid, i, image, image.label) for r in self.workload.requests for i, image in enumerate(r.images)
+            Unit(r.rid, i, image, image.label)
+            for r in self.workload.requests
+            if r.rid not in talking  # a conversation's turns are kept whole: each turn re-sends the earlier images
+            for i, image in enumerate(r.images)
         )
 
     def subset(self, kept: Sequence[int]) -> WorkloadQuestion:

@@ -29,6 +29,7 @@ from ..request.settings import (
     ServerSettings,
 )
 from ..schedule.cache import DEFAULT_CACHE_MB
+from ..schedule.prefill_workload import SCHEDULE_POLICIES
 from ..schedule.prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL
 from ..schedule.trace import PLATFORMS
 from . import again, emit
@@ -96,6 +97,30 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
         "--chunked-prefill-size",
         metavar="N",
         help=f"SGLang's --chunked-prefill-size (default {DEFAULT_CHUNKED_PREFILL}; -1 or 0 turns chunked prefill off)",
+    )
+    load.add_argument(
+        "--page-size", metavar="N", help="SGLang's --page-size (default 1): the radix prefix and budgets count in pages"
+    )
+    load.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="SGLang's --disable-radix-cache: no request starts from a cached prefix (default: the radix cache is on)",
+    )
+    load.add_argument(
+        "--schedule-policy",
+        default=SCHEDULE_POLICIES[0],
+        metavar=_choices(SCHEDULE_POLICIES),
+        help="SGLang's --schedule-policy (default fcfs; lpm admits the longest cached prefix first)",
+    )
+    load.add_argument(
+        "--max-prefill-tokens",
+        metavar="N",
+        help=f"SGLang's --max-prefill-tokens (default {DEFAULT_MAX_PREFILL}): the tokens one pass may take",
+    )
+    load.add_argument(
+        "--enable-mixed-chunk",
+        action="store_true",
+        help="SGLang's --enable-mixed-chunk: decoding requests ride along in a chunked pass (default off)",
     )
     load.add_argument(
         "--mm-embedding-cache-size",
@@ -225,7 +250,18 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
     chunk = DEFAULT_CHUNKED_PREFILL if size is None else _int(size, "--chunked-prefill-size", low=-1)
     cache = float(DEFAULT_CACHE_MB if cache_mb is None else _int(cache_mb, "--mm-embedding-cache-size", low=0))
     platform = _choice(args.platform, PLATFORMS, "--platform")
-    return LoadSettings(chunked_prefill_size=chunk, cache_mb=cache, platform=platform)  # type: ignore[arg-type]
+    page = 1 if args.page_size is None else _int(args.page_size, "--page-size", low=1)
+    limit = args.max_prefill_tokens
+    return LoadSettings(
+        chunked_prefill_size=chunk,
+        cache_mb=cache,
+        platform=platform,  # type: ignore[arg-type]
+        page_size=page,
+        disable_radix_cache=args.disable_radix_cache,
+        schedule_policy=_choice(args.schedule_policy, SCHEDULE_POLICIES, "--schedule-policy"),  # type: ignore[arg-type]
+        max_prefill_tokens=DEFAULT_MAX_PREFILL if limit is None else _int(limit, "--max-prefill-tokens", low=1),
+        enable_mixed_chunk=args.enable_mixed_chunk,
+    )
 
 
 def _is_workload(args: argparse.Namespace) -> bool:
@@ -257,6 +293,11 @@ def _check_load(args: argparse.Namespace) -> None:
         given = _first_given(
             (
                 ("--chunked-prefill-size", args.chunked_prefill_size is not None),
+                ("--page-size", args.page_size is not None),
+                ("--disable-radix-cache", args.disable_radix_cache),
+                ("--schedule-policy", args.schedule_policy != SCHEDULE_POLICIES[0]),
+                ("--max-prefill-tokens", args.max_prefill_tokens is not None),
+                ("--enable-mixed-chunk", args.enable_mixed_chunk),
                 ("--mm-embedding-cache-size", args.mm_embedding_cache_size is not None),
                 ("--platform", platform),
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..answer import Answer, Cell, ChatReplay, Minimized, PairHint, RequestReplay
+from ..answer import FlagSearch, Answer, Cell, ChatReplay, Minimized, PairHint, RequestReplay
 from ..schedule.workload_replay import LoadResult
 from ..split.cause import ErrorInfo
 from .answer_views import advice, culprit_unit
@@ -82,8 +82,14 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "fixed_in": None if answer.fixed_in is None else answer.fixed_in.to_json(),
         "notes": list(answer.notes),
         "verdict": None if answer.verdict is None else answer.verdict.to_json(),
+        "flags": None if answer.flags is None else flags_json(answer.flags),
         **_replay_json(answer),
     }
+
+
+def flags_json(search: FlagSearch) -> dict[str, Any]:
+    """Return ``{"tried": [flag, ...], "changes": [{"flag", "status"}, ...]}``."""
+    return {"tried": list(search.tried), "changes": [{"flag": c.flag, "status": c.status.value} for c in search.changes]}
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..answer import Answer, ChatReplay, Minimized, PairHint, RequestReplay, Sweep
 from ..request.sides import BuiltRequest
 from ..schedule.trace import ForwardTrace
+from ..schedule.workload import Request
 from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Status, format_verdict
 from .text_table import Table
@@ -135,24 +136,63 @@ def _look_at(answer: Answer, replayed: RequestReplay) -> list[str]:
     return [f"look at: image {culprit} ({replayed.built.images[culprit].label}; item {item} of the call)"]
 
 
+def _turn(request: Request) -> str:
+    """Return how a request starts: the turn it continues, a shared system prompt, or nothing."""
+    if request.continues is not None:
+        return f"after {request.continues}"
+    return f"system {request.system}" if request.system else "—"
+
+
 def workload_table(result: LoadResult) -> Table:
-    """Return one row per request: id, images, text before/between/after, arrival, prompt length, pad runs."""
+    """Return one row per request: id, how it starts, images (a later turn's re-sent ones too), its own text,
+    arrival step, output, prompt length, radix prefix and pad runs."""
     rows = [
         [
             request.rid,
-            ", ".join(image.label for image in request.images),
+            _turn(request),
+            ", ".join(image.label for image in built.images),
             f"{request.before}/{','.join(map(str, request.gaps)) or request.between}/{request.after}",
             request.arrival,
+            request.output,
             prompt.length,
+            matched or "—",
             ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),
         ]
-        for request, prompt in zip(result.workload.requests, result.prompts)
+        for request, built, prompt, matched in zip(result.workload.requests, result.built, result.prompts, result.matched)
     ]
     return Table(
-        ["request", "images", "text before/between/after", "arrival", "prompt tokens", "<|media_pad|> runs"],
+        [
+            "request",
+            "starts",
+            "images",
+            "own text before/between/after",
+            "arrival step",
+            "output",
+            "prompt tokens",
+            "radix prefix",
+            "<|media_pad|> runs",
+        ],
         rows,
-        caption="the workload: each request's prompt as the request side renders it",
+        caption="the workload: each request's prompt as the server receives it (a later turn re-sends the earlier "
+        "ones), and the prefix the radix cache gave it",
     )
+
+
+def supply_lines(result: LoadResult) -> list[str]:
+    """Return one line per image: whether the radix prefix, the embedding cache or a call supplied its rows."""
+    return ["where each image's rows came from:"] + [f"  {s.describe()}" for s in result.image_supplies()]
+
+
+def flag_lines(answer: Answer) -> list[str]:
+    """Return what changing one scheduler flag does to a workload's outcome (nothing when not searched)."""
+    search = answer.flags
+    if search is None:
+        return []
+    if not search.changes:
+        return [f"no single scheduler flag changes the outcome (tried: {', '.join(search.tried)})"]
+    return ["which flag changes the outcome:"] + [
+        f"  {c.flag}: {c.status.style.mark} {c.status.value}" for c in search.changes
+    ]
 
 
 _LOOKUP_WORDS = {
@@ -170,7 +210,11 @@ def pass_table(result: LoadResult) -> Table:
     rows = [
         [
             k + 1,
-            "; ".join(f"{w.rid} [{w.prefix}, {w.prefix + w.extend})" for w in trace.batch if w.extend),
+            "; ".join(
+                f"{w.rid} [{w.prefix}, {w.prefix + w.extend})" + (" after radix prefix" if w.prefix == w.matched > 0 else "")
+                for w in trace.batch
+                if w.extend
+            ),
             trace.path,
             " | ".join(
                 ", ".join(f"{i.source.rid}:{i.source.image} ({i.tokens})" for i in call.items) for call in trace.calls
@@ -214,7 +258,7 @@ def _load_lines(answer: Answer, result: LoadResult) -> list[str]:
     """Return a workload's text: the requests, the encode server, every pass, and the failing call's items."""
     workload = result.workload
     n = len(workload.requests)
-    together = len({r.arrival for r in workload.requests}) == 1 and n > 1
+    together = len({r.arrival for r in workload.requests}) == 1 and n > 1 and all(r.continues is None for r in workload.requests)
     lines = [
         f"== what if: {n} request{'s' if n != 1 else ''} ({workload.images} image{'s' if workload.images != 1 else ''}"
         f"{', arriving together' if together else ''}) on SGLang {result.release.version} "
@@ -235,6 +279,7 @@ def _load_lines(answer: Answer, result: LoadResult) -> list[str]:
     skipped = len(result.plans) - len(result.passes)
     if skipped > 0:
         lines.append(f"{skipped} later pass(es) never run: the scheduler process died with the error above")
+    lines += supply_lines(result)
     lines.append("")
     call = result.failing_call()
     if answer.verdict is not None and call is not None:
@@ -346,6 +391,7 @@ def answer_text(answer: Answer) -> str:
         lines += _look_at(answer, replayed)
     else:
         lines += fix_lines(answer)
+    lines += flag_lines(answer)
     if answer.under_load is not None:
         lines += ["", f"⚠ {hint_text(answer.under_load)}"]
     return "\n".join(lines)

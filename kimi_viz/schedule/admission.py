@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from .._records import frozen
 from ..errors import WhatIfError
 from ..releases import parse_version, release_for
-from .prefill_workload import Settings, Window
+from .prefill_workload import SCHEDULE_POLICIES, Settings, Window
 from .prefix import PrefixTree, page_ceil, page_floor
 
 CONTINUE = "continue"  # AddReqResult.CONTINUE
@@ -36,7 +36,6 @@ OTHER = "other"  # AddReqResult.OTHER: a budget is spent, the walk stops
 IN_BATCH_CHECK_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
 IN_BATCH_DEPRIORITIZE_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 LPM_MAX_WAITING = 128  # above this many waiting requests lpm falls back to fcfs
-POLICIES = ("fcfs", "lpm")
 
 
 @frozen
@@ -192,8 +191,8 @@ def form_pass(
 
 def check_policy(policy: str, tree: PrefixTree) -> str:
     """Return the policy the scheduler runs (``lpm`` on a disabled tree is ``fcfs``); raise WhatIfError if unknown."""
-    if policy not in POLICIES:
-        raise WhatIfError(f"--schedule-policy: the kit models {', '.join(POLICIES)}, got {policy!r}")
+    if policy not in SCHEDULE_POLICIES:
+        raise WhatIfError(f"--schedule-policy: the kit models {', '.join(SCHEDULE_POLICIES)}, got {policy!r}")
     return "fcfs" if tree.disabled else policy
 
 

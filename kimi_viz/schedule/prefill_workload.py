@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 from .._records import frozen
 
 DEFAULT_CHUNKED_PREFILL = 8192  # --chunked-prefill-size on an H200 (resolved from GPU memory)
 DEFAULT_MAX_PREFILL = 16384  # --max-prefill-tokens
+SchedulePolicy = Literal["fcfs", "lpm"]
+SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")  # --schedule-policy values the kit models
 MEDIA_PAD = 163605  # <|media_pad|>, Kimi-K3's image token id
 OUTPUT_BASE = 600_000  # stand-in output ids live in [OUTPUT_BASE, OUTPUT_BASE + 300_000): below every pad value
 
@@ -238,6 +240,8 @@ def chat_turn(previous: Request, answer: list[int], new_parts: list[Part], rid: 
 __all__ = [
     "DEFAULT_CHUNKED_PREFILL",
     "DEFAULT_MAX_PREFILL",
+    "SCHEDULE_POLICIES",
+    "SchedulePolicy",
     "MEDIA_PAD",
     "Image",
     "Part",

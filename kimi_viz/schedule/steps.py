@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..errors import WhatIfError
 from .admission import (
+    AdmissionRules,
     Candidate,
     admission_rules,
     chunk_size,
@@ -26,7 +27,7 @@ from .admission import (
     start_budget,
 )
 from .prefill_workload import Pass, Request, Window, Workload
-from .prefix import PrefixTree, padded_ids, request_prefix
+from .prefix import PadRule, PrefixTree, pad_rule, padded_ids, request_prefix
 
 
 @dataclass
@@ -170,6 +171,11 @@ class _Loop:
         return not (self.pending or self.waiting or self.running or self.chunked)
 
 
+def scheduler_rules(release: str) -> tuple[PadRule, AdmissionRules]:
+    """Return the rules ``release``'s scheduler runs: its pad values' rule and its admission rules."""
+    return pad_rule(release), admission_rules(release)
+
+
 def schedule_steps(workload: Workload, release: str) -> list[Pass]:
     """Return the prefill passes the kit's model of ``release``'s scheduler forms for ``workload``."""
     loop = _Loop(workload, release)
@@ -180,4 +186,4 @@ def schedule_steps(workload: Workload, release: str) -> list[Pass]:
     raise WhatIfError(f"the workload did not finish in {workload.max_steps} scheduler steps")
 
 
-__all__ = ["schedule_steps"]
+__all__ = ["schedule_steps", "scheduler_rules"]

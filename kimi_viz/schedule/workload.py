@@ -55,8 +55,6 @@ class Request:
     system: int = 0  # tokens of a system prompt every request with the same count shares, before its text
 
     def __post_init__(self) -> None:
-        if not self.images and self.continues is None:
-            raise WhatIfError(f"request {self.rid}: no images; give an image, or continue an earlier request")
         if self.continues is not None and self.system:
             raise WhatIfError(f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system")
         if not 1 <= self.output <= MAX_OUTPUT:
@@ -137,6 +135,8 @@ class Workload:
         if len(self.requests) > MAX_REQUESTS:
             raise WhatIfError(f"requests: {len(self.requests)} requests, over the limit of {MAX_REQUESTS}")
         images = sum(len(r.images) for r in self.requests)
+        if not images:
+            raise WhatIfError("requests: no request carries an image; give at least one image")
         if images > MAX_IMAGES:
             raise WhatIfError(f"requests: {images} images in all, over the limit of {MAX_IMAGES}")
         ids = [r.rid for r in self.requests]

@@ -34,14 +34,11 @@ from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
-from .prefill_workload import Settings
+from .prefill_workload import SCHEDULE_POLICIES, SchedulePolicy, Settings
+from .supply import ImageSupply, pass_supplier
 from .scheduler import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, PassPlan, check_chunk_size, plan_passes
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
-
-
-SchedulePolicy = Literal["fcfs", "lpm"]
-SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")
 
 
 @frozen
@@ -113,6 +110,13 @@ LOAD_FIELDS = (
 )
 
 
+MAMBA_NOTE = (
+    "the radix prefixes shown are the plain radix tree's (RadixCache); Kimi-K3's text model is hybrid linear "
+    "attention, so its server keeps a match only back to a node holding a saved linear-attention state "
+    "(UnifiedRadixCache with its mamba component): a real prefix can be shorter, or none (docs/whatif.md)"
+)
+
+
 @dataclass
 class EncoderRun:
     """An EPD encode server's ``get_image_feature`` call for one request: its trace and the rows per image."""
@@ -147,6 +151,25 @@ class LoadResult:
     def failing_pass(self) -> int | None:
         """Return the index of the pass that raises, or None."""
         return next((k for k, p in enumerate(self.passes) if p.error is not None), None)
+
+    @property
+    def matched(self) -> list[int]:
+        """Return each request's radix prefix: the tokens it started from the cache, never prefilled."""
+        return matched_prefixes(self.plans, len(self.workload.requests))
+
+    def image_supplies(self) -> list[ImageSupply]:
+        """Return where every image of every request got its rows: the radix prefix, the cache or a call."""
+        matched, out = self.matched, []
+        for r, (request, built, prompt) in enumerate(zip(self.workload.requests, self.built, self.prompts)):
+            for i, (image, run) in enumerate(zip(built.images, prompt.pad_runs)):
+                by_pass = tuple(
+                    (k, pass_supplier(trace, r, i))
+                    for k, trace in enumerate(self.passes)
+                    for window in trace.batch
+                    if window.index == r and window.extend and window.items[i].overlaps(*window.window)
+                )
+                out.append(ImageSupply(r, request.rid, i, image.label, run, matched[r], by_pass))
+        return out
 
     @property
     def encoder_error(self) -> EncoderRun | None:
@@ -226,6 +249,7 @@ class LoadResult:
                 {**plan.to_json(), "replay": trace.to_json() if trace is not None else None}
                 for plan, trace in zip(self.plans, [*self.passes, *([None] * (len(self.plans) - len(self.passes)))])
             ],
+            "images": [supply.to_json() for supply in self.image_supplies()],
             "encoder": [
                 {
                     "request": run.request,
@@ -291,6 +315,8 @@ def replay_workload(
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
+    if any(matched_prefixes(plans, len(workload.requests))):
+        notes.append(MAMBA_NOTE)
     result = LoadResult(workload, release, tp, settings, load, built, prompts, plans, [], encoder_runs, notes)
     if result.encoder_error is not None:
         return result
@@ -427,8 +453,6 @@ __all__ = [
     "LoadSettings",
     "EncoderRun",
     "LoadResult",
-    "SCHEDULE_POLICIES",
-    "SchedulePolicy",
     "check_workload_settings",
     "matched_prefixes",
     "whole_requests",
