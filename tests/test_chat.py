@@ -202,7 +202,7 @@ def test_a_chat_prompt_becomes_a_workload_with_its_own_gaps_and_the_same_pad_run
     answer = whatif(request, sglang_version="0.5.18", tp_size=2)
     outcome = answer.replay.outcome
     before, gaps, after = outcome.workload_text()
-    workload = chat_workload(outcome)
+    workload = chat_workload([outcome])
     assert workload.requests[0].gaps == tuple(gaps) and len(gaps) == 1
     assert before + sum(gaps) + after + sum(len(range(*s)) for s in _blocks(outcome)) == outcome.prompt.length
     assert answer.replay.load is not None

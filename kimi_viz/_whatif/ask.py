@@ -45,8 +45,10 @@ def as_question(
     settings: ServerSettings | None = None,
     load: LoadSettings | None = None,
     renderer: Renderer | None = None,
+    beside: Workload | None = None,
 ) -> Question:
-    """Return the question ``subject`` asks: images (paths, bytes, PIL images), a Workload, a ChatRequest, a Batch."""
+    """Return the question ``subject`` asks: images (paths, bytes, PIL images), a Workload, a ChatRequest (with the
+    requests ``beside`` it), a Batch."""
     settings = settings if settings is not None else ServerSettings()
     if isinstance(subject, Workload):
         return WorkloadQuestion(subject, check_workload_settings(settings), load)
@@ -54,7 +56,7 @@ def as_question(
     if chat is not None and isinstance(subject, chat.ChatRequest):
         from .chat import ChatQuestion  # the chat template and the request side's checks: only for a chat request
 
-        return ChatQuestion(subject, check_workload_settings(settings), load, renderer)
+        return ChatQuestion(subject, check_workload_settings(settings), load, renderer, beside)
     if isinstance(subject, Batch):
         return BatchQuestion(subject)
     if isinstance(subject, Question):
@@ -71,6 +73,7 @@ def whatif(
     settings: ServerSettings | None = None,
     load: LoadSettings | None = None,
     renderer: Renderer | None = None,
+    beside: Workload | None = None,
     mode: Mode = "shapes",
     device: Any = "auto",
     find_fix: bool = True,
@@ -81,13 +84,13 @@ def whatif(
 
     ``subject`` is the request's images (paths, bytes or PIL images), a ``Workload``, a client's
     ``ChatRequest`` or a captured ``Batch``; ``settings`` are the server settings (default SGLang's),
-    ``load`` the scheduler's for a workload. ``mode="shapes"`` reads only image headers, ``"pixels"``
+    ``load`` the scheduler's for a workload, ``beside`` other requests arriving with a chat's last turn. ``mode="shapes"`` reads only image headers, ``"pixels"``
     materializes the pixels too. With ``find_fix`` a failure names the first later release that runs
     it clean. With ``under_load`` a lone request clean alone is also prefilled beside each sample image
     (smallest first): ``Answer.under_load`` names the first partner that makes it fail. With ``try_flags``
     a workload's scheduler flags are each changed alone: ``Answer.flags`` names those that change its status.
     """
-    question = as_question(subject, settings=settings, load=load, renderer=renderer)
+    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     release, sentence = release_for(sglang_version)
     answer = answer_on(question, release, tp_size, mode, device)
     if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
@@ -117,6 +120,7 @@ def sweep(
     settings: ServerSettings | None = None,
     load: LoadSettings | None = None,
     renderer: Renderer | None = None,
+    beside: Workload | None = None,
     tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
 ) -> Sweep:
     """Return the :class:`~kimi_viz.answer.Sweep` of a question over every release group × ``tp_sizes``.
@@ -124,7 +128,7 @@ def sweep(
     Releases that look alike to the question (:meth:`Question.sees`) share a row; each row builds its
     items once and replays every TP size in shapes mode, without a fix search.
     """
-    question = as_question(subject, settings=settings, load=load, renderer=renderer)
+    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     tps = tuple(check_tp_size(t, "tp") for t in tp_sizes)
     groups = [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
     cells = [cell for group in groups for cell in _row(question, group, tps)]

@@ -1,8 +1,13 @@
 """A client's chat (or ``/generate``) request as a question: the request side's own checks, then its workload.
 
 :class:`ChatQuestion` renders the body as the release's request side renders it and runs its checks in
-SGLang's order (:mod:`kimi_viz.request.checks`); a request they accept becomes a workload of one request
-(:func:`chat_workload`) replayed as :class:`~.questions.WorkloadQuestion` replays any workload.
+SGLang's order (:mod:`kimi_viz.request.checks`). A body whose messages hold earlier turns (a user
+message answered by an assistant message, then more) is a conversation: every earlier turn is the
+request the client sent then (the messages up to that answer, with the generation prompt), checked the
+same way, and the turns become one workload (:func:`chat_workload`), each turn continuing the one
+before (its prompt the earlier prompt, the answer's tokens, then its own), so the radix cache can
+hand the last turn its matched prefix. Requests given ``beside`` the chat arrive with the last turn.
+The workload is replayed as :class:`~.questions.WorkloadQuestion` replays any workload.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from .._records import frozen
 from ..answer import Answer, ChatReplay, Unit
 from ..errors import WhatIfError
 from ..releases import Release
-from ..request.chat import ChatRequest, Renderer
+from ..request.chat import ChatRequest, Renderer, text_tokens
 from ..request.checks import RequestOutcome, check_request
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
@@ -26,22 +31,70 @@ from ..schedule.workload_replay import LoadResult, LoadSettings
 from ..split.verdict import Status
 from .questions import WorkloadQuestion
 
+ANSWER_END_TOKENS = 1  # <|im_end|>: the model generates it after the answer's text
 
-def chat_workload(outcome: RequestOutcome, rid: str = "r1") -> Workload:
-    """Return the workload of one accepted request: its images and its prompt's text lengths."""
-    before, gaps, after = outcome.workload_text()
-    images = outcome.request.images
-    return Workload((Request(rid, images, before=before, after=after, gaps=tuple(gaps) if len(images) > 1 else ()),))
+
+def chat_turns(request: ChatRequest) -> list[tuple[ChatRequest, int]]:
+    """Return every turn of a chat body as the body the client sent then, with the tokens its answer took
+    (the assistant message's text and its end token); the last turn is the body itself, generating 1 token."""
+    turns: list[tuple[ChatRequest, int]] = []
+    if request.entry == "chat":
+        for m, message in enumerate(request.messages):
+            if m and message.role == "assistant" and request.messages[m - 1].role != "assistant":
+                earlier = request.messages[:m]
+                images = sum(1 for msg in earlier for part in msg.parts if part.kind == "image")
+                answer = sum(text_tokens(part.text) for part in message.parts if part.kind == "text")
+                body = replace(request, messages=earlier, images=request.images[:images])
+                turns.append((body, answer + ANSWER_END_TOKENS))
+    return [*turns, (request, 1)]
+
+
+def chat_workload(outcomes: Sequence[RequestOutcome], outputs: Sequence[int] = (), beside: Workload | None = None) -> Workload:
+    """Return the workload of accepted turns (ids ``turn1``, ``turn2``, ...; a lone body is ``r1``): each turn
+    continues the one before with its own text and images, then the requests ``beside`` (arriving with the last)."""
+    outputs = list(outputs) or [1] * len(outcomes)
+    turns: list[Request] = []
+    done_text, done_images = 0, 0  # text tokens and images of the previous turn's prompt, plus its output
+    for k, (outcome, output) in enumerate(zip(outcomes, outputs)):
+        before, gaps, after = outcome.workload_text()
+        images = outcome.request.images
+        rid = "r1" if len(outcomes) == 1 else f"turn{k + 1}"
+        own_images = images[done_images:]
+        if own_images:
+            start = before + sum(gaps[: done_images])  # text before the first new image
+            own = (start - done_text, gaps[done_images:], after)
+        else:
+            own = (before + sum(gaps) + after - done_text, [], 0)
+        if own[0] < 0:
+            raise WhatIfError(f"the chat's turn {k + 1} does not start with turn {k}'s prompt and answer")
+        spacing = {"gaps": tuple(own[1])} if len(own_images) > 1 else {}
+        previous = turns[-1].rid if turns else None
+        turns.append(
+            Request(rid, tuple(own_images), before=own[0], after=own[2], continues=previous, output=output, **spacing)
+        )
+        done_text, done_images = before + sum(gaps) + after + output, len(images)
+    others: list[Request] = []
+    if beside is not None:
+        taken = {t.rid for t in turns}
+        clash = next((r.rid for r in beside.requests if r.rid in taken), None)
+        if clash is not None:
+            raise WhatIfError(f"--requests: the id {clash!r} names a turn of the chat; rename that request")
+        last = turns[-2].rid if len(turns) > 1 else None
+        others = [
+            r if r.waits_for or r.continues or last is None else replace(r, waits_for=last) for r in beside.requests
+        ]
+    return Workload((*turns, *others), () if beside is None else beside.cache)
 
 
 @frozen
 class ChatQuestion:
-    """A client's request body (``--chat FILE``): the request side's own checks, then the workload replay."""
+    """A client's request body (``--chat FILE``): the request side's own checks on every turn, then the workload."""
 
     request: ChatRequest
     settings: ServerSettings
     load: LoadSettings | None = None
     renderer: Renderer | None = None
+    beside: Workload | None = None  # other requests, arriving with the chat's last turn
     permutable = False
 
     @property
@@ -54,14 +107,23 @@ class ChatQuestion:
         return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
 
     def prepare(self, release: Release, mode: Mode) -> tuple[RequestOutcome, WorkloadQuestion | None, Any]:
-        """Return the request side's outcome and, when it accepts images, the workload and its items."""
+        """Return the request side's outcome (the first turn it refuses, else the last) and, when it accepts
+        every turn's images, the workload and its items."""
         if not self.settings.epd:  # a flag or value the release refuses is refused first, as for any request
             build_request([], self.settings, release.request_side)
-        outcome = check_request(self.request, release.version, renderer=self.renderer, settings=self.settings)
-        if outcome.error is not None or not outcome.processed or not self.request.images:
-            return outcome, None, None
-        question = WorkloadQuestion(chat_workload(outcome), self.settings, self.load)
-        return outcome, question, question.prepare(release, mode)
+        turns = chat_turns(self.request)
+        outcomes = []
+        for body, _ in turns:
+            outcome = check_request(body, release.version, renderer=self.renderer, settings=self.settings)
+            if outcome.error is not None:
+                return outcome, None, None
+            outcomes.append(outcome)
+        last = outcomes[-1]
+        if not last.processed or not self.request.images:
+            return last, None, None
+        workload = chat_workload(outcomes, [output for _, output in turns], self.beside)
+        question = WorkloadQuestion(workload, self.settings, self.load)
+        return last, question, question.prepare(release, mode)
 
     def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
         """Return the request side's refusal, ``no-call``, or the workload's answer."""
@@ -85,4 +147,4 @@ class ChatQuestion:
         raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
 
 
-__all__ = ["ChatQuestion", "chat_workload"]
+__all__ = ["ChatQuestion", "chat_turns", "chat_workload"]

@@ -21,9 +21,8 @@ from ..schedule.cache import DEFAULT_CACHE_MB
 from ..schedule.prefill_workload import DEFAULT_CHUNKED_PREFILL, SCHEDULE_POLICIES
 from ..schedule.scheduler import check_chunk_size
 from ..schedule.workload_replay import LoadSettings
-from .chat import ChatQuestion
 from .fix import answer_on
-from .questions import Question, WorkloadQuestion
+from .questions import Question
 
 PAGE_SIZES = (1, 16, 64)  # the page sizes attention backends commonly force (docs/scheduler-notes.md §7)
 
@@ -52,7 +51,7 @@ def alternatives(load: LoadSettings) -> list[tuple[str, LoadSettings]]:
 
 def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", device: Any = "auto") -> FlagSearch | None:
     """Return the flags that change ``answer``'s status when changed alone (None for a question without a workload)."""
-    if not isinstance(question, (WorkloadQuestion, ChatQuestion)):
+    if not hasattr(question, "load"):  # a workload's question (a chat's too) carries its scheduler settings
         return None
     load = question.load if question.load is not None else LoadSettings()
     release: Release = answer.release

@@ -78,7 +78,10 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
         "--chat",
         metavar="FILE",
         help="a client's request as JSON: an OpenAI chat completions body (messages with text and image_url parts), "
-        "or a /generate body (text or input_ids, image_data); its own checks first, then the same replay",
+        "or a /generate body (text or input_ids, image_data); its own checks first, then the same replay. Earlier "
+        "turns in the messages (a user message answered by an assistant one) replay as a conversation: each turn "
+        "prefilled in order, the last after its radix prefix; with --requests FILE those requests arrive beside "
+        "the last turn",
     )
     load.add_argument(
         "--image-prompts",
@@ -275,9 +278,12 @@ def _first_given(pairs: tuple[tuple[str, Any], ...]) -> str | None:
 def _check_load(args: argparse.Namespace) -> None:
     """Refuse option combinations a workload, a chat request or a lone request does not take."""
     if args.chat is not None:
-        given = _first_given((("IMAGE", args.images), ("--together", args.together), ("--requests", args.requests)))
+        given = _first_given((("IMAGE", args.images), ("--together", args.together)))
         if given:
-            raise WhatIfError(f"--chat FILE with {given}: the request file names its images; drop {given}")
+            raise WhatIfError(
+                f"--chat FILE with {given}: the request file names its images; drop {given} (other requests beside "
+                "the chat go in --requests FILE)"
+            )
         if args.minimize:
             raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
     elif args.image_prompts != IMAGE_PROMPTS[0] or args.typed_tokens != TYPED_TOKENS[0]:
@@ -351,7 +357,8 @@ def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             image_prompts=_choice(args.image_prompts, IMAGE_PROMPTS, "--image-prompts") == IMAGE_PROMPTS[0],
             typed_tokens=_choice(args.typed_tokens, TYPED_TOKENS, "--typed-tokens") == TYPED_TOKENS[0],
         )
-        return read_request(args.chat), {"load": load_settings_from_args(args), "renderer": renderer}
+        beside = None if args.requests is None else read_workload(args.requests)
+        return read_request(args.chat), {"load": load_settings_from_args(args), "renderer": renderer, "beside": beside}
     if args.requests is not None:
         return read_workload(args.requests), {"load": load_settings_from_args(args)}
     if args.together:

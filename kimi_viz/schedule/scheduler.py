@@ -136,7 +136,7 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
                 request.rid,
                 tuple(parts),
                 arrival=request.arrival,
-                after=request.continues,
+                after=request.continues or request.waits_for,
                 max_new_tokens=request.output,
                 output_ids=outputs,
             )

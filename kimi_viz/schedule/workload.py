@@ -9,9 +9,15 @@
 
 ``images`` are paths (relative to the file's folder) or sample image names; ``text`` counts the text
 tokens before, between and after the images (defaults 32, 8, 32; ``between`` may also list one count
-per gap); requests with the same ``arrival`` (default 0) arrive together and are prefilled together,
-and every arrival waits for the previous one to be prefilled. ``--together IMAGE...`` is the workload
-of one single-image request per image, all arriving together.
+per gap); ``arrival`` is the scheduler step at which the request joins the waiting queue (default 0),
+and ``output`` the tokens it generates (default 1: it finishes with its prefill). Conversations and
+shared prompts: ``"continues": "t1"`` makes a request a chat's next turn (its prompt is t1's prompt,
+t1's output, then its own text and images; every earlier image is re-sent; it arrives once t1 has
+finished), ``"system": 200`` starts a request with a 200-token system prompt shared by every request
+giving the same count, and ``"waits_for": "t1"`` holds a request back until t1 has finished. Which
+requests share a pass, and from which radix prefix each starts, is the scheduler's model
+(:mod:`kimi_viz.schedule.scheduler`). ``--together IMAGE...`` is the workload of one single-image
+request per image, all arriving together.
 
 Two optional keys describe what the server already holds. ``"stale": {"1": "other.png"}`` on a
 request says that its image 1 comes back from the preprocessing cache as *other.png*'s eager rows
@@ -53,8 +59,13 @@ class Request:
     continues: str | None = None  # the earlier request (a chat's previous turn) whose prompt and output it repeats
     output: int = 1  # the tokens it generates (SGLang's max_new_tokens; the last arrives as its final decode)
     system: int = 0  # tokens of a system prompt every request with the same count shares, before its text
+    waits_for: str | None = None  # arrive only once this earlier request has finished (a continuing turn always does)
 
     def __post_init__(self) -> None:
+        if self.continues is not None and self.waits_for is not None:
+            raise WhatIfError(
+                f"request {self.rid}: a continuing turn arrives once the turn it continues finished; drop waits_for"
+            )
         if self.continues is not None and self.system:
             raise WhatIfError(f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system")
         if not 1 <= self.output <= MAX_OUTPUT:
@@ -85,7 +96,12 @@ class Request:
             data["stale"] = {str(k): image.label for k, image in self.stale}
         data.update(
             (key, value)
-            for key, value, default in (("continues", self.continues, None), ("output", self.output, 1), ("system", self.system, 0))
+            for key, value, default in (
+                ("continues", self.continues, None),
+                ("waits_for", self.waits_for, None),
+                ("output", self.output, 1),
+                ("system", self.system, 0),
+            )
             if value != default
         )
         return data
@@ -144,11 +160,12 @@ class Workload:
         if repeated:
             raise WhatIfError(f"requests: the id {repeated[0]!r} names two requests; give every request its own id")
         for k, request in enumerate(self.requests):
-            if request.continues is not None and request.continues not in ids[:k]:
-                raise WhatIfError(
-                    f"request {request.rid}: continues {request.continues!r}, which is not an earlier request; "
-                    "list a conversation's turns in order"
-                )
+            for key, rid in (("continues", request.continues), ("waits_for", request.waits_for)):
+                if rid is not None and rid not in ids[:k]:
+                    raise WhatIfError(
+                        f"request {request.rid}: {key} {rid!r}, which is not an earlier request; "
+                        "list a conversation's turns in order"
+                    )
 
     def turns(self, k: int) -> list[int]:
         """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` for a lone request)."""
@@ -214,11 +231,11 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         where = f"{source}: requests[{k}]"
         if not isinstance(entry, dict):
             raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
-        unknown = set(entry) - {"id", "images", "text", "arrival", "stale", "continues", "output", "system"}
+        unknown = set(entry) - {"id", "images", "text", "arrival", "stale", "continues", "waits_for", "output", "system"}
         if unknown:
             raise WhatIfError(
                 f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale, continues, "
-                "output, system"
+                "waits_for, output, system"
             )
         rid = entry.get("id", f"r{k + 1}")
         if not isinstance(rid, str) or not rid or len(rid) > 64:
@@ -258,7 +275,10 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         system = _count(entry.get("system", 0), f"{where}.system")
         if not 1 <= output <= MAX_OUTPUT:
             raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
-        turn = dict(continues=continues, output=output, system=system)
+        waits_for = entry.get("waits_for")
+        if waits_for is not None and not isinstance(waits_for, str):
+            raise WhatIfError(f"{where}.waits_for: expected the id of an earlier request, got {waits_for!r}")
+        turn = dict(continues=continues, output=output, system=system, waits_for=waits_for)
         requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts, **turn))
     seeds = []
     cache = data.get("cache", [])
