@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from kimi_viz import sweep, whatif
 from kimi_viz.data import sample_path
 from kimi_viz.errors import WhatIfError
 from kimi_viz.messages import (
@@ -23,8 +24,8 @@ from kimi_viz.request.images import probe_image
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import adjust_embedding_length, replay_forward
-from kimi_viz.schedule.rows import Rows, Source
 from kimi_viz.schedule.prefill_workload import Settings, text_requests
+from kimi_viz.schedule.rows import Rows, Source
 from kimi_viz.schedule.scheduler import Window, passes_of
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest
 from kimi_viz.schedule.workload import CacheSeed, Request, Workload, parse_workload, together
@@ -216,3 +217,16 @@ def test_a_workload_file_is_read_strictly():
     ):
         with pytest.raises(WhatIfError, match=words):
             parse_workload(bad)
+
+
+def test_a_conversation_asked_through_whatif_and_sweep_builds_every_turn_whole():
+    horse, coffee = probe_image(sample_path("horse.png")), probe_image(sample_path("coffee.png"))
+    workload = Workload(
+        (Request("t1", (horse,), output=8), Request("t2", (coffee,), continues="t1"), Request("t3", (), continues="t2"))
+    )
+    alone = replay_workload(workload, sglang_version="0.5.23", tp_size=2)
+    answer = whatif(workload, sglang_version="0.5.23", tp_size=2, find_fix=False)
+    assert answer.status is alone.status
+    assert answer.replay.plans == alone.plans
+    swept = sweep(workload, tp_sizes=(2,))
+    assert all(cell.answer is not None for cell in swept.cells)
