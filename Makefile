@@ -65,6 +65,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_cli.py
 	$(PY) benchmarks/bench_whatif.py
 	$(PY) benchmarks/bench_load.py
+	$(PY) benchmarks/bench_conversation_sweep.py
 	$(PY) benchmarks/bench_encoder.py --device cpu --preset tiny --quick
 
 clean:
