@@ -84,11 +84,12 @@ def whatif(
 
     ``subject`` is the request's images (paths, bytes or PIL images), a ``Workload``, a client's
     ``ChatRequest`` or a captured ``Batch``; ``settings`` are the server settings (default SGLang's),
-    ``load`` the scheduler's for a workload, ``beside`` other requests arriving with a chat's last turn. ``mode="shapes"`` reads only image headers, ``"pixels"``
-    materializes the pixels too. With ``find_fix`` a failure names the first later release that runs
-    it clean. With ``under_load`` a lone request clean alone is also prefilled beside each sample image
-    (smallest first): ``Answer.under_load`` names the first partner that makes it fail. With ``try_flags``
-    a workload's scheduler flags are each changed alone: ``Answer.flags`` names those that change its status.
+    ``load`` the scheduler's for a workload, ``beside`` other requests arriving with a chat's last turn.
+    ``mode="shapes"`` reads only image headers, ``"pixels"`` materializes the pixels too. With ``find_fix``
+    a failure names the first later release that runs it clean. With ``under_load`` a lone request clean
+    alone is also prefilled beside each sample image (smallest first): ``Answer.under_load`` names the
+    first partner that makes it fail. With ``try_flags`` a workload's scheduler flags are each changed
+    alone: ``Answer.flags`` names those that change its status.
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     release, sentence = release_for(sglang_version)

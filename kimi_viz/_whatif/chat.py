@@ -49,7 +49,9 @@ def chat_turns(request: ChatRequest) -> list[tuple[ChatRequest, int]]:
     return [*turns, (request, 1)]
 
 
-def chat_workload(outcomes: Sequence[RequestOutcome], outputs: Sequence[int] = (), beside: Workload | None = None) -> Workload:
+def chat_workload(
+    outcomes: Sequence[RequestOutcome], outputs: Sequence[int] = (), beside: Workload | None = None
+) -> Workload:
     """Return the workload of accepted turns (ids ``turn1``, ``turn2``, ...; a lone body is ``r1``): each turn
     continues the one before with its own text and images, then the requests ``beside`` (arriving with the last)."""
     outputs = list(outputs) or [1] * len(outcomes)
@@ -61,16 +63,18 @@ def chat_workload(outcomes: Sequence[RequestOutcome], outputs: Sequence[int] = (
         rid = "r1" if len(outcomes) == 1 else f"turn{k + 1}"
         own_images = images[done_images:]
         if own_images:
-            start = before + sum(gaps[: done_images])  # text before the first new image
+            start = before + sum(gaps[:done_images])  # text before the first new image
             own = (start - done_text, gaps[done_images:], after)
         else:
             own = (before + sum(gaps) + after - done_text, [], 0)
         if own[0] < 0:
             raise WhatIfError(f"the chat's turn {k + 1} does not start with turn {k}'s prompt and answer")
-        spacing = {"gaps": tuple(own[1])} if len(own_images) > 1 else {}
+        gaps_own = tuple(own[1]) if len(own_images) > 1 else ()
         previous = turns[-1].rid if turns else None
         turns.append(
-            Request(rid, tuple(own_images), before=own[0], after=own[2], continues=previous, output=output, **spacing)
+            Request(
+                rid, tuple(own_images), before=own[0], after=own[2], gaps=gaps_own, continues=previous, output=output
+            )
         )
         done_text, done_images = before + sum(gaps) + after + output, len(images)
     others: list[Request] = []

@@ -53,12 +53,13 @@ def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", devic
     """Return the flags that change ``answer``'s status when changed alone (None for a question without a workload)."""
     if not hasattr(question, "load"):  # a workload's question (a chat's too) carries its scheduler settings
         return None
-    load = question.load if question.load is not None else LoadSettings()
+    asked: Any = question
+    load = asked.load if asked.load is not None else LoadSettings()
     release: Release = answer.release
     tried, changes = [], []
     for flag, other in alternatives(load):
         try:
-            status = answer_on(replace(question, load=other), release, answer.tp_size, mode, device).status
+            status = answer_on(replace(asked, load=other), release, answer.tp_size, mode, device).status
         except WhatIfError:  # a combination the release or the kit refuses: not a change to suggest
             continue
         tried.append(flag)

@@ -10,7 +10,7 @@ every attention-TP size (:meth:`Question.prepare`), answers on one release and T
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from .._records import frozen
@@ -21,8 +21,9 @@ from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import model_call, replay_call
-from ..schedule.workload import Workload
+from ..schedule.scheduler import PassPlan
 from ..schedule.steps import scheduler_rules
+from ..schedule.workload import Workload
 from ..schedule.workload_replay import (
     LoadResult,
     LoadSettings,
@@ -154,6 +155,14 @@ def subset_workload(workload: Workload, units: Sequence[Unit]) -> Workload:
     return Workload(tuple(requests), workload.cache)
 
 
+@dataclass
+class PreparedWorkload:
+    """A workload built for one release: each request's items, and its passes once planned under each settings."""
+
+    built: list[BuiltRequest]
+    plans: dict[LoadSettings, list[PassPlan]] = field(default_factory=dict)
+
+
 @frozen
 class WorkloadQuestion:
     """Several requests reaching the scheduler (``--together``, ``--requests FILE``): every prefill pass."""
@@ -172,22 +181,27 @@ class WorkloadQuestion:
         """Return the request side, the code path, the forward pass and the scheduler's rules."""
         return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
 
-    def prepare(self, release: Release, mode: Mode) -> list[BuiltRequest]:
+    def prepare(self, release: Release, mode: Mode) -> PreparedWorkload:
         """Return each request's items as the release builds them (a chat's later turn re-sends earlier images)."""
-        return [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
+        return PreparedWorkload(
+            [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
+        )
 
-    def ask(self, release: Release, tp_size: int, prepared: list[BuiltRequest], *, mode: Mode, device: Any) -> Answer:
-        """Return the answer: every prefill pass replayed."""
+    def ask(self, release: Release, tp_size: int, prepared: PreparedWorkload, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: every prefill pass replayed (planned on the first ask, shared by every TP size)."""
+        load = self.load if self.load is not None else LoadSettings()
         result = replay_workload(
             self.workload,
             sglang_version=release.version,
             tp_size=tp_size,
             settings=self.settings,
-            load=self.load,
+            load=load,
             mode=mode,
             device=device,
-            built=prepared,
+            built=prepared.built,
+            plans=prepared.plans.get(load),
         )
+        prepared.plans[load] = result.plans
         return load_answer(result)
 
     def units(self) -> tuple[Unit, ...]:
@@ -256,6 +270,7 @@ __all__ = [
     "Question",
     "RequestQuestion",
     "WorkloadQuestion",
+    "PreparedWorkload",
     "BatchQuestion",
     "load_answer",
     "subset_workload",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..answer import FlagSearch, Answer, Cell, ChatReplay, Minimized, PairHint, RequestReplay
+from ..answer import Answer, Cell, ChatReplay, FlagSearch, Minimized, PairHint, RequestReplay
 from ..schedule.workload_replay import LoadResult
 from ..split.cause import ErrorInfo
 from .answer_views import advice, culprit_unit
@@ -89,7 +89,10 @@ def answer_json(answer: Answer) -> dict[str, Any]:
 
 def flags_json(search: FlagSearch) -> dict[str, Any]:
     """Return ``{"tried": [flag, ...], "changes": [{"flag", "status"}, ...]}``."""
-    return {"tried": list(search.tried), "changes": [{"flag": c.flag, "status": c.status.value} for c in search.changes]}
+    return {
+        "tried": list(search.tried),
+        "changes": [{"flag": c.flag, "status": c.status.value} for c in search.changes],
+    }
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:

@@ -158,7 +158,9 @@ def workload_table(result: LoadResult) -> Table:
             matched or "—",
             ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),
         ]
-        for request, built, prompt, matched in zip(result.workload.requests, result.built, result.prompts, result.matched)
+        for request, built, prompt, matched in zip(
+            result.workload.requests, result.built, result.prompts, result.matched
+        )
     ]
     return Table(
         [
@@ -211,7 +213,8 @@ def pass_table(result: LoadResult) -> Table:
         [
             k + 1,
             "; ".join(
-                f"{w.rid} [{w.prefix}, {w.prefix + w.extend})" + (" after radix prefix" if w.prefix == w.matched > 0 else "")
+                f"{w.rid} [{w.prefix}, {w.prefix + w.extend})"
+                + (" after radix prefix" if w.prefix == w.matched > 0 else "")
                 for w in trace.batch
                 if w.extend
             ),
@@ -258,7 +261,11 @@ def _load_lines(answer: Answer, result: LoadResult) -> list[str]:
     """Return a workload's text: the requests, the encode server, every pass, and the failing call's items."""
     workload = result.workload
     n = len(workload.requests)
-    together = len({r.arrival for r in workload.requests}) == 1 and n > 1 and all(r.continues is None for r in workload.requests)
+    together = (
+        len({r.arrival for r in workload.requests}) == 1
+        and n > 1
+        and all(r.continues is None for r in workload.requests)
+    )
     lines = [
         f"== what if: {n} request{'s' if n != 1 else ''} ({workload.images} image{'s' if workload.images != 1 else ''}"
         f"{', arriving together' if together else ''}) on SGLang {result.release.version} "

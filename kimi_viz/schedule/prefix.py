@@ -20,6 +20,7 @@ is ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the rules and wher
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -56,7 +57,12 @@ def pad_rule(release: str) -> PadRule:
 
 def pad_values(image_hash: int, release: str) -> tuple[int, ...]:
     """Return the pad values ``release`` derives from an image's hash (one value, or four cycled)."""
-    if not pad_rule(release).wide:
+    return _pad_values(image_hash, pad_rule(release).wide)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pad_values(image_hash: int, wide: bool) -> tuple[int, ...]:
+    if not wide:
         return (PAD_SHIFT + image_hash % (1 << 30),)
     digest = hashlib.sha256(WIDE_PAD_TAG + image_hash.to_bytes(8, byteorder="big")).digest()
     return tuple(

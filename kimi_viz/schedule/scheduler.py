@@ -16,11 +16,11 @@ what stays simplified (memory never short, no retraction, the plain radix tree).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..request.images import RequestImage
 from ..request.prompt import MEDIA_TOKEN_IDS, Prompt
 from . import prefill_workload as pw
 from .prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL
@@ -86,15 +86,13 @@ class _Ids:
         return self.shared[name]
 
 
-def _image_hash(key: str) -> int:
-    """Return an image's item hash as a 64-bit number (its digest's first 16 hex digits)."""
-    try:
-        return int(key[:16], 16)
-    except ValueError:
-        return zlib.crc32(key.encode())
+def image_hash(image: RequestImage) -> int:
+    """Return the number the scheduler's model hashes an image's run by: its digest's first 16 hex digits (equal
+    bytes, equal hashes, as SGLang's ``item.hash``)."""
+    return int(image.digest[:16], 16)
 
 
-def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> list[pw.Part]:
+def _own_parts(prompt: Prompt, images: Sequence[RequestImage], start: int, ids: _Ids) -> list[pw.Part]:
     """Return the parts of ``prompt`` from ``start`` on: fresh text ids, media tokens, captions, image runs."""
     parts: list[pw.Part] = []
     for segment in prompt.segments:
@@ -103,21 +101,23 @@ def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> li
             continue
         if segment.kind == "pads":
             assert lo == segment.start, "a continued prefix ends on a text token"
-            parts.append(pw.Image(_image_hash(keys[segment.image or 0]), segment.length))
+            parts.append(pw.Image(image_hash(images[segment.image or 0]), segment.length))
         elif segment.kind in ("media_begin", "media_content", "media_end"):
             parts.append(MEDIA_TOKEN_IDS["<|" + segment.kind + "|>"])
-        elif segment.kind == "caption":  # the same image size writes the same caption
-            name = f"caption:{segment.image}:{segment.length}:{keys[segment.image or 0]}"
-            parts.extend(ids.named(name, segment.length)[lo - segment.start :])
+        elif segment.kind == "caption":  # "image WxH": the same upload size writes the same caption
+            width, height = images[segment.image or 0].size
+            parts.extend(ids.named(f"caption:{width}x{height}", segment.length)[lo - segment.start :])
         else:
             parts.extend(ids.fresh(segment.end - lo))
     return parts
 
 
-def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]]) -> list[pw.Request]:
+def scheduled_requests(
+    workload: Workload, prompts: Sequence[Prompt], images: Sequence[Sequence[RequestImage]]
+) -> list[pw.Request]:
     """Return each request as the scheduler's model reads it: its prompt's ids and image runs, when it arrives,
-    which turn it follows and the ids it generates. ``prompts`` and ``keys`` (each image's hash) are of each
-    request written out whole (:meth:`Workload.whole`)."""
+    which turn it follows and the ids it generates. ``prompts`` and ``images`` are of each request written out
+    whole (:meth:`Workload.whole`)."""
     ids = _Ids()
     out: list[pw.Request] = []
     by_rid: dict[str, int] = {}
@@ -129,7 +129,7 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
         else:
             parts = list(ids.named(f"system:{request.system}", request.system)) if request.system else []
         start = sum(p.length if isinstance(p, pw.Image) else 1 for p in parts)
-        parts += _own_parts(prompt, keys[k], start, ids)
+        parts += _own_parts(prompt, images[k], start, ids)
         outputs = tuple(OUTPUT_BASE + t for t in ids.fresh(request.output))
         out.append(
             pw.Request(
@@ -143,7 +143,6 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
         )
         by_rid[request.rid] = k
     return out
-
 
 
 def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: str) -> list[PassPlan]:
@@ -162,10 +161,14 @@ def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: st
 
 
 def plan_passes(
-    workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]], settings: pw.Settings, release: str
+    workload: Workload,
+    prompts: Sequence[Prompt],
+    images: Sequence[Sequence[RequestImage]],
+    settings: pw.Settings,
+    release: str,
 ) -> list[PassPlan]:
-    """Return the prefill passes of ``workload`` (its requests' whole ``prompts``, each image's hash in ``keys``)."""
-    return passes_of(scheduled_requests(workload, prompts, keys), settings, release)
+    """Return the prefill passes of ``workload`` (its requests' whole ``prompts`` and ``images``) on ``release``."""
+    return passes_of(scheduled_requests(workload, prompts, images), settings, release)
 
 
 __all__ = [
@@ -174,6 +177,7 @@ __all__ = [
     "Window",
     "PassPlan",
     "check_chunk_size",
+    "image_hash",
     "passes_of",
     "plan_passes",
     "scheduled_requests",

@@ -69,7 +69,8 @@ class ImageSupply:
         return f"{where}: {self.supplier} ({passes}){cut}"
 
     def to_json(self) -> dict[str, object]:
-        """Return ``{"request", "image", "label", "offsets", "matched_prefix", "supplier", "passes", "cut_by_prefix"}``."""
+        """Return ``{"request", "image", "label", "offsets", "matched_prefix", "supplier", "passes",
+        "cut_by_prefix"}``."""
         return {
             "request": self.rid,
             "image": self.image,

@@ -41,6 +41,7 @@ MAX_REQUESTS = 256
 MAX_IMAGES = 256  # images in a whole workload
 MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + after
 MAX_OUTPUT = 4096  # tokens one request generates (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's clip)
+REQUEST_KEYS = frozenset({"id", "images", "text", "arrival", "stale", "continues", "waits_for", "output", "system"})
 DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
 
 
@@ -67,7 +68,9 @@ class Request:
                 f"request {self.rid}: a continuing turn arrives once the turn it continues finished; drop waits_for"
             )
         if self.continues is not None and self.system:
-            raise WhatIfError(f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system")
+            raise WhatIfError(
+                f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system"
+            )
         if not 1 <= self.output <= MAX_OUTPUT:
             raise WhatIfError(f"request {self.rid}: output {self.output}: expected 1 to {MAX_OUTPUT} generated tokens")
         if self.gaps and len(self.gaps) != len(self.images) - 1:
@@ -108,7 +111,8 @@ class Request:
 
 
 def _joined(earlier: Request, output: int, later: Request) -> Request:
-    """Return ``later`` written out whole: ``earlier``'s prompt (already whole), its ``output`` tokens, then ``later``'s own."""
+    """Return ``later`` written out whole: ``earlier``'s prompt (already whole), its ``output`` tokens, then
+    ``later``'s own."""
     shift = len(earlier.images)
     stale = (*earlier.stale, *((k + shift, image) for k, image in later.stale))
     joint = earlier.after + output + later.before
@@ -168,7 +172,7 @@ class Workload:
                     )
 
     def turns(self, k: int) -> list[int]:
-        """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` for a lone request)."""
+        """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` alone)."""
         index = {r.rid: j for j, r in enumerate(self.requests)}
         chain = [k]
         while self.requests[chain[0]].continues is not None:
@@ -181,8 +185,15 @@ class Workload:
         chain = [self.requests[j] for j in self.turns(k)]
         first = chain[0]
         request = Request(
-            first.rid, first.images, before=first.system + first.before, between=first.between, after=first.after,
-            arrival=first.arrival, stale=first.stale, gaps=first.gaps, output=first.output,
+            first.rid,
+            first.images,
+            before=first.system + first.before,
+            between=first.between,
+            after=first.after,
+            arrival=first.arrival,
+            stale=first.stale,
+            gaps=first.gaps,
+            output=first.output,
         )
         for earlier, later in zip(chain, chain[1:]):
             request = _joined(request, earlier.output, later)
@@ -219,6 +230,71 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
+def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Request:
+    """Return the :class:`Request` of one workload entry, read strictly (``where`` names it in errors)."""
+    if not isinstance(entry, dict):
+        raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
+    unknown = set(entry) - REQUEST_KEYS
+    if unknown:
+        raise WhatIfError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale, continues, "
+            "waits_for, output, system"
+        )
+    rid = entry.get("id", f"r{k + 1}")
+    if not isinstance(rid, str) or not rid or len(rid) > 64:
+        raise WhatIfError(f"{where}.id: expected a string of 1 to 64 characters, got {rid!r}")
+    continues = entry.get("continues")
+    if continues is not None and not isinstance(continues, str):
+        raise WhatIfError(f"{where}.continues: expected the id of an earlier request, got {continues!r}")
+    names = entry.get("images", [] if continues is not None else None)
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise WhatIfError(f"{where}.images: expected a list of image paths or sample names")
+    if not names and continues is None:
+        raise WhatIfError(f"{where}.images: no images; give at least one, or continue an earlier request")
+    text = entry.get("text", {})
+    if not isinstance(text, dict) or set(text) - set(DEFAULT_TEXT):
+        raise WhatIfError(f"{where}.text: expected {{before, between, after}} token counts, got {text!r}")
+    gaps: tuple[int, ...] = ()
+    if isinstance(text.get("between"), list):
+        gaps = tuple(_count(v, f"{where}.text.between[{g}]") for g, v in enumerate(text["between"]))
+        text = {key: value for key, value in text.items() if key != "between"}
+    counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
+    arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
+    images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
+    stale = entry.get("stale", {})
+    if not isinstance(stale, dict):
+        raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
+    pairs = []
+    for key, name in stale.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
+            raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
+        pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
+    if gaps and len(gaps) != len(images) - 1:
+        raise WhatIfError(f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap")
+    stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
+    output = _count(entry.get("output", 1), f"{where}.output")
+    system = _count(entry.get("system", 0), f"{where}.system")
+    if not 1 <= output <= MAX_OUTPUT:
+        raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
+    waits_for = entry.get("waits_for")
+    if waits_for is not None and not isinstance(waits_for, str):
+        raise WhatIfError(f"{where}.waits_for: expected the id of an earlier request, got {waits_for!r}")
+    return Request(
+        rid,
+        images,
+        before=counts["before"],
+        between=counts["between"],
+        after=counts["after"],
+        arrival=arrival,
+        stale=stale_pairs,
+        gaps=gaps,
+        continues=continues,
+        output=output,
+        system=system,
+        waits_for=waits_for,
+    )
+
+
 def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the workload") -> Workload:
     """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``."""
     if not isinstance(data, dict) or set(data) - {"requests", "cache"} or not isinstance(data.get("requests"), list):
@@ -226,60 +302,7 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
     raw = data["requests"]
     if len(raw) > MAX_REQUESTS:
         raise WhatIfError(f"{source}: {len(raw)} requests, over the limit of {MAX_REQUESTS}")
-    requests = []
-    for k, entry in enumerate(raw):
-        where = f"{source}: requests[{k}]"
-        if not isinstance(entry, dict):
-            raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
-        unknown = set(entry) - {"id", "images", "text", "arrival", "stale", "continues", "waits_for", "output", "system"}
-        if unknown:
-            raise WhatIfError(
-                f"{where}: unknown key {sorted(unknown)[0]!r}; expected id, images, text, arrival, stale, continues, "
-                "waits_for, output, system"
-            )
-        rid = entry.get("id", f"r{k + 1}")
-        if not isinstance(rid, str) or not rid or len(rid) > 64:
-            raise WhatIfError(f"{where}.id: expected a string of 1 to 64 characters, got {rid!r}")
-        continues = entry.get("continues")
-        if continues is not None and not isinstance(continues, str):
-            raise WhatIfError(f"{where}.continues: expected the id of an earlier request, got {continues!r}")
-        names = entry.get("images", [] if continues is not None else None)
-        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-            raise WhatIfError(f"{where}.images: expected a list of image paths or sample names")
-        if not names and continues is None:
-            raise WhatIfError(f"{where}.images: no images; give at least one, or continue an earlier request")
-        text = entry.get("text", {})
-        if not isinstance(text, dict) or set(text) - set(DEFAULT_TEXT):
-            raise WhatIfError(f"{where}.text: expected {{before, between, after}} token counts, got {text!r}")
-        gaps: tuple[int, ...] = ()
-        if isinstance(text.get("between"), list):
-            gaps = tuple(_count(v, f"{where}.text.between[{g}]") for g, v in enumerate(text["between"]))
-            text = {key: value for key, value in text.items() if key != "between"}
-        counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
-        arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
-        images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
-        stale = entry.get("stale", {})
-        if not isinstance(stale, dict):
-            raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
-        pairs = []
-        for key, name in stale.items():
-            if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
-                raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
-            pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
-        if gaps and len(gaps) != len(images) - 1:
-            raise WhatIfError(
-                f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap"
-            )
-        stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
-        output = _count(entry.get("output", 1), f"{where}.output")
-        system = _count(entry.get("system", 0), f"{where}.system")
-        if not 1 <= output <= MAX_OUTPUT:
-            raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
-        waits_for = entry.get("waits_for")
-        if waits_for is not None and not isinstance(waits_for, str):
-            raise WhatIfError(f"{where}.waits_for: expected the id of an earlier request, got {waits_for!r}")
-        turn = dict(continues=continues, output=output, system=system, waits_for=waits_for)
-        requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts, **turn))
+    requests = [_parse_request(entry, f"{source}: requests[{k}]", k, folder) for k, entry in enumerate(raw)]
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:

@@ -33,10 +33,10 @@ from ..split.verdict import Status
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
-from .rows import Rows, Source
 from .prefill_workload import SCHEDULE_POLICIES, SchedulePolicy, Settings
-from .supply import ImageSupply, pass_supplier
+from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, PassPlan, check_chunk_size, plan_passes
+from .supply import ImageSupply, pass_supplier
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
 
@@ -288,12 +288,14 @@ def replay_workload(
     device: Any = "auto",
     cache: EmbeddingCache | None = None,
     built: list[BuiltRequest] | None = None,
+    plans: list[PassPlan] | None = None,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
     ``cache`` is the embedding cache the workload starts with (a fresh one of ``load.cache_mb`` MB by
     default; it is copied, never changed); ``built`` are the requests' items when the caller already
-    built them with this release's request side (a sweep builds each once). Raises
+    built them with this release's request side (a sweep builds each once); ``plans`` the passes already
+    planned for these requests and ``load`` on this release (they do not depend on the TP size). Raises
     :class:`~kimi_viz.errors.WhatIfError` for settings the release refuses or contradictory ones.
     """
     release, sentence = release_for(sglang_version)
@@ -309,8 +311,9 @@ def replay_workload(
         for r, b in zip(whole, built)
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
-    keys = [[image.digest[:16] for image in r.images] for r in whole]
-    plans = plan_passes(workload, prompts, keys, load.scheduler_settings(), release.version)
+    if plans is None:
+        images = [list(b.images) for b in built]
+        plans = plan_passes(workload, prompts, images, load.scheduler_settings(), release.version)
     items = _forward_items(whole, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
@@ -330,24 +333,33 @@ def replay_workload(
         cache.set(key, Rows.of(Source(-1, 0, "earlier", f"{seed.image.label}, cached", key), seed.tokens))
     consumer = built[0].consumer.to_media_proc_cfg()
     encode = call_encoder(release=release, tp_size=tp, processor=consumer, mode=mode, device=device)
-    matched = matched_prefixes(plans, len(workload.requests))
-    for plan in plans:
+    _replay_passes(result, items, cache, encode)
+    return result
+
+
+def _replay_passes(
+    result: LoadResult, items: list[tuple[ForwardItem, ...]], cache: EmbeddingCache, encode: Any
+) -> None:
+    """Replay every planned pass in order into ``result.passes``, one embedding cache carried along, up to the
+    first that raises (it kills the scheduler process)."""
+    matched, load = result.matched, result.load
+    for plan in result.plans:
         batch = [
             ForwardRequest(
                 w.request,
-                workload.requests[w.request].rid,
+                result.workload.requests[w.request].rid,
                 items[w.request],
                 w.prefix,
                 w.extend,
-                prompts[w.request].length,
+                result.prompts[w.request].length,
                 matched[w.request],
             )
             for w in plan.windows
         ]
         trace = replay_forward(
             batch,
-            release=release,
-            tp_size=tp,
+            release=result.release,
+            tp_size=result.tp_size,
             cache=cache,
             encode=encode,
             platform=load.platform,
@@ -356,7 +368,6 @@ def replay_workload(
         result.passes.append(trace)
         if trace.error is not None:
             break
-    return result
 
 
 def build_workload_request(

@@ -1,0 +1,256 @@
+"""Conversations and shared prefixes: the workload's new keys, the radix prefix each request starts from, where
+each image's rows come from, the flag search, ``whatif --chat`` over several turns, and the scheduler's options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kimi_viz import whatif
+from kimi_viz._whatif.chat import chat_turns, chat_workload
+from kimi_viz.cli import main
+from kimi_viz.errors import WhatIfError
+from kimi_viz.messages import MSG_GPU_WRONG_GRIDS
+from kimi_viz.request.chat import parse_request, text_tokens
+from kimi_viz.request.checks import check_request
+from kimi_viz.schedule.prefill_workload import Image
+from kimi_viz.schedule.prefix import page_floor
+from kimi_viz.schedule.scheduler import scheduled_requests
+from kimi_viz.schedule.workload import parse_workload
+from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload, whole_requests
+from kimi_viz.split.cause import ErrorInfo
+from kimi_viz.split.verdict import Status
+
+# t1 ends two text tokens after camera.png's block and generates 2 tokens: its tree key is its prompt and
+# its first output (kv_committed_len), 405 tokens; page 64 floors the second turn's match to 384, inside
+# camera.png's pad run (40..400)
+CUT = {
+    "requests": [
+        {"id": "t1", "images": ["camera.png"], "text": {"after": 2}, "output": 2},
+        {"id": "t2", "continues": "t1", "images": ["coffee.png"]},
+    ]
+}
+
+
+def _replay(data, version="0.5.18", tp=2, **load):
+    return replay_workload(parse_workload(data), sglang_version=version, tp_size=tp, load=LoadSettings(**load))
+
+
+def test_a_later_turn_is_written_out_whole_and_repeats_the_earlier_ids():
+    workload = parse_workload(CUT)
+    whole = whole_requests(workload)
+    assert [im.label for im in whole[1].images] == ["camera.png", "coffee.png"]
+    assert whole[1].before == 32 and whole[1].gap_list() == [2 + 2 + 32] and whole[1].after == 32
+    result = _replay(CUT)
+    assert result.prompts[0].pad_runs == [(40, 400)] and result.prompts[0].length == 404
+    assert result.prompts[1].pad_runs == [(40, 400), (446, 775)] and result.prompts[1].length == 809
+    first, second = scheduled_requests(workload, result.prompts, [list(b.images) for b in result.built])
+    assert second.parts[: len(first.parts) + 2] == (*first.parts, *first.output_ids)
+    assert second.after == "t1" and first.max_new_tokens == 2
+    hashes = [p.image_hash for p in second.parts if isinstance(p, Image)]
+    assert hashes == [int(im.digest[:16], 16) for im in whole[1].images]
+
+
+@pytest.mark.parametrize(("page", "matched"), [(1, 405), (16, 400), (64, 384)])
+def test_the_second_turn_starts_at_the_first_turns_key_floored_to_the_page(page, matched):
+    result = _replay(CUT, page_size=page, chunked_prefill_size=8192)
+    assert result.matched == [0, matched] == [page_floor(405, page) * (k == 1) for k in range(2)]
+    assert [[(w.request, w.prefix, w.extend) for w in p.windows] for p in result.plans] == [
+        [(0, 0, 404)],
+        [(1, matched, 809 - matched)],
+    ]
+    assert result.plans[1].step == 2  # t1 prefilled at step 0, decoded its second token at step 1
+
+
+def test_where_each_image_came_from_radix_prefix_cache_or_call():
+    supplies = _replay(CUT, page_size=16).image_supplies()
+    assert [(s.rid, s.image, s.supplier) for s in supplies] == [
+        ("t1", 0, "call"),
+        ("t2", 0, "embedding cache"),  # the prefix ends at 400, the run's last token: looked up, a hit
+        ("t2", 1, "call"),
+    ]
+    assert supplies[1].cut_by_prefix and "sliced from row 360" in supplies[1].describe()
+    supplies = _replay(CUT, page_size=1).image_supplies()
+    assert supplies[1].supplier == "radix prefix" and supplies[1].by_pass == ()
+    assert "never reaches the call" in supplies[1].describe()
+    supplies = _replay(CUT, page_size=64, cache_mb=0).image_supplies()
+    assert supplies[1].supplier == "call" and supplies[1].by_pass == ((1, "call"),)
+    off = _replay(CUT, disable_radix_cache=True)
+    assert off.matched == [0, 0] and off.image_supplies()[1].supplier == "embedding cache"
+
+
+def test_a_prefix_ending_inside_a_resent_image_with_the_cache_off_fails_on_0_5_18_and_names_the_flags():
+    workload = parse_workload(CUT)
+    answer = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=64, cache_mb=0))
+    assert answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
+    call = answer.replay.failing_call()
+    assert [(i.source.rid, i.source.image, i.tokens) for i in call.items] == [("t2", 0, 361), ("t2", 1, 330)]
+    assert answer.flags is not None
+    assert [(c.flag, c.status) for c in answer.flags.changes] == [
+        ("--page-size 1", Status.CLEAN),
+        ("SGLANG_VLM_CACHE_SIZE_MB=100", Status.CLEAN),
+    ]
+    assert "--disable-radix-cache" in answer.flags.tried and "--page-size 16" in answer.flags.tried
+    clean = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=1, cache_mb=0))
+    assert clean.status is Status.CLEAN
+
+
+def test_requests_sharing_a_system_prompt_share_only_its_pages_and_two_images_never_share_a_prefix():
+    data = {
+        "requests": [
+            {"id": "a", "images": ["camera.png"], "system": 50, "text": {"before": 0}},
+            {"id": "b", "images": ["astronaut.png"], "system": 50, "text": {"before": 0}, "arrival": 1},
+            {"id": "c", "images": ["camera.png"], "system": 50, "text": {"before": 0}, "arrival": 2},
+        ]
+    }
+    result = _replay(data, version="0.5.23")
+    start = result.prompts[0].pad_runs[0][0]
+    assert result.prompts[1].pad_runs[0][0] == start  # the same 512×512 block: only the pad values differ
+    # b: the system prompt and its image's block header match, never its pads (another image's hash);
+    # c: the same image's pads match too, up to its own text after the image
+    assert result.matched[:2] == [0, start]
+    assert result.matched[2] > result.prompts[2].pad_runs[0][1]
+    assert _replay(data, version="0.5.23", page_size=64).matched == [0, page_floor(start, 64), 384]
+
+
+def test_a_workload_file_with_conversations_round_trips_and_refuses_what_cannot_be():
+    workload = parse_workload(
+        {
+            "requests": [
+                {"id": "t1", "images": ["camera.png"], "system": 20, "output": 5},
+                {"id": "t2", "continues": "t1", "text": {"before": 4, "after": 0}},
+                {"id": "u", "images": ["coffee.png"], "waits_for": "t1"},
+            ]
+        }
+    )
+    assert parse_workload(workload.to_json()) == workload
+    assert workload.to_json()["requests"][1] == {
+        "id": "t2",
+        "images": [],
+        "text": {"before": 4, "between": 8, "after": 0},
+        "arrival": 0,
+        "continues": "t1",
+    }
+    for bad, words in (
+        ({"requests": [{"images": ["camera.png"], "id": "a", "continues": "a"}]}, "continues 'a', which is not an"),
+        ({"requests": [{"images": ["camera.png"], "waits_for": 3}]}, "waits_for: expected the id of an earlier"),
+        (
+            {"requests": [{"id": "a", "images": ["camera.png"]}, {"continues": "a", "system": 4}]},
+            "repeats its conversation's system prompt",
+        ),
+        ({"requests": [{"continues": None, "images": []}]}, "no images; give at least one"),
+        ({"requests": [{"images": ["camera.png"], "output": 5000}]}, "expected 1 to 4096 generated tokens"),
+    ):
+        with pytest.raises(WhatIfError, match=words):
+            parse_workload(bad)
+
+
+def _conversation() -> dict:
+    return {
+        "model": "kimi-k3",
+        "messages": [
+            {"role": "system", "content": "You describe photographs."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "camera.png"}},
+                    {"type": "text", "text": "What is this?"},
+                ],
+            },
+            {"role": "assistant", "content": "A man with a camera on a tripod in a field."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "And this one?"},
+                    {"type": "image_url", "image_url": {"url": "coffee.png"}},
+                ],
+            },
+        ],
+    }
+
+
+def test_a_chat_body_with_an_earlier_turn_is_two_turns_the_second_continuing_the_first():
+    request = parse_request(_conversation())
+    turns = chat_turns(request)
+    assert [(len(body.messages), len(body.images), output) for body, output in turns] == [
+        (2, 1, text_tokens("A man with a camera on a tripod in a field.") + 1),
+        (4, 2, 1),
+    ]
+    outcomes = [check_request(body, "0.5.23") for body, _ in turns]
+    workload = chat_workload(outcomes, [output for _, output in turns])
+    first, second = workload.requests
+    assert (first.rid, second.rid, second.continues, first.output) == ("turn1", "turn2", "turn1", turns[0][1])
+    whole = workload.whole(1)
+    assert [im.label for im in whole.images] == [im.label for im in outcomes[1].request.images]
+    before, gaps, after = outcomes[1].workload_text()
+    assert (whole.before, whole.gap_list(), whole.after) == (before, gaps, after)
+
+
+def test_whatif_chat_replays_the_conversation_beside_other_requests(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chat.json").write_text(json.dumps(_conversation()))
+    (tmp_path / "others.json").write_text(json.dumps({"requests": [{"id": "u1", "images": ["horse.png"]}]}))
+    argv = ["whatif", "--chat", "chat.json", "--requests", "others.json", "--sglang-version", "0.5.23", "--tp", "2"]
+    assert main([*argv, "--page-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "after radix prefix; u1 [0, 253)" in out
+    # turn1: 390 tokens, 13 generated; its key 390 + 13 - 1 floored to the page is turn2's prefix
+    assert (
+        "turn2    after turn1  camera.png, coffee.png  7/8/4                          0             1       753" in out
+    )
+    assert "turn2 [400, 753) after radix prefix" in out and page_floor(390 + 13 - 1, 16) == 400
+    assert "turn2 image 0 (camera.png, pad tokens 20..380): the radix prefix (tokens 0..399 cached)" in out
+    assert "u1 image 0 (horse.png, pad tokens 40..219): call (pass 2: call)" in out
+    assert "no single scheduler flag changes the outcome (tried: --disable-radix-cache" in out
+    assert "Kimi-K3's text model is hybrid linear attention" in out
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    load = data["load"]
+    assert [r["id"] for r in load["requests"]] == ["turn1", "turn2", "u1"]
+    assert load["requests"][2]["waits_for"] == "turn1"
+    assert [(i["request"], i["image"], i["supplier"]) for i in load["images"]] == [
+        ("turn1", 0, "call"),
+        ("turn2", 0, "radix prefix"),
+        ("turn2", 1, "call"),
+        ("u1", 0, "call"),
+    ]
+    assert data["flags"]["changes"] == [] and "--page-size 16" in data["flags"]["tried"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["chelsea.png", "--page-size", "16"], "--page-size describes a workload"),
+        (["chelsea.png", "--disable-radix-cache"], "--disable-radix-cache describes a workload"),
+        (["chelsea.png", "--together", "--schedule-policy", "lof"], "--schedule-policy 'lof': expected one of fcfs"),
+        (["chelsea.png", "--together", "--page-size", "0"], "--page-size 0: expected a number >= 1"),
+        (
+            ["chelsea.png", "--together", "--page-size", "64", "--chunked-prefill-size", "1000"],
+            "--chunked-prefill-size 1000: SGLang requires a multiple of --page-size 64",
+        ),
+        (["chelsea.png", "--together", "--max-prefill-tokens", "x"], "--max-prefill-tokens 'x': expected a whole"),
+    ],
+)
+def test_the_scheduler_options_are_refused_in_one_line_where_they_do_not_fit(extra, message, capsys):
+    assert main(["whatif", *extra, "--sglang-version", "0.5.23", "--tp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_scheduler_options_reach_the_scheduler(capsys):
+    argv = ["whatif", "chelsea.png", "coffee.png", "--together", "--sglang-version", "0.5.23", "--tp", "1"]
+    flags = ["--page-size", "16", "--chunked-prefill-size", "256", "--max-prefill-tokens", "300"]
+    assert main([*argv, *flags, "--schedule-policy", "lpm", "--enable-mixed-chunk", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    load = data["load"]
+    assert {k: load[k] for k in ("page_size", "chunked_prefill_size", "max_prefill_tokens")} == {
+        "page_size": 16,
+        "chunked_prefill_size": 256,
+        "max_prefill_tokens": 300,
+    }
+    assert load["schedule_policy"] == "lpm" and load["enable_mixed_chunk"] is True
+    windows = [[(w["request"], w["prefix_length"], w["extend_length"]) for w in p["windows"]] for p in data["passes"]]
+    assert windows[0] == [(0, 0, 256)]  # chelsea's 263-token prompt cut at the chunk, floored to the page
+    assert all(w[2] <= 256 for p in windows for w in p)
