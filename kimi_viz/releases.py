@@ -28,10 +28,10 @@ release it stands for and a sentence saying how it was chosen, which every verdi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from enum import Enum
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from ._records import frozen
 from .errors import ConfigError
@@ -352,6 +352,20 @@ def fix_release(path: CodePath) -> FixRelease:
     return FixRelease(version, change, path)
 
 
+class _Versioned(Protocol):
+    @property
+    def version(self) -> str: ...
+
+
+RuleT = TypeVar("RuleT", bound=_Versioned)
+
+
+def rule_in_force(rules: Sequence[RuleT], version: str) -> RuleT:
+    """Return the last of ``rules`` (each with the ``version`` it starts at, oldest first) that ``version`` runs."""
+    number = parse_version(release_for(version)[0].version)[0]
+    return [rule for rule in rules if parse_version(rule.version)[0] <= number][-1]
+
+
 def release_for(version: str) -> tuple[Release, str]:
     """Return ``(release whose code runs, sentence)`` for an SGLang version string; raise ConfigError before 0.5.17.
 
@@ -515,6 +529,7 @@ def first_fixing_release(
 
 
 __all__ = [
+    "rule_in_force",
     "CodePath",
     "CODE_PATHS",
     "PathSource",

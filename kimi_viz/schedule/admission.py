@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from .._records import frozen
 from ..errors import WhatIfError
-from ..releases import parse_version, release_for
+from ..releases import rule_in_force
 from .prefill_workload import SCHEDULE_POLICIES, Settings, Window
 from .prefix import PrefixTree, page_ceil, page_floor
 
@@ -55,8 +55,7 @@ ADMISSION_RULES: tuple[AdmissionRules, ...] = (
 
 def admission_rules(release: str) -> AdmissionRules:
     """Return the :class:`AdmissionRules` that ``release`` (an SGLang version string) runs."""
-    version = parse_version(release_for(release)[0].version)[0]
-    return [rule for rule in ADMISSION_RULES if parse_version(rule.version)[0] <= version][-1]
+    return rule_in_force(ADMISSION_RULES, release)
 
 
 @frozen

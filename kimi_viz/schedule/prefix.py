@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Sequence
 
 from .._records import frozen
-from ..releases import parse_version, release_for
+from ..releases import rule_in_force
 from .prefill_workload import Image, Request
 
 PAD_SHIFT = 1_000_000  # MM_PAD_SHIFT_VALUE
@@ -51,8 +51,7 @@ PAD_RULES: tuple[PadRule, ...] = (
 
 def pad_rule(release: str) -> PadRule:
     """Return the :class:`PadRule` that ``release`` (an SGLang version string) runs."""
-    version = parse_version(release_for(release)[0].version)[0]
-    return [rule for rule in PAD_RULES if parse_version(rule.version)[0] <= version][-1]
+    return rule_in_force(PAD_RULES, release)
 
 
 def pad_values(image_hash: int, release: str) -> tuple[int, ...]:
