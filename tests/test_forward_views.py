@@ -97,3 +97,58 @@ def test_the_stepper_gains_the_splice_steps_after_the_call():
         "adjust_length",
     ]
     assert fewer.heading.startswith("The forward pass (1 request) of attention-TP 1, SGLang 0.5.23 (post-fix path)")
+
+
+def _chat_passes():
+    """Return the passes of a two-turn chat on pages of 64: the second turn starts from a radix prefix of 448."""
+    from kimi_viz.schedule.workload import parse_workload
+    from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+
+    workload = parse_workload(
+        {
+            "requests": [
+                {"id": "t1", "images": ["camera.png"], "output": 20, "system": 50},
+                {"id": "t2", "continues": "t1", "images": ["coffee.png"]},
+                {"id": "o1", "images": ["horse.png"], "system": 50},
+            ]
+        }
+    )
+    load = LoadSettings(page_size=64, chunked_prefill_size=1024)
+    return replay_workload(workload, sglang_version="0.5.23", tp_size=2, load=load).passes
+
+
+def test_the_radix_prefix_is_its_own_hatched_labelled_region_with_a_legend_entry():
+    first, second = _chat_passes()
+    (t2,) = second.batch
+    assert (t2.matched, t2.window) == (448, (448, 907))
+    ax = draw_forward_pass(second)
+    (region,) = [c for c in ax.collections if c.get_gid() == "cached-t2"]
+    (corners,) = region.get_paths()
+    xs, ys = corners.vertices[:, 0], corners.vertices[:, 1]
+    assert (xs.min(), xs.max()) == (0, 448)  # [0, matched), apart from the window [448, 907)
+    assert region.get_hatch() == "xx" and all(p.get_hatch() != "xx" for p in ax.collections if p is not region)
+    prompt = [c for c in ax.collections if (c.get_gid() or "").startswith("prompt-t2-fills")]
+    assert (ys.min(), ys.max()) == (
+        prompt[0].get_paths()[0].vertices[:, 1].min(),
+        prompt[0].get_paths()[0].vertices[:, 1].max(),
+    )
+    assert _texts(ax, "cached-t2-label") == ["radix prefix (cached) [0, 448)"]
+    legend = ax.get_legend()
+    assert legend.get_gid() == "cached-legend"
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "radix prefix (cached): reused from the tree, never prefilled"
+    ]
+    assert legend.legend_handles[0].get_hatch() == "xx"
+    boxes = _text_boxes(ax.figure)
+    overlapping = [
+        (a.get_text(), b.get_text())
+        for i, (a, box_a) in enumerate(boxes)
+        for b, box_b in boxes[i + 1 :]
+        if box_a.overlaps(box_b) and "cached" in a.get_text() + b.get_text()
+    ]
+    assert overlapping == []
+    # a pass whose requests start from nothing cached draws no such region, label or legend
+    plain = draw_forward_pass(first)
+    assert all(t.matched == 0 for t in first.batch)
+    assert plain.get_legend() is None
+    assert [a for a in [*plain.collections, *plain.texts] if "cached" in (a.get_gid() or "")] == []
