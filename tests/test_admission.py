@@ -22,7 +22,7 @@ from kimi_viz.schedule.admission import (
     policy_order,
 )
 from kimi_viz.schedule.prefill_workload import Image, Request
-from kimi_viz.schedule.prefix import PrefixTree, pad_values, padded_ids, request_prefix
+from kimi_viz.schedule.prefix import PrefixMatch, PrefixTree, pad_values, padded_ids, prefix_match, request_prefix
 from kimi_viz.schedule.steps import schedule_steps
 
 RELEASES = ("0.5.18", "0.5.23")
@@ -117,6 +117,22 @@ def test_three_ten_token_requests_do_not_share_a_32_token_chunk_at_page_16():
         Budget(16, 16384, 32), None, [Candidate(f"r{k}", 10, 0) for k in range(3)], admission_rules("0.5.23")
     )
     assert [w.rid for w in formed.windows] == ["r0", "r1"] and formed.chunked is None
+    # what the walk did: each offer charged 16 (10 page-ceiled), the chunk budget spent, r2 never offered
+    assert formed.start == Budget(16, 16384, 32) and formed.budget == Budget(16, 16384 - 32, 0)
+    assert [(o.candidate.rid, o.chunked, o.charged, o.admission.result) for o in formed.offers] == [
+        ("r0", False, 16, "continue"),
+        ("r1", False, 16, "other"),
+    ]
+    assert formed.unoffered == ("r2",)
+
+
+def test_a_prefix_match_records_the_key_the_shared_tokens_and_the_page_floored_match():
+    tree = PrefixTree(page_size=16)
+    tree.insert(list(range(64)))
+    match = prefix_match(tree, [*range(40), 999, *range(41, 70)])
+    assert match == PrefixMatch(length=70, key=64, shared=40, matched=32)  # key: 69 capped, floored to 64
+    assert request_prefix(tree, [*range(40), 999, *range(41, 70)]) == match.matched
+    assert prefix_match(PrefixTree(16, disabled=True), list(range(70))) == PrefixMatch(70, 0, 0, 0)
 
 
 def test_lpm_deprioritises_a_request_sharing_32_tokens_with_an_earlier_waiting_one():

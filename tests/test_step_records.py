@@ -74,6 +74,11 @@ FULL = [
         records.Concatenation("deferred", [{"local": 0}], 8, 8),
         ["branch", "features", "total_rows", "rows_from_grids"],
     ),
+    (forward_records.RadixMatches("fcfs", 16, [{"rid": "a"}]), ["policy", "page_size", "requests"]),
+    (
+        forward_records.PassAdmission("fcfs", True, {"rem_input_tokens": 4}, [{"rid": "a"}], ["b"], "a", {}),
+        ["policy", "budget_state_before_candidate", "start_budget", "offers", "unoffered", "cut", "end_budget"],
+    ),
     (forward_records.ForwardBatch([{"rid": "a"}]), ["requests"]),
     (forward_records.PathChoice("per-image", "cuda"), ["path", "platform"]),
     (forward_records.CacheLookups([{"request": "a"}], "item.hash"), ["items", "key"]),

@@ -5,7 +5,10 @@ x axis counts tokens. Per request of the batch, top to bottom:
 
 * **prompt**: text tokens in light grey and each image's ``<|media_pad|>`` run in that image's colour,
   labelled ``r1:0 chelsea.png`` with its pad count; the pass's window ``[prefix, prefix + extend)`` is a
-  thick dashed outline labelled with its bounds;
+  thick dashed outline labelled with its bounds; the radix prefix the request started from,
+  ``[0, matched)`` (cached, never prefilled: an image wholly inside it never reaches the call), is
+  cross-hatched over the prompt and labelled ``radix prefix (cached)``, with a legend entry (drawn
+  only where a request has one, so a pass without a cached prefix is drawn as before);
 * **rows landed**: which image's feature rows were written on each pad token (labelled with the rows'
   image and row numbers); the first pad token that receives another image's row is marked in
   vermillion with both names.
@@ -22,12 +25,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from matplotlib.axes import Axes
-from matplotlib.patches import Rectangle
+from matplotlib.collections import PolyCollection
+from matplotlib.patches import Patch, Rectangle
 
 from ..preprocess.layout import spans_of
 from .axes import sized_axes
 from .palette import DIVERGENCE_COLOR, TEXT_COLOR, color_for
-from .rows import LABEL_FONT, draw_row_track
+from .rows import LABEL_FONT, LABEL_PAD_PX, draw_row_track, text_size_px
 from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +39,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..schedule.trace import CallItem, ForwardTrace, Lookup
 
 OUTSIDE_FILL = "#BBBBBB"
+CACHED_HATCH = "xx"  # the radix prefix: cross-hatched, unlike any span's hatch (none or ///)
+CACHED_WORDS = "radix prefix (cached)"
+CACHED_LEGEND = f"{CACHED_WORDS}: reused from the tree, never prefilled"
+LEGEND_ROOM = 0.9  # data units added below the tracks for the legend, only when a prefix is cached
+CACHED_ROOM = 0.6  # data units added under a prompt with a cached prefix: a second line of labels
 _LOOKUP_WORDS = {
     "hit": "cache hit",
     "stale-hit": "cached, other length: used",
@@ -61,7 +70,9 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
     """Draw one forward pass (prompts, windows, the call, rows onto pad tokens) and return the Axes."""
     requests = list(trace.batch)
     tracks = 2 * len(requests) + 2
-    ax = sized_axes(ax, (11.0, 1.4 + 0.95 * tracks))
+    cached = sum(1 for r in requests if r.matched > 0)
+    room = (LEGEND_ROOM if cached else 0.0) + CACHED_ROOM * cached  # data units, only for a cached prefix
+    ax = sized_axes(ax, (11.0, 1.4 + 0.95 * (tracks + room / (TRACK + GAP))))
     styles = _styles(trace)
     call_items = [i for call in trace.calls for i in call.items]
     outside = [u for u in trace.lookups if u.outcome != "miss"]
@@ -71,19 +82,28 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
         + [sum(i.tokens for i in call_items), sum(tokens.get((u.source.request, u.source.image), 0) for u in outside)]
         + [1]
     )
-    top = tracks * (TRACK + GAP)
-    track_axes(ax, width, (-1.4, top + 0.4), "token position (prompt tracks) / feature row (call tracks)")
+    top = tracks * (TRACK + GAP) + CACHED_ROOM * cached
+    bottom = -1.4 - (LEGEND_ROOM if cached else 0.0)
+    track_axes(ax, width, (bottom, top + 0.4), "token position (prompt tracks) / feature row (call tracks)")
     y = top - TRACK - GAP + 0.2
     first_wrong = trace.misplaced()[:1]
     for request in requests:
         _draw_prompt(ax, request, styles, y)
-        y -= TRACK + GAP
+        y -= TRACK + GAP + (CACHED_ROOM if request.matched > 0 else 0.0)
         _draw_landed(ax, trace, request.index, styles, y, first_wrong)
         y -= TRACK + GAP
     _draw_call_track(ax, trace, call_items, styles, y)
     y -= TRACK + GAP
     _draw_outside_track(ax, trace, outside, tokens, y)
     _draw_forward_heading(ax, trace, len(requests), title)
+    if cached:
+        legend = ax.legend(
+            handles=[Patch(facecolor="white", edgecolor=TEXT_COLOR, hatch=CACHED_HATCH, label=CACHED_LEGEND)],
+            loc="lower right",
+            fontsize=LABEL_FONT,
+            framealpha=1.0,
+        )
+        legend.set_gid("cached-legend")
     return ax
 
 
@@ -186,6 +206,7 @@ def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float
         colors=colors,
         gid_prefix=f"prompt-{request.rid}",
     )
+    _draw_cached(ax, request, y)
     lo, hi = request.window
     ax.add_patch(
         Rectangle(
@@ -200,14 +221,53 @@ def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float
             gid=f"window-{request.rid}",
         )
     )
+    window_ha = "right" if hi > 0.15 * max(request.length, 1) else "left"
+    ax.text(hi, y - 0.2, f"window [{lo}, {hi})", ha=window_ha, va="top", fontsize=LABEL_FONT, zorder=6)
+    if request.matched > 0:
+        _label_cached(ax, request, y, (hi, window_ha, f"window [{lo}, {hi})"))
+
+
+def _draw_cached(ax: Axes, request, y: float) -> None:
+    """Cross-hatch the request's radix prefix ``[0, matched)`` over its prompt track (above the spans' fills,
+    under their labels); returns nothing. Draws nothing when no prefix was cached."""
+    if request.matched <= 0:
+        return
+    matched = min(request.matched, request.length)
+    corners = [[(0, y), (matched, y), (matched, y + TRACK), (0, y + TRACK)]]
+    ax.add_collection(
+        PolyCollection(
+            corners,
+            facecolors="none",
+            edgecolors=TEXT_COLOR,
+            linewidths=1.6,
+            hatch=CACHED_HATCH,
+            zorder=2.5,
+            gid=f"cached-{request.rid}",
+        ),
+        autolim=False,
+    )
+
+
+def _label_cached(ax: Axes, request, y: float, window: tuple[float, str, str]) -> None:
+    """Write ``radix prefix (cached) [0, matched)`` under the prompt track from its left edge, beside the window's
+    label, or a line lower (in the room left for it) when it would run into that label; returns nothing."""
+    text = f"{CACHED_WORDS} [0, {request.matched})"
+    x0, x1 = ax.get_xlim()
+    tokens_per_px = (x1 - x0) / ax.bbox.width
+    dpi = ax.figure.dpi
+    at, ha, words = window
+    window_px = text_size_px(words, LABEL_FONT, dpi)[0]
+    window_left = at - (window_px * tokens_per_px if ha == "right" else 0.0)
+    clash = window_left < (text_size_px(text, LABEL_FONT, dpi)[0] + 2 * LABEL_PAD_PX) * tokens_per_px
     ax.text(
-        hi,
-        y - 0.2,
-        f"window [{lo}, {hi})",
-        ha="right" if hi > 0.15 * max(request.length, 1) else "left",
+        0,
+        y - 0.2 - (CACHED_ROOM if clash else 0.0),
+        text,
+        ha="left",
         va="top",
         fontsize=LABEL_FONT,
         zorder=6,
+        gid=f"cached-{request.rid}-label",
     )
 
 

@@ -87,12 +87,28 @@ class Admission:
 
 
 @frozen
+class Offer:
+    """One request offered to the adder while it formed a pass: the candidate, whether it is the chunked request
+    continued first, what the offer did, and the tokens it charged the budgets (its window page-ceiled; 0: refused)."""
+
+    candidate: Candidate
+    chunked: bool
+    admission: Admission
+    charged: int
+
+
+@frozen
 class PassForm:
-    """One pass as the adder formed it: the windows in batch order and the request left cut (None: none)."""
+    """One pass as the adder formed it: the windows in batch order and the request left cut (None: none), the
+    budgets it started from and ended with, every offer in order, and the waiting requests never offered (the walk
+    stopped before them)."""
 
     windows: tuple[Window, ...]
     chunked: str | None
     budget: Budget
+    start: Budget
+    offers: tuple[Offer, ...]
+    unoffered: tuple[str, ...]
 
 
 def chunk_size(settings: Settings) -> int | None:
@@ -165,18 +181,22 @@ def form_pass(
     budget: Budget, chunked: Candidate | None, waiting: Sequence[Candidate], rules: AdmissionRules
 ) -> PassForm:
     """Return the pass the adder forms: the chunked request's window first, then the waiting ones in order."""
+    start = budget
     windows: list[Window] = []
+    offers: list[Offer] = []
     still_cut: str | None = None
     if chunked is not None:
         first = continue_chunked(budget, chunked)
         assert first.window is not None
         windows.append(first.window)
+        offers.append(Offer(chunked, True, first, budget.rem_input - first.budget.rem_input))
         still_cut = chunked.rid if first.cut else None
         budget = first.budget
     for candidate in waiting:
         if rules.budget_state_before_candidate and budget_state(budget) != CONTINUE:
             break
         outcome = add_waiting(budget, candidate, len(windows))
+        offers.append(Offer(candidate, False, outcome, budget.rem_input - outcome.budget.rem_input))
         if outcome.window is not None:
             windows.append(outcome.window)
             if outcome.cut:
@@ -185,7 +205,9 @@ def form_pass(
         budget = outcome.budget
         if outcome.result != CONTINUE:
             break
-    return PassForm(tuple(windows), still_cut, budget)
+    offered = {o.candidate.rid for o in offers}
+    unoffered = tuple(c.rid for c in waiting if c.rid not in offered)
+    return PassForm(tuple(windows), still_cut, budget, start, tuple(offers), unoffered)
 
 
 def check_policy(policy: str, tree: PrefixTree) -> str:
@@ -227,6 +249,7 @@ __all__ = [
     "AdmissionRules",
     "Budget",
     "Candidate",
+    "Offer",
     "PassForm",
     "add_waiting",
     "admission_rules",

@@ -30,7 +30,7 @@ values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..messages import (
     MSG_ASYNC_ASSERT,
@@ -50,6 +50,7 @@ from ..split._replay import replay
 from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
 from .cache import EmbeddingCache
+from .forming import admission_steps
 from .rows import Rows
 from .step_records import (
     CacheLookups,
@@ -83,6 +84,9 @@ from .trace import (
     Platform,
     Stage,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .steps import SchedulerStep
 
 
 class _Raised(Exception):
@@ -474,14 +478,19 @@ def replay_forward(
     platform: Platform = "cuda",
     chunked_prefill_size: int = 8192,
     async_assert: bool = False,
+    scheduled: SchedulerStep | None = None,
 ) -> ForwardTrace:
     """Return the :class:`ForwardTrace` of one forward pass of ``batch`` on ``release`` (``cache`` is updated).
 
     ``encode`` runs one ``get_image_feature`` call (:func:`call_encoder`); ``platform`` picks the
     per-image path (cuda, cpu) or the per-request one (hip, npu, xpu); ``chunked_prefill_size`` -1 means
     chunked prefill is off (it only changes a warning); ``async_assert`` is ``SGLANG_ENABLE_ASYNC_ASSERT``.
+    ``scheduled``, what the scheduler's model did to form the pass, opens the steps with the radix prefix
+    match and the admission (:func:`~.forming.admission_steps`).
     """
     state = _Pass(release, cache, encode)
+    if scheduled is not None:
+        state.steps.extend(admission_steps(batch, scheduled))
     requests = [r for r in batch if r.items]
     path: PathName = "none"
     embedding: Rows | None = None

@@ -115,13 +115,17 @@ class PrefixTree:
         self.disabled = disabled
         self.keys: list[tuple[int, ...]] = []
 
-    def match(self, ids: Sequence[int]) -> int:
-        """Return the longest cached prefix of ``ids`` (``RadixCache.match_prefix``: page-floored key and match)."""
+    def shared(self, ids: Sequence[int]) -> int:
+        """Return the most leading tokens any inserted key shares with ``ids`` floored to the page (0 when disabled),
+        before the match is floored to the page itself."""
         if self.disabled:
             return 0
         key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        best = max((common_prefix(key, stored) for stored in self.keys), default=0)
-        return page_floor(best, self.page_size)
+        return max((common_prefix(key, stored) for stored in self.keys), default=0)
+
+    def match(self, ids: Sequence[int]) -> int:
+        """Return the longest cached prefix of ``ids`` (``RadixCache.match_prefix``: page-floored key and match)."""
+        return page_floor(self.shared(ids), self.page_size)
 
     def insert(self, ids: Sequence[int]) -> None:
         """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
@@ -134,14 +138,35 @@ class PrefixTree:
         self.keys.append(key)
 
 
+@frozen
+class PrefixMatch:
+    """How a waiting request's padded ids matched the tree: their length, the key compared (capped at ``len - 1``,
+    floored to the page), the tokens the longest inserted key shares with it, and that floored to the page: the
+    ``prefix_len`` it starts from (tokens ``[0, matched)`` come from the cache and are never prefilled)."""
+
+    length: int
+    key: int
+    shared: int
+    matched: int
+
+
+def prefix_match(tree: PrefixTree, fill_ids: Sequence[int]) -> PrefixMatch:
+    """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in ``tree``."""
+    capped = fill_ids[: max(len(fill_ids) - 1, 0)]
+    shared = tree.shared(capped)
+    key = 0 if tree.disabled else page_floor(len(capped), tree.page_size)
+    return PrefixMatch(len(fill_ids), key, shared, page_floor(shared, tree.page_size))
+
+
 def request_prefix(tree: PrefixTree, fill_ids: Sequence[int]) -> int:
     """Return a waiting request's ``prefix_len``: its match over a key capped at ``len - 1``."""
-    return tree.match(fill_ids[: max(len(fill_ids) - 1, 0)])
+    return prefix_match(tree, fill_ids).matched
 
 
 __all__ = [
     "PAD_RULES",
     "PadRule",
+    "PrefixMatch",
     "PrefixTree",
     "common_prefix",
     "pad_rule",
@@ -149,5 +174,6 @@ __all__ = [
     "padded_ids",
     "page_ceil",
     "page_floor",
+    "prefix_match",
     "request_prefix",
 ]

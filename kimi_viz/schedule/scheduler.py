@@ -17,6 +17,7 @@ what stays simplified (memory never short, no retraction, the plain radix tree).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import field
 
 from .._records import frozen
 from ..errors import WhatIfError
@@ -24,7 +25,7 @@ from ..request.images import RequestImage
 from ..request.prompt import MEDIA_TOKEN_IDS, Prompt
 from . import prefill_workload as pw
 from .prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL
-from .steps import schedule_steps
+from .steps import SchedulerStep, scheduled_passes
 from .workload import Workload
 
 TEXT_ID_SPAN = 500_000  # stand-in text ids live in [0, TEXT_ID_SPAN): below the output stand-ins and every pad value
@@ -42,11 +43,13 @@ class Window:
 
 @frozen
 class PassPlan:
-    """One prefill pass: each request's window in the batch's order, its scheduler step and who decodes in it."""
+    """One prefill pass: each request's window in the batch's order, its scheduler step and who decodes in it, and
+    what the scheduler did to form it (``scheduled``: radix matches, budgets, offers; None for a plan given whole)."""
 
     windows: tuple[Window, ...]
     step: int
     decoding: tuple[int, ...] = ()  # requests decoding one token inside this pass (--enable-mixed-chunk)
+    scheduled: SchedulerStep | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
         """Return ``{"step", "windows": [{"request", "prefix_length", "extend_length"}], "decoding"}``."""
@@ -149,14 +152,15 @@ def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: st
     """Return the prefill passes the kit's model of ``release``'s scheduler forms, windows by request index."""
     index = {r.rid: k for k, r in enumerate(requests)}
     steps = 1000 + sum(r.max_new_tokens + r.length for r in requests)
-    passes = schedule_steps(pw.Workload(settings, tuple(requests), max_steps=steps), release)
+    passes = scheduled_passes(pw.Workload(settings, tuple(requests), max_steps=steps), release)
     return [
         PassPlan(
             tuple(Window(index[w.rid], w.prefix_len, w.extend_input_len) for w in p.windows),
             p.step,
             tuple(index[rid] for rid in p.decoding),
+            scheduled,
         )
-        for p in passes
+        for p, scheduled in passes
     ]
 
 

@@ -16,6 +16,30 @@ from ..split.step_records import JsonObject, StepRecord
 
 
 @frozen
+class RadixMatches(StepRecord):
+    """Scheduler §3: each request of the pass, its padded ids' match in the radix tree (floored to the page, capped
+    at ``len - 1``) and the images inside it, which never reach the call, or the chunked request's continuation."""
+
+    policy: str
+    page_size: int
+    requests: list[JsonObject]
+
+
+@frozen
+class PassAdmission(StepRecord):
+    """Scheduler §2: the adder's walk, its budgets at the start and the end, every offer (the chunked request first:
+    its window, the page-ceiled charge, whether it was cut), the waiting requests never offered and who was cut."""
+
+    policy: str
+    budget_state_before_candidate: bool
+    start_budget: JsonObject
+    offers: list[JsonObject]
+    unoffered: list[str]
+    cut: str | None
+    end_budget: JsonObject
+
+
+@frozen
 class ForwardBatch(StepRecord):
     """§10: every request of the batch with its window and its items' images, pad runs and hashes."""
 
@@ -93,6 +117,8 @@ class Scatter(StepRecord):
 
 
 __all__ = [
+    "RadixMatches",
+    "PassAdmission",
     "ForwardBatch",
     "PathChoice",
     "CacheLookups",

@@ -9,17 +9,24 @@ admits anyone the pass runs (with ``--enable-mixed-chunk`` the running requests 
 it), else the running requests decode one token. After a pass each request that is not a middle
 chunk emits a token; an unfinished one puts its prompt in the tree, a finished one its prompt and
 outputs but the last token (``kv_committed_len``). Memory and request slots never run short.
+
+:func:`scheduled_passes` also returns, per pass, the :class:`SchedulerStep` that formed it: the policy,
+every waiting request's :class:`~.prefix.PrefixMatch` and the adder's :class:`~.admission.PassForm`
+(its budgets, every offer, the cut), which the forward pass's first steps show.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .._records import frozen
 from ..errors import WhatIfError
 from .admission import (
     AdmissionRules,
     Candidate,
+    PassForm,
     admission_rules,
+    check_policy,
     chunk_size,
     form_pass,
     mixed_decode_rows,
@@ -27,7 +34,24 @@ from .admission import (
     start_budget,
 )
 from .prefill_workload import Pass, Request, Window, Workload
-from .prefix import PadRule, PrefixTree, pad_rule, padded_ids, request_prefix
+from .prefix import PadRule, PrefixMatch, PrefixTree, pad_rule, padded_ids, prefix_match
+
+
+@frozen
+class SchedulerStep:
+    """What the scheduler did in the step that formed one pass: the policy it ran, the rows the decoding requests
+    took from the budgets, each waiting request's radix match (by rid, in the policy's order) and the adder's walk."""
+
+    step: int
+    policy: str
+    rules: AdmissionRules
+    mixed_rows: int
+    matches: tuple[tuple[str, PrefixMatch], ...]
+    form: PassForm
+
+    def match_of(self, rid: str) -> PrefixMatch | None:
+        """Return request ``rid``'s radix match in this step, or None (the chunked request is not matched again)."""
+        return next((m for r, m in self.matches if r == rid), None)
 
 
 @dataclass
@@ -80,6 +104,8 @@ class _Loop:
         self.chunked: _Live | None = None
         self.finish_step: dict[str, int] = {}
         self.passes: list[Pass] = []
+        self.formed: list[SchedulerStep] = []  # what formed each pass, in step with passes
+        self.forming: SchedulerStep | None = None
 
     def arrive(self, step: int) -> None:
         due = [r for r in self.pending if _due(r, step, self.finish_step)]
@@ -92,18 +118,25 @@ class _Loop:
             self.tree.insert(live.fill_ids()[: live.extend_end])
             live.prefix_len = live.extend_end
 
-    def form(self) -> list[_Live]:
-        """Return the requests of this step's pass in batch order (empty: no pass), their windows set."""
+    def form(self, step: int) -> list[_Live]:
+        """Return the requests of this step's pass in batch order (empty: no pass), their windows set; what formed
+        it is left in ``forming``."""
         if not self.waiting and self.chunked is None:
             return []
         settings = self.workload.settings
         order = policy_order(settings.schedule_policy, [w.fill_ids() for w in self.waiting], self.tree)
         self.waiting = [self.waiting[k] for k in order]
+        matches = []
         for live in self.waiting:
-            live.prefix_len = request_prefix(self.tree, live.fill_ids())
-        budget = start_budget(settings, mixed_decode_rows(settings, len(self.running)))
+            match = prefix_match(self.tree, live.fill_ids())
+            live.prefix_len = match.matched
+            matches.append((live.rid, match))
+        mixed = mixed_decode_rows(settings, len(self.running))
+        budget = start_budget(settings, mixed)
         chunked = None if self.chunked is None else self.chunked.candidate()
         formed = form_pass(budget, chunked, [w.candidate() for w in self.waiting], self.rules)
+        policy = check_policy(settings.schedule_policy, self.tree)
+        self.forming = SchedulerStep(step, policy, self.rules, mixed, tuple(matches), formed)
         by_rid = {w.rid: w for w in self.waiting}
         if self.chunked is not None:
             by_rid[self.chunked.rid] = self.chunked
@@ -148,6 +181,8 @@ class _Loop:
         self.running += [b for b in batch if not b.finished and b is not self.chunked]
         chunked = None if self.chunked is None else self.chunked.rid
         self.passes.append(Pass(step, windows, chunked, tuple(d.rid for d in decoding), tuple(finished), self.release))
+        assert self.forming is not None and self.forming.step == step
+        self.formed.append(self.forming)
 
     def decode_step(self, step: int) -> None:
         finished: list[str] = []
@@ -160,7 +195,7 @@ class _Loop:
     def step(self, step: int) -> None:
         self.arrive(step)
         self.stash_chunked()
-        batch = self.form()
+        batch = self.form(step)
         if batch:
             self.run_pass(step, batch)
         elif self.running:
@@ -176,14 +211,20 @@ def scheduler_rules(release: str) -> tuple[PadRule, AdmissionRules]:
     return pad_rule(release), admission_rules(release)
 
 
-def schedule_steps(workload: Workload, release: str) -> list[Pass]:
-    """Return the prefill passes the kit's model of ``release``'s scheduler forms for ``workload``."""
+def scheduled_passes(workload: Workload, release: str) -> list[tuple[Pass, SchedulerStep]]:
+    """Return the prefill passes the kit's model of ``release``'s scheduler forms for ``workload``, each with the
+    :class:`SchedulerStep` that formed it (radix matches, budgets, offers, the cut)."""
     loop = _Loop(workload, release)
     for step in range(workload.max_steps):
         loop.step(step)
         if loop.done:
-            return loop.passes
+            return list(zip(loop.passes, loop.formed))
     raise WhatIfError(f"the workload did not finish in {workload.max_steps} scheduler steps")
 
 
-__all__ = ["schedule_steps", "scheduler_rules"]
+def schedule_steps(workload: Workload, release: str) -> list[Pass]:
+    """Return the prefill passes the kit's model of ``release``'s scheduler forms for ``workload``."""
+    return [formed for formed, _ in scheduled_passes(workload, release)]
+
+
+__all__ = ["SchedulerStep", "scheduled_passes", "schedule_steps", "scheduler_rules"]

@@ -5,7 +5,8 @@ SGLang's ``get_embedding_and_mask``: the batch (:class:`ForwardRequest` with its
 :class:`ForwardItem` s), the ``get_image_feature`` calls (:class:`CallRecord`, with each call's split
 trace), every overlapping item's cache :class:`Lookup`, the warnings, the exception and its stage, and
 the :class:`Placement` of every run of feature rows on the prompts' pad tokens. The step names are the
-ones the stepper shows before and after ``get_image_feature``'s own.
+ones the stepper shows before and after ``get_image_feature``'s own; a pass the scheduler's model formed
+opens with two of the scheduler's (the radix prefix match and the admission).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ..split.trace import ErrorInfo, Step, Trace
 from .rows import RowRun, Rows, Source
 
 # --- step names (the stepper shows them before and after get_image_feature's own) -------------------
+PREFIX_MATCH = "prefix_match"  # the scheduler's, for a pass it formed
+ADMISSION = "admission"  # the scheduler's, for a pass it formed
 FORWARD_BATCH = "forward_batch"
 CHOOSE_PATH = "choose_path"
 CACHE_LOOKUP = "cache_lookup"
@@ -30,6 +33,8 @@ COUNT_TOKENS = "count_tokens"
 ADJUST_LENGTH = "adjust_length"
 SCATTER = "scatter"
 FORWARD_STEPS = (
+    PREFIX_MATCH,
+    ADMISSION,
     FORWARD_BATCH,
     CHOOSE_PATH,
     CACHE_LOOKUP,
@@ -244,6 +249,8 @@ class ForwardTrace:
 
 __all__ = [
     "FORWARD_STEPS",
+    "PREFIX_MATCH",
+    "ADMISSION",
     "FORWARD_BATCH",
     "CHOOSE_PATH",
     "CACHE_LOOKUP",

@@ -364,6 +364,7 @@ def _replay_passes(
             encode=encode,
             platform=load.platform,
             chunked_prefill_size=load.chunked_prefill_size or -1,
+            scheduled=plan.scheduled,
         )
         result.passes.append(trace)
         if trace.error is not None:

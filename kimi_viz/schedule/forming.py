@@ -1,0 +1,171 @@
+"""The scheduler's two steps before a pass it formed: the radix prefix match and the admission.
+
+:func:`admission_steps` turns the :class:`~.steps.SchedulerStep` the scheduler's model recorded while
+it formed a pass (each waiting request's :class:`~.prefix.PrefixMatch`, the adder's
+:class:`~.admission.PassForm`: budgets, offers, the cut) into the forward pass's first two
+:class:`~kimi_viz.split.trace.Step` s, which the stepper shows before the forward pass's own:
+
+* ``prefix_match`` (``docs/scheduler-notes.md`` §3): per request of the pass, its padded ids' match in
+  the radix tree (over a key capped at ``len - 1`` and floored to the page, the tokens shared floored
+  to the page) — tokens ``[0, matched)`` come from the cache, and an image whose pad run lies inside
+  them never reaches the call; where the match ends inside an image's pad run, the image overlaps
+  the window and is looked up in the embedding cache. The chunked request is not matched again: it
+  continues from its last window's end.
+* ``admission`` (§2, §6): the budgets the adder starts with, the chunked request first, then each
+  waiting request in the policy's order: its window, what it charged (its extend ceiled to the page),
+  whether it was cut; the requests the walk never reached; the budgets left.
+
+The numbers are the scheduler model's own; only the images' positions come from the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..split.step_records import JsonObject
+from ..split.trace import Step
+from .step_records import PassAdmission, RadixMatches
+from .trace import ADMISSION, PREFIX_MATCH, ForwardItem, ForwardRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .admission import Budget, Offer
+    from .steps import SchedulerStep
+
+
+def admission_steps(batch: Sequence[ForwardRequest], scheduled: SchedulerStep) -> list[Step]:
+    """Return the prefix-match and admission steps of a pass the scheduler's model formed (``scheduled``)."""
+    return [_match_step(batch, scheduled), _admission_step(scheduled)]
+
+
+def _image(item: ForwardItem) -> JsonObject:
+    return {"image": item.source.image, "label": item.source.label, "offsets": list(item.offsets)}
+
+
+def _pads(item: ForwardItem) -> str:
+    return f"{item.source.label} (pads {item.offsets[0]}..{item.offsets[1]})"
+
+
+def _cached_images(request: ForwardRequest, matched: int) -> tuple[list[ForwardItem], ForwardItem | None]:
+    """Return the images whose pad run lies inside ``[0, matched)`` and the one the match ends inside (or None)."""
+    inside = [i for i in request.items if i.offsets[1] < matched]
+    straddling = next((i for i in request.items if i.offsets[0] < matched <= i.offsets[1]), None)
+    return inside, straddling
+
+
+def _request_match(request: ForwardRequest, scheduled: SchedulerStep) -> tuple[JsonObject, str]:
+    """Return one request's entry of the prefix-match step and its sentence."""
+    match = scheduled.match_of(request.rid)
+    matched = request.matched if match is None else match.matched
+    inside, straddling = _cached_images(request, matched)
+    entry: JsonObject = {"rid": request.rid, "continues_chunk": match is None}
+    if match is None:
+        entry |= {"matched": matched, "prefix": request.prefix}
+        first = f"its radix prefix was [0, {matched})" if matched else "nothing was cached"
+        words = (
+            f"{request.rid} continues its chunked prefill from {request.prefix}, not matched again "
+            f"({first} when first admitted)."
+        )
+    else:
+        entry |= {"padded_length": match.length, "key": match.key, "shared": match.shared, "matched": matched}
+        entry["prefix"] = request.prefix
+        words = (
+            f"{request.rid}: {match.length} padded ids, key capped at {max(match.length - 1, 0)} and floored to the "
+            f"page: {match.key}; the tree shares {match.shared}, floored to the page: {matched}"
+            + (f" — tokens [0, {matched}) are cached, never prefilled." if matched else " — nothing cached.")
+        )
+    entry["cached_images"] = [_image(i) for i in inside]
+    entry["match_ends_inside"] = None if straddling is None else _image(straddling)
+    if inside:
+        words += f" Inside it, never reaching the call: {', '.join(_pads(i) for i in inside)}."
+    if straddling is not None:
+        words += (
+            f" The match ends inside {_pads(straddling)} at {matched}: its pads {matched}..{straddling.offsets[1]} "
+            "are prefilled, so the image is looked up in the embedding cache."
+        )
+    return entry, words
+
+
+def _match_step(batch: Sequence[ForwardRequest], scheduled: SchedulerStep) -> Step:
+    """Return the prefix-match step: each request's radix match and the images inside it."""
+    entries, words = zip(*(_request_match(r, scheduled) for r in batch)) if batch else ((), ())
+    page = scheduled.form.start.page_size
+    return Step(
+        PREFIX_MATCH,
+        "The radix prefix each request starts from",
+        "scheduler §3",
+        RadixMatches(scheduled.policy, page, list(entries)),
+        " ".join(words),
+    )
+
+
+def _budget(budget: Budget) -> JsonObject:
+    return {"rem_input_tokens": budget.rem_input, "rem_chunk_tokens": budget.rem_chunk, "page_size": budget.page_size}
+
+
+def _budget_words(budget: Budget) -> str:
+    chunk = "off" if budget.rem_chunk is None else str(budget.rem_chunk)
+    return f"input {budget.rem_input}, chunk {chunk}"
+
+
+def _offer(offer: Offer) -> tuple[JsonObject, str]:
+    """Return one offer's entry of the admission step and its sentence."""
+    window = offer.admission.window
+    candidate = offer.candidate
+    remaining = candidate.length - candidate.prefix_len
+    entry: JsonObject = {
+        "rid": candidate.rid,
+        "chunked": offer.chunked,
+        "prefix": candidate.prefix_len,
+        "remaining": remaining,
+        "window": None if window is None else [window.prefix_len, window.prefix_len + window.extend_input_len],
+        "charged": offer.charged,
+        "cut": offer.admission.cut,
+        "result": offer.admission.result,
+        "budget_after": _budget(offer.admission.budget),
+    }
+    who = f"{candidate.rid} (the chunked request, first)" if offer.chunked else candidate.rid
+    if window is None:
+        return entry, f"{who}: refused, its {remaining} tokens do not fit ({offer.admission.result})."
+    lo, hi = window.prefix_len, window.prefix_len + window.extend_input_len
+    words = (
+        f"{who}: window [{lo}, {hi}) of its {remaining} remaining tokens, charged {offer.charged} "
+        f"(page-ceiled){', cut at the budget' if offer.admission.cut else ''}; "
+        f"left: {_budget_words(offer.admission.budget)}."
+    )
+    return entry, words
+
+
+def _admission_step(scheduled: SchedulerStep) -> Step:
+    """Return the admission step: the budgets, every offer in order, who was never offered and who was cut."""
+    form = scheduled.form
+    entries, words = zip(*(_offer(o) for o in form.offers)) if form.offers else ((), ())
+    before = scheduled.rules.budget_state_before_candidate
+    decode = f", less {scheduled.mixed_rows} decode rows" if scheduled.mixed_rows else ""
+    note = [
+        f"Policy {scheduled.policy}. Budgets at the start: {_budget_words(form.start)} "
+        f"(pages of {form.start.page_size}{decode})."
+    ]
+    note += list(words)
+    if form.unoffered:
+        when = "before each candidate" if before else "after each admission"
+        note.append(f"Never offered (the budget was spent; budget_state() {when}): {', '.join(form.unoffered)}.")
+    note.append(f"Cut: {form.chunked}, continued first next pass." if form.chunked else "Nobody cut.")
+    return Step(
+        ADMISSION,
+        "Admit the pass: budgets, windows, the cut",
+        "scheduler §2",
+        PassAdmission(
+            scheduled.policy,
+            before,
+            _budget(form.start),
+            list(entries),
+            list(form.unoffered),
+            form.chunked,
+            _budget(form.budget),
+        ),
+        " ".join(note),
+    )
+
+
+__all__ = ["admission_steps"]
