@@ -94,7 +94,9 @@ def _image_hash(key: str) -> int:
         return zlib.crc32(key.encode())
 
 
-def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> list[pw.Part]:
+def _own_parts(
+    prompt: Prompt, keys: Sequence[str], sizes: Sequence[tuple[int, int]] | None, start: int, ids: _Ids
+) -> list[pw.Part]:
     """Return the parts of ``prompt`` from ``start`` on: fresh text ids, media tokens, captions, image runs."""
     parts: list[pw.Part] = []
     for segment in prompt.segments:
@@ -106,18 +108,27 @@ def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> li
             parts.append(pw.Image(_image_hash(keys[segment.image or 0]), segment.length))
         elif segment.kind in ("media_begin", "media_content", "media_end"):
             parts.append(MEDIA_TOKEN_IDS["<|" + segment.kind + "|>"])
-        elif segment.kind == "caption":  # the same image size writes the same caption
-            name = f"caption:{segment.image}:{segment.length}:{keys[segment.image or 0]}"
+        elif segment.kind == "caption":  # ``image {W}x{H}``: the same upload size writes the same caption
+            k = segment.image or 0
+            size = f"{sizes[k][0]}x{sizes[k][1]}" if sizes is not None else keys[k]
+            name = f"caption:{size}:{segment.length}"
             parts.extend(ids.named(name, segment.length)[lo - segment.start :])
         else:
             parts.extend(ids.fresh(segment.end - lo))
     return parts
 
 
-def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]]) -> list[pw.Request]:
+def scheduled_requests(
+    workload: Workload,
+    prompts: Sequence[Prompt],
+    keys: Sequence[Sequence[str]],
+    sizes: Sequence[Sequence[tuple[int, int]]] | None = None,
+) -> list[pw.Request]:
     """Return each request as the scheduler's model reads it: its prompt's ids and image runs, when it arrives,
-    which turn it follows and the ids it generates. ``prompts`` and ``keys`` (each image's hash) are of each
-    request written out whole (:meth:`Workload.whole`)."""
+    which turn it follows and the ids it generates. ``prompts``, ``keys`` (each image's hash) and ``sizes``
+    (each image's upload size, which its ``image {W}x{H}`` caption spells) are of each request written out
+    whole (:meth:`Workload.whole`). Two images of one size write the same caption, so only their pad values
+    (their hashes) tell them apart in the radix tree; without ``sizes`` each image's caption is its own."""
     ids = _Ids()
     out: list[pw.Request] = []
     by_rid: dict[str, int] = {}
@@ -129,7 +140,7 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
         else:
             parts = list(ids.named(f"system:{request.system}", request.system)) if request.system else []
         start = sum(p.length if isinstance(p, pw.Image) else 1 for p in parts)
-        parts += _own_parts(prompt, keys[k], start, ids)
+        parts += _own_parts(prompt, keys[k], None if sizes is None else sizes[k], start, ids)
         outputs = tuple(OUTPUT_BASE + t for t in ids.fresh(request.output))
         out.append(
             pw.Request(
@@ -143,7 +154,6 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
         )
         by_rid[request.rid] = k
     return out
-
 
 
 def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: str) -> list[PassPlan]:
@@ -162,10 +172,16 @@ def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: st
 
 
 def plan_passes(
-    workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]], settings: pw.Settings, release: str
+    workload: Workload,
+    prompts: Sequence[Prompt],
+    keys: Sequence[Sequence[str]],
+    settings: pw.Settings,
+    release: str,
+    sizes: Sequence[Sequence[tuple[int, int]]] | None = None,
 ) -> list[PassPlan]:
-    """Return the prefill passes of ``workload`` (its requests' whole ``prompts``, each image's hash in ``keys``)."""
-    return passes_of(scheduled_requests(workload, prompts, keys), settings, release)
+    """Return the prefill passes of ``workload`` (its requests' whole ``prompts``, each image's hash in ``keys``
+    and upload size in ``sizes``)."""
+    return passes_of(scheduled_requests(workload, prompts, keys, sizes), settings, release)
 
 
 __all__ = [

@@ -286,7 +286,8 @@ def replay_workload(
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
     keys = [[image.digest[:16] for image in r.images] for r in whole]
-    plans = plan_passes(workload, prompts, keys, load.scheduler_settings(), release.version)
+    sizes = [[image.size for image in r.images] for r in whole]
+    plans = plan_passes(workload, prompts, keys, load.scheduler_settings(), release.version, sizes)
     items = _forward_items(whole, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
