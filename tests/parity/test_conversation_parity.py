@@ -354,6 +354,11 @@ def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str,
             "pad_tokens",
             "errors",
             "warnings",
+            "page_64",
+            "chunking_off",
+            "lpm",
+            "mixed_chunk",
+            "radix_off",
         ),
         0,
     )
@@ -363,6 +368,12 @@ def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str,
         real = real_run(seed, release)
         found += disagreements(case, result, real)
         counts["workloads"] += 1
+        load = case.load
+        counts["page_64"] += load.page_size == 64
+        counts["chunking_off"] += check_chunk_size(load.chunked_prefill_size) is None
+        counts["lpm"] += load.schedule_policy == "lpm"
+        counts["mixed_chunk"] += load.enable_mixed_chunk
+        counts["radix_off"] += load.disable_radix_cache
         seen: set[int] = set()
         inside = 0
         for _, windows, decoding in real.passes:
