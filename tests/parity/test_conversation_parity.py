@@ -349,6 +349,7 @@ def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str,
             "workloads_prefix_in_image",
             "cut_requests",
             "mixed_decode_rows",
+            "forward_passes",
             "calls",
             "items",
             "pad_tokens",
@@ -388,6 +389,7 @@ def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str,
         counts["prefix_in_image"] += inside
         counts["workloads_prefix_in_image"] += inside > 0
         counts["cut_requests"] += real.chunked
+        counts["forward_passes"] += len(real.forward)  # up to the first pass that raises
         for view in real.forward:
             counts["calls"] += len(view.calls)
             counts["items"] += sum(len(items) for items, _ in view.calls)
