@@ -18,6 +18,8 @@ SUITES = (
     "processor",
     "forward",
     "adjust",
+    "scheduler",
+    "conversation",
     "planted-bug",
     "chat",
     "repro",

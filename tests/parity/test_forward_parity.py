@@ -55,7 +55,7 @@ from kimi_viz.schedule.forward import call_encoder, replay_forward
 from kimi_viz.schedule.prefill_workload import Settings, text_requests
 from kimi_viz.schedule.rows import RowRun, Rows, Source
 from kimi_viz.schedule.scheduler import Window, passes_of
-from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, Platform
+from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from kimi_viz.schedule.workload import Request, Workload
 from kimi_viz.schedule.workload_replay import _forward_items, _tokens
 from kimi_viz.split.batch import Batch
@@ -248,7 +248,7 @@ def _pads(prompt: Prompt, window: Window) -> list[int]:
 
 # --- the kit ----------------------------------------------------------------------------------------------
 def _kit_items(case: Case) -> list[tuple[ForwardItem, ...]]:
-    items = _forward_items(case.workload, case.built, case.prompts)
+    items = _forward_items(list(case.workload.requests), case.built, case.prompts)
     return [tuple(replace(item, key=case.key(k, i)) for i, item in enumerate(row)) for k, row in enumerate(items)]
 
 
@@ -285,26 +285,31 @@ def kit_passes(case: Case) -> list[PassView]:
             platform=case.platform,
             chunked_prefill_size=case.chunk,
         )
-        calls = [
-            (
-                tuple((i.source.request, i.source.image) for i in c.items),
-                tuple((r.rank, r.outcome, r.error and r.error.type, r.error and r.error.message) for r in c.trace.ranks)
-                if c.trace is not None
-                else (),
-            )
-            for c in trace.calls
-        ]
-        owners: dict[tuple[int, int], Owner] = {}
-        if trace.error is None:
-            for w in windows:
-                for p in _pads(case.prompts[w.request], w):
-                    found = trace.token_owner(w.request, p)
-                    owners[(w.request, p)] = None if found is None else (found[0].request, found[0].image, found[1])
-        error = None if trace.error is None else (trace.error.type, trace.error.message)
-        views.append(PassView(calls, list(trace.warnings), error, owners, []))
-        if error is not None:
+        views.append(kit_view(trace, windows, case.prompts))
+        if views[-1].error is not None:
             break
     return views
+
+
+def kit_view(trace: ForwardTrace, windows: list[Window], prompts: list[Prompt]) -> PassView:
+    """Return what the kit's replay of one pass did, in the terms the real pass is read in."""
+    calls = [
+        (
+            tuple((i.source.request, i.source.image) for i in c.items),
+            tuple((r.rank, r.outcome, r.error and r.error.type, r.error and r.error.message) for r in c.trace.ranks)
+            if c.trace is not None
+            else (),
+        )
+        for c in trace.calls
+    ]
+    owners: dict[tuple[int, int], Owner] = {}
+    if trace.error is None:
+        for w in windows:
+            for p in _pads(prompts[w.request], w):
+                found = trace.token_owner(w.request, p)
+                owners[(w.request, p)] = None if found is None else (found[0].request, found[0].image, found[1])
+    error = None if trace.error is None else (trace.error.type, trace.error.message)
+    return PassView(calls, list(trace.warnings), error, owners, [])
 
 
 # --- the real code ----------------------------------------------------------------------------------------
@@ -399,17 +404,23 @@ class RealLane:
 
 @cache
 def real_passes(seed: int, release: str) -> list[PassView]:
-    """Return every pass of the workload as SGLang's own embed_mm_inputs / get_embedding_and_mask runs it."""
+    """Return every pass of workload ``seed`` as SGLang's own embed_mm_inputs / get_embedding_and_mask runs it."""
+    return real_forward(forward_case(seed, release))
+
+
+def real_forward(case: Case) -> list[PassView]:
+    """Return every pass of ``case`` (its prompts, items, windows, cache) as SGLang's own embed_mm_inputs runs it.
+
+    The installed release runs it; ``case.release`` names the request side that builds the items."""
     import torch
 
-    case = forward_case(seed, release)
     mm_schedule = module("sglang.srt.managers.mm_schedule")
     mm_utils = module("sglang.srt.managers.mm_utils")
     schedule_batch = module("sglang.srt.managers.schedule_batch")
     multimodal_cache = module("sglang.srt.mem_cache.multimodal_cache")
 
     built = [
-        _with_stale_grid(case.stale_grid, k, build_request(list(r.images), case.settings, release, mode="pixels"))
+        _with_stale_grid(case.stale_grid, k, build_request(list(r.images), case.settings, case.release, mode="pixels"))
         for k, r in enumerate(case.workload.requests)
     ]
     batch = Batch(items=[item for b in built for item in b.items], processor=built[0].consumer.to_media_proc_cfg())

@@ -1,0 +1,421 @@
+"""Conversations end to end: the kit's ``replay_workload`` against SGLang's own scheduler, then its real forward pass.
+
+Runs in the real-SGLang lane (``tests/parity/conftest.py``). Seeded random KIT workloads
+(:func:`conversation_case`): chats of 2–4 turns (each later turn ``continues`` the one before, re-sends
+its images and output, and adds text, sometimes images: new ones or ones the chat already sent),
+other users' one-shot requests opening with the same ``system`` prompt, arrivals over several steps,
+``output`` 1–40 tokens; page size 1, 16 or 64, chunk size 256–8192 (a multiple of the page) or off,
+fcfs or lpm, sometimes ``--enable-mixed-chunk``, ``--disable-radix-cache`` or a small
+``--max-prefill-tokens``; attention-TP 1–8, the CUDA or the HIP path, sometimes a small embedding cache
+or eager items. Images are small samples, among them two different images of one upload size
+(``chelsea.png`` and its EXIF-rotated copy: the same ``image 451x300`` caption, other pad values).
+Some chats end a turn right after an image, so the next turn's radix prefix (the page-floored KV of
+the turn before) ends inside that image's pad run: ``prefix_in_image`` counts those windows.
+
+For each workload:
+
+1. The kit: ``replay_workload`` gives the prompts, the items, the passes (``plans``) and each pass's
+   replay (``passes``).
+2. The scheduler: the same whole requests (``scheduled_requests`` of the LoadResult's prompts, each
+   image's digest as its hash, each image's size for its caption) go through SGLang's own
+   ``PrefillAdder``, policy and ``RadixCache`` (``ChunkCache`` with ``--disable-radix-cache`` where the
+   release builds one) with real ``Req`` objects (``scheduler/real_scheduler.py``). Every pass must
+   match the kit's: the same step, the same windows in batch order (request, prefix_len,
+   extend_input_len) and the same mixed decode rows.
+3. The forward pass: each REAL pass's windows run through SGLang's real ``embed_mm_inputs`` /
+   ``get_embedding_and_mask`` (``test_forward_parity.real_forward``: real items from the release's
+   request side, real pad values from the items' hashes, one embedding cache carried from pass to
+   pass) and must match the kit's ``ForwardTrace`` of that pass (``test_forward_parity.compare``: the
+   items of every ``get_image_feature`` call, every rank's outcome, the warnings, the error, and the
+   feature row on every pad token of the windows).
+
+Planted bugs show both comparisons can fail: budgets charged without the page ceiling, and pad values
+blind to the image hash (a request matches another's different image of the same size).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cache
+
+from kimi_viz.data import sample_path
+from kimi_viz.releases import RELEASES
+from kimi_viz.request.images import RequestImage, probe_image
+from kimi_viz.request.settings import ServerSettings
+from kimi_viz.schedule import admission, prefix
+from kimi_viz.schedule import prefill_workload as pw
+from kimi_viz.schedule.cache import EmbeddingCache
+from kimi_viz.schedule.scheduler import Window, check_chunk_size, scheduled_requests
+from kimi_viz.schedule.workload import Request, Workload
+from kimi_viz.schedule.workload_replay import LoadResult, LoadSettings, replay_workload, whole_requests
+
+from .lane import record
+from .test_forward_parity import CACHE_BYTES, ROW_BYTES, Case, PassView, compare, kit_view, real_forward
+
+WORKLOADS = 64
+SMALL = (
+    "microaneurysms.png",  # 16 tokens
+    "text.png",  # 112
+    "horse.png",  # 180
+    "chelsea.png",  # 187, 451x300
+    "chelsea_exif_orientation6.jpg",  # 187, 451x300: the same caption, another image
+    "astronaut_tiny_20x5.png",  # 1
+)
+TWINS = ("chelsea.png", "chelsea_exif_orientation6.jpg")
+TINY = ("microaneurysms.png", "astronaut_tiny_20x5.png", "text.png")
+CHUNKS = (256, 256, 512, 512, 1024, 2048, 4096, 8192)
+
+
+@cache
+def _image(name: str) -> RequestImage:
+    return probe_image(sample_path(name))
+
+
+@dataclass
+class Conversation:
+    """One seeded workload and the deployment it runs on."""
+
+    seed: int
+    release: str
+    workload: Workload
+    load: LoadSettings
+    tp: int
+    settings: ServerSettings
+    cache_bytes: int
+    description: str
+
+
+def _pick(rng: random.Random, seen: list[RequestImage]) -> RequestImage:
+    if seen and rng.random() < 0.3:
+        return rng.choice(seen)
+    return _image(rng.choice(SMALL))
+
+
+def _load(rng: random.Random) -> LoadSettings:
+    page = rng.choice((1, 16, 64))
+    draw = rng.random()
+    if draw < 0.45:
+        chunk: int | None = rng.choice(CHUNKS)
+    elif draw < 0.8:
+        chunk = rng.randrange(256, 8193, page) if page > 1 else rng.randint(256, 8192)
+        chunk = -(-chunk // page) * page
+    else:
+        chunk = rng.choice((None, -1))
+    chunking = check_chunk_size(chunk) is not None
+    return LoadSettings(
+        chunked_prefill_size=chunk,
+        page_size=page,
+        schedule_policy=rng.choice(("fcfs", "lpm")),
+        enable_mixed_chunk=chunking and rng.random() < 0.3,
+        disable_radix_cache=rng.random() < 0.15,
+        max_prefill_tokens=rng.choice((300, 600, 1500)) if rng.random() < 0.15 else 16384,
+        cache_mb=100,
+        platform="hip" if rng.random() < 0.15 else "cuda",
+    )
+
+
+def _chat(rng: random.Random, name: str, system: int, seen: list[RequestImage], start: int) -> list[Request]:
+    """A chat of 2–4 turns; some turns end right after an image (the next turn's prefix may end in its pads)."""
+    turns: list[Request] = []
+    arrival = start
+    for k in range(rng.randint(2, 4)):
+        images: tuple[RequestImage, ...] = ()
+        if k == 0 or rng.random() < 0.5:
+            images = tuple(_pick(rng, seen) for _ in range(rng.randint(1, 2)))
+            seen += images
+        tight = images and rng.random() < 0.5  # the turn ends at its last image: a page may end inside it
+        turns.append(
+            Request(
+                f"{name}t{k}",
+                images,
+                before=rng.choice((0, 0, rng.randint(1, 30))),
+                between=rng.randint(0, 12),
+                after=rng.randint(0, 3) if tight else rng.randint(0, 40),
+                arrival=arrival,
+                continues=turns[-1].rid if turns else None,
+                output=rng.randint(1, 8) if tight else rng.randint(1, 40),
+                system=system if k == 0 else 0,
+            )
+        )
+        arrival += rng.randint(0, 3)
+    return turns
+
+
+@cache
+def conversation_case(seed: int, release: str) -> Conversation:
+    """Return workload ``seed`` (the same on every machine)."""
+    rng = random.Random(10_000 + seed)
+    load = _load(rng)
+    systems = [rng.randint(16, 200) for _ in range(2)]
+    seen: list[RequestImage] = []
+    requests: list[Request] = []
+    for c in range(rng.randint(1, 3)):
+        system = rng.choice(systems) if rng.random() < 0.85 else 0
+        requests += _chat(rng, f"c{c}", system, seen, rng.randint(0, 4))
+    for s in range(rng.randint(1, 4)):  # other users: the same system prompt, then an image right away (often)
+        images = tuple(_pick(rng, seen) for _ in range(rng.randint(1, 2)))
+        seen += images
+        requests.append(
+            Request(
+                f"u{s}",
+                images,
+                before=rng.choice((0, 0, rng.randint(1, 10))),
+                between=rng.randint(0, 8),
+                after=rng.randint(1, 100),
+                arrival=rng.randint(0, 8),
+                output=rng.randint(1, 40),
+                system=rng.choice(systems) if rng.random() < 0.8 else 0,
+            )
+        )
+    if rng.random() < 0.5:  # a burst of short requests arriving together: the budgets pack them, pages and all
+        step = rng.randint(0, 8)
+        for b in range(rng.randint(3, 6)):
+            requests.append(
+                Request(
+                    f"b{b}",
+                    (_image(rng.choice(TINY)),),
+                    before=rng.randint(0, 20),
+                    after=rng.randint(1, 90),
+                    arrival=step,
+                    output=rng.randint(1, 10),
+                    system=rng.choice(systems) if rng.random() < 0.7 else 0,
+                )
+            )
+    if rng.random() < 0.4:  # two images of one size, each right after the same system prompt, a step or more apart
+        system, step = rng.choice(systems), rng.randint(0, 6)
+        for j, name in enumerate(rng.sample(TWINS, 2)):
+            requests.append(
+                Request(
+                    f"w{j}",
+                    (_image(name),),
+                    before=0,
+                    after=rng.randint(1, 30),
+                    arrival=step + j * rng.randint(1, 3),
+                    output=rng.randint(1, 20),
+                    system=system,
+                )
+            )
+    requests.sort(key=lambda r: r.arrival)  # stable: a chat's turns keep their order
+    tp = rng.randint(1, 8)
+    settings = ServerSettings(defer="off") if rng.random() < 0.2 else ServerSettings()
+    cache_bytes = CACHE_BYTES if rng.random() < 0.85 else rng.randint(0, 800) * ROW_BYTES
+    shown = "; ".join(
+        f"{r.rid}{'<' + r.continues if r.continues else ''}@{r.arrival} "
+        f"[{', '.join(im.label.rsplit('/', 1)[-1] for im in r.images)}] sys {r.system} out {r.output}"
+        for r in requests
+    )
+    description = f"seed {seed}, TP {tp}, defer {settings.defer}, cache {cache_bytes} B, {load.flags()}: {shown}"
+    return Conversation(seed, release, Workload(tuple(requests)), load, tp, settings, cache_bytes, description)
+
+
+# --- the kit ----------------------------------------------------------------------------------------------
+def kit_result(case: Conversation) -> LoadResult:
+    """Return the kit's replay of the workload (the kit's rules looked up now, so a planted one is seen)."""
+    rejects = RELEASES[case.release].forward.rejects_oversized_cache_entry
+    return replay_workload(
+        case.workload,
+        sglang_version=case.release,
+        tp_size=case.tp,
+        settings=case.settings,
+        load=case.load,
+        cache=EmbeddingCache(case.cache_bytes, row_bytes=ROW_BYTES, rejects_oversized=rejects),
+    )
+
+
+def scheduler_requests(case: Conversation, result: LoadResult) -> list[pw.Request]:
+    """Return the whole requests as both schedulers read them (ids, image runs by hash, arrivals, outputs)."""
+    return scheduled_requests(case.workload, result.prompts, [list(b.images) for b in result.built])
+
+
+# --- the real code ----------------------------------------------------------------------------------------
+@dataclass
+class RealRun:
+    """What SGLang's own code did with one workload: its passes, windows by request index, and each forward."""
+
+    passes: list[tuple[int, tuple[Window, ...], tuple[int, ...]]]  # (step, windows, decoding)
+    chunked: int  # requests cut by a pass
+    forward: list[PassView]
+    hashes: dict[str, str]  # the real item hash in decimal -> the kit's key (digest[:16])
+
+
+@cache
+def real_run(seed: int, release: str) -> RealRun:
+    """Return the real scheduler's passes of workload ``seed`` and each real pass through the real forward."""
+    from .scheduler.real_scheduler import run_workload
+
+    case = conversation_case(seed, release)
+    result = kit_result(case)
+    requests = scheduler_requests(case, result)
+    index = {r.rid: k for k, r in enumerate(requests)}
+    real = run_workload(pw.Workload(case.load.scheduler_settings(), tuple(requests)))
+    passes = [
+        (
+            p.step,
+            tuple(Window(index[w.rid], w.prefix_len, w.extend_input_len) for w in p.windows),
+            tuple(index[rid] for rid in p.decoding),
+        )
+        for p in real
+    ]
+    whole = whole_requests(case.workload)
+    digests = {image.digest[:16] for r in whole for image in r.images}
+    keys = {d: str(int(d, 16) >> 2) for d in digests}  # one item hash per image, as SGLang prints it
+    forward_case = Case(
+        seed,
+        release,
+        case.tp,
+        "hip" if case.load.platform == "hip" else "cpu",
+        case.settings,
+        Workload(tuple(whole)),
+        result.built,
+        result.prompts,
+        [list(windows) for _, windows, _ in passes],
+        check_chunk_size(case.load.chunked_prefill_size) or -1,
+        case.cache_bytes,
+        [],
+        keys,
+        {},
+        case.description,
+    )
+    chunked = len({p.chunked for p in real if p.chunked})
+    return RealRun(passes, chunked, real_forward(forward_case), {v: k for k, v in keys.items()})
+
+
+def _in_kit_terms(view: PassView, hashes: dict[str, str]) -> PassView:
+    """Return ``view`` with every item hash SGLang printed written as the kit's key."""
+
+    def spell(text: str) -> str:
+        for number, key in hashes.items():
+            text = text.replace(number, key)
+        return text
+
+    error = None if view.error is None else (view.error[0], spell(view.error[1]))
+    return PassView(view.calls, [spell(w) for w in view.warnings], error, view.owners, view.text_hits)
+
+
+# --- the comparison ---------------------------------------------------------------------------------------
+def _plans(result: LoadResult) -> list[tuple[int, tuple[Window, ...], tuple[int, ...]]]:
+    return [(p.step, p.windows, p.decoding) for p in result.plans]
+
+
+def disagreements(case: Conversation, result: LoadResult, real: RealRun) -> list[str]:
+    """Return one line per pass where the kit's scheduler or forward pass differs from SGLang's."""
+    kit = _plans(result)
+    if kit != real.passes:
+        k = next((i for i, (a, b) in enumerate(zip(kit, real.passes)) if a != b), min(len(kit), len(real.passes)))
+        mine = kit[k] if k < len(kit) else None
+        theirs = real.passes[k] if k < len(real.passes) else None
+        return [
+            f"{case.description}: {len(kit)} vs {len(real.passes)} passes; pass {k} (step, windows, decoding): "
+            f"kit {mine} != SGLang {theirs}"
+        ]
+    ours = [kit_view(trace, list(windows), result.prompts) for trace, (_, windows, _) in zip(result.passes, kit)]
+    forward_case = Case(
+        case.seed,
+        case.release,
+        case.tp,
+        "cpu",
+        case.settings,
+        case.workload,
+        result.built,
+        result.prompts,
+        [],
+        -1,
+        case.cache_bytes,
+        [],
+        {},
+        {},
+        case.description,
+    )
+    return compare(forward_case, ours, [_in_kit_terms(v, real.hashes) for v in real.forward])
+
+
+def _inside_image(result: LoadResult, window: Window) -> bool:
+    return any(start < window.prefix <= end for start, end in result.prompts[window.request].pad_runs)
+
+
+def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str, int]]:
+    found: list[str] = []
+    counts = dict.fromkeys(
+        (
+            "workloads",
+            "passes",
+            "windows",
+            "prefix_hits",
+            "prefix_in_image",
+            "workloads_prefix_in_image",
+            "cut_requests",
+            "mixed_decode_rows",
+            "forward_passes",
+            "calls",
+            "items",
+            "pad_tokens",
+            "errors",
+            "warnings",
+            "page_64",
+            "chunking_off",
+            "lpm",
+            "mixed_chunk",
+            "radix_off",
+        ),
+        0,
+    )
+    for seed in seeds:
+        case = conversation_case(seed, release)
+        result = kit_result(case)
+        real = real_run(seed, release)
+        found += disagreements(case, result, real)
+        counts["workloads"] += 1
+        load = case.load
+        counts["page_64"] += load.page_size == 64
+        counts["chunking_off"] += check_chunk_size(load.chunked_prefill_size) is None
+        counts["lpm"] += load.schedule_policy == "lpm"
+        counts["mixed_chunk"] += load.enable_mixed_chunk
+        counts["radix_off"] += load.disable_radix_cache
+        seen: set[int] = set()
+        inside = 0
+        for _, windows, decoding in real.passes:
+            counts["passes"] += 1
+            counts["windows"] += len(windows)
+            counts["mixed_decode_rows"] += len(decoding)
+            for w in windows:
+                if w.request not in seen and w.prefix > 0:
+                    counts["prefix_hits"] += 1
+                    inside += _inside_image(result, w)
+                seen.add(w.request)
+        counts["prefix_in_image"] += inside
+        counts["workloads_prefix_in_image"] += inside > 0
+        counts["cut_requests"] += real.chunked
+        counts["forward_passes"] += len(real.forward)  # up to the first pass that raises
+        for view in real.forward:
+            counts["calls"] += len(view.calls)
+            counts["items"] += sum(len(items) for items, _ in view.calls)
+            counts["pad_tokens"] += len(view.owners)
+            counts["errors"] += view.error is not None
+            counts["warnings"] += len(view.warnings)
+    return found, counts
+
+
+# --- the lane ---------------------------------------------------------------------------------------------
+def test_conversations_agree_with_the_real_scheduler_and_forward_pass(release):
+    found, counts = lane_disagreements(release, range(WORKLOADS))
+    record("conversation", **counts, disagreements=len(found))
+    assert found == [], "\n".join(found[:10])
+    assert counts["workloads"] >= 60
+    assert counts["prefix_hits"] > 0 and counts["prefix_in_image"] > 0 and counts["cut_requests"] > 0
+    assert counts["calls"] > 0 and counts["pad_tokens"] > 0
+
+
+# --- planted bugs: the same comparisons must notice a wrong kit ---------------------------------------------
+def test_a_budget_charged_without_the_page_ceiling_is_caught(release, monkeypatch):
+    monkeypatch.setattr(admission, "charged_tokens", lambda extend, page_size: extend)
+    found, _ = lane_disagreements(release, range(WORKLOADS))
+    record("planted-bug", plant="conversations: budget charge not page-ceiled", disagreements=len(found))
+    assert found, "the lane did not notice budgets charged without the page ceiling"
+
+
+def test_matching_across_two_different_images_is_caught(release, monkeypatch):
+    monkeypatch.setattr(prefix, "pad_values", lambda image_hash, release: (prefix.PAD_SHIFT,))
+    found, _ = lane_disagreements(release, range(WORKLOADS))
+    record("planted-bug", plant="conversations: pad values ignore the image hash", disagreements=len(found))
+    assert found, "the lane did not notice a prefix matched across two different images"

@@ -1,0 +1,43 @@
+"""The ids the scheduler's model reads for a workload: shared system prompts, captions and image runs."""
+
+from __future__ import annotations
+
+from kimi_viz.data import sample_path
+from kimi_viz.request.images import probe_image
+from kimi_viz.request.prompt import caption_tokens
+from kimi_viz.schedule.workload import Request, Workload
+from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+
+CHELSEA = probe_image(sample_path("chelsea.png"))
+CHELSEA_EXIF = probe_image(sample_path("chelsea_exif_orientation6.jpg"))  # the same upload size, other pixels
+
+
+def _load(workload: Workload):
+    return replay_workload(workload, sglang_version="0.5.23", tp_size=1, load=LoadSettings(chunked_prefill_size=None))
+
+
+def test_two_images_of_one_size_differ_only_in_their_pad_values():
+    assert CHELSEA.size == CHELSEA_EXIF.size and CHELSEA.digest != CHELSEA_EXIF.digest
+    workload = Workload(
+        (
+            Request("a", (CHELSEA,), before=0, after=5, system=40),
+            Request("b", (CHELSEA_EXIF,), before=0, after=5, system=40, arrival=3),
+        )
+    )
+    result = _load(workload)
+    start = result.prompts[1].pad_runs[0][0]
+    assert start == 40 + 1 + caption_tokens(*CHELSEA.size) + 1  # system, <|media_begin|>, caption, <|media_content|>
+    # the caption "image 451x300" is the same text for both, so b's radix match runs up to its pads and stops
+    assert [(w.request, w.prefix) for p in result.plans for w in p.windows] == [(0, 0), (1, start)]
+
+
+def test_the_same_image_again_is_matched_through_its_pads():
+    workload = Workload(
+        (
+            Request("a", (CHELSEA,), before=0, after=5, system=40),
+            Request("b", (CHELSEA,), before=0, after=7, system=40, arrival=3),
+        )
+    )
+    result = _load(workload)
+    end = result.prompts[1].pad_runs[0][1]
+    assert [(w.request, w.prefix) for p in result.plans for w in p.windows] == [(0, 0), (1, end + 2)]
