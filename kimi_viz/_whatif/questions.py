@@ -22,7 +22,13 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..schedule.call import model_call, replay_call
 from ..schedule.workload import Workload
-from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
+from ..schedule.workload_replay import (
+    LoadResult,
+    LoadSettings,
+    build_workload_request,
+    replay_workload,
+    whole_requests,
+)
 from ..split._replay import replay
 from ..split.batch import Batch
 from ..split.verdict import Status, build_verdict
@@ -162,8 +168,9 @@ class WorkloadQuestion:
         return release.request_side, release.code_path, release.forward
 
     def prepare(self, release: Release, mode: Mode) -> list[BuiltRequest]:
-        """Return each request's items as the release builds them."""
-        return [build_workload_request(r, self.settings, release, mode) for r in self.workload.requests]
+        """Return each request's items as the release builds them: a chat's later turn re-sends every image of
+        its conversation, so each request is built written out whole (:meth:`Workload.whole`)."""
+        return [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
 
     def ask(self, release: Release, tp_size: int, prepared: list[BuiltRequest], *, mode: Mode, device: Any) -> Answer:
         """Return the answer: every prefill pass replayed."""
