@@ -23,8 +23,8 @@ from kimi_viz.request.images import probe_image
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import adjust_embedding_length, replay_forward
-from kimi_viz.schedule.rows import Rows, Source
 from kimi_viz.schedule.prefill_workload import Settings, text_requests
+from kimi_viz.schedule.rows import Rows, Source
 from kimi_viz.schedule.scheduler import Window, passes_of
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest
 from kimi_viz.schedule.workload import CacheSeed, Request, Workload, parse_workload, together

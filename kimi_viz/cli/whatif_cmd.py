@@ -29,7 +29,7 @@ from ..request.settings import (
     ServerSettings,
 )
 from ..schedule.cache import DEFAULT_CACHE_MB
-from ..schedule.prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL
+from ..schedule.prefill_workload import DEFAULT_CHUNKED_PREFILL
 from ..schedule.trace import PLATFORMS
 from . import again, emit
 

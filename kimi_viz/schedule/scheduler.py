@@ -114,7 +114,9 @@ def _own_parts(prompt: Prompt, keys: Sequence[str], start: int, ids: _Ids) -> li
     return parts
 
 
-def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]]) -> list[pw.Request]:
+def scheduled_requests(
+    workload: Workload, prompts: Sequence[Prompt], keys: Sequence[Sequence[str]]
+) -> list[pw.Request]:
     """Return each request as the scheduler's model reads it: its prompt's ids and image runs, when it arrives,
     which turn it follows and the ids it generates. ``prompts`` and ``keys`` (each image's hash) are of each
     request written out whole (:meth:`Workload.whole`)."""
@@ -143,7 +145,6 @@ def scheduled_requests(workload: Workload, prompts: Sequence[Prompt], keys: Sequ
         )
         by_rid[request.rid] = k
     return out
-
 
 
 def passes_of(requests: Sequence[pw.Request], settings: pw.Settings, release: str) -> list[PassPlan]:

@@ -58,7 +58,9 @@ class Request:
         if not self.images and self.continues is None:
             raise WhatIfError(f"request {self.rid}: no images; give an image, or continue an earlier request")
         if self.continues is not None and self.system:
-            raise WhatIfError(f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system")
+            raise WhatIfError(
+                f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system"
+            )
         if not 1 <= self.output <= MAX_OUTPUT:
             raise WhatIfError(f"request {self.rid}: output {self.output}: expected 1 to {MAX_OUTPUT} generated tokens")
         if self.gaps and len(self.gaps) != len(self.images) - 1:
@@ -87,14 +89,19 @@ class Request:
             data["stale"] = {str(k): image.label for k, image in self.stale}
         data.update(
             (key, value)
-            for key, value, default in (("continues", self.continues, None), ("output", self.output, 1), ("system", self.system, 0))
+            for key, value, default in (
+                ("continues", self.continues, None),
+                ("output", self.output, 1),
+                ("system", self.system, 0),
+            )
             if value != default
         )
         return data
 
 
 def _joined(earlier: Request, output: int, later: Request) -> Request:
-    """Return ``later`` written out whole: ``earlier``'s prompt (already whole), its ``output`` tokens, then ``later``'s own."""
+    """Return ``later`` written out whole: ``earlier``'s prompt (already whole), its ``output`` tokens, then
+    ``later``'s own."""
     shift = len(earlier.images)
     stale = (*earlier.stale, *((k + shift, image) for k, image in later.stale))
     joint = earlier.after + output + later.before
@@ -151,7 +158,8 @@ class Workload:
                 )
 
     def turns(self, k: int) -> list[int]:
-        """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` for a lone request)."""
+        """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` for a lone
+        request)."""
         index = {r.rid: j for j, r in enumerate(self.requests)}
         chain = [k]
         while self.requests[chain[0]].continues is not None:
@@ -164,8 +172,15 @@ class Workload:
         chain = [self.requests[j] for j in self.turns(k)]
         first = chain[0]
         request = Request(
-            first.rid, first.images, before=first.system + first.before, between=first.between, after=first.after,
-            arrival=first.arrival, stale=first.stale, gaps=first.gaps, output=first.output,
+            first.rid,
+            first.images,
+            before=first.system + first.before,
+            between=first.between,
+            after=first.after,
+            arrival=first.arrival,
+            stale=first.stale,
+            gaps=first.gaps,
+            output=first.output,
         )
         for earlier, later in zip(chain, chain[1:]):
             request = _joined(request, earlier.output, later)
@@ -258,8 +273,21 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         system = _count(entry.get("system", 0), f"{where}.system")
         if not 1 <= output <= MAX_OUTPUT:
             raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
-        turn = dict(continues=continues, output=output, system=system)
-        requests.append(Request(rid, images, arrival=arrival, stale=stale_pairs, gaps=gaps, **counts, **turn))
+        requests.append(
+            Request(
+                rid,
+                images,
+                before=counts["before"],
+                between=counts["between"],
+                after=counts["after"],
+                arrival=arrival,
+                stale=stale_pairs,
+                gaps=gaps,
+                continues=continues,
+                output=output,
+                system=system,
+            )
+        )
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:

@@ -33,12 +33,11 @@ from ..split.verdict import Status
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
 from .call import model_call, replay_call
 from .forward import call_encoder, produced_tokens, replay_forward
-from .rows import Rows, Source
 from .prefill_workload import Settings
+from .rows import Rows, Source
 from .scheduler import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, PassPlan, check_chunk_size, plan_passes
 from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
 from .workload import Request, Workload
-
 
 SchedulePolicy = Literal["fcfs", "lpm"]
 SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")

@@ -52,8 +52,8 @@ from kimi_viz.request.sides import BuiltRequest, build_request
 from kimi_viz.schedule import forward as kit_forward
 from kimi_viz.schedule.cache import EmbeddingCache
 from kimi_viz.schedule.forward import call_encoder, replay_forward
-from kimi_viz.schedule.rows import RowRun, Rows, Source
 from kimi_viz.schedule.prefill_workload import Settings, text_requests
+from kimi_viz.schedule.rows import RowRun, Rows, Source
 from kimi_viz.schedule.scheduler import Window, passes_of
 from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, Platform
 from kimi_viz.schedule.workload import Request, Workload
