@@ -256,19 +256,11 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
         counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
         arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
         images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
-        stale = entry.get("stale", {})
-        if not isinstance(stale, dict):
-            raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
-        pairs = []
-        for key, name in stale.items():
-            if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
-                raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
-            pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
+        stale_pairs = _stale_pairs(entry.get("stale", {}), len(images), where, folder)
         if gaps and len(gaps) != len(images) - 1:
             raise WhatIfError(
                 f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap"
             )
-        stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
         output = _count(entry.get("output", 1), f"{where}.output")
         system = _count(entry.get("system", 0), f"{where}.system")
         if not 1 <= output <= MAX_OUTPUT:
@@ -288,10 +280,26 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
                 system=system,
             )
         )
-    seeds = []
-    cache = data.get("cache", [])
+    return Workload(tuple(requests), _cache_seeds(data.get("cache", []), folder, source))
+
+
+def _stale_pairs(stale: Any, images: int, where: str, folder: Path | None) -> tuple[tuple[int, RequestImage], ...]:
+    """Return a request's ``"stale"`` entries as (image index, the image whose eager rows come back), in order."""
+    if not isinstance(stale, dict):
+        raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
+    pairs = []
+    for key, name in stale.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < images) or not isinstance(name, str):
+            raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
+        pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
+    return tuple(sorted(pairs, key=lambda p: p[0]))
+
+
+def _cache_seeds(cache: Any, folder: Path | None, source: str) -> tuple[CacheSeed, ...]:
+    """Return the workload's ``"cache"`` entries: rows already cached under an image's hash."""
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:
         raise WhatIfError(f"{source}: cache: expected a list of {{image, tokens}} entries (at most {MAX_IMAGES})")
+    seeds = []
     for k, seed in enumerate(cache):
         where = f"{source}: cache[{k}]"
         if not isinstance(seed, dict) or set(seed) != {"image", "tokens"} or not isinstance(seed["image"], str):
@@ -302,7 +310,7 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
                 _count(seed["tokens"], f"{where}.tokens"),
             )
         )
-    return Workload(tuple(requests), tuple(seeds))
+    return tuple(seeds)
 
 
 def read_workload(path: str | os.PathLike) -> Workload:
