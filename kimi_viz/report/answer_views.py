@@ -140,13 +140,13 @@ def workload_table(result: LoadResult) -> Table:
     rows = [
         [
             request.rid,
-            ", ".join(image.label for image in request.images),
+            ", ".join(image.label for image in built.images),  # a later turn re-sends its conversation's images
             f"{request.before}/{','.join(map(str, request.gaps)) or request.between}/{request.after}",
             request.arrival,
             prompt.length,
             ", ".join(f"{a}..{b}" for a, b in prompt.pad_runs),
         ]
-        for request, prompt in zip(result.workload.requests, result.prompts)
+        for request, prompt, built in zip(result.workload.requests, result.prompts, result.built)
     ]
     return Table(
         ["request", "images", "text before/between/after", "arrival", "prompt tokens", "<|media_pad|> runs"],
