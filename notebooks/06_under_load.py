@@ -39,6 +39,11 @@ images = ["rocket.jpg", "astronaut.png"]  # one single-image request each: file 
 sglang_version = "0.5.18"
 tp = 2
 chunked_prefill_size = 150  # for section 5: small enough that the first image straddles two chunks
+chat_sglang_version = "0.5.23"  # section 7, the second turn of a chat: its release,
+chat_tp = 2  # attention-TP size,
+page_size = 64  # --page-size (the radix prefix is floored to it),
+chat_chunked_prefill_size = 1024  # --chunked-prefill-size (a multiple of the page)
+chat_cache_mb = 100  # and SGLANG_VLM_CACHE_SIZE_MB (0: the embedding cache stores nothing)
 
 # %%
 # %matplotlib inline
@@ -60,6 +65,8 @@ from kimi_viz import (
 from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
 from kimi_viz.request import Renderer, check_releases
+from kimi_viz.schedule.workload import parse_workload
+from kimi_viz.schedule.workload_replay import matched_prefixes
 
 # %% [markdown]
 # ## 1. Each request alone
@@ -210,6 +217,105 @@ Table(["SGLang", "<|media_pad|> ids / images", "request side"], rows)
 
 # %%
 draw_prompt(refused[sglang_version]).figure
+
+# %% [markdown]
+# ## 7. The second turn of a chat
+#
+# **A chat's first turn sends camera.png; the second turn continues it with coffee.png. Which of the
+# second turn's images does SGLang encode again, and which come from what it already holds?**
+#
+# A later turn re-sends the whole conversation: the system prompt, turn 1's text and image, turn 1's
+# answer, then its own text and image. The scheduler looks the prompt up in its **radix prefix cache**,
+# the KV of every prompt it prefilled, and prefills only what follows the longest match. It never sees
+# `<|media_pad|>`: each image's run is replaced by **pad values derived from the image's hash** (one
+# value up to 0.5.22, four cycled from 0.5.23), so equal images match and different ones do not. The
+# match is **floored to the page** (`--page-size`): at page 64 turn 2 starts at 448, inside camera.png's
+# pad run 90..450, so camera.png overlaps turn 2's window again. Its last rows then come from the
+# embedding cache when it still holds camera.png, and otherwise from a `get_image_feature` call beside
+# coffee.png. A fresh request with the same system prompt shares the prefix too. Turn 1 and the fresh
+# request arrive together; turn 2 follows turn 1's 20 generated tokens.
+#
+# On 0.5.18 at attention-TP 2 with the cache off (`chat_cache_mb = 0`) that call holds two images and
+# raises: load scenario S18, `kimi-viz scenario run s18-prefix-reopens-image` (here, on 0.5.18, turn 1
+# and the fresh request already fail together in pass 1: S14).
+
+# %%
+conversation = parse_workload(
+    {
+        "requests": [
+            {"id": "t1", "images": ["camera.png"], "output": 20, "system": 50},
+            {"id": "t2", "continues": "t1", "images": ["coffee.png"]},
+            {"id": "o1", "images": ["horse.png"], "system": 50},
+        ]
+    }
+)
+chat_load = LoadSettings(page_size=page_size, chunked_prefill_size=chat_chunked_prefill_size, cache_mb=chat_cache_mb)
+turns = whatif(conversation, sglang_version=chat_sglang_version, tp_size=chat_tp, load=chat_load, device=device)
+Table(
+    ["status", "error", "fixed in", "settings"],
+    [[turns.status.value, str(turns.error or "—"), turns.fixed_in.text if turns.fixed_in else "—", chat_load.flags()]],
+)
+
+# %% [markdown]
+# The passes, each request with the radix prefix it matched and the window this pass prefills
+# (`[prefix, prefix + extend)`); a request cut into chunks starts each later chunk where the last ended.
+
+# %%
+Table(
+    ["pass", "request", "prompt tokens", "<|media_pad|> runs", "matched prefix", "window", "outcome"],
+    [
+        [
+            k + 1,
+            w.rid,
+            w.length,
+            ", ".join(f"{a}..{b}" for a, b in turns.replay.prompts[w.index].pad_runs),
+            w.matched,
+            f"[{w.prefix}, {w.prefix + w.extend})",
+            trace.outcome if trace.error is None else f"{trace.error.type} ({trace.stage})",
+        ]
+        for k, trace in enumerate(turns.replay.passes)
+        for w in trace.batch
+    ],
+)
+
+# %% [markdown]
+# Turn 2's pass, drawn (the failing pass instead, when an earlier one raises): its window starts at
+# the matched prefix; an image whose run ends before it is not in the pass at all.
+
+# %%
+turn2_pass = next(
+    (t for t in turns.replay.passes if any(w.rid == "t2" for w in t.batch)),
+    turns.replay.passes[-1],
+)
+draw_forward_pass(turn2_pass).figure
+
+# %% [markdown]
+# Where each image's rows come from: an image whose pad run ends before the request's matched prefix
+# is in the radix prefix (its KV is reused, nothing is embedded); otherwise the pass's embedding-cache
+# lookup says whether the cache held it (a hit) or `get_image_feature` encoded it (a miss).
+
+# %%
+matched = matched_prefixes(turns.replay.plans, len(conversation.requests))
+looked_up = {}
+for trace in turns.replay.passes:
+    for lookup in trace.lookups:
+        looked_up.setdefault((lookup.source.request, lookup.source.image), lookup.outcome)
+rows_from = {
+    "hit": "the embedding cache",
+    "stale-hit": "the embedding cache (an entry of another length)",
+    "miss": "the call",
+    "discarded": "the call (a stale entry discarded)",
+    "duplicate": "the call (one item for both)",
+    "found": "this pass's call or cache (already found)",
+    None: "— (its pass was not replayed)",
+}
+sources = []
+for k, (request, prompt) in enumerate(zip(conversation.requests, turns.replay.prompts)):
+    for i, (image, (start, end)) in enumerate(zip(conversation.whole(k).images, prompt.pad_runs)):
+        in_prefix = min(max(matched[k] - start, 0), end - start + 1)
+        source = "the radix prefix" if end < matched[k] else rows_from[looked_up.get((k, i))]
+        sources.append([request.rid, image.label, f"{start}..{end}", matched[k], in_prefix, source])
+Table(["request", "image", "<|media_pad|> run", "matched prefix", "pads in the prefix", "rows from"], sources)
 
 # %% [markdown]
 # **What to take away:** an intermittent "only under load" report is a batch the server formed, not a

@@ -81,6 +81,14 @@ def test_scenario_run_out_writes_the_report_of_a_batch_and_of_a_workload(tmp_pat
     assert "kimi-viz scenario — s1-cpu" in (tmp_path / "s1" / "report.html").read_text()
     assert main(["scenario", "run", "s14-two-requests-one-call", "--out", str(tmp_path / "s14")]) == 1
     assert "<h2>The forward pass</h2>" in (tmp_path / "s14" / "report.html").read_text()
+    # No single call decides a clean workload: its report is the answer with the forward-pass figure.
+    assert main(["scenario", "run", "s15-straddling-image", "--out", str(tmp_path / "s15")]) == 0
+    names = sorted(p.name for p in (tmp_path / "s15").iterdir())
+    assert names == ["answer.json", "answer.txt", "forward.png", "report.html"]
+    page = (tmp_path / "s15" / "report.html").read_text()
+    assert "<h2>The forward pass</h2>" in page and 'src="data:image/png;base64,' in page
+    assert "s15-straddling-image: S15: an image straddling two prefill chunks" in page
+    assert 'id="kv-answer-json"' in page and "http://" not in page
 
 
 def test_out_is_refused_with_sweep_and_where_it_cannot_write(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import json
 import re
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_viz._demo import DEMO_SCENARIOS
+from kimi_viz._demo import DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
 from kimi_viz.cli import main
-from kimi_viz.scenarios import SCENARIOS
+from kimi_viz.scenarios import LOAD_SCENARIOS, SCENARIOS
 
 KEY_SCENARIOS = {"healthy-tp2", "s1-cpu", "s2-cpu", "s3-mixed-local", "s4-cpu", "s13-zero-size"}
 TIME_LIMIT_S = 120.0
@@ -43,6 +44,14 @@ def test_demo_scenarios_are_catalogued_and_cover_the_key_ones():
     assert len(set(DEMO_SCENARIOS)) == len(DEMO_SCENARIOS)
 
 
+def test_demo_tours_one_load_scenario_per_class_and_a_chats_second_turn():
+    assert set(DEMO_LOAD_SCENARIOS) <= set(LOAD_SCENARIOS)
+    classes = [LOAD_SCENARIOS[name].scenario_class.value for name in DEMO_LOAD_SCENARIOS]
+    assert classes == ["S14", "S15", "S16", "S17", "S18"]
+    chat = LOAD_SCENARIOS[DEMO_LOAD_SCENARIOS[-1]].build()
+    assert [r.continues for r in chat.requests] == [None, "t1"]  # the conversation: turn 2 continues turn 1
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "demo-out"
@@ -59,8 +68,10 @@ def test_demo_runs_in_time_and_says_where(demo):
     assert code == 0
     assert elapsed < TIME_LIMIT_S, f"the demo took {elapsed:.1f} s"
     assert printed.splitlines()[-1] == f"open {(out / 'index.html').resolve()}"
-    for name in DEMO_SCENARIOS:
+    for name in (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS):
         assert re.search(rf"^  {re.escape(name)} ", printed, re.M)
+    assert f"wrote {len(DEMO_SCENARIOS) + len(DEMO_LOAD_SCENARIOS)} reports in " in printed
+    assert re.search(r"^  s15-straddling-image +✓ CLEAN REPLAY ", printed, re.M)
     # Each line carries its status: a silent mismatch never reads as "ok".
     assert re.search(r"^  s4-gpu +≠ SILENT MISMATCH ", printed, re.M)
     assert re.search(r"^  healthy-tp2 +✓ CLEAN REPLAY ", printed, re.M)
@@ -78,6 +89,11 @@ def test_demo_index_links_every_report_and_the_gallery(demo):
         assert f"{name}/issue.md" in hrefs  # the issue body sits beside every report
         for file in ("report.html", "summary.png", "trace.json", "issue.md", "manifest/manifest.json"):
             assert (out / name / file).is_file(), (name, file)
+    for name in DEMO_LOAD_SCENARIOS:
+        assert f"{name}/report.html" in hrefs and f"{name}/answer.json" in hrefs
+        assert (out / name / "report.html").is_file() and (out / name / "answer.json").is_file()
+    reports = [h for h in hrefs if h.endswith("/report.html")]
+    assert len(reports) == len(set(reports)) == 15 + 4 + 1  # single calls, S14-S17, the chat's second turn
     assert "gallery/index.html" in hrefs
     for href in hrefs:
         assert (out / href).is_file(), href
@@ -102,7 +118,29 @@ def test_demo_reports_match_the_catalogue_and_are_self_contained(demo):
         assert 'class="kv-stepper' in page
         assert not re.search(r'\b(src|href)="(?!data:|#)', page), name
     index = (out / "index.html").read_text()
-    assert index.count(">yes<") == len(DEMO_SCENARIOS)  # every row "as catalogued"
+    assert index.count(">yes<") == len(DEMO_SCENARIOS) + len(DEMO_LOAD_SCENARIOS)  # every row "as catalogued"
+
+
+@pytest.mark.slow
+def test_demo_load_reports_hold_their_forward_pass_and_answer(demo):
+    out = demo[0]
+    index = (out / "index.html").read_text()
+    assert "<h2>Under load: workloads through the scheduler</h2>" in index
+    for name in DEMO_LOAD_SCENARIOS:
+        scenario = LOAD_SCENARIOS[name]
+        page = (out / name / "report.html").read_text()
+        assert "<h2>The forward pass</h2>" in page, name
+        assert re.search(r'<img alt="Prefill pass \d+: [^"]*" src="data:image/png;base64,', page), name
+        assert not re.search(r'\b(src|href)="(?!data:|#)', page), name
+        assert f"{name}: {scenario.title}" in html.unescape(page)
+        document = json.loads((out / name / "answer.json").read_text())
+        expected = scenario.expected
+        assert document["status"] == expected.status.value, name
+        assert document["error"] == (None if expected.error is None else expected.error.to_json()), name
+        assert document["sglang_version"] == scenario.sglang_version and document["tp_size"] == scenario.tp_size
+    chat = json.loads((out / DEMO_LOAD_SCENARIOS[-1] / "answer.json").read_text())
+    second = chat["passes"][1]["replay"]["requests"][0]
+    assert (second["rid"], second["matched_prefix"]) == ("t2", 448)  # the page-floored radix prefix
 
 
 @pytest.mark.slow

@@ -23,6 +23,9 @@ def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
     assert "get_image_feature receives 2 images from 2 requests in one call" in text
     assert "0.5.18         pre-fix    ✓ clean  ✗ A rank 1 pass 1" in text  # the sweep's row: TP 1, TP 2
     assert "r1 [150, 300)" in text and "cache hit" in text  # the straddling image's second chunk
+    # The second turn of a chat (its own release, 0.5.23): the prefix floored to page 64 ends inside camera.png.
+    assert "2     t2       907            90..450, 544..873   448             [448, 907)  ok" in text
+    assert "t2       camera.png  90..450            448             358                 the embedding cache" in text
     assert any(o.get("data", {}).get("image/png") for c in notebook.cells for o in c.get("outputs", []))
 
 
@@ -40,3 +43,19 @@ def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
     assert len(before_the_sweep) == 2 and "error-reproduced" not in before_the_sweep[0]
     assert "every pad token receives its own image's feature row" in text
     assert "r1 [100, 200)" in text
+
+
+def test_the_chats_second_turn_takes_its_first_image_from_the_radix_prefix_at_page_16(tmp_path):
+    _, text = execute(
+        tmp_path,
+        notebook=NOTEBOOK,
+        chat_sglang_version="0.5.18",
+        chat_tp=1,
+        page_size=16,
+        chat_chunked_prefill_size=256,
+        chat_cache_mb=0,
+        device="cpu",
+    )
+    assert "--chunked-prefill-size 256 --page-size 16 SGLANG_VLM_CACHE_SIZE_MB=0 (cuda)" in text
+    assert "t2       camera.png  90..450            496             361                 the radix prefix" in text
+    assert "t2       coffee.png  544..873           496             0                   the call" in text

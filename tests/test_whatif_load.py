@@ -229,6 +229,41 @@ def test_stale_cache_entry_is_discarded_with_sglangs_warning_from_0_5_19():
     assert "SGLang logs 1 warning on the way" in answer.why
 
 
+def test_whatif_builds_a_later_turn_with_every_image_of_its_conversation():
+    """A continuing turn re-sends its conversation's images: whatif builds and replays it written out whole."""
+    from kimi_viz.schedule.workload_replay import replay_workload
+
+    scenario = LOAD_SCENARIOS["s18-prefix-reopens-image"]
+    for version in ("0.5.18", "0.5.23"):
+        answer = whatif(scenario.build(), sglang_version=version, tp_size=2, load=scenario.load)
+        direct = replay_workload(scenario.build(), sglang_version=version, tp_size=2, load=scenario.load)
+        assert [len(b.items) for b in answer.replay.built] == [1, 2]
+        assert answer.replay.prompts == direct.prompts and answer.status.value == direct.status.value
+
+
+def test_s18_the_page_floor_reopens_the_first_turns_image_only_with_the_cache_off():
+    scenario = LOAD_SCENARIOS["s18-prefix-reopens-image"]
+    failing = run_load_scenario(scenario.name).replay
+    second = failing.passes[1]
+    (turn2,) = second.batch
+    assert (turn2.matched, turn2.prefix) == (448, 448) and failing.prompts[1].pad_runs[0] == (90, 450)
+    called = [(i.source.rid, i.source.label) for i in second.calls[0].items]
+    assert called == [("t2", "camera.png"), ("t2", "coffee.png")]
+    for load in (LoadSettings(page_size=64), LoadSettings(page_size=16, cache_mb=0), LoadSettings(cache_mb=0)):
+        answer = whatif(scenario.build(), sglang_version="0.5.18", tp_size=2, load=load)
+        assert answer.status.value == "clean", load
+        assert [i.source.label for p in answer.replay.passes[1:] for c in p.calls for i in c.items] == ["coffee.png"]
+
+
+def test_a_later_turns_images_are_named_from_its_whole_conversation():
+    from kimi_viz import workload_table
+
+    load = LoadSettings(page_size=16, chunked_prefill_size=256, cache_mb=0)
+    answer = whatif(LOAD_SCENARIOS["s18-prefix-reopens-image"].build(), sglang_version="0.5.18", tp_size=1, load=load)
+    assert "Request t2's image 1 (coffee.png) straddles passes 3, 4" in answer.why
+    assert "t2       after t1  camera.png, coffee.png  32/8/32" in str(workload_table(answer.replay))
+
+
 def test_cli_scenario_run_a_load_scenario(capsys):
     assert main(["scenario", "run", "s14-two-requests-one-call"]) == 1
     out = capsys.readouterr().out

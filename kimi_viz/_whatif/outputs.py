@@ -2,8 +2,8 @@
 
 :func:`write_answer` writes ``answer.json`` and, where one ``get_image_feature`` call decides the answer,
 that call's ``report.html``, ``summary.png``, ``trace.json`` and ``issue.md`` (with the question's text and,
-for a workload, the forward-pass figure of the pass that decides it); otherwise ``answer.txt`` and the
-forward-pass figure alone.
+for a workload, the forward-pass figure of the pass that decides it); otherwise ``answer.txt`` and, for a
+workload, ``forward.png`` and a ``report.html`` that shows the answer with that figure.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from .. import __version__
 from .._triage import TriageResult, write_triage_outputs
 from ..answer import Answer, ChatReplay
 from ..files import prepare_folder, write_file
@@ -20,7 +21,7 @@ from ..plots.forward import draw_forward_pass
 from ..report.answer_documents import answer_json
 from ..report.answer_views import answer_text
 from ..report.html import ReportFigure
-from ..report.page import figure_png
+from ..report.page import badge_html, defuse_urls, escape, figure_png, json_for_script, page_css, png_data_uri
 from ..schedule.workload_replay import LoadResult
 
 
@@ -40,8 +41,38 @@ def _forward_figure(answer: Answer) -> ReportFigure | None:
     return ReportFigure("The forward pass", caption, png)
 
 
-def write_answer(answer: Answer, out_dir: str | os.PathLike, *, reproduce: str) -> dict[str, Path]:
-    """Write the answer's files into ``out_dir``; return their paths by name."""
+def answer_page(answer: Answer, figure: ReportFigure, *, title: str, reproduce: str) -> str:
+    """Return a self-contained page for an answer no single call decides: its status and error, the forward-pass
+    figure, the answer as the terminal shows it, and the command that replays it."""
+    style = answer.style
+    error = answer.error
+    parts = [
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(style.symbol)} {escape(style.badge)} — {escape(title)}</title>\n"
+        f"<style>{page_css()}</style>\n</head>\n<body>\n",
+        f'<section class="kv-verdict kv-{answer.status.value}"><h1>{escape(title)}</h1>'
+        f"<p>{badge_html(answer.status)}"
+        f"{'' if error is None else f'<code class=kv-message>{escape(error)}</code>'}</p>"
+        f'<p class="kv-summary">{escape(answer.why)}</p></section>',
+        f"<h2>{escape(figure.heading)}</h2><figure>"
+        f'<img alt="{escape(figure.caption)}" src="{png_data_uri(figure.png)}">'
+        f"<figcaption>{escape(figure.caption)}</figcaption></figure>",
+        f"<h2>The question</h2><pre>{escape(answer_text(answer))}</pre>",
+        f"<p>Reproduce: <code>{escape(reproduce)}</code></p>" if reproduce else "",
+        f'<script type="application/json" id="kv-answer-json">{json_for_script(answer_json(answer))}</script>',
+        f"<footer>Written by kimi-viz {escape(__version__)}. This page is self-contained: it loads "
+        "nothing from disk or network.</footer>\n</body>\n</html>\n",
+    ]
+    return defuse_urls("".join(parts))
+
+
+def write_answer(
+    answer: Answer, out_dir: str | os.PathLike, *, reproduce: str, title: str | None = None
+) -> dict[str, Path]:
+    """Write the answer's files into ``out_dir``; return their paths by name. ``title`` heads the report (default:
+    the release and attention-TP size asked)."""
+    title = title or f"kimi-viz whatif — SGLang {answer.release.version} at attention-TP {answer.tp_size}"
     out = prepare_folder(out_dir)
     document = json.dumps(answer_json(answer), indent=1, default=str) + "\n"
     written = {"answer": write_file(out / "answer.json", document.encode("utf-8"))}
@@ -51,17 +82,18 @@ def write_answer(answer: Answer, out_dir: str | os.PathLike, *, reproduce: str) 
         written["text"] = write_file(out / "answer.txt", (answer_text(answer) + "\n").encode("utf-8"))
         if figure is not None:
             written["forward"] = write_file(out / "forward.png", figure.png)
+            page = answer_page(answer, figure, title=title, reproduce=reproduce)
+            written["report"] = write_file(out / "report.html", page.encode("utf-8"))
         return written
     trace = replace(trace, fixed_in=answer.fixed_in)
     path = trace.release.code_path
     result = TriageResult(
         trace.batch, f"whatif on SGLang {answer.release.version}", path, {path: trace}, trace.tp_size, None, trace.mode
     )
-    title = f"kimi-viz whatif — SGLang {answer.release.version} at attention-TP {answer.tp_size}"
     figures = () if figure is None else (figure,)
     text = answer_text(answer)
     written.update(write_triage_outputs(result, out, title=title, reproduce=reproduce, question=text, figures=figures))
     return written
 
 
-__all__ = ["write_answer"]
+__all__ = ["answer_page", "write_answer"]

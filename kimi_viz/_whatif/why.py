@@ -220,7 +220,7 @@ def _straddles(result: LoadResult) -> list[str]:
                 for call in result.passes[k].calls
                 if any(c.source.request == r and c.source.image == i for c in call.items)
             ]
-            label = request.images[i].label
+            label = result.built[r].images[i].label  # a later turn's runs include its conversation's images
             later = (
                 "its rows for the later passes come from the embedding cache"
                 if len(encoded) == 1

@@ -1,11 +1,12 @@
-"""``kimi-viz demo``: replay the healthy batch and the key scenarios, write their reports and the gallery."""
+"""``kimi-viz demo``: replay the healthy batch, the key scenarios and the load scenarios; write their reports and
+the gallery."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..files import check_folder
-from ..scenarios import DEMO_SCENARIOS
+from ..scenarios import DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
 from . import emit
 
 
@@ -13,16 +14,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` sub-command."""
     parser = subparsers.add_parser(
         "demo",
-        help="replay the healthy batch and the key failure scenarios; write reports and the figure gallery",
-        description="Replay the healthy batch and the key scenarios on the sample images, write a self-contained "
-        "report for each (plus its manifest), the figure gallery, and an index.html linking them all.",
+        help="replay the healthy batch, the key failure scenarios and the load scenarios; write reports and the "
+        "figure gallery",
+        description="Replay the healthy batch and the key scenarios on the sample images, then the load scenarios "
+        "(workloads through the scheduler, a chat's second turn among them); write a self-contained report for each "
+        "(plus its manifest, or for a workload its forward-pass figure), the figure gallery, and an index.html "
+        "linking them all.",
     )
     parser.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (default demo-out)")
     parser.add_argument(
         "--scenarios",
         metavar="NAMES",
-        default=",".join(DEMO_SCENARIOS),
-        help="comma-separated scenario names (default: %(default)s)",
+        default=",".join((*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS)),
+        help="comma-separated scenario names, single-call or load scenarios (default: %(default)s)",
     )
     parser.add_argument("--no-gallery", action="store_true", help="skip the figure gallery")
     parser.set_defaults(func=run)
@@ -32,11 +36,13 @@ def run(args: argparse.Namespace) -> int:
     """Write the demo and print where it is; return 0."""
     from .._demo import run_demo
     from ..scenarios.catalogue import get_scenario
+    from ..scenarios.under_load import LOAD_SCENARIOS
 
     check_folder(args.out, what="--out")
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     for name in names:
-        get_scenario(name)  # an unknown name is refused before anything is written
+        if name.lower() not in LOAD_SCENARIOS:
+            get_scenario(name)  # an unknown name is refused before anything is written
     emit(f"kimi-viz demo: replaying {len(names)} scenarios into {args.out}/")
     index = run_demo(args.out, scenarios=names, gallery=not args.no_gallery, progress=emit)
     emit(f"open {index.resolve()}")

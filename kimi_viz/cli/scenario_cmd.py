@@ -137,7 +137,8 @@ def _run_load(args: argparse.Namespace) -> int:
     if args.out:
         from .._whatif.outputs import write_answer  # the report's figures load matplotlib
 
-        written = write_answer(answer, args.out, reproduce=again(args.command_line))
+        title = f"{scenario.name}: {scenario.title}"
+        written = write_answer(answer, args.out, reproduce=again(args.command_line), title=title)
         emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.values())}", err=True)
     return answer.exit_code
 

@@ -110,6 +110,11 @@ def _s17(stale: str) -> Callable[[], Workload]:
     return build
 
 
+def _s18() -> Workload:
+    first = Request("t1", (_image("camera.png"),), output=20, system=50)
+    return Workload((first, Request("t2", (_image("coffee.png"),), continues="t1", arrival=1)))
+
+
 EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
 
 
@@ -214,6 +219,30 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         1,
         LoadExpectation(Status.SILENT_MISMATCH, calls=0, passes=1),
         settings=EPD_GPU,
+    ),
+    LoadScenario(
+        "s18-prefix-reopens-image",
+        "S18: a chat's second turn whose radix prefix ends inside the first turn's image (cache off)",
+        "Turn 1 sends camera.png (pad run 90..450 after a 50-token system prompt); turn 2 continues the chat with "
+        "coffee.png alone. Its radix prefix is turn 1's prompt and output floored to --page-size 64: 448, three "
+        "pad tokens short of camera.png's end, so camera.png overlaps turn 2's window again. With the embedding "
+        "cache off (SGLANG_VLM_CACHE_SIZE_MB=0) it is a miss and goes back into get_image_feature beside "
+        "coffee.png: a one-image turn makes a two-image call, and at attention-TP 2 rank 1 reads camera.png's "
+        "grid for coffee.png (S1 across turns). With the cache on, or a page that ends past the run, the call "
+        "holds coffee.png alone.",
+        ScenarioClass.S18,
+        _s18,
+        "0.5.18",
+        2,
+        LoadExpectation(
+            Status.ERROR_REPRODUCED,
+            ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
+            (1,),
+            fixed_in="0.5.19",
+            calls=2,
+            passes=2,
+        ),
+        load=LoadSettings(page_size=64, cache_mb=0),
     ),
 )
 
