@@ -261,7 +261,7 @@ def test_a_later_turns_images_are_named_from_its_whole_conversation():
     load = LoadSettings(page_size=16, chunked_prefill_size=256, cache_mb=0)
     answer = whatif(LOAD_SCENARIOS["s18-prefix-reopens-image"].build(), sglang_version="0.5.18", tp_size=1, load=load)
     assert "Request t2's image 1 (coffee.png) straddles passes 3, 4" in answer.why
-    assert "t2       after t1  camera.png, coffee.png  32/8/32" in str(workload_table(answer.replay))
+    assert "t2       after t1   camera.png, coffee.png  32/8/32" in str(workload_table(answer.replay))
 
 
 def test_cli_scenario_run_a_load_scenario(capsys):
