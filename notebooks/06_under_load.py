@@ -66,7 +66,6 @@ from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
 from kimi_viz.request import Renderer, check_releases
 from kimi_viz.schedule.workload import parse_workload
-from kimi_viz.schedule.workload_replay import matched_prefixes
 
 # %% [markdown]
 # ## 1. Each request alone
@@ -295,27 +294,32 @@ draw_forward_pass(turn2_pass).figure
 # lookup says whether the cache held it (a hit) or `get_image_feature` encoded it (a miss).
 
 # %%
-matched = matched_prefixes(turns.replay.plans, len(conversation.requests))
-looked_up = {}
-for trace in turns.replay.passes:
-    for lookup in trace.lookups:
-        looked_up.setdefault((lookup.source.request, lookup.source.image), lookup.outcome)
-rows_from = {
-    "hit": "the embedding cache",
-    "stale-hit": "the embedding cache (an entry of another length)",
-    "miss": "the call",
-    "discarded": "the call (a stale entry discarded)",
-    "duplicate": "the call (one item for both)",
-    "found": "this pass's call or cache (already found)",
-    None: "— (its pass was not replayed)",
-}
-sources = []
-for k, (request, prompt) in enumerate(zip(conversation.requests, turns.replay.prompts)):
-    for i, (image, (start, end)) in enumerate(zip(conversation.whole(k).images, prompt.pad_runs)):
-        in_prefix = min(max(matched[k] - start, 0), end - start + 1)
-        source = "the radix prefix" if end < matched[k] else rows_from[looked_up.get((k, i))]
-        sources.append([request.rid, image.label, f"{start}..{end}", matched[k], in_prefix, source])
-Table(["request", "image", "<|media_pad|> run", "matched prefix", "pads in the prefix", "rows from"], sources)
+Table(
+    ["request", "image", "<|media_pad|> run", "matched prefix", "rows from", "pass by pass"],
+    [
+        [
+            supply.rid,
+            supply.label,
+            f"{supply.offsets[0]}..{supply.offsets[1]}",
+            supply.matched,
+            supply.supplier + (" (the prefix ends inside its run)" if supply.cut_by_prefix else ""),
+            ", ".join(f"pass {k + 1}: {who}" for k, who in supply.by_pass) or "—",
+        ]
+        for supply in turns.replay.image_supplies()
+    ],
+)
+
+# %% [markdown]
+# Which single scheduler flag would change the outcome: the same workload replayed with each flag
+# changed alone. (The prefixes above are the plain radix tree's; Kimi-K3's own server keeps a match
+# only back to a saved linear-attention state, so a real prefix can be shorter: `docs/whatif.md`.)
+
+# %%
+Table(
+    ["flag changed alone", "status"],
+    [[change.flag, change.status.value] for change in turns.flags.changes]
+    or [["(none of: " + ", ".join(turns.flags.tried) + ")", turns.status.value]],
+)
 
 # %% [markdown]
 # **What to take away:** an intermittent "only under load" report is a batch the server formed, not a
