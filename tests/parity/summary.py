@@ -20,6 +20,7 @@ SUITES = (
     "adjust",
     "scheduler",
     "conversation",
+    "conversation-scenarios",
     "planted-bug",
     "chat",
     "repro",

@@ -39,10 +39,13 @@ import random
 from dataclasses import dataclass
 from functools import cache
 
+import pytest
+
 from kimi_viz.data import sample_path
-from kimi_viz.releases import RELEASES
+from kimi_viz.releases import RELEASES, parse_version
 from kimi_viz.request.images import RequestImage, probe_image
 from kimi_viz.request.settings import ServerSettings
+from kimi_viz.scenarios import LOAD_SCENARIOS
 from kimi_viz.schedule import admission, prefix
 from kimi_viz.schedule import prefill_workload as pw
 from kimi_viz.schedule.cache import EmbeddingCache
@@ -242,9 +245,14 @@ class RealRun:
 @cache
 def real_run(seed: int, release: str) -> RealRun:
     """Return the real scheduler's passes of workload ``seed`` and each real pass through the real forward."""
+    return run_real(conversation_case(seed, release))
+
+
+def run_real(case: Conversation) -> RealRun:
+    """Return the real scheduler's passes of ``case`` and each real pass through the real forward."""
     from .scheduler.real_scheduler import run_workload
 
-    case = conversation_case(seed, release)
+    seed, release = case.seed, case.release
     result = kit_result(case)
     requests = scheduler_requests(case, result)
     index = {r.rid: k for k, r in enumerate(requests)}
@@ -419,3 +427,32 @@ def test_matching_across_two_different_images_is_caught(release, monkeypatch):
     found, _ = lane_disagreements(release, range(WORKLOADS))
     record("planted-bug", plant="conversations: pad values ignore the image hash", disagreements=len(found))
     assert found, "the lane did not notice a prefix matched across two different images"
+
+
+# --- the load scenarios that are plain workloads: their outcome is the real code's -----------------------------
+PLAIN_LOAD_SCENARIOS = ("s14-two-requests-one-call", "s15-straddling-image", "s18-prefix-reopens-image")
+
+
+@pytest.mark.parametrize("name", PLAIN_LOAD_SCENARIOS)
+def test_a_load_scenario_is_what_the_real_scheduler_and_forward_pass_do(release, name):
+    """The scenario's workload on its own deployment, but on the lane's release: SGLang's own scheduler and
+    get_embedding_and_mask agree with the kit pass by pass, and on the scenario's release raise what it states."""
+    scenario = LOAD_SCENARIOS[name]
+    workload = scenario.build()
+    assert not workload.cache and not any(r.stale for r in workload.requests) and scenario.settings.epd is False
+    cache_bytes = CACHE_BYTES if scenario.load.cache_mb else 0
+    case = Conversation(
+        -1, release, workload, scenario.load, scenario.tp_size, scenario.settings, cache_bytes, f"scenario {name}"
+    )
+    result = kit_result(case)
+    real = run_real(case)
+    found = disagreements(case, result, real)
+    record("conversation-scenarios", scenario=name, passes=len(real.passes), disagreements=len(found))
+    assert found == [], "\n".join(found)
+    raised = next((view.error for view in real.forward if view.error is not None), None)
+    if release == scenario.sglang_version:
+        expected = scenario.expected.error
+        assert raised == (None if expected is None else (expected.type, expected.message))
+        assert len(real.passes) == scenario.expected.passes or scenario.expected.passes is None
+    elif scenario.expected.fixed_in is not None and parse_version(release) >= parse_version(scenario.expected.fixed_in):
+        assert raised is None
