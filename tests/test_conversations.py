@@ -254,3 +254,27 @@ def test_the_scheduler_options_reach_the_scheduler(capsys):
     windows = [[(w["request"], w["prefix_length"], w["extend_length"]) for w in p["windows"]] for p in data["passes"]]
     assert windows[0] == [(0, 0, 256)]  # chelsea's 263-token prompt cut at the chunk, floored to the page
     assert all(w[2] <= 256 for p in windows for w in p)
+
+
+def test_minimize_keeps_a_conversation_whole_and_shrinks_only_the_other_requests(capsys):
+    from kimi_viz import minimize
+
+    load = LoadSettings(page_size=64, cache_mb=0)
+    alone = minimize(parse_workload(CUT), sglang_version="0.5.18", tp_size=2, load=load)
+    assert alone.units == () and alone.target == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    data = {"requests": [*CUT["requests"], {"id": "u1", "images": ["horse.png", "rocket.jpg"], "waits_for": "t1"}]}
+    found = minimize(parse_workload(data), sglang_version="0.5.18", tp_size=2, load=load)
+    assert [(u.request, u.label) for u in found.units] == [("u1", "horse.png"), ("u1", "rocket.jpg")]
+    assert found.kept == () and found.target == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    from kimi_viz.report.answer_views import minimized_text
+
+    assert "minimal set: none of the 2 images that can go: the conversation's turns" in minimized_text(found)
+
+
+def test_minimize_of_a_conversation_alone_says_there_is_nothing_to_shrink(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conv.json").write_text(json.dumps(CUT))
+    argv = ["whatif", "--requests", "conv.json", "--sglang-version", "0.5.18", "--tp", "2", "--minimize"]
+    assert main([*argv, "--page-size", "64", "--mm-embedding-cache-size", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "nothing to shrink: a conversation's turns are kept whole, and no other request carries images" in out

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..answer import Answer, Cell, Minimized, Sweep
-from ..errors import SettingNotInReleaseError
+from ..errors import SettingNotInReleaseError, WhatIfError
 from ..releases import RELEASES, Release, release_for
 from ..request.images import probe_images
 from ..request.producer import Mode
@@ -190,9 +190,13 @@ def minimize(
         return answers[key]
 
     def fails(kept: list[int]) -> bool:
-        return target in run(kept).errors
+        try:
+            return target in run(kept).errors
+        except WhatIfError:  # no request left (a workload needs one image): not a failing question
+            return False
 
-    kept = ddmin(list(range(len(units))), fails)
+    # what stays whole (a conversation's turns) may fail without any of the images that can go
+    kept = [] if units and fails([]) else ddmin(list(range(len(units))), fails)
     orders: list[tuple[tuple[int, ...], bool]] = []
     if question.permutable and len(kept) > 1:
         for order in itertools.islice(itertools.permutations(kept), MAX_ORDERS):

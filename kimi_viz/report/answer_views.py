@@ -531,12 +531,19 @@ def minimized_text(found: Minimized) -> str:
         f"{found.units[k].label}" + (f" of {found.units[k].request}" if found.units[k].request else "")
         for k in found.kept
     ]
-    lines = [
-        f"== minimal failing question on {where} ==",
-        f"keeps the failure {found.target}",
-        f"minimal set: {len(found.kept)} of {len(found.units)} images, in this order: " + ", ".join(names),
-        f"search: {found.tests} answers (ddmin, order kept); every kept image is needed",
-    ]
+    lines = [f"== minimal failing question on {where} ==", f"keeps the failure {found.target}"]
+    if not found.units:  # a workload of conversation turns only: each turn re-sends the earlier images
+        lines.append("nothing to shrink: a conversation's turns are kept whole, and no other request carries images")
+    elif not found.kept:
+        lines.append(
+            f"minimal set: none of the {len(found.units)} images that can go: the conversation's turns, kept whole, "
+            "fail by themselves"
+        )
+    else:
+        lines += [
+            f"minimal set: {len(found.kept)} of {len(found.units)} images, in this order: " + ", ".join(names),
+            f"search: {found.tests} answers (ddmin, order kept); every kept image is needed",
+        ]
     if found.orders:
         passing = [list(order) for order, fails in found.orders if not fails]
         failing = len(found.orders) - len(passing)
@@ -544,7 +551,7 @@ def minimized_text(found: Minimized) -> str:
             f"orders: {failing} of {len(found.orders)} orders fail"
             + (f"; passing orders: {passing[:6]}" if passing else " (the order does not matter)")
         )
-    lines.append(repr(minimized_table(found)))
+    lines += [repr(minimized_table(found))] if found.units else []
     lines.append(f"why: {answer.why}")
     return "\n".join(lines)
 
