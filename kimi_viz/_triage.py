@@ -40,6 +40,7 @@ from .report.markdown import issue_markdown
 from .report.stepper import Stepper
 from .report.summary import summary_png
 from .repro import emit_repro
+from .schedule.trace import ForwardTrace
 from .split._replay import replay
 from .split.batch import Batch
 from .split.ranks import check_tp_size
@@ -341,11 +342,13 @@ def write_triage_outputs(
     reproduce: str | None = None,
     question: str = "",
     figures: Sequence[ReportFigure] = (),
+    forward: ForwardTrace | None = None,
 ) -> dict[str, Path]:
     """Write ``report.html``, ``summary.png``, ``trace.json`` (plus ``trace-<path>.json`` for other code paths)
     and ``issue.md``; return their paths. ``reproduce`` (default: the result's own) is the command that
     replays it again; ``question`` and ``figures`` (a what-if's answer text, a workload's forward pass) go in
-    the report too."""
+    the report too; with ``forward`` (the pass the call belongs to) the stepper walks the whole pass, the
+    scheduler's prefix match and admission first."""
     if reproduce is not None and reproduce != result.reproduce:
         result = replace(result, reproduce=reproduce)
     out = prepare_folder(out_dir)
@@ -363,7 +366,7 @@ def write_triage_outputs(
         trace_json=document,
         batch=result.batch,
         summary_png=png,
-        stepper_html=Stepper(result.trace).to_html(),
+        stepper_html=Stepper(result.trace, forward=forward).to_html(),
         title=title or f"kimi-viz triage — {result.trace.release.label}",
         facts=result.facts(),
         reproduce=result.reproduce,

@@ -278,3 +278,18 @@ def test_minimize_of_a_conversation_alone_says_there_is_nothing_to_shrink(tmp_pa
     assert main([*argv, "--page-size", "64", "--mm-embedding-cache-size", "0"]) == 1
     out = capsys.readouterr().out
     assert "nothing to shrink: a conversation's turns are kept whole, and no other request carries images" in out
+
+
+def test_a_workloads_report_steps_through_the_whole_pass_scheduler_first(tmp_path):
+    from kimi_viz import run_load_scenario
+    from kimi_viz._whatif.outputs import write_answer
+
+    answer = run_load_scenario("s18-prefix-reopens-image")
+    written = write_answer(answer, tmp_path / "out", reproduce="kimi-viz scenario run s18-prefix-reopens-image")
+    page = written["report"].read_text(encoding="utf-8")
+    first, second = (
+        page.index("step 1: The radix prefix each request starts from"),
+        page.index("step 2: Admit the pass"),
+    )
+    assert first < second and "step 3: " in page  # then the forward pass's own steps
+    assert "where each image&#x27;s rows came from" in page or "where each image's rows came from" in page

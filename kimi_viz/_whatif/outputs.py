@@ -25,13 +25,22 @@ from ..report.page import badge_html, defuse_urls, escape, figure_png, json_for_
 from ..schedule.workload_replay import LoadResult
 
 
-def _forward_figure(answer: Answer) -> ReportFigure | None:
-    """Return the forward-pass figure of the pass that decides a workload's answer (its last pass), or None."""
+def _deciding_pass(answer: Answer) -> tuple[LoadResult, int] | None:
+    """Return a workload's replay and the index of the pass that decides its answer (the failing one, else the
+    last), or None for another question."""
     replayed = answer.replay
     result = replayed.load if isinstance(replayed, ChatReplay) else replayed
     if not isinstance(result, LoadResult) or not result.passes:
         return None
-    k = result.failing_pass if result.failing_pass is not None else len(result.passes) - 1
+    return result, result.failing_pass if result.failing_pass is not None else len(result.passes) - 1
+
+
+def _forward_figure(answer: Answer) -> ReportFigure | None:
+    """Return the forward-pass figure of the pass that decides a workload's answer (its last pass), or None."""
+    deciding = _deciding_pass(answer)
+    if deciding is None:
+        return None
+    result, k = deciding
     ax = draw_forward_pass(result.passes[k], title=f"prefill pass {k + 1} of {len(result.plans)}")
     png = figure_png(ax.figure)
     caption = (
@@ -92,7 +101,13 @@ def write_answer(
     )
     figures = () if figure is None else (figure,)
     text = answer_text(answer)
-    written.update(write_triage_outputs(result, out, title=title, reproduce=reproduce, question=text, figures=figures))
+    deciding = _deciding_pass(answer)
+    forward = None if deciding is None else deciding[0].passes[deciding[1]]
+    written.update(
+        write_triage_outputs(
+            result, out, title=title, reproduce=reproduce, question=text, figures=figures, forward=forward
+        )
+    )
     return written
 
 
