@@ -93,6 +93,11 @@ def test_a_prefix_ending_inside_a_resent_image_with_the_cache_off_fails_on_0_5_1
         ("SGLANG_VLM_CACHE_SIZE_MB=100", Status.CLEAN),
     ]
     assert "--disable-radix-cache" in answer.flags.tried and "--page-size 16" in answer.flags.tried
+    from kimi_viz.report.answer_views import answer_text
+
+    assert "which flag changes the outcome:\n  --page-size 1: ✓ clean\n  SGLANG_VLM_CACHE_SIZE_MB=100: ✓ clean" in (
+        answer_text(answer)
+    )
     clean = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=1, cache_mb=0))
     assert clean.status is Status.CLEAN
 

@@ -193,7 +193,7 @@ def flag_lines(answer: Answer) -> list[str]:
     if not search.changes:
         return [f"no single scheduler flag changes the outcome (tried: {', '.join(search.tried)})"]
     return ["which flag changes the outcome:"] + [
-        f"  {c.flag}: {c.status.style.mark} {c.status.value}" for c in search.changes
+        f"  {c.flag}: {c.status.style.mark}" for c in search.changes
     ]
 
 
