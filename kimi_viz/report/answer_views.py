@@ -192,9 +192,7 @@ def flag_lines(answer: Answer) -> list[str]:
         return []
     if not search.changes:
         return [f"no single scheduler flag changes the outcome (tried: {', '.join(search.tried)})"]
-    return ["which flag changes the outcome:"] + [
-        f"  {c.flag}: {c.status.style.mark}" for c in search.changes
-    ]
+    return ["which flag changes the outcome:"] + [f"  {c.flag}: {c.status.style.mark}" for c in search.changes]
 
 
 _LOOKUP_WORDS = {
