@@ -19,7 +19,6 @@ from .._records import frozen
 from .trace import ForwardTrace
 
 Supplier = Literal["radix prefix", "embedding cache", "call", "encode server", "not reached"]
-SUPPLIERS: tuple[Supplier, ...] = ("radix prefix", "embedding cache", "call", "encode server", "not reached")
 _BY_LOOKUP: dict[str, Supplier] = {
     "miss": "call",
     "discarded": "call",
@@ -92,4 +91,4 @@ def pass_supplier(trace: ForwardTrace, request: int, image: int) -> Supplier:
     return "not reached" if lookup is None else _BY_LOOKUP[lookup.outcome]
 
 
-__all__ = ["SUPPLIERS", "Supplier", "ImageSupply", "pass_supplier"]
+__all__ = ["Supplier", "ImageSupply", "pass_supplier"]

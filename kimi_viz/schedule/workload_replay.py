@@ -28,6 +28,7 @@ from ..request.prompt import Prompt, render_prompt
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
 from ..split.ranks import check_tp_size
+from ..split.step_records import field_values
 from ..split.trace import ErrorInfo, Trace
 from ..split.verdict import Status
 from .cache import DEFAULT_CACHE_MB, EmbeddingCache
@@ -95,19 +96,7 @@ class LoadSettings:
 
     def to_json(self) -> dict[str, Any]:
         """Return every field by name: the scheduler's flags, ``cache_mb`` and ``platform``."""
-        return {name: getattr(self, name) for name in LOAD_FIELDS}
-
-
-LOAD_FIELDS = (
-    "chunked_prefill_size",
-    "cache_mb",
-    "platform",
-    "page_size",
-    "disable_radix_cache",
-    "schedule_policy",
-    "max_prefill_tokens",
-    "enable_mixed_chunk",
-)
+        return field_values(self)
 
 
 MAMBA_NOTE = (

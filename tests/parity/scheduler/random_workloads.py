@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-from .workload import Image, Part, Request, Settings, Workload, chat_turn
+from kimi_viz.schedule.prefill_workload import Image, Part, Request, Settings, Workload, chat_turn
 
 BEGIN, CONTENT, END = 163602, 163604, 163603  # stand-ins for <|media_begin|>, <|media_content|>, <|media_end|>
 

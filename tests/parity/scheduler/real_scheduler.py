@@ -41,7 +41,15 @@ from pathlib import Path
 from unittest import mock
 
 try:
-    from .workload import Pass, Request, Settings, Window, Workload, passes_to_json, workload_from_json
+    from kimi_viz.schedule.prefill_workload import (
+        Pass,
+        Request,
+        Settings,
+        Window,
+        Workload,
+        passes_to_json,
+        workload_from_json,
+    )
 except ImportError:  # run as a script from this folder
     from workload import Pass, Request, Settings, Window, Workload, passes_to_json, workload_from_json  # type: ignore
 

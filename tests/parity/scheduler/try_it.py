@@ -3,15 +3,8 @@
     $HOME/.cache/kimi-viz/sglang-envs/0.5.23/bin/python tests/parity/scheduler/try_it.py
     $HOME/.cache/kimi-viz/sglang-envs/0.5.18/bin/python tests/parity/scheduler/try_it.py
 
-A script, not a test: it prints what SGLang's own scheduler does so the notes can quote it.
-1. A two-turn chat that sends an image, then re-sends the whole first turn (image included) with its
-   answer and a new question: page size 1 and 16.
-2. Three requests sharing a 100-token system prompt (two put a few tokens of their own in front of
-   it), each with its own image, arriving together after a request that put the prompt in the tree;
-   chunk size 256: fcfs against lpm.
-3. One 1000-token request (two 300-token images) cut by a chunk size of 256, page sizes 1 and 16,
-   with a short request arriving one step later.
-4. ``--max-prefill-tokens`` (100) below the chunk size (256): where 0.5.18 and 0.5.23 part.
+A script, not a test: it prints what SGLang's own scheduler does with the workloads of
+``examples.py`` (described there) so the notes can quote it.
 """
 
 from __future__ import annotations
@@ -22,9 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: makes parity.scheduler importable
 sys.path.insert(1, str(Path(__file__).resolve().parents[3]))  # the repository root: kimi_viz (the workload records)
 
+from kimi_viz.schedule.prefill_workload import Workload
 from parity.scheduler.examples import chat, long_chunked, prefill_budget_below_chunk, shared_prompt
 from parity.scheduler.real_scheduler import RELEASE, run_workload
-from parity.scheduler.workload import Workload
 
 
 def show(title: str, workload: Workload) -> None:
