@@ -42,11 +42,10 @@ from kimi_viz.answer import Answer
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
 from kimi_viz.request.settings import ServerSettings
-from kimi_viz.schedule.workload import Workload, parse_workload
-from kimi_viz.schedule.workload_replay import LoadResult, LoadSettings
+from kimi_viz.request.workload import Workload, parse_workload
+from kimi_viz.scheduler.flags import PAGE_SIZES, LoadSettings
 
 TARGET_S = 3.0
-PAGE_SIZES = (1, 16, 64)
 SYSTEM = 64  # tokens of the system prompt every request shares
 WORKLOAD: dict[str, Any] = {
     "requests": [
@@ -72,9 +71,12 @@ def cell(group: tuple[str, ...], tp: int, page: int, answer: Answer | None, reas
     """Return one cell's answer as comparable values: status, error and each pass's step and windows."""
     if answer is None:
         return (group[0], tp, page, "not-applicable", reason, ())
-    result = answer.replay
-    assert isinstance(result, LoadResult)
-    passes = tuple((p.step, tuple((w.request, w.prefix, w.extend) for w in p.windows)) for p in result.plans)
+    result = answer.workload
+    assert result is not None
+    passes = tuple(
+        (p.step, tuple((result.index(w.rid), w.prefix_len, w.extend_input_len) for w in p.windows))
+        for p in result.plans
+    )
     return (group[0], tp, page, answer.status.value, str(answer.error), passes)
 
 
@@ -89,11 +91,10 @@ def kit(data: dict[str, Any]) -> list[Cell]:
         except SettingNotInReleaseError as exc:
             cells += [cell(group, tp, p, None, str(exc)) for p in PAGE_SIZES for tp in SWEEP_TP_SIZES]
             continue
-        for page in PAGE_SIZES:
-            asked = replace(question, load=LoadSettings(page_size=page))
+        for page in PAGE_SIZES:  # the items built once, the passes planned once per page size
+            asked = replace(prepared, question=question.with_load(LoadSettings(page_size=page)), plans=None)
             for tp in SWEEP_TP_SIZES:
-                answer = asked.ask(release, tp, prepared, mode="shapes", device="cpu")
-                cells.append(cell(group, tp, page, answer))
+                cells.append(cell(group, tp, page, asked.ask(tp, mode="shapes", device="cpu")))
     return cells
 
 

@@ -4,8 +4,8 @@
     python benchmarks/bench_load.py --json build/bench_load.json
 
 Workload: 16 sample images, every unordered pair (120) as two single-image requests arriving together,
-on four releases (0.5.17, 0.5.18, 0.5.19, 0.5.23: one per request side) × attention-TP 1, 2, 4, 8 —
-1920 forward passes, in shapes mode; target under 3 s.
+on every release group a workload's sweep forms (0.5.17, 0.5.18, 0.5.19–0.5.21, 0.5.22, 0.5.23) ×
+attention-TP 1, 2, 4, 8 — 2400 forward passes, in shapes mode; target under 3 s.
 
 Kit: :func:`kimi_viz.sweep_pairs` — image headers read once, each image's items built once per release,
 every cell one forward-pass replay without a fix search. Baseline: what a script calling the public API
@@ -31,8 +31,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
 
 from kimi_viz import sample_images, sweep_pairs, together, whatif
-from kimi_viz._whatif.ask import SWEEP_TP_SIZES
-from kimi_viz._whatif.pairs import PAIR_RELEASES
+from kimi_viz._whatif.ask import SWEEP_TP_SIZES, release_groups
+from kimi_viz._whatif.questions import WorkloadQuestion
+from kimi_viz.request.settings import ServerSettings
 
 TARGET_S = 3.0
 IMAGES = 16
@@ -45,22 +46,29 @@ def kit(images: list[Path]) -> list[Cell]:
     swept = sweep_pairs(images)
     return [
         (
-            swept.images[c.first].label,
-            swept.images[c.second].label,
-            c.release,
+            swept.images[a].label,
+            swept.images[b].label,
+            c.releases[0].version,
             c.tp_size,
             c.status.value,
             c.error,
-            c.failing_ranks,
+            tuple(c.answer.failing_ranks) if c.answer is not None else (),
         )
-        for c in swept.cells
+        for (a, b), pair in zip(swept.pairs, swept.sweeps)
+        for c in pair.cells
     ]
+
+
+def groups(images: list[Path]) -> list[str]:
+    """Return the first release of every group a workload's sweep forms (the same for every pair)."""
+    question = WorkloadQuestion(together(images[:2]), ServerSettings())
+    return [group[0].version for group in release_groups(question)]
 
 
 def baseline(images: list[Path]) -> list[Cell]:
     """Return the same cells from one full :func:`whatif` per pair, release and TP size."""
     cells = []
-    for release in PAIR_RELEASES:
+    for release in groups(images):
         for a, b in itertools.combinations(images, 2):
             for tp in SWEEP_TP_SIZES:
                 answer = whatif(together([a, b]), sglang_version=release, tp_size=tp)
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "images": len(images),
         "pairs": len(images) * (len(images) - 1) // 2,
-        "releases": list(PAIR_RELEASES),
+        "releases": groups(images),
         "tp_sizes": list(SWEEP_TP_SIZES),
         "cells": len(ours),
         "failing_cells": sum(1 for c in ours if c[5] is not None),

@@ -2,8 +2,9 @@
 
 The public names below are imported lazily so ``import kimi_viz`` stays fast. The package reads as
 the pipeline: :mod:`.preprocess` (images to ``pixel_values``), :mod:`.encoder` (the vision tower),
-:mod:`.request` (what a release's request side builds), :mod:`.schedule` (which items reach the
-call), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:`.scenarios`,
+:mod:`.request` (what a release's request side builds), :mod:`.scheduler` (SGLang's scheduler: which
+requests share a prefill pass), :mod:`.forward` (the forward pass: which items reach the call, the
+splice back), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:`.scenarios`,
 :mod:`.manifest`, :mod:`.plots`, :mod:`.capture` and :mod:`.report`; :mod:`.releases` says which
 release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sweep`,
 :func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here;
@@ -108,6 +109,7 @@ _EXPORTS = {
     "answer_json": "kimi_viz.report.answer_documents",
     "sweep_text": "kimi_viz.report.answer_views",
     "sweep_table": "kimi_viz.report.answer_views",
+    "pairs_table": "kimi_viz.report.answer_views",
     "minimized_text": "kimi_viz.report.answer_views",
     "minimized_table": "kimi_viz.report.answer_views",
     "sweep_summary": "kimi_viz.report.answer_views",
@@ -117,12 +119,13 @@ _EXPORTS = {
     "check_table": "kimi_viz.report.answer_views",
     "prompt_table": "kimi_viz.report.answer_views",
     # under load: workloads of several requests, the forward pass
-    "Workload": "kimi_viz.schedule.workload",
-    "Request": "kimi_viz.schedule.workload",
-    "CacheSeed": "kimi_viz.schedule.workload",
-    "together": "kimi_viz.schedule.workload",
-    "read_workload": "kimi_viz.schedule.workload",
-    "LoadSettings": "kimi_viz.schedule.workload_replay",
+    "Workload": "kimi_viz.request.workload",
+    "Request": "kimi_viz.request.workload",
+    "CacheSeed": "kimi_viz.request.workload",
+    "together": "kimi_viz.request.workload",
+    "read_workload": "kimi_viz.request.workload",
+    "LoadSettings": "kimi_viz.scheduler.flags",
+    "parse_workload": "kimi_viz.request.workload",
     "LOAD_SCENARIOS": "kimi_viz.scenarios.under_load",
     # a client's own request: its checks on the request side, then the same replay
     "parse_request": "kimi_viz.request.chat",

@@ -28,19 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from ._whatif.fix import with_fix
+from ._whatif.protocol import BatchQuestion
 from .answer import Answer, batch_answer
 from .errors import ArgumentError, ConfigError
 from .files import prepare_folder, write_file
+from .forward.trace import ForwardTrace
 from .manifest import read_manifest
 from .manifest.digest import manifest_digest
 from .preprocess.config import get_config
-from .releases import choose_release
+from .releases import FixSearch, choose_release
 from .report.html import ReportFigure, write_report
 from .report.markdown import issue_markdown
 from .report.stepper import Stepper
 from .report.summary import summary_png
 from .repro import emit_repro
-from .schedule.trace import ForwardTrace
 from .split._replay import replay
 from .split.batch import Batch
 from .split.ranks import check_tp_size
@@ -62,6 +64,7 @@ class TriageResult:
     tp_size: int
     rank: int | None
     mode: str
+    fixes: dict[str, FixSearch] = field(default_factory=dict)  # code path -> the one fix search (failing ones)
     outputs: dict[str, Path] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)  # what the replay had to assume (said in every output)
     manifest: str | None = None  # the manifest read (folder, manifest.json or .zip); None for an in-memory batch
@@ -81,7 +84,7 @@ class TriageResult:
     @cached_property
     def answer(self) -> Answer:
         """Return the primary replay as the kit's one answer: status, errors, why, fixing release, exit code."""
-        return batch_answer(self.trace, self.trace.release.release, self.verdict)
+        return batch_answer(self.trace, self.trace.release.release, self.verdict, self.fixes.get(self.code_path))
 
     @property
     def exit_code(self) -> int:
@@ -91,7 +94,7 @@ class TriageResult:
     def to_json(self) -> dict[str, Any]:
         """Return what ``triage --json`` prints: the verdict's JSON, plus ``"forward_context"`` (the forward pass
         around the call: ``summary``, requests, items, ``call_items``) when the manifest records one."""
-        data = self.verdict.to_json()
+        data = self.verdict.to_json(self.fixes)
         if self.batch.forward_context is not None:
             data["forward_context"] = self.batch.forward_context.report_json()
         return data
@@ -158,6 +161,7 @@ class TriageResult:
             reproduce=self.reproduce,
             repro=self.repro_command(),
             figure=figure,
+            fixes=self.fixes,
         )
 
     def emit_repro(self, out_dir: str | os.PathLike[str], *, pixels: bool = False) -> Path:
@@ -177,7 +181,7 @@ class TriageResult:
     def text(self) -> str:
         """Return the verdict for a terminal: the status first, then ranks, divergence, class and fix."""
         verdict = self.verdict
-        blocks = [format_verdict(verdict), "", f"manifest: {self.source}", self.describe()]
+        blocks = [format_verdict(verdict, fixes=self.fixes), "", f"manifest: {self.source}", self.describe()]
         blocks += [f"assumed: {text}" for text in self.assumptions]
         context = self.batch.forward_context
         if context is not None:
@@ -187,7 +191,8 @@ class TriageResult:
             if origin is not None:
                 blocks.append(f"  the first diverging image, call item {first}, came from {origin}")
         for name, other in verdict.code_paths.items():
-            blocks += ["", format_verdict(other, title=f"== the same batch on the {name} code path ==")]
+            title = f"== the same batch on the {name} code path =="
+            blocks += ["", format_verdict(other, title=title, fixes=self.fixes)]
         if self.outputs:
             blocks.append("")
             blocks.extend(f"wrote {path}" for path in self.outputs.values())
@@ -264,6 +269,12 @@ def triage_batch(
         else:
             asked = {"code_path": name}
         traces[name] = replay(batch, tp_size=tp_size, rank=replay_rank, mode=mode, device=device, **asked)
+    question = BatchQuestion(batch, replay_rank)
+    fixes = {}
+    for name, trace in traces.items():
+        answer = with_fix(question, batch_answer(trace, trace.release.release))
+        if answer.fix is not None:
+            fixes[name] = answer.fix
     result = TriageResult(
         batch,
         source,
@@ -272,6 +283,7 @@ def triage_batch(
         tp_size,
         replay_rank,
         traces[names[0]].mode,
+        fixes,
         assumptions=assumptions,
         manifest=None if manifest is None else str(manifest),
         reproduce=reproduce,
@@ -355,11 +367,12 @@ def write_triage_outputs(
     verdict = result.verdict
     png = summary_png(result.trace, verdict)
     outputs = {"summary": write_file(out / "summary.png", png)}
-    document = trace_document(result.trace, verdict)
+    document = trace_document(result.trace, verdict, result.fixes)
     outputs["trace"] = write_file(out / "trace.json", _json_bytes(document))
     for name, trace in result.traces.items():
         if name != result.code_path:
-            outputs[f"trace-{name}"] = write_file(out / f"trace-{name}.json", _json_bytes(trace_document(trace)))
+            other = trace_document(trace, None, result.fixes)
+            outputs[f"trace-{name}"] = write_file(out / f"trace-{name}.json", _json_bytes(other))
     outputs["report"] = write_report(
         out / "report.html",
         verdict=verdict,
@@ -372,6 +385,7 @@ def write_triage_outputs(
         reproduce=result.reproduce,
         question=question,
         figures=figures,
+        fixes=result.fixes,
     )
     outputs["issue"] = write_file(out / "issue.md", result.markdown(figure="summary.png").encode("utf-8"))
     return outputs

@@ -4,28 +4,32 @@ A question is one request (its images), a workload (requests prefilled together)
 request, or a captured batch. Every one gets an :class:`Answer`: its :class:`~kimi_viz.split.verdict.Status`
 (badge, word, colour and exit code from the one table, ``STATUS_STYLES``), the errors SGLang raises,
 the verdict of the ``get_image_feature`` call that decides it, why, and the first release that runs it
-clean. What differs per question is only the replay behind the answer (:data:`Replay`). A sweep over
-releases × attention-TP sizes is a :class:`Sweep` of answers, a shrunk failure a :class:`Minimized`.
-These are records: text, JSON, ``issue.md`` and the report are presenters that import them.
+clean. What differs per question is only the replay behind the answer (:data:`Replay`): a tagged union
+whose ``kind`` the :class:`Answer` reads in one place (:attr:`Answer.request`, :attr:`Answer.chat`,
+:attr:`Answer.workload`), so every presenter asks the answer what it holds. A sweep over releases ×
+attention-TP sizes is a :class:`Sweep` of answers, a shrunk failure a :class:`Minimized`. These are
+records: text, JSON, ``issue.md`` and the report are presenters that import them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 from ._records import frozen
-from .releases import FixRelease, Release
+from .releases import FixRelease, FixSearch, Release
 from .split.cause import ErrorInfo
 from .split.trace import Trace
 from .split.verdict import Status, StatusStyle, Verdict, build_verdict
 
 if TYPE_CHECKING:  # pragma: no cover - the request side loads Pillow: a captured batch's answer needs none of it
+    from .forward.call import ModelCall
+    from .forward.workload_replay import LoadResult
     from .request.checks import RequestOutcome
     from .request.images import RequestImage
     from .request.sides import BuiltRequest
-    from .schedule.call import ModelCall
-    from .schedule.workload_replay import LoadResult
+
+QuestionKind = Literal["request", "workload", "chat", "batch"]
 
 
 @frozen
@@ -35,6 +39,7 @@ class RequestReplay:
     built: BuiltRequest
     call: ModelCall
     trace: Trace | None
+    kind: ClassVar[Literal["request"]] = "request"
 
     def deciding_trace(self) -> Trace | None:
         """Return the replay of the request's get_image_feature call (None: nothing reaches it)."""
@@ -55,14 +60,15 @@ class ChatReplay:
 
     outcome: RequestOutcome
     load: LoadResult | None
+    kind: ClassVar[Literal["chat"]] = "chat"
 
     def deciding_trace(self) -> Trace | None:
         """Return the replay of the call that decides the workload's answer (None when refused or none decides)."""
         return None if self.load is None else self.load.deciding_trace()
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    Replay = RequestReplay | LoadResult | ChatReplay | Trace  # what was replayed: a request, workload, chat, batch
+# What was replayed: a request, a workload, a chat request, a captured batch; each class's ``kind`` tags it.
+Replay: TypeAlias = "RequestReplay | LoadResult | ChatReplay | Trace"
 
 
 @frozen
@@ -102,7 +108,7 @@ class Answer:
     verdict: Verdict | None  # of the get_image_feature call that decides the status (None: no call decides it)
     errors: tuple[ErrorInfo, ...]  # every error raised; the first is the one SGLang raises first
     why: str
-    fixed_in: FixRelease | None = None
+    fix: FixSearch | None = None  # what the one fix search found (None: not searched)
     notes: tuple[str, ...] = ()
     stage: str | None = None  # where on the path it fails: "request side", "encode server", "forward pass", "call"
     under_load: PairHint | None = None  # clean alone, but fails when prefilled with this partner
@@ -112,6 +118,16 @@ class Answer:
     def style(self) -> StatusStyle:
         """Return the status's badge, symbol, colours, words and exit code."""
         return self.status.style
+
+    @property
+    def fixed_in(self) -> FixRelease | None:
+        """Return the first later release that runs the question clean (None: none found, or not searched)."""
+        return None if self.fix is None else self.fix.found
+
+    @property
+    def fixes(self) -> dict[str, FixSearch]:
+        """Return the fix search by the code path its verdict replayed, as the verdict's presenters take it."""
+        return {} if self.fix is None or self.verdict is None else {self.verdict.release.code_path: self.fix}
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -134,9 +150,33 @@ class Answer:
         return [] if self.verdict is None else self.verdict.failing_ranks
 
     @property
+    def kind(self) -> QuestionKind:
+        """Return what was asked: ``request``, ``workload``, ``chat`` or ``batch`` (a captured batch)."""
+        return self.replay.kind
+
+    @property
+    def request(self) -> RequestReplay | None:
+        """Return a lone request's replay, or None for another question."""
+        return self.replay if isinstance(self.replay, RequestReplay) else None
+
+    @property
+    def chat(self) -> ChatReplay | None:
+        """Return a client's request's replay, or None for another question."""
+        return self.replay if isinstance(self.replay, ChatReplay) else None
+
+    @property
+    def workload(self) -> LoadResult | None:
+        """Return the workload replayed (a chat request's, once it reached the model), or None."""
+        replay = self.replay
+        if isinstance(replay, ChatReplay):
+            return replay.load
+        # a workload's LoadResult is known by its tag, not imported: the request side it needs loads Pillow
+        return replay if replay.kind == "workload" else None
+
+    @property
     def call_trace(self) -> Trace | None:
         """Return the replay of the get_image_feature call that decides the answer, or None."""
-        return self.replay if isinstance(self.replay, Trace) else self.replay.deciding_trace()
+        return self.replay.deciding_trace()
 
 
 def distinct_errors(first: ErrorInfo | None, others: Sequence[ErrorInfo]) -> tuple[ErrorInfo, ...]:
@@ -144,13 +184,16 @@ def distinct_errors(first: ErrorInfo | None, others: Sequence[ErrorInfo]) -> tup
     return tuple(dict.fromkeys([*([first] if first is not None else []), *others]))
 
 
-def batch_answer(trace: Trace, release: Release, verdict: Verdict | None = None) -> Answer:
-    """Return the answer of a replayed batch (a captured one, or one call); ``verdict`` reuses one already built."""
+def batch_answer(
+    trace: Trace, release: Release, verdict: Verdict | None = None, fix: FixSearch | None = None
+) -> Answer:
+    """Return the answer of a replayed batch (a captured one, or one call); ``verdict`` reuses one already built,
+    ``fix`` is the fix search already run for it."""
     verdict = verdict if verdict is not None else build_verdict(trace)
     errors = distinct_errors(verdict.error, [r.error for r in verdict.ranks if r.error is not None])
     stage = "call" if errors else None
     why = verdict.divergence.explanation
-    return Answer(release, trace.tp_size, trace, verdict.status, verdict, errors, why, verdict.fixed_in, stage=stage)
+    return Answer(release, trace.tp_size, trace, verdict.status, verdict, errors, why, fix, stage=stage)
 
 
 @frozen
@@ -223,6 +266,19 @@ class Sweep:
 
 
 @frozen
+class PairSweep:
+    """Every unordered pair of images as two single-image requests prefilled together: each pair's :class:`Sweep`."""
+
+    images: tuple[RequestImage, ...]
+    pairs: tuple[tuple[int, int], ...]  # image indexes of each pair, in the order of ``sweeps``
+    sweeps: tuple[Sweep, ...]
+
+    def failing(self) -> list[tuple[tuple[int, int], Cell]]:
+        """Return ``(pair, cell)`` for every cell where SGLang raises."""
+        return [(pair, c) for pair, swept in zip(self.pairs, self.sweeps) for c in swept.cells if c.error is not None]
+
+
+@frozen
 class Unit:
     """One image a minimization may drop: its request (None for a lone request), position there, the image, its name."""
 
@@ -262,6 +318,7 @@ __all__ = [
     "ChatReplay",
     "Minimized",
     "PairHint",
+    "PairSweep",
     "RequestReplay",
     "Sweep",
     "Unit",

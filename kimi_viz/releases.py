@@ -17,9 +17,12 @@ model, the three things the kit models of it:
   encoder: whether it defers, its transports, its preprocessing cache);
 * its **forward pass** (:class:`ForwardRules`: ``get_embedding_and_mask`` in ``managers/mm_schedule.py``,
   ``managers/mm_utils.py`` in 0.5.17: how the scheduler's batch becomes one call and how the features
-  are spliced back).
+  are spliced back);
+* its **scheduler** (:class:`SchedulerRules`: the pad values its radix tree compares images by, and
+  how its ``PrefillAdder`` walks the waiting queue).
 
-Adding a release is one :class:`Release` entry (plus its tests); :data:`NEWEST` and every derived
+Every rule a release runs lives in its entry, and nowhere else: adding a release is one
+:class:`Release` entry (plus its tests); :data:`NEWEST`, :data:`RELEASE_RANGE` and every derived
 table follow. :func:`choose_release` turns what the user asked for (``sglang_version``,
 ``code_path``) and what a manifest recorded into a :class:`ReleaseChoice`: the path to replay, the
 release it stands for and a sentence saying how it was chosen, which every verdict repeats.
@@ -111,22 +114,42 @@ class ForwardRules:
 
 
 @frozen
+class SchedulerRules:
+    """How one release's scheduler forms prefill passes, where releases differ (``docs/scheduler-notes.md``).
+
+    Only the rules that change which requests share a pass, or where a window starts, are held.
+    """
+
+    version: str  # the first release with these rules
+    wide_pads: bool  # four sha256-derived pad sentinels cycled over a run (_compute_pad_values), else one value
+    budget_state_before_candidate: bool  # stop the walk before a candidate once budget_state() is not CONTINUE
+    changes: str
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Return the releases that run these rules, oldest first."""
+        return tuple(r.version for r in RELEASES.values() if r.scheduler is self)
+
+
+@frozen
 class Release:
-    """One SGLang release: its Kimi-K3 code path, its request side and its forward pass."""
+    """One SGLang release: its Kimi-K3 code path, its request side, its forward pass and its scheduler."""
 
     version: str
     code_path: CodePath
     request_side: RequestSide
     forward: ForwardRules
+    scheduler: SchedulerRules
     summary: str
 
     def to_json(self) -> dict[str, str]:
-        """Return ``{"version", "code_path", "request_side", "forward", "summary"}`` (the last three as versions)."""
+        """Return ``{"version", "code_path", "request_side", "forward", "scheduler", "summary"}`` (rules: versions)."""
         return {
             "version": self.version,
             "code_path": self.code_path,
             "request_side": self.request_side.version,
             "forward": self.forward.version,
+            "scheduler": self.scheduler.version,
             "summary": self.summary,
         }
 
@@ -234,22 +257,37 @@ FORWARD_0_5_23 = replace(
     changes="a cache entry larger than the cache is refused without evicting the others",
 )
 
+SCHEDULER_0_5_17 = SchedulerRules(
+    "0.5.17",
+    wide_pads=False,
+    budget_state_before_candidate=False,
+    changes="one pad value per image (1_000_000 + hash % 2**30); budget_state() checked after each admission",
+)
+SCHEDULER_0_5_23 = replace(
+    SCHEDULER_0_5_17,
+    version="0.5.23",
+    wide_pads=True,
+    budget_state_before_candidate=True,
+    changes="four sha256-derived pad sentinels per image; budget_state() checked before each waiting candidate",
+)
+
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
-        Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, _NO_SPLIT),
-        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, _PRE_FIX),
-        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
-        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
-        Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, _POST_FIX),
+        Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, SCHEDULER_0_5_17, _NO_SPLIT),
+        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX),
+        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
+        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
+        Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
         Release(
             "0.5.22",
             "post-fix",
             SIDE_0_5_19,
             FORWARD_0_5_22,
+            SCHEDULER_0_5_17,
             _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome",
         ),
-        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),
+        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),
     )
 }
 
@@ -274,6 +312,8 @@ PATH_CHANGES: dict[CodePath, str] = {
 _ORDERED = sorted(RELEASES.values(), key=lambda r: _key(r.version))
 NEWEST = _ORDERED[-1].version
 FIRST_KIMI_K3 = _ORDERED[0].version
+#: Every release with a Kimi-K3 model, as help texts and answers name them.
+RELEASE_RANGE = f"{FIRST_KIMI_K3}–{NEWEST}"
 #: The release each code path first shipped in, and what changed there.
 PATH_INTRODUCED: dict[CodePath, tuple[str, str]] = {
     path: (next(r.version for r in _ORDERED if r.code_path == path), PATH_CHANGES[path]) for path in CODE_PATHS
@@ -346,10 +386,16 @@ class FixRelease:
         return {"release": self.release, "change": self.change, "code_path": self.code_path, "summary": self.summary}
 
 
-def fix_release(path: CodePath) -> FixRelease:
-    """Return the :class:`FixRelease` of the release that introduced ``path``."""
-    version, change = PATH_INTRODUCED[path]
-    return FixRelease(version, change, path)
+@frozen
+class FixSearch:
+    """What the one fix search found for a failing question: the first later release that runs it clean, or None
+    when no release the kit knows does. An answer without one was not searched."""
+
+    found: FixRelease | None
+
+    def to_json(self) -> dict[str, str] | None:
+        """Return the release found as :meth:`FixRelease.to_json` writes it, or None."""
+        return None if self.found is None else self.found.to_json()
 
 
 class _Versioned(Protocol):
@@ -390,19 +436,6 @@ def release_for(version: str) -> tuple[Release, str]:
     if suffix:
         return release, f"SGLang {version} is taken as {base} ({release.code_path} path)"
     return release, f"SGLang {base}: {release.code_path} path"
-
-
-def fixed_in(path: CodePath) -> tuple[str, str] | None:
-    """Return ``(release, what changed)`` of the first release whose code path comes after ``path``, or None."""
-    order = CODE_PATHS.index(path)
-    if order + 1 >= len(CODE_PATHS):
-        return None
-    return PATH_INTRODUCED[CODE_PATHS[order + 1]]
-
-
-def later_paths(path: CodePath) -> list[CodePath]:
-    """Return the code paths of releases after ``path``'s, oldest first."""
-    return list(CODE_PATHS[CODE_PATHS.index(path) + 1 :])
 
 
 def as_code_path(value: object, name: str = "code_path") -> CodePath:
@@ -512,7 +545,8 @@ def first_fixing_release(
 ) -> FixRelease | None:
     """Return the first release after ``current`` on which ``runs_clean`` holds, with what changed there, or None.
 
-    The one fix search every question uses. ``seen_as`` says what of a release the question sees
+    The one fix search every question uses (:func:`kimi_viz._whatif.fix.with_fix`). ``seen_as`` says what of a
+    release the question sees
     (its code path for a captured batch; request side, code path and forward pass for a workload):
     a release that looks like one already tried, or like ``current``, is not asked again.
     ``runs_clean`` returns False for a release that refuses the question's settings.
@@ -541,18 +575,18 @@ __all__ = [
     "FORWARD_RULES",
     "NEWEST",
     "FIRST_KIMI_K3",
+    "RELEASE_RANGE",
+    "SchedulerRules",
     "PATH_INTRODUCED",
     "as_code_path",
     "FIX_PRS",
     "FIX_PRS_TEXT",
     "ReleaseChoice",
     "FixRelease",
-    "fix_release",
+    "FixSearch",
     "choose_release",
     "release_for",
-    "fixed_in",
     "what_changed",
     "first_fixing_release",
-    "later_paths",
     "parse_version",
 ]

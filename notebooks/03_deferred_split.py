@@ -38,7 +38,7 @@ device = "auto"
 
 # %%
 # %matplotlib inline
-from kimi_viz import build_verdict, get_scenario, plots, replay, run_scenario
+from kimi_viz import build_verdict, get_scenario, plots, replay, run_scenario, whatif
 from kimi_viz.report import Stepper, Table, VerdictView, assignment_table, batch_table, divergence_table
 
 # %% [markdown]
@@ -70,9 +70,9 @@ plots.draw_step(healthy_trace, -1, rank=0).figure
 
 # %%
 s1 = get_scenario("s1-cpu")
-s1_trace = replay(s1.build(), tp_size=s1.tp_size, sglang_version="0.5.18", device=device)
-s1_verdict = build_verdict(s1_trace)
-VerdictView(s1_verdict, heading="S1 on SGLang 0.5.18")
+s1_answer = whatif(s1.build(), sglang_version="0.5.18", tp_size=s1.tp_size, mode="pixels", device=device)
+s1_trace = s1_answer.call_trace
+VerdictView(s1_answer.verdict, heading="S1 on SGLang 0.5.18", fixes=s1_answer.fixes)
 
 # %% [markdown]
 # Step through the failing rank. It opens at the step that raises; step back to the grouping step

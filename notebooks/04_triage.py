@@ -73,7 +73,7 @@ batch_table(batch)
 
 # %%
 result = triage(manifest_path, sglang_version=sglang_version, code_path=code_path, tp=tp, device=device)
-VerdictView(result.verdict, heading=f"Triage of {manifest_path}")
+VerdictView(result.verdict, heading=f"Triage of {manifest_path}", fixes=result.fixes)
 
 # %% [markdown]
 # Every image, numbered as in the verdict: the grid row SGLang read for it, the rows it expected

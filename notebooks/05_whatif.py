@@ -87,9 +87,9 @@ request_table(answer.replay.built)
 # ## 2. The verdict on every rank
 
 # %%
-VerdictView(answer.verdict, heading=f"SGLang {sglang_version} at TP {tp}") if answer.verdict else Table(
-    ["answer"], [[answer.why]]
-)
+VerdictView(
+    answer.verdict, heading=f"SGLang {sglang_version} at TP {tp}", fixes=answer.fixes
+) if answer.verdict else Table(["answer"], [[answer.why]])
 
 # %% [markdown]
 # In one paragraph — why it fails, or why nothing fails:

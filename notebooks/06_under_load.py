@@ -52,7 +52,9 @@ from kimi_viz import (
     Request,
     Workload,
     check_table,
+    pairs_table,
     parse_request,
+    parse_workload,
     pass_table,
     prompt_table,
     sweep,
@@ -65,7 +67,6 @@ from kimi_viz import (
 from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
 from kimi_viz.request import Renderer, check_releases
-from kimi_viz.schedule.workload import parse_workload
 
 # %% [markdown]
 # ## 1. Each request alone
@@ -136,7 +137,7 @@ sweep_table(sweep(workload))
 # Which pairs of these images fail when prefilled together (every release × TP 1, 2, 4, 8):
 
 # %%
-sweep_pairs(images if len(images) > 2 else [*images, "chelsea.png", "coffee.png"]).table()
+pairs_table(sweep_pairs(images if len(images) > 2 else [*images, "chelsea.png", "coffee.png"]))
 
 # %% [markdown]
 # ## 5. A long prompt, chunked prefill and the embedding cache

@@ -11,7 +11,7 @@ import json
 
 from kimi_viz import Answer, Status, answer_json, get_scenario, minimize, sweep, sweep_text, whatif
 from kimi_viz.cli import main
-from kimi_viz.messages import MSG_GPU_WRONG_GRIDS
+from kimi_viz.message_catalogue.messages import MSG_GPU_WRONG_GRIDS
 from kimi_viz.split.cause import ErrorInfo
 
 GPU_GRIDS = ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)

@@ -463,8 +463,8 @@ def test_explain_points_at_the_manifests_a_capture_log_names(fake_on_path, tmp_p
     next step is the triage of that very manifest, which replays to the recorded error."""
     from sglang.srt.managers.schedule_batch import MultimodalDataItem
 
-    from kimi_viz import messages
     from kimi_viz.cli import main
+    from kimi_viz.message_catalogue import messages
 
     item = MultimodalDataItem(object(), {"grid_thws": [[1, 2, 2]], "kimi_k3_deferred_preprocessing": None})
     folder = capture.record_call(None, [item], tmp_path / "captures", error=ValueError(messages.MSG_LENGTH))

@@ -16,7 +16,12 @@ from PIL import Image
 from kimi_viz.cli import main
 from kimi_viz.data import sample_path
 from kimi_viz.errors import DecompressionBombError, NotAnImageError, WhatIfError
-from kimi_viz.messages import MSG_CALLER_MM_HASHES, MSG_GPU_WRONG_GRIDS, MSG_IMAGE_ONLY, MSG_ONE_TO_ONE
+from kimi_viz.message_catalogue.messages import (
+    MSG_CALLER_MM_HASHES,
+    MSG_GPU_WRONG_GRIDS,
+    MSG_IMAGE_ONLY,
+    MSG_ONE_TO_ONE,
+)
 from kimi_viz.preprocess.config import get_config
 from kimi_viz.preprocess.resize import resize_config
 from kimi_viz.releases import RELEASES
@@ -228,7 +233,7 @@ def test_render_prompt_takes_one_gap_per_pair_of_images():
 
 
 def test_a_request_file_may_list_one_gap_per_pair(tmp_path):
-    from kimi_viz.schedule.workload import parse_workload
+    from kimi_viz.request.workload import parse_workload
 
     data = {"requests": [{"images": ["chelsea.png", "coffee.png"], "text": {"between": [3]}}]}
     assert parse_workload(data).requests[0].gaps == (3,)
@@ -366,7 +371,7 @@ def test_dropping_an_image_keeps_the_text_gaps_around_it():
     from kimi_viz._whatif.questions import WorkloadQuestion
     from kimi_viz.request.images import as_request_image
     from kimi_viz.request.settings import ServerSettings
-    from kimi_viz.schedule.workload import Request, Workload
+    from kimi_viz.request.workload import Request, Workload
 
     images = tuple(as_request_image(n) for n in ("chelsea.png", "coffee.png", "rocket.jpg"))
     workload = Workload((Request("r1", images, gaps=(3, 5)),))

@@ -11,14 +11,15 @@ from kimi_viz import whatif
 from kimi_viz._whatif.chat import chat_turns, chat_workload
 from kimi_viz.cli import main
 from kimi_viz.errors import WhatIfError
-from kimi_viz.messages import MSG_GPU_WRONG_GRIDS
+from kimi_viz.forward.workload_replay import replay_workload, whole_requests
+from kimi_viz.message_catalogue.messages import MSG_GPU_WRONG_GRIDS
 from kimi_viz.request.chat import parse_request, text_tokens
 from kimi_viz.request.checks import check_request
-from kimi_viz.schedule.prefill_workload import Image
-from kimi_viz.schedule.prefix import page_floor
-from kimi_viz.schedule.scheduler import scheduled_requests
-from kimi_viz.schedule.workload import parse_workload
-from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload, whole_requests
+from kimi_viz.request.token_ids import scheduled_requests
+from kimi_viz.request.workload import parse_workload
+from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.req import Image
+from kimi_viz.scheduler.tree import page_floor
 from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.verdict import Status
 
@@ -46,7 +47,7 @@ def test_a_later_turn_is_written_out_whole_and_repeats_the_earlier_ids():
     assert result.prompts[0].pad_runs == [(40, 400)] and result.prompts[0].length == 404
     assert result.prompts[1].pad_runs == [(40, 400), (446, 775)] and result.prompts[1].length == 809
     first, second = scheduled_requests(workload, result.prompts, [list(b.images) for b in result.built])
-    assert second.parts[: len(first.parts) + 2] == (*first.parts, *first.output_ids)
+    assert second.parts[: len(first.parts) + 2] == (*first.parts, *first.generated_ids)
     assert second.after == "t1" and first.max_new_tokens == 2
     hashes = [p.image_hash for p in second.parts if isinstance(p, Image)]
     assert hashes == [int(im.digest[:16], 16) for im in whole[1].images]
@@ -56,7 +57,7 @@ def test_a_later_turn_is_written_out_whole_and_repeats_the_earlier_ids():
 def test_the_second_turn_starts_at_the_first_turns_key_floored_to_the_page(page, matched):
     result = _replay(CUT, page_size=page, chunked_prefill_size=8192)
     assert result.matched == [0, matched] == [page_floor(405, page) * (k == 1) for k in range(2)]
-    assert [[(w.request, w.prefix, w.extend) for w in p.windows] for p in result.plans] == [
+    assert [[(result.index(w.rid), w.prefix_len, w.extend_input_len) for w in p.windows] for p in result.plans] == [
         [(0, 0, 404)],
         [(1, matched, 809 - matched)],
     ]

@@ -38,6 +38,7 @@ SGLANG_PREFIXES = (
 )
 SGLANG_FILES = {
     "mm_utils.py",
+    "server_args.py",
     "media_utils.py",  # the checkpoint's own, in the model repository
     "schedule_policy.py",
     "scheduler.py",

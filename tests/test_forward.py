@@ -11,7 +11,12 @@ import pytest
 from kimi_viz import sweep, whatif
 from kimi_viz.data import sample_path
 from kimi_viz.errors import WhatIfError
-from kimi_viz.messages import (
+from kimi_viz.forward.cache import EmbeddingCache
+from kimi_viz.forward.embedding import adjust_embedding_length, replay_forward
+from kimi_viz.forward.rows import Rows, Source
+from kimi_viz.forward.trace import ForwardItem, ForwardRequest
+from kimi_viz.forward.workload_replay import replay_workload
+from kimi_viz.message_catalogue.messages import (
     MSG_DISCARD,
     MSG_GPU_WRONG_GRIDS,
     MSG_INSUFFICIENT,
@@ -22,14 +27,10 @@ from kimi_viz.messages import (
 from kimi_viz.releases import RELEASES
 from kimi_viz.request.images import probe_image
 from kimi_viz.request.settings import ServerSettings
-from kimi_viz.schedule.cache import EmbeddingCache
-from kimi_viz.schedule.forward import adjust_embedding_length, replay_forward
-from kimi_viz.schedule.prefill_workload import Settings, text_requests
-from kimi_viz.schedule.rows import Rows, Source
-from kimi_viz.schedule.scheduler import Window, passes_of
-from kimi_viz.schedule.trace import ForwardItem, ForwardRequest
-from kimi_viz.schedule.workload import CacheSeed, Request, Workload, parse_workload, together
-from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+from kimi_viz.request.workload import CacheSeed, Request, Workload, parse_workload, together
+from kimi_viz.scheduler.event_loop import schedule
+from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.req import Req, Window
 
 
 def image(name: str):
@@ -50,25 +51,30 @@ def test_rows_follow_torch_slicing_split_and_negative_tails():
 
 # --- the scheduler --------------------------------------------------------------------------------------
 def plan_passes(lengths, arrivals, *, chunked_prefill_size, max_prefill_tokens=16384):
-    """The passes of text-only requests of ``lengths`` (distinct ids: no prefix is shared) on 0.5.23."""
-    settings = Settings(chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens)
-    return passes_of(text_requests(lengths, arrivals), settings, "0.5.23")
+    """The passes of text-only requests ``r0``, ``r1``, ... of ``lengths`` (distinct ids: no prefix is shared)
+    on 0.5.23."""
+    settings = LoadSettings(chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens)
+    starts = [sum(lengths[:k]) for k in range(len(lengths))]
+    reqs = [
+        Req(f"r{k}", tuple(range(s, s + n)), arrival=a) for k, (s, n, a) in enumerate(zip(starts, lengths, arrivals))
+    ]
+    return schedule(reqs, settings, RELEASES["0.5.23"].scheduler, "0.5.23")
 
 
 def test_chunked_prefill_follows_sglangs_worked_example():
     """A (3000 tokens) and B (20000) waiting, chunks of 8192: B is cut, then goes alone, then shares."""
     plans = plan_passes([3000, 20000, 500], [0, 0, 0], chunked_prefill_size=8192)
-    assert [[(w.request, w.prefix, w.extend) for w in p.windows] for p in plans] == [
-        [(0, 0, 3000), (1, 0, 5192)],
-        [(1, 5192, 8192)],
-        [(1, 13384, 6616), (2, 0, 500)],
+    assert [[(w.rid, w.prefix_len, w.extend_input_len) for w in p.windows] for p in plans] == [
+        [("r0", 0, 3000), ("r1", 0, 5192)],
+        [("r1", 5192, 8192)],
+        [("r1", 13384, 6616), ("r2", 0, 500)],
     ]
 
 
 def test_without_chunking_the_first_request_is_always_admitted_and_the_budget_stops_the_rest():
     plans = plan_passes([20000, 100, 100], [0, 0, 0], chunked_prefill_size=-1, max_prefill_tokens=16384)
-    assert [tuple(w.request for w in p.windows) for p in plans] == [(0,), (1, 2)]
-    assert plan_passes([10, 10], [0, 1], chunked_prefill_size=8192)[1].windows == (Window(1, 0, 10),)
+    assert [tuple(w.rid for w in p.windows) for p in plans] == [("r0",), ("r1", "r2")]
+    assert plan_passes([10, 10], [0, 1], chunked_prefill_size=8192)[1].windows == (Window("r1", 0, 10),)
 
 
 # --- one call for every request in the batch -------------------------------------------------------------
@@ -191,7 +197,7 @@ def test_a_pass_whose_windows_touch_no_image_calls_nothing():
         [request],
         release=RELEASES["0.5.23"],
         tp_size=1,
-        cache=EmbeddingCache(),
+        cache=EmbeddingCache.of_megabytes(100),
         encode=lambda items: calls.append(items) or (Rows(), None),
     )
     assert trace.outcome == "ok" and calls == [] and trace.placements == []

@@ -425,7 +425,7 @@ def test_a_manifest_without_the_context_triages_exactly_as_before(tmp_path):
     with_context = triage_batch(_batch(), source="m", out_dir=tmp_path / "with")
     without = triage_batch(_batch(None), source="m", out_dir=tmp_path / "without")
     assert "forward pass:" not in without.text() and "forward_context" not in without.to_json()
-    assert without.to_json() == without.verdict.to_json()
+    assert without.to_json() == without.verdict.to_json(without.fixes)
     text_with = with_context.text().replace(str(tmp_path / "with"), "OUT")
     block = "\n".join(["", *TEXT, "  the first diverging image, call item 1, came from request 1 (rid req-b), image 0"])
     assert text_with.replace("\n" + block, "") == without.text().replace(str(tmp_path / "without"), "OUT")

@@ -105,8 +105,9 @@ def test_the_stepper_gains_the_splice_steps_after_the_call():
 
 def _chat_passes():
     """Return the passes of a two-turn chat on pages of 64: the second turn starts from a radix prefix of 448."""
-    from kimi_viz.schedule.workload import parse_workload
-    from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+    from kimi_viz.forward.workload_replay import replay_workload
+    from kimi_viz.request.workload import parse_workload
+    from kimi_viz.scheduler.flags import LoadSettings
 
     workload = parse_workload(
         {
@@ -189,8 +190,9 @@ def test_the_stepper_opens_with_the_prefix_match_and_the_admission_from_the_sche
 
 
 def test_the_admission_step_shows_the_chunked_request_first_the_cut_and_who_was_never_offered():
-    from kimi_viz.schedule.workload import parse_workload
-    from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+    from kimi_viz.forward.workload_replay import replay_workload
+    from kimi_viz.request.workload import parse_workload
+    from kimi_viz.scheduler.flags import LoadSettings
 
     workload = parse_workload(
         {

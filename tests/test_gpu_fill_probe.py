@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kimi_viz.messages import MSG_BG_PATTERN
+from kimi_viz.message_catalogue.messages import MSG_BG_PATTERN
 from kimi_viz.split.gpu_group import _broadcast, _BroadcastError, _fill_probe, alpha_composite
 from kimi_viz.split.state import SGLangRaise, probe_torch, raises
 from kimi_viz.split.trace import CauseKind

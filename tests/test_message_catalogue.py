@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 from parity.catalogue_check import check, classify, defined_functions, extract, extract_source
 
-from kimi_viz import messages
 from kimi_viz._explain import KNOWN_MESSAGES, NEXT_BY_STAGE, explain
 from kimi_viz.cli import main
-from kimi_viz.message_catalogue import BY_KEY, CATALOGUE, by_stage, markdown, release_span
-from kimi_viz.messages import FIELD_FORMS, LOG_KINDS, Message, Site, Stage
+from kimi_viz.message_catalogue import BY_KEY, CATALOGUE, by_stage, markdown, messages, release_span
+from kimi_viz.message_catalogue.messages import FIELD_FORMS, LOG_KINDS, Message, Site, Stage
 from kimi_viz.releases import RELEASES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "pipeline.md"

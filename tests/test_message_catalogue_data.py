@@ -16,7 +16,7 @@ import pytest
 
 from kimi_viz.message_catalogue import CATALOGUE, STAGE_FILES
 from kimi_viz.message_catalogue._load import DATA, load, span
-from kimi_viz.messages import MSG_LENGTH, Message, Site, Stage
+from kimi_viz.message_catalogue.messages import MSG_LENGTH, Message, Site, Stage
 
 PLANTED = """\
 stage = "split"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kimi_viz import messages as deferred
 from kimi_viz._explain import KNOWN_MESSAGES, explain
 from kimi_viz.cli import main
+from kimi_viz.message_catalogue import messages as deferred
 from kimi_viz.scenarios import SCENARIOS
 
 FAILING = [name for name, scenario in SCENARIOS.items() if scenario.expected.outcome == "error"]
@@ -113,7 +113,7 @@ def test_every_load_scenario_message_is_recognised_with_its_numbers_and_points_t
 
 
 def test_splice_numbers_are_read():
-    from kimi_viz import messages
+    from kimi_viz.message_catalogue import messages
 
     (more,) = explain("WARNING " + messages.MSG_TOKEN_MISMATCH.format(16, 187))
     assert more.values == {"prompt_tokens": 16, "feature_rows": 187}

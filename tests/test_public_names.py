@@ -145,8 +145,10 @@ CALLS: dict[str, str] = {
     "CacheSeed": "assert kv.CacheSeed(kv.together([chelsea]).requests[0].images[0], 120).tokens == 120",
     "together": "assert [r.rid for r in kv.together(pair).requests] == ['r1', 'r2']",
     "read_workload": "assert kv.read_workload(workload_file).images == 2",
+    "parse_workload": "assert kv.parse_workload({'requests': [{'images': [str(chelsea)]}]}).images == 1",
     "LoadSettings": "assert kv.LoadSettings(cache_mb=0).flags().endswith('SGLANG_VLM_CACHE_SIZE_MB=0 (cuda)')",
     "sweep_pairs": "assert len(kv.sweep_pairs(pair, tp_sizes=(2,)).failing()) == 1",
+    "pairs_table": "assert len(kv.pairs_table(kv.sweep_pairs(pair, tp_sizes=(2,))).rows) == 1",
     "parse_request": ("assert kv.parse_request({'text': 'x', 'image_data': [str(chelsea)]}).entry == 'generate-text'"),
     "read_request": "assert kv.read_request(chat_file).images[0].size == (451, 300)",
     "check_table": (

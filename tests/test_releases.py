@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from kimi_viz import releases as releases_module
+from kimi_viz import whatif
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.messages import MSG_FEATURE_TYPE, MSG_LENGTH
+from kimi_viz.message_catalogue.messages import MSG_FEATURE_TYPE, MSG_LENGTH
 from kimi_viz.releases import (
     FORWARD_RULES,
     NEWEST,
@@ -20,7 +21,7 @@ from kimi_viz.releases import (
     REQUEST_SIDES,
     PathSource,
     choose_release,
-    fixed_in,
+    first_fixing_release,
     release_for,
 )
 from kimi_viz.scenarios import SCENARIOS
@@ -71,10 +72,11 @@ def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
     import importlib.util
 
     source = Path(releases_module.__file__).read_text(encoding="utf-8")
-    entry = '        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),\n'
+    entry = '        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),\n'
     assert source.count(entry) == 1
     added = source.replace(
-        entry, entry + '        Release("0.5.24", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, _POST_FIX),\n'
+        entry,
+        entry + '        Release("0.5.24", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),\n',
     )
     path = tmp_path / "releases_0_5_24.py"
     for relative in ("._records", ".errors"):  # the copy lives outside the package: its imports point back in
@@ -127,10 +129,18 @@ def test_a_release_without_kimi_k3_or_garbage_is_a_one_line_error(text, words):
     assert "\n" not in str(info.value)
 
 
-def test_fixed_in_names_the_next_path_change():
-    assert fixed_in("no-split") == ("0.5.18", "deferred preprocessing in get_image_feature")
-    assert fixed_in("pre-fix") == ("0.5.19", "SGLang PRs #35305 / #36265")
-    assert fixed_in("post-fix") is None
+def test_the_fix_search_names_the_first_later_release_that_looks_different_and_runs_clean():
+    """A question that only sees the code path: 0.5.18's is first fixed where the path changes, 0.5.19."""
+    tried = []
+
+    def clean_on(release):
+        tried.append(release.version)
+        return release.code_path == "post-fix"
+
+    found = first_fixing_release(RELEASES["0.5.17"], clean_on, lambda release: release.code_path)
+    assert (found.release, found.change, found.code_path) == ("0.5.19", "SGLang PRs #35305 / #36265", "post-fix")
+    assert tried == ["0.5.18", "0.5.19"]  # 0.5.20-0.5.23 run the same path: not asked
+    assert first_fixing_release(RELEASES["0.5.23"], clean_on, lambda release: release.code_path) is None
 
 
 def test_a_batchs_own_code_path_is_chosen_by_how_it_was_found_and_the_sentence_agrees():
@@ -178,8 +188,9 @@ def test_s1_on_every_release(version, backend):
     """S1's batch (three images at TP 2) on each release: 0.5.17 cannot take deferred items, 0.5.18 fails on
     rank 1, every later release is clean."""
     batch = SCENARIOS[f"s1-{backend}"].build()
-    trace = replay(batch, tp_size=2, sglang_version=version, mode="shapes")
-    verdict = build_verdict(trace).to_json()
+    answer = whatif(batch, sglang_version=version, tp_size=2)
+    trace = answer.call_trace
+    verdict = answer.verdict.to_json(answer.fixes)
     assert verdict["release"]["sglang_version"] == version
     assert verdict["release"]["code_path"] == TABLE[version][0]
     outcomes = [(r.outcome, r.error and r.error.message) for r in trace.ranks]
@@ -211,16 +222,18 @@ def test_s1_on_every_release(version, backend):
 
 
 def test_a_healthy_batch_on_0_5_17_is_fixed_by_0_5_18():
-    trace = replay(SCENARIOS["healthy-tp1"].build(), sglang_version="0.5.17", mode="shapes")
-    assert trace.error.message == PIL_TYPE
-    assert build_verdict(trace).to_json()["release"]["fixed_in"]["release"] == "0.5.18"
+    answer = whatif(SCENARIOS["healthy-tp1"].build(), sglang_version="0.5.17", tp_size=1)
+    assert answer.error.message == PIL_TYPE
+    assert answer.verdict.to_json(answer.fixes)["release"]["fixed_in"]["release"] == "0.5.18"
 
 
-def test_a_failure_no_release_fixes_says_so():
-    trace = replay(SCENARIOS["s2-cpu"].build(), sglang_version="0.5.23", mode="shapes")
-    verdict = build_verdict(trace)
-    assert verdict.fixed_in is None
-    assert "not fixed by upgrading: SGLang 0.5.23 runs this same code path" in format_verdict(verdict)
+def test_a_failure_no_release_fixes_says_so_and_a_bare_replay_says_nothing_of_fixes():
+    answer = whatif(SCENARIOS["s2-cpu"].build(), sglang_version="0.5.23", tp_size=1)
+    assert answer.fix is not None and answer.fixed_in is None
+    words = format_verdict(answer.verdict, fixes=answer.fixes)
+    assert "not fixed by upgrading: SGLang 0.5.23 runs this same code path" in words
+    bare = format_verdict(build_verdict(replay(SCENARIOS["s2-cpu"].build(), sglang_version="0.5.23", mode="shapes")))
+    assert "fixed" not in bare  # no fix search ran: neither a fixing release nor "not fixed" is claimed
 
 
 def _kimi_viz(*args, cwd=None):

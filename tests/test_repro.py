@@ -21,7 +21,7 @@ from PIL import Image
 
 from kimi_viz.errors import ArgumentError, ConfigError, OutputError
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_LENGTH
+from kimi_viz.message_catalogue.messages import MSG_GPU_WRONG_GRIDS, MSG_LENGTH
 from kimi_viz.repro import MARKER, ReproCase, emit_repro, template_text
 from kimi_viz.scenarios import SCENARIOS
 

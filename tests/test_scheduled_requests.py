@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from kimi_viz.data import sample_path
+from kimi_viz.forward.workload_replay import replay_workload
 from kimi_viz.request.images import probe_image
 from kimi_viz.request.prompt import caption_tokens
-from kimi_viz.schedule.workload import Request, Workload
-from kimi_viz.schedule.workload_replay import LoadSettings, replay_workload
+from kimi_viz.request.workload import Request, Workload
+from kimi_viz.scheduler.flags import LoadSettings
 
 CHELSEA = probe_image(sample_path("chelsea.png"))
 CHELSEA_EXIF = probe_image(sample_path("chelsea_exif_orientation6.jpg"))  # the same upload size, other pixels
@@ -28,7 +29,7 @@ def test_two_images_of_one_size_differ_only_in_their_pad_values():
     start = result.prompts[1].pad_runs[0][0]
     assert start == 40 + 1 + caption_tokens(*CHELSEA.size) + 1  # system, <|media_begin|>, caption, <|media_content|>
     # the caption "image 451x300" is the same text for both, so b's radix match runs up to its pads and stops
-    assert [(w.request, w.prefix) for p in result.plans for w in p.windows] == [(0, 0), (1, start)]
+    assert [(result.index(w.rid), w.prefix_len) for p in result.plans for w in p.windows] == [(0, 0), (1, start)]
 
 
 def test_the_same_image_again_is_matched_through_its_pads():
@@ -40,4 +41,4 @@ def test_the_same_image_again_is_matched_through_its_pads():
     )
     result = _load(workload)
     end = result.prompts[1].pad_runs[0][1]
-    assert [(w.request, w.prefix) for p in result.plans for w in p.windows] == [(0, 0), (1, end + 2)]
+    assert [(result.index(w.rid), w.prefix_len) for p in result.plans for w in p.windows] == [(0, 0), (1, end + 2)]

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from kimi_viz.forward import step_records as forward_records
 from kimi_viz.plots.steps import key_variables, short
 from kimi_viz.scenarios.catalogue import get_scenario
-from kimi_viz.schedule import step_records as forward_records
 from kimi_viz.split import step_records as records
 from kimi_viz.split._replay import replay
 from kimi_viz.split.step_records import StepRecord
@@ -196,7 +196,7 @@ def test_records_and_steps_are_frozen():
     ("scenario", "version"), [("s1-cpu", "0.5.18"), ("healthy-tp2", "0.5.23"), ("healthy-tp1", "0.5.17")]
 )
 def test_a_replay_builds_every_step_complete(scenario, version):
-    trace = replay(get_scenario(scenario).build(), sglang_version=version, mode="shapes", find_fix=False)
+    trace = replay(get_scenario(scenario).build(), sglang_version=version, mode="shapes")
     for rank in trace.ranks:
         for k, step in enumerate(rank.steps):
             assert isinstance(step.variables, StepRecord)

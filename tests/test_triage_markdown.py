@@ -25,7 +25,7 @@ from markdown_it import MarkdownIt
 from kimi_viz._triage import triage, triage_batch
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, redact_batch, write_manifest
-from kimi_viz.messages import MSG_LENGTH
+from kimi_viz.message_catalogue.messages import MSG_LENGTH
 from kimi_viz.report.markdown import BUDGET, GITHUB_LIMIT, MAX_IMAGE_ROWS, md_text
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split.batch import RecordedOutcome
@@ -103,7 +103,7 @@ def without_code_spans(text: str) -> str:
     return re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", text)
 
 
-def check_issue(text: str, verdict, *, images: int) -> Page:
+def check_issue(text: str, verdict, *, images: int, fixed_in=None) -> Page:
     """Render ``text`` and check what every issue body holds; return the rendered page."""
     assert len(text) <= BUDGET < GITHUB_LIMIT
     html, tokens = render(text)
@@ -119,8 +119,8 @@ def check_issue(text: str, verdict, *, images: int) -> Page:
     )
     assert verdict.rank_summary in words
     assert f"replayed: {verdict.release.label}" in words
-    if verdict.fixed_in is not None:
-        assert f"fixed in {verdict.fixed_in.release}" in words
+    if fixed_in is not None:  # the answer's fix search (TriageResult.fixes)
+        assert f"fixed in {fixed_in.release}" in words
     if verdict.error is not None:
         assert f"{verdict.error.type}: {verdict.error.message}" in words
     assert "Cause." in words and "Step trace" in words and "Environment:" in words
@@ -139,7 +139,8 @@ def test_every_scenarios_issue_renders_with_its_table_counts_and_verdict(name):
     batch = scenario.build()
     result = triage_batch(batch, mode="pixels" if "pixels" in scenario.modes else "shapes")
     verdict = result.verdict
-    page = check_issue(result.markdown(figure="summary.png"), verdict, images=len(batch.items))
+    fixed_in = result.answer.fixed_in
+    page = check_issue(result.markdown(figure="summary.png"), verdict, images=len(batch.items), fixed_in=fixed_in)
     (table,) = [t for t in page.tables if t[0] == COLUMNS]
     for row, who in zip(table[1:], verdict.images):
         assert row[0] == str(who.image) and row[1] == who.label
@@ -167,7 +168,7 @@ def test_user_text_full_of_markdown_and_html_stays_text(tmp_path):
     result = triage(manifest, out_dir=tmp_path / "out")
     text = (tmp_path / "out" / "issue.md").read_text(encoding="utf-8")
     assert text == result.markdown(figure="summary.png")
-    page = check_issue(text, result.verdict, images=3)
+    page = check_issue(text, result.verdict, images=3, fixed_in=result.answer.fixed_in)
     (table,) = [t for t in page.tables if t[0] == COLUMNS]
     label = md_text(f"{HOSTILE}\nline two", limit=80)
     assert label.endswith("…")
@@ -195,7 +196,7 @@ def test_a_256_image_batch_stays_under_githubs_limit_with_its_table_whole():
     verdict = result.verdict
     assert verdict.rank_summary == "8 of 8 ranks fail"
     text = result.markdown(figure="summary.png")
-    page = check_issue(text, verdict, images=256)
+    page = check_issue(text, verdict, images=256, fixed_in=result.answer.fixed_in)
     (table,) = [t for t in page.tables if t[0] == COLUMNS]
     flagged = [r.image for r in verdict.divergence.images if r.flagged]
     shown = [int(row[0]) for row in table[1:]]
@@ -236,7 +237,7 @@ def test_the_s1_capture_renders_as_an_issue(tmp_path):
     result = triage(manifest, out_dir=tmp_path / "out")
     text = result.outputs["issue"].read_text(encoding="utf-8")
     assert result.outputs["issue"] == tmp_path / "out" / "issue.md"
-    page = check_issue(text, result.verdict, images=3)
+    page = check_issue(text, result.verdict, images=3, fixed_in=result.answer.fixed_in)
     words = page.all_text
     title = text.splitlines()[0]
     assert f"raises ValueError: {MSG_LENGTH}" in title and "SGLang 0.5.18, attention-TP 2, S1" in title

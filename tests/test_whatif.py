@@ -16,6 +16,7 @@ from kimi_viz._whatif.ask import ddmin, minimize, sweep, whatif
 from kimi_viz.cli import main
 from kimi_viz.data import SAMPLE_PHOTOS, sample_images, sample_path
 from kimi_viz.errors import KimiVizError, SettingNotInReleaseError, WhatIfError
+from kimi_viz.forward.call import model_call
 from kimi_viz.preprocess.images import has_alpha, load_image
 from kimi_viz.releases import REQUEST_SIDES
 from kimi_viz.report.answer_documents import cell_json
@@ -23,7 +24,6 @@ from kimi_viz.report.answer_views import answer_text, culprit_unit, minimized_te
 from kimi_viz.request.images import probe_image, probe_images
 from kimi_viz.request.settings import OPTIONS, ServerSettings
 from kimi_viz.request.sides import build_request, item_json, request_side_for
-from kimi_viz.schedule.call import model_call
 from kimi_viz.split.cause import ErrorInfo
 
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
@@ -264,7 +264,8 @@ def test_pixels_and_shapes_give_the_same_outcome():
 
 def test_a_failing_whatif_names_the_fix_release_and_the_image_to_look_at():
     answer = whatif(paths(TWO), sglang_version="0.5.18", tp_size=2)
-    assert answer.verdict.fixed_in is not None and answer.verdict.fixed_in.release == "0.5.19"
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
+    assert answer.verdict.to_json(answer.fixes)["release"]["fixed_in"]["release"] == "0.5.19"
     assert answer.replay.culprit(answer.verdict) == 1
     text = answer_text(answer)
     assert "look at: image 1 (microaneurysms.png" in text and "image_grid_thw=[1, 22, 34]" in text

@@ -15,13 +15,18 @@ from kimi_viz._whatif.hint import pair_hint
 from kimi_viz._whatif.questions import RequestQuestion, WorkloadQuestion
 from kimi_viz.cli import main
 from kimi_viz.errors import WhatIfError
-from kimi_viz.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from kimi_viz.message_catalogue.messages import (
+    MSG_GPU_WRONG_GRIDS,
+    MSG_INSUFFICIENT,
+    MSG_SPLIT_SIZES,
+    MSG_TOKEN_MISMATCH,
+)
 from kimi_viz.releases import RELEASES
-from kimi_viz.report.answer_views import minimized_text
+from kimi_viz.report.answer_views import minimized_text, pairs_table
 from kimi_viz.request.images import as_request_image
 from kimi_viz.request.settings import ServerSettings
-from kimi_viz.schedule.workload import Request, Workload, together
-from kimi_viz.schedule.workload_replay import LoadSettings
+from kimi_viz.request.workload import Request, Workload, together
+from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.split.cause import ErrorInfo
 
 
@@ -152,12 +157,22 @@ def test_sweep_rows_are_the_release_groups():
 def test_pairs_sweep_fails_exactly_the_pairs_whose_grids_differ_on_0_5_18():
     names = ["chelsea.png", "chelsea_exif_orientation6.jpg", "rocket.jpg", "coffee.png"]
     swept = sweep_pairs(names)
-    assert swept.pairs == 6 and len(swept.cells) == 6 * 4 * 4
-    failing = {(swept.images[c.first].label, swept.images[c.second].label) for c in swept.failing()}
+    groups = 5  # 0.5.17, 0.5.18, 0.5.19–0.5.21, 0.5.22, 0.5.23: as any workload's sweep groups the releases
+    assert len(swept.pairs) == 6 and all(len(s.cells) == groups * 4 for s in swept.sweeps)
+    failing = {(swept.images[a].label, swept.images[b].label) for (a, b), _ in swept.failing()}
     # the EXIF-tagged copy is stored 451×300 like chelsea.png (the request side reads the stored size):
     # one grid, so that pair passes; the other five differ
     assert len(failing) == 5 and ("chelsea.png", "chelsea_exif_orientation6.jpg") not in failing
-    assert {(c.release, c.tp_size) for c in swept.failing()} == {("0.5.18", 2), ("0.5.18", 4), ("0.5.18", 8)}
+    where = {(c.releases[0].version, c.tp_size) for _, c in swept.failing()}
+    assert where == {("0.5.18", 2), ("0.5.18", 4), ("0.5.18", 8)}
+    # each pair's cells are the workload question's own answers: the same rows, statuses and errors as sweep()
+    alone = sweep(together([names[0], names[2]]))
+    pair = swept.sweeps[swept.pairs.index((0, 2))]
+    assert pair.rows == alone.rows
+    assert [(c.status, c.error, c.answer.why) for c in pair.cells] == [
+        (c.status, c.error, c.answer.why) for c in alone.cells
+    ]
+    assert pairs_table(swept).caption == "5 of 6 pairs fail when the two requests are prefilled together"
     same = sweep_pairs(["chelsea.png", "chelsea.png"])
     assert same.failing() == []  # equal grids: the shard-local read finds the right grid
 
@@ -231,7 +246,7 @@ def test_stale_cache_entry_is_discarded_with_sglangs_warning_from_0_5_19():
 
 def test_whatif_builds_a_later_turn_with_every_image_of_its_conversation():
     """A continuing turn re-sends its conversation's images: whatif builds and replays it written out whole."""
-    from kimi_viz.schedule.workload_replay import replay_workload
+    from kimi_viz.forward.workload_replay import replay_workload
 
     scenario = LOAD_SCENARIOS["s18-prefix-reopens-image"]
     for version in ("0.5.18", "0.5.23"):

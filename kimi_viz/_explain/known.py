@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import message_catalogue
 from .._records import frozen
-from ..messages import FIELD_FORMS, Message, Stage
+from ..message_catalogue.messages import FIELD_FORMS, Message, Stage
+from ..releases import RELEASE_RANGE
 
 CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
 NEXT_STEP = (
@@ -159,7 +160,7 @@ def _known(message: Message) -> KnownMessage:
         key=message.key,
         exception="/".join(message.kinds) or "ValueError",
         pattern=pattern_for(message),
-        raised_in="; ".join(message_catalogue.where(message)) or "no release 0.5.17–0.5.23",
+        raised_in="; ".join(message_catalogue.where(message)) or f"no release {RELEASE_RANGE}",
         meaning=message.meaning,
         classes=classes,
         scenarios=scenarios,

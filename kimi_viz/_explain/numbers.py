@@ -1,7 +1,7 @@
 """The values a matched message carries, read as numbers and put into words.
 
 :func:`parse_value` reads one matched field (an int, a float, else its text); :func:`read_numbers`
-reads each field as numbers where its form (:data:`kimi_viz.messages.FIELD_FORMS`) promises them and
+reads each field as numbers where its form (:data:`kimi_viz.message_catalogue.messages.FIELD_FORMS`) promises them and
 notes each that holds something else; :func:`in_words` puts a message's numbers into a sentence
 ("3 image(s) sent, 2 <|media_pad|> placeholder(s) ...: 1 placeholder(s) missing").
 """

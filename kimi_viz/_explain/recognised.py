@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import Stage
+from ..message_catalogue.messages import Stage
 from .known import CAPTURE_KEY, KnownMessage
 
 

@@ -1,6 +1,6 @@
 """Ask any question on a deployment, across every release, or shrink a failure: each written once.
 
-:func:`whatif` answers a question (images, a :class:`~kimi_viz.schedule.workload.Workload`, a client's
+:func:`whatif` answers a question (images, a :class:`~kimi_viz.request.workload.Workload`, a client's
 :class:`~kimi_viz.request.chat.ChatRequest` or a captured :class:`~kimi_viz.split.batch.Batch`) on one
 release and attention-TP size, and a failure names the first later release that runs it clean
 (:func:`~.fix.with_fix`, the one fix search).
@@ -18,19 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..answer import Answer, Cell, Minimized, Sweep
 from ..errors import SettingNotInReleaseError, WhatIfError
+from ..forward.workload_replay import check_workload_settings
 from ..releases import RELEASES, Release, release_for
 from ..request.images import probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
-from ..schedule.workload import Workload
-from ..schedule.workload_replay import LoadSettings, check_workload_settings
+from ..request.workload import Workload
+from ..scheduler.flags import LoadSettings
 from ..split.batch import Batch
 from ..split.ranks import check_tp_size
 from ..split.verdict import Status
 from .fix import answer_on, with_fix
 from .flags import flag_search
 from .hint import pair_hint
-from .questions import BatchQuestion, Question, RequestQuestion, WorkloadQuestion
+from .protocol import BatchQuestion, Prepared, Question
+from .questions import RequestQuestion, WorkloadQuestion
 
 if TYPE_CHECKING:  # pragma: no cover - the chat template loads only for a client's request
     from ..request.chat import Renderer
@@ -50,6 +52,7 @@ def as_question(
     """Return the question ``subject`` asks: images (paths, bytes, PIL images), a Workload, a ChatRequest (with the
     requests ``beside`` it), a Batch."""
     settings = settings if settings is not None else ServerSettings()
+    load = load if load is not None else LoadSettings()
     if isinstance(subject, Workload):
         return WorkloadQuestion(subject, check_workload_settings(settings), load)
     chat = sys.modules.get("kimi_viz.request.chat")  # a ChatRequest exists only once its module is loaded
@@ -106,13 +109,23 @@ def whatif(
     return answer
 
 
-def _row(question: Question, group: tuple[Release, ...], tps: tuple[int, ...]) -> list[Cell]:
-    """Return one release group's cells: its items built once, then asked at every TP size."""
-    try:
-        prepared = question.prepare(group[0], "shapes")
-    except SettingNotInReleaseError as exc:
-        return [Cell(group, tp, None, str(exc)) for tp in tps]
-    return [Cell(group, tp, question.ask(group[0], tp, prepared, mode="shapes", device="cpu")) for tp in tps]
+def release_groups(question: Question) -> list[tuple[Release, ...]]:
+    """Return the releases in groups that see ``question`` alike (:meth:`Question.sees`), oldest first: a sweep's
+    rows."""
+    return [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
+
+
+def sweep_row(
+    question: Question, group: tuple[Release, ...], tps: tuple[int, ...], prepared: Prepared | None = None
+) -> list[Cell]:
+    """Return one release group's cells: the question prepared once (``prepared`` when the caller already did), then
+    asked at every TP size in shapes mode, without a fix search."""
+    if prepared is None:
+        try:
+            prepared = question.prepare(group[0], "shapes")
+        except SettingNotInReleaseError as exc:
+            return [Cell(group, tp, None, str(exc)) for tp in tps]
+    return [Cell(group, tp, prepared.ask(tp, mode="shapes", device="cpu")) for tp in tps]
 
 
 def sweep(
@@ -131,8 +144,7 @@ def sweep(
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     tps = tuple(check_tp_size(t, "tp") for t in tp_sizes)
-    groups = [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
-    cells = [cell for group in groups for cell in _row(question, group, tps)]
+    cells = [cell for group in release_groups(question) for cell in sweep_row(question, group, tps)]
     return Sweep(question.subject, tps, tuple(cells))
 
 
@@ -209,6 +221,8 @@ __all__ = [
     "SWEEP_TP_SIZES",
     "MAX_ORDERS",
     "as_question",
+    "release_groups",
+    "sweep_row",
     "whatif",
     "sweep",
     "ddmin",

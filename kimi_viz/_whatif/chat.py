@@ -13,7 +13,7 @@ The workload is replayed as :class:`~.questions.WorkloadQuestion` replays any wo
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
+from dataclasses import field, replace
 from typing import Any
 
 from .._records import frozen
@@ -25,11 +25,10 @@ from ..request.checks import RequestOutcome, check_request
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
-from ..schedule.steps import scheduler_rules
-from ..schedule.workload import Request, Workload
-from ..schedule.workload_replay import LoadResult, LoadSettings
+from ..request.workload import Request, Workload
+from ..scheduler.flags import LoadSettings
 from ..split.verdict import Status
-from .questions import WorkloadQuestion
+from .questions import PreparedWorkload, WorkloadQuestion, load_answer
 
 ANSWER_END_TOKENS = 1  # <|im_end|>: the model generates it after the answer's text
 
@@ -96,7 +95,7 @@ class ChatQuestion:
 
     request: ChatRequest
     settings: ServerSettings
-    load: LoadSettings | None = None
+    load: LoadSettings = field(default_factory=LoadSettings)
     renderer: Renderer | None = None
     beside: Workload | None = None  # other requests, arriving with the chat's last turn
     permutable = False
@@ -108,11 +107,20 @@ class ChatQuestion:
 
     def sees(self, release: Release) -> Hashable:
         """Return the request side, the code path, the forward pass and the scheduler's rules."""
-        return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
+        return release.request_side, release.code_path, release.forward, release.scheduler
 
-    def prepare(self, release: Release, mode: Mode) -> tuple[RequestOutcome, WorkloadQuestion | None, Any]:
+    @property
+    def load_settings(self) -> LoadSettings:
+        """Return the server flags the chat's workload runs under."""
+        return self.load
+
+    def with_load(self, load: LoadSettings) -> ChatQuestion:
+        """Return the chat under other server flags."""
+        return replace(self, load=load)
+
+    def prepare(self, release: Release, mode: Mode) -> PreparedChat:
         """Return the request side's outcome (the first turn it refuses, else the last) and, when it accepts
-        every turn's images, the workload and its items."""
+        every turn's images, the workload with its items."""
         if not self.settings.epd:  # a flag or value the release refuses is refused first, as for any request
             build_request([], self.settings, release.request_side)
         turns = chat_turns(self.request)
@@ -120,27 +128,13 @@ class ChatQuestion:
         for body, _ in turns:
             outcome = check_request(body, release.version, renderer=self.renderer, settings=self.settings)
             if outcome.error is not None:
-                return outcome, None, None
+                return PreparedChat(release, outcome, None)
             outcomes.append(outcome)
         last = outcomes[-1]
         if not last.processed or not self.request.images:
-            return last, None, None
+            return PreparedChat(release, last, None)
         workload = chat_workload(outcomes, [output for _, output in turns], self.beside)
-        question = WorkloadQuestion(workload, self.settings, self.load)
-        return last, question, question.prepare(release, mode)
-
-    def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
-        """Return the request side's refusal, ``no-call``, or the workload's answer."""
-        outcome, question, built = prepared
-        if question is None:
-            error = outcome.error_info()
-            errors = () if error is None else (error,)
-            status = Status.ERROR_REPRODUCED if errors else Status.NO_CALL
-            stage = "request side" if errors else None
-            return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)
-        answer = question.ask(release, tp_size, built, mode=mode, device=device)
-        assert isinstance(answer.replay, LoadResult)
-        return replace(answer, replay=ChatReplay(outcome, answer.replay))
+        return PreparedChat(release, last, WorkloadQuestion(workload, self.settings, self.load).prepare(release, mode))
 
     def units(self) -> tuple[Unit, ...]:
         """Refuse: a client's request is replayed as it is."""
@@ -151,4 +145,26 @@ class ChatQuestion:
         raise WhatIfError("--chat with --minimize: a client's request is replayed as it is; drop --minimize")
 
 
-__all__ = ["ChatQuestion", "chat_turns", "chat_workload"]
+@frozen
+class PreparedChat:
+    """A client's request checked by one release's request side: its outcome and, when it reaches the model, the
+    workload of its turns with their items."""
+
+    release: Release
+    outcome: RequestOutcome
+    workload: PreparedWorkload | None
+
+    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+        """Return the request side's refusal, ``no-call``, or the workload's answer."""
+        outcome, release = self.outcome, self.release
+        if self.workload is None:
+            error = outcome.error_info()
+            errors = () if error is None else (error,)
+            status = Status.ERROR_REPRODUCED if errors else Status.NO_CALL
+            stage = "request side" if errors else None
+            return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)
+        result = self.workload.replay(tp_size, mode=mode, device=device)
+        return replace(load_answer(result), replay=ChatReplay(outcome, result))
+
+
+__all__ = ["ChatQuestion", "PreparedChat", "chat_turns", "chat_workload"]

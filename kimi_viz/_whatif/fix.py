@@ -2,8 +2,10 @@
 
 Every question (a request, a workload, a chat request, a captured batch) is asked the same way:
 :func:`answer_on` one release, :func:`fixing_release` walks the later releases that look different
-to the question (:func:`~kimi_viz.releases.first_fixing_release`), :func:`with_fix` puts the release
-found in the answer and its verdict.
+to the question (:func:`~kimi_viz.releases.first_fixing_release`), :func:`with_fix` puts what it found
+in the answer (:attr:`~kimi_viz.answer.Answer.fix`, its one home). A question needs a fix when SGLang
+raises or an image is encoded wrongly; a release fixes it when neither happens there. ``triage`` asks
+a captured batch the same way.
 """
 
 from __future__ import annotations
@@ -13,17 +15,17 @@ from typing import Any
 
 from ..answer import Answer
 from ..errors import SettingNotInReleaseError
-from ..releases import FixRelease, Release, first_fixing_release
-from ..request.producer import Mode
+from ..releases import FixRelease, FixSearch, Release, first_fixing_release
+from ..request.settings import Mode
 from ..split.verdict import Status
-from .questions import Question
+from .protocol import Question
 
 
 def answer_on(
     question: Question, release: Release, tp_size: int, mode: Mode = "shapes", device: Any = "auto"
 ) -> Answer:
     """Return ``question``'s answer on ``release`` at ``tp_size`` (no fix search)."""
-    return question.ask(release, tp_size, question.prepare(release, mode), mode=mode, device=device)
+    return question.prepare(release, mode).ask(tp_size, mode=mode, device=device)
 
 
 def runs_clean(answer: Answer) -> bool:
@@ -44,12 +46,10 @@ def fixing_release(question: Question, answer: Answer) -> FixRelease | None:
 
 
 def with_fix(question: Question, answer: Answer) -> Answer:
-    """Return ``answer`` with its fixing release (in its verdict too); a clean answer is returned as it is."""
+    """Return ``answer`` with what the fix search found; a clean answer is returned as it is (nothing to fix)."""
     if runs_clean(answer):
         return answer
-    fix = fixing_release(question, answer)
-    verdict = None if answer.verdict is None else replace(answer.verdict, fixed_in=fix)
-    return replace(answer, fixed_in=fix, verdict=verdict)
+    return replace(answer, fix=FixSearch(fixing_release(question, answer)))
 
 
 __all__ = ["answer_on", "runs_clean", "fixing_release", "with_fix"]

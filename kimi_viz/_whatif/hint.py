@@ -20,7 +20,7 @@ from ..data import SAMPLE_IMAGE_SIZES, sample_images
 from ..errors import SettingNotInReleaseError
 from ..releases import Release
 from ..request.images import RequestImage, probe_image
-from ..schedule.workload import Request, Workload
+from ..request.workload import Request, Workload
 from .fix import answer_on, with_fix
 from .questions import RequestQuestion, WorkloadQuestion
 

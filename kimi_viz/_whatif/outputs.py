@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from .. import __version__
 from .._triage import TriageResult, write_triage_outputs
-from ..answer import Answer, ChatReplay
+from ..answer import Answer
 from ..files import prepare_folder, write_file
+from ..forward.workload_replay import LoadResult
 from ..plots.forward import draw_forward_pass
 from ..report.answer_documents import answer_json
 from ..report.answer_views import answer_text
 from ..report.html import ReportFigure
 from ..report.page import badge_html, defuse_urls, escape, figure_png, json_for_script, page_css, png_data_uri
-from ..schedule.workload_replay import LoadResult
 
 
 def _deciding_pass(answer: Answer) -> tuple[LoadResult, int] | None:
     """Return a workload's replay and the index of the pass that decides its answer (the failing one, else the
     last), or None for another question."""
-    replayed = answer.replay
-    result = replayed.load if isinstance(replayed, ChatReplay) else replayed
-    if not isinstance(result, LoadResult) or not result.passes:
+    result = answer.workload
+    if result is None or not result.passes:
         return None
     return result, result.failing_pass if result.failing_pass is not None else len(result.passes) - 1
 
@@ -94,11 +92,9 @@ def write_answer(
             page = answer_page(answer, figure, title=title, reproduce=reproduce)
             written["report"] = write_file(out / "report.html", page.encode("utf-8"))
         return written
-    trace = replace(trace, fixed_in=answer.fixed_in)
     path = trace.release.code_path
-    result = TriageResult(
-        trace.batch, f"whatif on SGLang {answer.release.version}", path, {path: trace}, trace.tp_size, None, trace.mode
-    )
+    source = f"whatif on SGLang {answer.release.version}"
+    result = TriageResult(trace.batch, source, path, {path: trace}, trace.tp_size, None, trace.mode, answer.fixes)
     figures = () if figure is None else (figure,)
     text = answer_text(answer)
     deciding = _deciding_pass(answer)

@@ -1,148 +1,74 @@
-"""Every pair of images as two requests arriving together, on each release × attention-TP size.
+"""Every pair of images as two requests arriving together, swept over every release group × attention-TP size.
 
 :func:`sweep_pairs` asks the load question for a set of images: for every unordered pair, two
-single-image requests prefilled together. Each image's items are built once per release, and every
-cell is one forward-pass replay in shapes mode, without a fix search.
+single-image requests prefilled together — a :class:`~.questions.WorkloadQuestion` swept as
+:func:`~.ask.sweep` sweeps any question (rows are the release groups that see a workload alike), so each
+pair's answer is a :class:`~kimi_viz.answer.Sweep` of :class:`~kimi_viz.answer.Answer` s. Each image's
+items are built once per release group and shared by every pair; every cell is one forward-pass replay in
+shapes mode, without a fix search. The table and JSON are the answer's presenters'
+(:func:`~kimi_viz.report.answer_views.pairs_table`).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .._records import frozen
-from ..errors import WhatIfError
+from ..answer import PairSweep, Sweep
+from ..errors import SettingNotInReleaseError, WhatIfError
+from ..forward.workload_replay import build_workload_request
 from ..releases import RELEASES
-from ..report.text_table import Table
-from ..request.images import RequestImage, probe_images
+from ..request.images import probe_images
 from ..request.settings import ServerSettings
-from ..request.sides import BuiltRequest
-from ..schedule.workload import Request, Workload
-from ..schedule.workload_replay import LoadResult, LoadSettings, build_workload_request, replay_workload
-from ..split.cause import ErrorInfo
+from ..request.workload import Request, Workload
+from ..scheduler.flags import LoadSettings
 from ..split.ranks import check_tp_size
-from ..split.verdict import Status
-from .ask import SWEEP_TP_SIZES
+from .ask import SWEEP_TP_SIZES, release_groups, sweep_row
+from .questions import PreparedWorkload, WorkloadQuestion
 
-PAIR_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.23")  # one release per request side
 MAX_PAIR_IMAGES = 64  # 2016 pairs
-
-
-@frozen
-class PairCell:
-    """Two images as two requests arriving together, on one release at one TP size."""
-
-    first: int
-    second: int
-    release: str
-    tp_size: int
-    status: Status
-    error: ErrorInfo | None
-    failing_ranks: tuple[int, ...]
-
-
-@dataclass
-class PairSweep:
-    """Every unordered pair of images, prefilled together, on each release × attention-TP size."""
-
-    images: list[RequestImage]
-    releases: tuple[str, ...]
-    tp_sizes: tuple[int, ...]
-    cells: list[PairCell]
-
-    @property
-    def pairs(self) -> int:
-        """Return the number of pairs swept."""
-        return len(self.images) * (len(self.images) - 1) // 2
-
-    def failing(self) -> list[PairCell]:
-        """Return the cells where SGLang raises."""
-        return [c for c in self.cells if c.error is not None]
-
-    def table(self) -> Table:
-        """Return one row per pair that fails somewhere: the two images and where each error is raised."""
-        rows = []
-        by_pair: dict[tuple[int, int], list[PairCell]] = {}
-        for cell in self.failing():
-            by_pair.setdefault((cell.first, cell.second), []).append(cell)
-        for (a, b), cells in by_pair.items():
-            rows.append(
-                [
-                    self.images[a].label,
-                    self.images[b].label,
-                    ", ".join(f"{c.release} TP {c.tp_size}" for c in cells),
-                    cells[0].error.type if cells[0].error else "",
-                ]
-            )
-        return Table(
-            ["request r1", "request r2", "fails on", "error"],
-            rows,
-            caption=f"{len(by_pair)} of {self.pairs} pairs fail when the two requests are prefilled together",
-        )
-
-    def to_json(self) -> list[dict[str, Any]]:
-        """Return one JSON object per cell."""
-        return [
-            {
-                "r1": self.images[c.first].label,
-                "r2": self.images[c.second].label,
-                "release": c.release,
-                "tp_size": c.tp_size,
-                "status": c.status.value,
-                "error": None if c.error is None else c.error.to_json(),
-                "failing_ranks": list(c.failing_ranks),
-            }
-            for c in self.cells
-        ]
-
-
-def _ranks(result: LoadResult) -> tuple[int, ...]:
-    """Return the ranks that raise in the workload's failing call (none when it raises elsewhere)."""
-    call = result.failing_call()
-    if call is None or call.trace is None or result.encoder_error is not None:
-        return ()
-    return tuple(r.rank for r in call.trace.ranks if r.outcome == "error")
 
 
 def sweep_pairs(
     images: Sequence[Any],
     *,
-    releases: Sequence[str] = PAIR_RELEASES,
+    releases: Sequence[str] | None = None,
     tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
     settings: ServerSettings | None = None,
     load: LoadSettings | None = None,
 ) -> PairSweep:
-    """Return the :class:`PairSweep`: each pair of ``images`` as two requests arriving together, in every cell."""
+    """Return the :class:`~kimi_viz.answer.PairSweep`: each pair of ``images`` as two requests arriving together,
+    swept over every release group (only the groups holding ``releases``, when given) × ``tp_sizes``."""
     probed = probe_images(images)
     if not 2 <= len(probed) <= MAX_PAIR_IMAGES:
         raise WhatIfError(f"images: a pairs sweep needs 2 to {MAX_PAIR_IMAGES} images, got {len(probed)}")
     settings = settings if settings is not None else ServerSettings()
+    load = load if load is not None else LoadSettings()
     tps = tuple(check_tp_size(tp, "tp") for tp in tp_sizes)
-    chosen = []
-    for version in releases:
+    for version in releases or ():
         if version not in RELEASES:
             raise WhatIfError(f"releases: {version!r} is not a known release; expected one of {', '.join(RELEASES)}")
-        chosen.append(RELEASES[version])
-    cells = []
-    for release in chosen:
-        built: dict[int, BuiltRequest] = {}
-        for k, image in enumerate(probed):
-            built[k] = build_workload_request(Request("r", (image,)), settings, release)
-        for a, b in itertools.combinations(range(len(probed)), 2):
-            workload = Workload((Request("r1", (probed[a],)), Request("r2", (probed[b],))))
-            for tp in tps:
-                result = replay_workload(
-                    workload,
-                    sglang_version=release.version,
-                    tp_size=tp,
-                    settings=settings,
-                    load=load,
-                    built=[built[a], built[b]],
-                )
-                cells.append(PairCell(a, b, release.version, tp, Status(result.status), result.error, _ranks(result)))
-    return PairSweep(probed, tuple(r.version for r in chosen), tps, cells)
+    pairs = list(itertools.combinations(range(len(probed)), 2))
+    questions = [
+        WorkloadQuestion(Workload((Request("r1", (probed[a],)), Request("r2", (probed[b],)))), settings, load)
+        for a, b in pairs
+    ]
+    groups = [g for g in release_groups(questions[0]) if not releases or any(r.version in releases for r in g)]
+    cells: list[list[Any]] = [[] for _ in pairs]
+    for group in groups:
+        release = group[0]
+        try:
+            built = [build_workload_request(Request("r", (image,)), settings, release) for image in probed]
+        except SettingNotInReleaseError:
+            for row, question in zip(cells, questions):
+                row += sweep_row(question, group, tps)  # each refuses the settings the same way
+            continue
+        for row, question, (a, b) in zip(cells, questions, pairs):
+            prepared = PreparedWorkload(question, release, [built[a], built[b]])
+            row += sweep_row(question, group, tps, prepared)
+    sweeps = tuple(Sweep(q.subject, tps, tuple(row)) for q, row in zip(questions, cells))
+    return PairSweep(tuple(probed), tuple(pairs), sweeps)
 
 
-__all__ = ["PAIR_RELEASES", "MAX_PAIR_IMAGES", "PairCell", "PairSweep", "sweep_pairs"]
+__all__ = ["MAX_PAIR_IMAGES", "sweep_pairs"]

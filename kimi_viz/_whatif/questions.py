@@ -1,75 +1,29 @@
-"""What can be asked: a request, a workload, a client's chat request, a captured batch — one protocol.
+"""What can be asked of a release's request side and forward pass: a lone request, or a workload.
 
-Each question says what of a release it sees (:meth:`Question.sees`: releases that look alike give the
-same answer, so a sweep's row and the fix search group them), prepares what a release builds once for
-every attention-TP size (:meth:`Question.prepare`), answers on one release and TP size
-(:meth:`Question.ask`), and lists the images a minimization may drop (:meth:`Question.units`,
-:meth:`Question.subset`). :mod:`.ask` asks any of them; nothing here knows about sweeps or fixes.
+Both follow :class:`~.protocol.Question` (a client's chat request is :mod:`.chat`'s, a captured batch
+:mod:`.protocol`'s own). :mod:`.ask` asks any of them; nothing here knows about sweeps or fixes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .._records import frozen
 from ..answer import Answer, RequestReplay, Unit, batch_answer, distinct_errors
+from ..forward.call import model_call, replay_call
+from ..forward.workload_replay import LoadResult, build_workload_request, replay_workload, whole_requests
 from ..releases import Release
 from ..request.images import RequestImage
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
-from ..schedule.call import model_call, replay_call
-from ..schedule.scheduler import PassPlan
-from ..schedule.steps import scheduler_rules
-from ..schedule.workload import Workload
-from ..schedule.workload_replay import (
-    LoadResult,
-    LoadSettings,
-    build_workload_request,
-    replay_workload,
-    whole_requests,
-)
-from ..split._replay import replay
-from ..split.batch import Batch
+from ..request.workload import Workload
+from ..scheduler.event_loop import Pass
+from ..scheduler.flags import LoadSettings
 from ..split.verdict import Status, build_verdict
 from .why import load_why, request_why
-
-
-@runtime_checkable
-class Question(Protocol):
-    """Something the kit answers on a deployment."""
-
-    @property
-    def subject(self) -> str:
-        """Return the question in a few words, for a sweep's caption."""
-        ...
-
-    @property
-    def permutable(self) -> bool:
-        """Return True when a minimization also tries every order of the kept images (a lone request)."""
-        ...
-
-    def sees(self, release: Release) -> Hashable:
-        """Return what of ``release`` changes the answer (releases alike answer alike)."""
-        ...
-
-    def prepare(self, release: Release, mode: Mode) -> Any:
-        """Return what ``release`` builds once for every TP size; raise SettingNotInReleaseError if it refuses."""
-        ...
-
-    def ask(self, release: Release, tp_size: int, prepared: Any, *, mode: Mode, device: Any) -> Answer:
-        """Return the answer on ``release`` at ``tp_size`` (no fix search)."""
-        ...
-
-    def units(self) -> tuple[Unit, ...]:
-        """Return the images a minimization may drop, in order."""
-        ...
-
-    def subset(self, kept: Sequence[int]) -> Question:
-        """Return the question keeping only the units at ``kept``."""
-        ...
 
 
 @frozen
@@ -89,21 +43,17 @@ class RequestQuestion:
         """Return the request side and the code path: a lone request never meets the forward pass's rules."""
         return release.request_side, release.code_path
 
-    def prepare(self, release: Release, mode: Mode) -> BuiltRequest:
-        """Return the items the release's request side builds."""
-        return build_request(list(self.images), self.settings, release.request_side, mode=mode)
+    load_settings = None
 
-    def ask(self, release: Release, tp_size: int, prepared: BuiltRequest, *, mode: Mode, device: Any) -> Answer:
-        """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
-        call = model_call(prepared, tp_size, release.version)
-        trace = replay_call(call, release.version, mode=mode, device=device)
-        replayed = RequestReplay(prepared, call, trace)
-        if trace is None:
-            why = request_why(replayed, None, release, call.tp_size)
-            return Answer(release, call.tp_size, replayed, Status.NO_CALL, None, (), why)
-        answer = batch_answer(trace, release)
-        why = request_why(replayed, answer.verdict, release, call.tp_size)
-        return replace(answer, replay=replayed, why=why)
+    def prepare(self, release: Release, mode: Mode) -> PreparedRequest:
+        """Return the request with the items the release's request side builds."""
+        return PreparedRequest(
+            release, build_request(list(self.images), self.settings, release.request_side, mode=mode)
+        )
+
+    def with_load(self, load: LoadSettings) -> RequestQuestion:
+        """Return the question as it is: a lone request has no workload flags."""
+        return self
 
     def units(self) -> tuple[Unit, ...]:
         """Return one unit per image."""
@@ -112,6 +62,27 @@ class RequestQuestion:
     def subset(self, kept: Sequence[int]) -> RequestQuestion:
         """Return the request with the images at ``kept`` (cache hits stay with their images)."""
         return RequestQuestion(tuple(self.images[p] for p in kept), self.settings.for_subset(list(kept)))
+
+
+@frozen
+class PreparedRequest:
+    """A lone request with the items one release's request side built."""
+
+    release: Release
+    built: BuiltRequest
+
+    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
+        release = self.release
+        call = model_call(self.built, tp_size, release.version)
+        trace = replay_call(call, release.version, mode=mode, device=device)
+        replayed = RequestReplay(self.built, call, trace)
+        if trace is None:
+            why = request_why(replayed, None, release, call.tp_size)
+            return Answer(release, call.tp_size, replayed, Status.NO_CALL, None, (), why)
+        answer = batch_answer(trace, release)
+        why = request_why(replayed, answer.verdict, release, call.tp_size)
+        return replace(answer, replay=replayed, why=why)
 
 
 def load_answer(result: LoadResult) -> Answer:
@@ -157,10 +128,34 @@ def subset_workload(workload: Workload, units: Sequence[Unit]) -> Workload:
 
 @dataclass
 class PreparedWorkload:
-    """A workload built for one release: each request's items, and its passes once planned under each settings."""
+    """A workload built for one release: each request's items, and its passes once planned (shared by every TP
+    size)."""
 
+    question: WorkloadQuestion
+    release: Release
     built: list[BuiltRequest]
-    plans: dict[LoadSettings, list[PassPlan]] = field(default_factory=dict)
+    plans: list[Pass] | None = field(default=None, repr=False)
+
+    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+        """Return the answer: every prefill pass replayed (planned on the first ask)."""
+        return load_answer(self.replay(tp_size, mode=mode, device=device))
+
+    def replay(self, tp_size: int, *, mode: Mode, device: Any) -> LoadResult:
+        """Return the workload replayed at ``tp_size`` (its passes planned on the first call)."""
+        question = self.question
+        result = replay_workload(
+            question.workload,
+            sglang_version=self.release.version,
+            tp_size=tp_size,
+            settings=question.settings,
+            load=question.load_settings,
+            mode=mode,
+            device=device,
+            built=self.built,
+            plans=self.plans,
+        )
+        self.plans = result.plans
+        return result
 
 
 @frozen
@@ -169,7 +164,7 @@ class WorkloadQuestion:
 
     workload: Workload
     settings: ServerSettings
-    load: LoadSettings | None = None
+    load: LoadSettings = field(default_factory=LoadSettings)
     permutable = False
 
     @property
@@ -179,30 +174,21 @@ class WorkloadQuestion:
 
     def sees(self, release: Release) -> Hashable:
         """Return the request side, the code path, the forward pass and the scheduler's rules."""
-        return release.request_side, release.code_path, release.forward, *scheduler_rules(release.version)
+        return release.request_side, release.code_path, release.forward, release.scheduler
+
+    @property
+    def load_settings(self) -> LoadSettings:
+        """Return the workload's server flags."""
+        return self.load
+
+    def with_load(self, load: LoadSettings) -> WorkloadQuestion:
+        """Return the workload under other server flags."""
+        return replace(self, load=load)
 
     def prepare(self, release: Release, mode: Mode) -> PreparedWorkload:
         """Return each request's items as the release builds them (a chat's later turn re-sends earlier images)."""
-        return PreparedWorkload(
-            [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
-        )
-
-    def ask(self, release: Release, tp_size: int, prepared: PreparedWorkload, *, mode: Mode, device: Any) -> Answer:
-        """Return the answer: every prefill pass replayed (planned on the first ask, shared by every TP size)."""
-        load = self.load if self.load is not None else LoadSettings()
-        result = replay_workload(
-            self.workload,
-            sglang_version=release.version,
-            tp_size=tp_size,
-            settings=self.settings,
-            load=load,
-            mode=mode,
-            device=device,
-            built=prepared.built,
-            plans=prepared.plans.get(load),
-        )
-        prepared.plans[load] = result.plans
-        return load_answer(result)
+        built = [build_workload_request(r, self.settings, release, mode) for r in whole_requests(self.workload)]
+        return PreparedWorkload(self, release, built)
 
     def units(self) -> tuple[Unit, ...]:
         """Return one unit per image, named by its request."""
@@ -222,56 +208,11 @@ class WorkloadQuestion:
         return replace(self, workload=subset_workload(self.workload, [units[k] for k in kept]))
 
 
-@frozen
-class BatchQuestion:
-    """A captured batch (``kimi-viz triage``): its items replayed through each release's get_image_feature."""
-
-    batch: Batch
-    rank: int | None = None  # replay one rank only (the one the capture recorded), or every rank
-    permutable = False
-
-    @property
-    def subject(self) -> str:
-        """Return e.g. ``"a captured batch of 3 items"``."""
-        return f"a captured batch of {len(self.batch.items)} items"
-
-    def sees(self, release: Release) -> Hashable:
-        """Return the code path: a captured batch's items are already built."""
-        return release.code_path
-
-    def prepare(self, release: Release, mode: Mode) -> None:
-        """Return None: nothing to build."""
-        return None
-
-    def ask(self, release: Release, tp_size: int, prepared: None, *, mode: Mode, device: Any) -> Answer:
-        """Return the answer: the batch replayed with the release's code path."""
-        trace = replay(
-            self.batch,
-            tp_size=tp_size,
-            rank=self.rank,
-            code_path=release.code_path,
-            mode=mode,
-            device=device,
-            find_fix=False,
-        )
-        return batch_answer(trace, release)
-
-    def units(self) -> tuple[Unit, ...]:
-        """Return one unit per item."""
-        return tuple(Unit(None, k, None, item.label or f"image {k}") for k, item in enumerate(self.batch.items))
-
-    def subset(self, kept: Sequence[int]) -> BatchQuestion:
-        """Return the batch with only the items at ``kept`` (no forward context: the call changed)."""
-        items = [self.batch.items[k] for k in kept]
-        return replace(self, batch=replace(self.batch, items=items, forward_context=None))
-
-
 __all__ = [
-    "Question",
+    "PreparedRequest",
     "RequestQuestion",
     "WorkloadQuestion",
     "PreparedWorkload",
-    "BatchQuestion",
     "load_answer",
     "subset_workload",
 ]

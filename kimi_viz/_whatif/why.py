@@ -14,9 +14,9 @@ onto another image's pad tokens, or why every row lands where it should.
 from __future__ import annotations
 
 from ..answer import RequestReplay
+from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
+from ..forward.workload_replay import LoadResult
 from ..releases import FIX_PRS, Release
-from ..schedule.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
-from ..schedule.workload_replay import LoadResult
 from ..split.verdict import Verdict, build_verdict
 
 
@@ -203,36 +203,30 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 def _straddles(result: LoadResult) -> list[str]:
     """Return a sentence per image whose pad run spans several passes: who encodes it and where later rows come from."""
     out = []
-    for r, request in enumerate(result.workload.requests):
-        runs = result.prompts[r].pad_runs
-        for i, (start, end) in enumerate(runs):
-            passes = [
-                k
-                for k, trace in enumerate(result.passes)
-                for w in trace.batch
-                if w.index == r and w.extend > 0 and end >= w.prefix and start < w.prefix + w.extend
-            ]
-            if len(passes) < 2:
-                continue
-            encoded = [
-                k
-                for k in passes
-                for call in result.passes[k].calls
-                if any(c.source.request == r and c.source.image == i for c in call.items)
-            ]
-            label = result.built[r].images[i].label  # a later turn's runs include its conversation's images
-            later = (
-                "its rows for the later passes come from the embedding cache"
-                if len(encoded) == 1
-                else f"it is encoded whole again in pass{'es' if len(encoded) > 2 else ''} "
-                f"{', '.join(str(k + 1) for k in encoded[1:])} "
-                "(the embedding cache is off or evicted it)"
-            )
-            out.append(
-                f"Request {request.rid}'s image {i} ({label}) straddles passes "
-                f"{', '.join(str(k + 1) for k in passes)}: SGLang encodes an overlapping image whole "
-                f"(pass {encoded[0] + 1 if encoded else passes[0] + 1}) and slices each pass's part; {later}."
-            )
+    for supply in result.image_supplies():
+        r, i = supply.request, supply.image
+        request = result.workload.requests[r]
+        passes = [k for k, _ in supply.by_pass]  # every pass whose window touched the image's run
+        if len(passes) < 2:
+            continue
+        encoded = [
+            k
+            for k in passes
+            for call in result.passes[k].calls
+            if any(c.source.request == r and c.source.image == i for c in call.items)
+        ]
+        later = (
+            "its rows for the later passes come from the embedding cache"
+            if len(encoded) == 1
+            else f"it is encoded whole again in pass{'es' if len(encoded) > 2 else ''} "
+            f"{', '.join(str(k + 1) for k in encoded[1:])} "
+            "(the embedding cache is off or evicted it)"
+        )
+        out.append(
+            f"Request {request.rid}'s image {i} ({supply.label}) straddles passes "
+            f"{', '.join(str(k + 1) for k in passes)}: SGLang encodes an overlapping image whole "
+            f"(pass {encoded[0] + 1 if encoded else passes[0] + 1}) and slices each pass's part; {later}."
+        )
     return out
 
 

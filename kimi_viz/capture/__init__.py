@@ -7,8 +7,7 @@ kit's batch, the manifest written), :mod:`.context` (the forward context of a ca
 (running a command under capture) are imported on first use of one of their names.
 """
 
-from importlib import import_module
-
+from .._lazy import lazy_exports
 from .hook import (
     ENV_ALL,
     ENV_DIR,
@@ -76,17 +75,4 @@ __all__ = [
     "wrap_module",
     *_LAZY,  # lazily, from .record, .context and .run
 ]
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kimi_viz.capture' has no attribute {name!r}")
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

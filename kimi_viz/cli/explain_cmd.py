@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 from ..errors import KimiVizError
 from ..files import file_kind
 from ..message_catalogue import STAGE_WHAT, release_span
-from ..messages import Stage
+from ..message_catalogue.messages import Stage
+from ..releases import RELEASE_RANGE
 from ..terminal import escape_value
 from . import emit
 
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "explain",
         help="say what a Kimi-K3 vision error in a log means and how to reproduce it",
-        description="Find every message SGLang 0.5.17-0.5.23 raises or logs on the Kimi vision path in the text "
+        description=f"Find every message SGLang {RELEASE_RANGE} raises or logs on the Kimi vision path in the text "
         "(arguments, --file, or standard input), by its text whatever the release: its stage (request, "
         "processor, call, split, encoder, splice, EPD transfer), where SGLang emits it and in which releases, "
         "what it means, the numbers it carries, what SGLang did next (a logged warning: the request went on), "

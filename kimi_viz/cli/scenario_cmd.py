@@ -8,7 +8,7 @@ import sys
 
 from ..errors import ScenarioError
 from ..files import check_output
-from ..releases import CODE_PATHS
+from ..releases import CODE_PATHS, RELEASE_RANGE
 from ..request.settings import MODES
 from . import again, emit
 
@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sglang-version",
         metavar="V",
         default=None,
-        help="replay the code path of this SGLang release (0.5.17 ... 0.5.23; default: the scenario's own path)",
+        help=f"replay the code path of this SGLang release ({RELEASE_RANGE}; default: the scenario's own path)",
     )
     running.add_argument(
         "--code-path",
@@ -145,11 +145,11 @@ def _run_load(args: argparse.Namespace) -> int:
 
 def run_scenario_cmd(args: argparse.Namespace) -> int:
     """Replay one scenario; print its verdict; return 0 (clean) or 1 (error reproduced)."""
+    from .._triage import triage_batch  # the replay, its one fix search, and the report when --out asks for it
     from ..manifest import write_manifest
     from ..scenarios.catalogue import get_scenario
     from ..scenarios.under_load import LOAD_SCENARIOS
-    from ..split._replay import replay
-    from ..split.verdict import build_verdict, format_verdict
+    from ..split.verdict import format_verdict
 
     if str(args.name).strip().lower() in LOAD_SCENARIOS:
         return _run_load(args)
@@ -161,34 +161,23 @@ def run_scenario_cmd(args: argparse.Namespace) -> int:
     if args.manifest_out:
         path = write_manifest(batch, args.manifest_out, redact=args.redact)
         emit(f"kimi-viz scenario: wrote the manifest of {scenario.name} to {path}", err=True)
+    result = triage_batch(
+        batch,
+        out_dir=args.out or None,
+        code_path=args.code_path,
+        tp=scenario.tp_size,
+        mode=args.mode,
+        rank="all",
+        sglang_version=args.sglang_version,
+        source=f"scenario {scenario.name}",
+        title=f"kimi-viz scenario — {scenario.name}: {scenario.title}",
+        reproduce=again(args.command_line),
+    )
     if args.out:
-        from .._triage import triage_batch  # the report's figures load matplotlib
-
-        written = triage_batch(
-            batch,
-            out_dir=args.out,
-            code_path=args.code_path,
-            tp=scenario.tp_size,
-            mode=args.mode,
-            rank="all",
-            sglang_version=args.sglang_version,
-            source=f"scenario {scenario.name}",
-            title=f"kimi-viz scenario — {scenario.name}: {scenario.title}",
-            reproduce=again(args.command_line),
-        )
-        verdict = written.verdict
-        emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in written.outputs.values())}", err=True)
-    else:
-        trace = replay(
-            batch,
-            tp_size=scenario.tp_size,
-            mode=args.mode,
-            sglang_version=args.sglang_version,
-            code_path=args.code_path,
-        )
-        verdict = build_verdict(trace)
+        emit(f"kimi-viz scenario: wrote {', '.join(str(p) for p in result.outputs.values())}", err=True)
+    verdict = result.verdict
     if args.json:
-        emit(json.dumps(verdict.to_json(), indent=2, default=str))
+        emit(json.dumps(verdict.to_json(result.fixes), indent=2, default=str))
     else:
-        emit(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} =="))
+        emit(format_verdict(verdict, title=f"== {scenario.name}: {scenario.title} ==", fixes=result.fixes))
     return verdict.exit_code

@@ -13,7 +13,7 @@ import os
 from ..devices import DEVICES
 from ..errors import ArgumentError
 from ..files import check_folder
-from ..releases import CODE_PATHS
+from ..releases import CODE_PATHS, RELEASE_RANGE
 from ..request.settings import MODES
 from . import emit
 
@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sglang-version",
         metavar="V",
         default=None,
-        help="replay the code path of this SGLang release, 0.5.17 ... 0.5.23 (default: the "
+        help=f"replay the code path of this SGLang release, {RELEASE_RANGE} (default: the "
         "release the capture recorded, else the path it detected, else the newest, stated)",
     )
     parser.add_argument(

@@ -1,7 +1,7 @@
 """``kimi-viz whatif``: would this request (or workload, or client's request) fail on a given SGLang deployment?
 
 Every option's choices come from the table that defines them (``request/settings.py``, ``devices.py``,
-``schedule/trace.py``, ``request/chat.py``); the question, its answer and its presenters come from
+``scheduler/flags.py``, ``request/chat.py``); the question, its answer and its presenters come from
 :mod:`kimi_viz._whatif`, whatever was asked.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..devices import DEVICES
 from ..errors import WhatIfError
 from ..files import check_output
+from ..releases import RELEASE_RANGE
 from ..request.settings import (
     DEFAULT_CONFIG,
     DEFAULT_MODE,
@@ -28,14 +29,11 @@ from ..request.settings import (
     TYPED_TOKENS,
     ServerSettings,
 )
-from ..schedule.cache import DEFAULT_CACHE_MB
-from ..schedule.prefill_workload import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, SCHEDULE_POLICIES
-from ..schedule.trace import PLATFORMS
+from ..scheduler.flags import FLAGS, LoadSettings
 from . import again, emit
 
 if TYPE_CHECKING:  # pragma: no cover - the sub-command's verb modules load when it runs, not for --help
     from ..answer import Answer
-    from ..schedule.workload_replay import LoadSettings
 
 
 DESCRIPTION = (
@@ -95,46 +93,11 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
         metavar=_choices(TYPED_TOKENS),
         help="--chat: whether media tokens written in text (<|media_pad|>) encode to their ids (ids) or as text",
     )
-    load.add_argument(
-        "--chunked-prefill-size",
-        metavar="N",
-        help=f"SGLang's --chunked-prefill-size (default {DEFAULT_CHUNKED_PREFILL}; -1 or 0 turns chunked prefill off)",
-    )
-    load.add_argument(
-        "--page-size", metavar="N", help="SGLang's --page-size (default 1): the radix prefix and budgets count in pages"
-    )
-    load.add_argument(
-        "--disable-radix-cache",
-        action="store_true",
-        help="SGLang's --disable-radix-cache: no request starts from a cached prefix (default: the radix cache is on)",
-    )
-    load.add_argument(
-        "--schedule-policy",
-        default=SCHEDULE_POLICIES[0],
-        metavar=_choices(SCHEDULE_POLICIES),
-        help="SGLang's --schedule-policy (default fcfs; lpm admits the longest cached prefix first)",
-    )
-    load.add_argument(
-        "--max-prefill-tokens",
-        metavar="N",
-        help=f"SGLang's --max-prefill-tokens (default {DEFAULT_MAX_PREFILL}): the tokens one pass may take",
-    )
-    load.add_argument(
-        "--enable-mixed-chunk",
-        action="store_true",
-        help="SGLang's --enable-mixed-chunk: decoding requests ride along in a chunked pass (default off)",
-    )
-    load.add_argument(
-        "--mm-embedding-cache-size",
-        metavar="MB",
-        help=f"the embedding cache's size in MB, SGLANG_VLM_CACHE_SIZE_MB (default {DEFAULT_CACHE_MB}; 0 disables it)",
-    )
-    load.add_argument(
-        "--platform",
-        default=PLATFORMS[0],
-        metavar=_choices(PLATFORMS),
-        help="the server's platform: cuda and cpu encode every request's misses in one call, hip/npu/xpu per request",
-    )
+    for flag in FLAGS:  # the scheduler's flags, each from its row of the table
+        if flag.kind == "switch":
+            load.add_argument(flag.option, dest=flag.field, action="store_true", help=flag.help)
+        else:
+            load.add_argument(flag.option, dest=flag.field, metavar=flag.metavar, help=flag.help)
 
 
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -180,7 +143,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
     _add_load_options(parser)
-    parser.add_argument("--sglang-version", metavar="V", help="the release, 0.5.17 ... 0.5.23 (not with --sweep)")
+    parser.add_argument("--sglang-version", metavar="V", help=f"the release, {RELEASE_RANGE} (not with --sweep)")
     parser.add_argument(
         "--tp",
         metavar="N",
@@ -245,25 +208,17 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 
 def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
-    """Return the :class:`~kimi_viz.schedule.workload_replay.LoadSettings` the load options ask for."""
-    from ..schedule.workload_replay import LoadSettings
-
-    size, cache_mb = args.chunked_prefill_size, args.mm_embedding_cache_size
-    chunk = DEFAULT_CHUNKED_PREFILL if size is None else _int(size, "--chunked-prefill-size", low=-1)
-    cache = float(DEFAULT_CACHE_MB if cache_mb is None else _int(cache_mb, "--mm-embedding-cache-size", low=0))
-    platform = _choice(args.platform, PLATFORMS, "--platform")
-    page = 1 if args.page_size is None else _int(args.page_size, "--page-size", low=1)
-    limit = args.max_prefill_tokens
-    return LoadSettings(
-        chunked_prefill_size=chunk,
-        cache_mb=cache,
-        platform=platform,  # type: ignore[arg-type]
-        page_size=page,
-        disable_radix_cache=args.disable_radix_cache,
-        schedule_policy=_choice(args.schedule_policy, SCHEDULE_POLICIES, "--schedule-policy"),  # type: ignore[arg-type]
-        max_prefill_tokens=DEFAULT_MAX_PREFILL if limit is None else _int(limit, "--max-prefill-tokens", low=1),
-        enable_mixed_chunk=args.enable_mixed_chunk,
-    )
+    """Return the :class:`~kimi_viz.scheduler.flags.LoadSettings` the load options ask for (defaults: SGLang's)."""
+    given: dict[str, Any] = {}
+    for flag in FLAGS:
+        value = getattr(args, flag.field)
+        if flag.kind == "switch":
+            given[flag.field] = bool(value)
+        elif value is not None:
+            given[flag.field] = flag.parse(value)
+        elif flag.kind == "megabytes":  # the command line always gives megabytes as a float (its JSON says 100.0)
+            given[flag.field] = float(flag.default)
+    return LoadSettings(**given)
 
 
 def _is_workload(args: argparse.Namespace) -> bool:
@@ -294,18 +249,8 @@ def _check_load(args: argparse.Namespace) -> None:
     if args.together and len(args.images) < 1:
         raise WhatIfError("--together: no images; give the IMAGEs, one single-image request each")
     if not _is_workload(args):
-        platform = None if args.platform == PLATFORMS[0] else args.platform
         given = _first_given(
-            (
-                ("--chunked-prefill-size", args.chunked_prefill_size is not None),
-                ("--page-size", args.page_size is not None),
-                ("--disable-radix-cache", args.disable_radix_cache),
-                ("--schedule-policy", args.schedule_policy != SCHEDULE_POLICIES[0]),
-                ("--max-prefill-tokens", args.max_prefill_tokens is not None),
-                ("--enable-mixed-chunk", args.enable_mixed_chunk),
-                ("--mm-embedding-cache-size", args.mm_embedding_cache_size is not None),
-                ("--platform", platform),
-            )
+            tuple((flag.option, getattr(args, flag.field) not in (None, False, flag.default)) for flag in FLAGS)
         )
         if given:
             raise WhatIfError(
@@ -347,7 +292,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Return what is asked (images, a workload or a client's request) and the options that go with it."""
-    from ..schedule.workload import read_workload, together
+    from ..request.workload import read_workload, together
 
     if args.chat is not None:
         from ..request.chat import Renderer, read_request  # the chat template: for a client's request only

@@ -3,7 +3,7 @@
 The entries are data: one TOML file per part of the pipeline in ``data/``, listed in pipeline order
 by :data:`STAGE_FILES` (``request``, ``processor``, ``call``, ``split``, ``encoder``, ``splice``, and
 the EPD transfer's two sides ``epd_encoder`` and ``epd_receiver``, each with its embedding delivery),
-read by :func:`~._load.load` into :data:`CATALOGUE`. Each entry (:class:`~kimi_viz.messages.Message`)
+read by :func:`~._load.load` into :data:`CATALOGUE`. Each entry (:class:`~kimi_viz.message_catalogue.messages.Message`)
 holds its template, its sites (file under ``sglang/srt``, function, exception type or log level,
 releases), the numbers it carries, what it means and what SGLang does next. To add a message, add a
 ``[[message]]`` table to its stage's file (``data/common.toml`` says how one is written) and regenerate
@@ -15,8 +15,9 @@ wrong; ``docs/pipeline.md`` §11 is :func:`markdown`.
 
 from __future__ import annotations
 
-from ..messages import Message, Stage
+from ..releases import RELEASE_RANGE
 from ._load import ORDER, load
+from .messages import Message, Stage
 
 # The stage files of data/ (data/<name>.toml), in pipeline order: their entries, file after file, are the catalogue.
 STAGE_FILES = (
@@ -76,7 +77,7 @@ def by_stage(messages: tuple[Message, ...] | None = None) -> dict[Stage, list[Me
 def release_span(releases: tuple[str, ...] | list[str]) -> str:
     """Return releases as ranges of consecutive ones: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``."""
     if not releases:
-        return "none of 0.5.17–0.5.23"
+        return f"none of {RELEASE_RANGE}"
     indices = sorted(ORDER.index(r) for r in releases if r in ORDER)
     runs: list[list[int]] = []
     for index in indices:

@@ -2,7 +2,7 @@
 
 ``data/common.toml`` says how an entry is written and holds the names and texts every stage file
 shares; each stage file holds its entries as ``[[message]]`` tables. :func:`load` turns them into
-:class:`~kimi_viz.messages.Message` objects, in file order. The files are package data, so a mistake
+:class:`~kimi_viz.message_catalogue.messages.Message` objects, in file order. The files are package data, so a mistake
 in one (an unknown key, a missing field, an unknown name, a bad release span or stage) is the kit's
 own bug: it raises ``ValueError`` naming the file and the entry's key the first time the catalogue is read.
 """
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import messages
-from ..messages import Message, Site, Stage
 from ..releases import RELEASES
+from . import messages
+from .messages import Message, Site, Stage
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -168,7 +168,7 @@ class _StageFile:
             raise ValueError(f"{where}: {error}") from None
 
     def message(self, entry: object, index: int) -> Message:
-        """Return the :class:`~kimi_viz.messages.Message` of one ``[[message]]`` table."""
+        """Return the :class:`~kimi_viz.message_catalogue.messages.Message` of one ``[[message]]`` table."""
         key = entry.get("key") if isinstance(entry, dict) else None
         where = f"{self.file}: message {key!r}" if isinstance(key, str) else f"{self.file}: message #{index + 1}"
         if not isinstance(entry, dict):
@@ -182,7 +182,8 @@ class _StageFile:
         if problems or ("name" in entry) == ("template" in entry):
             raise ValueError(
                 f"{where}: {'; '.join(problems) or 'both or neither of name and template'} (an entry has key, "
-                f"sites and either name, a MSG_* constant of kimi_viz.messages, or template; it may have "
+                f"sites and either name, a MSG_* constant of kimi_viz.message_catalogue.messages, or template; it may "
+                f"have "
                 f"{', '.join(ENTRY_KEYS)})"
             )
         fields = {field: entry[field] for field in ("fields", "origin", "name", "aliases") if field in entry}
@@ -209,7 +210,7 @@ class _StageFile:
         name = entry["name"]
         text = getattr(messages, name, None) if name.startswith("MSG_") else None
         if not isinstance(text, str):
-            raise ValueError(f"{where}: name {name!r} is no MSG_* constant of kimi_viz.messages")
+            raise ValueError(f"{where}: name {name!r} is no MSG_* constant of kimi_viz.message_catalogue.messages")
         return text
 
 

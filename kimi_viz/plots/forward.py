@@ -1,6 +1,6 @@
 """One forward pass drawn: each request's prompt and window, the ``get_image_feature`` call, where the rows land.
 
-:func:`draw_forward_pass` draws a :class:`~kimi_viz.schedule.forward.ForwardTrace` on one Axes whose
+:func:`draw_forward_pass` draws a :class:`~kimi_viz.forward.embedding.ForwardTrace` on one Axes whose
 x axis counts tokens. Per request of the batch, top to bottom:
 
 * **prompt**: text tokens in light grey and each image's ``<|media_pad|>`` run in that image's colour,
@@ -35,8 +35,8 @@ from .rows import LABEL_FONT, LABEL_PAD_PX, draw_row_track, text_size_px
 from .tracks import GAP, TEXT_FILL, TRACK, TrackRun, error_text, run_columns, track_axes, track_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..schedule.rows import Source
-    from ..schedule.trace import CallItem, ForwardTrace, Lookup
+    from ..forward.rows import Source
+    from ..forward.trace import CallItem, ForwardTrace, Lookup
 
 OUTSIDE_FILL = "#BBBBBB"
 CACHED_HATCH = "xx"  # the radix prefix: cross-hatched, unlike any span's hatch (none or ///)

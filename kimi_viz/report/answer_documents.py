@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..answer import Answer, Cell, ChatReplay, FlagSearch, Minimized, PairHint, RequestReplay
-from ..schedule.workload_replay import LoadResult
+from ..answer import Answer, Cell, FlagSearch, Minimized, PairHint
 from ..split.cause import ErrorInfo
-from .answer_views import advice, culprit_unit
-
-QUESTION_KINDS = {RequestReplay: "request", LoadResult: "workload", ChatReplay: "chat"}  # else "batch"
+from .answer_views import advice, culprit_unit, failing_pass
 
 
 def _error(error: ErrorInfo | None) -> dict[str, str] | None:
@@ -38,39 +35,37 @@ def hint_json(hint: PairHint) -> dict[str, Any]:
 
 def _replay_json(answer: Answer) -> dict[str, Any]:
     """Return what the question replayed: a request's items and call, a workload's passes, a chat's checks."""
-    replayed = answer.replay
-    if isinstance(replayed, RequestReplay):
-        built = replayed.built
+    request, workload, chat = answer.request, answer.workload, answer.chat
+    if request is not None:
+        built = request.built
         return {
             "request_side": built.request_side.version,
             "settings": built.settings.to_json(),
             "images": [im.to_json() for im in built.images],
             "built": built.to_json(),
-            "call": replayed.call.to_json(),
-            "culprit": replayed.culprit(answer.verdict),
+            "call": request.call.to_json(),
+            "culprit": request.culprit(answer.verdict),
             "under_load": None if answer.under_load is None else hint_json(answer.under_load),
         }
-    if isinstance(replayed, LoadResult):
-        data = replayed.to_json()
+    if chat is not None:
+        return {
+            "request": chat.outcome.request.to_json(),
+            "request_side": chat.outcome.to_json(),
+            "advice": advice(chat.outcome),
+            "load": None if workload is None else workload.to_json(),
+        }
+    if workload is not None:
+        data = workload.to_json()
         for key in ("sglang_version", "tp_size", "status", "error", "notes"):
             data.pop(key)
         return data
-    if isinstance(replayed, ChatReplay):
-        load = replayed.load
-        return {
-            "request": replayed.outcome.request.to_json(),
-            "request_side": replayed.outcome.to_json(),
-            "advice": advice(replayed.outcome),
-            "load": None if load is None else load.to_json(),
-        }
     return {}
 
 
 def answer_json(answer: Answer) -> dict[str, Any]:
     """Return the answer as JSON: the fields every question shares, then what its question replayed."""
-    kind = next((name for cls, name in QUESTION_KINDS.items() if isinstance(answer.replay, cls)), "batch")
     return {
-        "question": kind,
+        "question": answer.kind,
         "sglang_version": answer.release.version,
         "tp_size": answer.tp_size,
         "status": answer.status.value,
@@ -81,7 +76,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "why": answer.why,
         "fixed_in": None if answer.fixed_in is None else answer.fixed_in.to_json(),
         "notes": list(answer.notes),
-        "verdict": None if answer.verdict is None else answer.verdict.to_json(),
+        "verdict": None if answer.verdict is None else answer.verdict.to_json(answer.fixes),
         "flags": None if answer.flags is None else flags_json(answer.flags),
         **_replay_json(answer),
     }
@@ -99,7 +94,6 @@ def cell_json(cell: Cell) -> dict[str, Any]:
     """Return one sweep cell: its releases, TP size, status, error, ranks, failing pass, scenario class and why."""
     answer = cell.answer
     verdict = None if answer is None else answer.verdict
-    replayed = None if answer is None else answer.replay
     return {
         "release": cell.releases[0].version,
         "releases": [r.version for r in cell.releases],
@@ -110,10 +104,10 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "stage": None if answer is None else answer.stage,
         "error": _error(cell.error),
         "failing_ranks": [] if answer is None else answer.failing_ranks,
-        "failing_pass": replayed.failing_pass if isinstance(replayed, LoadResult) else None,
+        "failing_pass": failing_pass(answer),
         "ranks": None if verdict is None else [r.to_json() for r in verdict.ranks],
         "scenario_class": None if verdict is None else verdict.divergence.scenario_class,
-        "culprit": replayed.culprit(verdict) if isinstance(replayed, RequestReplay) else None,
+        "culprit": None if answer is None or answer.request is None else answer.request.culprit(verdict),
         "headline": None if verdict is None else verdict.headline(),
         "why": cell.reason if answer is None else answer.why,
     }
@@ -137,4 +131,4 @@ def minimized_json(found: Minimized) -> dict[str, Any]:
     }
 
 
-__all__ = ["QUESTION_KINDS", "answer_json", "cell_json", "hint_json", "minimized_json"]
+__all__ = ["answer_json", "cell_json", "hint_json", "minimized_json"]

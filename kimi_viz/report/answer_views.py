@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..answer import Answer, ChatReplay, Minimized, PairHint, RequestReplay, Sweep
+from ..answer import Answer, Cell, ChatReplay, Minimized, PairHint, PairSweep, RequestReplay, Sweep
+from ..forward.trace import ForwardTrace
+from ..forward.workload_replay import LoadResult
 from ..request.sides import BuiltRequest
-from ..schedule.trace import ForwardTrace
-from ..schedule.workload import Request
-from ..schedule.workload_replay import LoadResult
+from ..request.workload import Request
 from ..split.verdict import Status, format_verdict
 from .text_table import Table
 
@@ -81,7 +81,7 @@ def call_lines(replayed: RequestReplay) -> list[str]:
 def verdict_lines(answer: Answer) -> list[str]:
     """Return the verdict as the CLI prints it, or the status's badge with what was raised when no call decides."""
     if answer.verdict is not None:
-        return [format_verdict(answer.verdict)]
+        return [format_verdict(answer.verdict, fixes=answer.fixes)]
     style = answer.style
     if answer.status is Status.NO_CALL:
         return [f"{style.symbol} {style.badge} — nothing reaches get_image_feature"]
@@ -93,7 +93,7 @@ def fix_lines(answer: Answer) -> list[str]:
     """Return the fixing release when no verdict already says it, or that no known release fixes it."""
     if answer.fixed_in is not None and answer.verdict is None:
         return [answer.fixed_in.text]
-    if answer.fixed_in is None and answer.status not in (Status.CLEAN, Status.NO_CALL):
+    if answer.fix is not None and answer.fixed_in is None:
         return ["fixed in: no known release runs this clean"]
     return []
 
@@ -378,28 +378,31 @@ def _chat_lines(answer: Answer, replayed: ChatReplay) -> list[str]:
 
 def answer_text(answer: Answer) -> str:
     """Return what ``kimi-viz whatif`` prints for any question: the question, its replay, the verdict, why, the fix."""
-    replayed = answer.replay
-    if isinstance(replayed, RequestReplay):
-        lines = _request_lines(answer, replayed) + [""]
-    elif isinstance(replayed, ChatReplay):
-        lines = _chat_lines(answer, replayed)
-        if replayed.outcome.error is not None:
+    request, chat, workload = answer.request, answer.chat, answer.workload
+    if request is not None:
+        lines = _request_lines(answer, request) + [""]
+    elif chat is not None:
+        lines = _chat_lines(answer, chat)
+        if chat.outcome.error is not None:
             return "\n".join(lines)
-        lines += [""] if replayed.load is None else []
-    elif isinstance(replayed, LoadResult):
-        lines = _load_lines(answer, replayed)
+        lines += [""] if chat.load is None else []
+    elif workload is not None:
+        lines = _load_lines(answer, workload)
     else:
         lines = []
     lines += verdict_lines(answer)
     lines.append(f"answer: {answer.why}")
-    if isinstance(replayed, RequestReplay):
-        lines += _look_at(answer, replayed)
-    else:
-        lines += fix_lines(answer)
+    lines += _look_at(answer, request) if request is not None else fix_lines(answer)
     lines += flag_lines(answer)
     if answer.under_load is not None:
         lines += ["", f"⚠ {hint_text(answer.under_load)}"]
     return "\n".join(lines)
+
+
+def failing_pass(answer: Answer | None) -> int | None:
+    """Return a workload's failing pass as a sweep cell shows it (a chat request's is said in its own answer)."""
+    workload = None if answer is None or answer.kind != "workload" else answer.workload
+    return None if workload is None else workload.failing_pass
 
 
 def _cell_text(sweep: Sweep, cell_index: int) -> str:
@@ -416,7 +419,7 @@ def _cell_text(sweep: Sweep, cell_index: int) -> str:
     ranks = answer.failing_ranks
     where = "" if not ranks else (f" rank {ranks[0]}" if len(ranks) == 1 else f" ranks {','.join(map(str, ranks))}")
     stage = f" ({answer.stage})" if answer.stage in ("request side", "encode server") else ""
-    passes = answer.replay.failing_pass if isinstance(answer.replay, LoadResult) else None
+    passes = failing_pass(answer)
     at = "" if passes is None else f" pass {passes + 1}"
     return f"{mark} {sweep.legend[cell.error]}{where}{at}{stage}"
 
@@ -486,6 +489,23 @@ def sweep_text(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
+def pairs_table(swept: PairSweep) -> Table:
+    """Return one row per pair that fails somewhere: the two images, the releases and TP sizes, the error."""
+    rows = []
+    by_pair: dict[tuple[int, int], list[Cell]] = {}
+    for pair, cell in swept.failing():
+        by_pair.setdefault(pair, []).append(cell)
+    for (a, b), cells in by_pair.items():
+        where = ", ".join(f"{c.label} TP {c.tp_size}" for c in cells)
+        error = cells[0].error
+        rows.append([swept.images[a].label, swept.images[b].label, where, "" if error is None else error.type])
+    return Table(
+        ["request r1", "request r2", "fails on", "error"],
+        rows,
+        caption=f"{len(by_pair)} of {len(swept.pairs)} pairs fail when the two requests are prefilled together",
+    )
+
+
 def minimized_table(found: Minimized) -> Table:
     """Return one row per original image: its request, kept or dropped, and whether it is the one to look at."""
     kept = set(found.kept)
@@ -512,10 +532,10 @@ def minimized_table(found: Minimized) -> Table:
 
 def culprit_unit(found: Minimized) -> int | None:
     """Return the unit to look at: the minimal request's first diverging image, or None."""
-    replayed = found.answer.replay
-    if found.target is None or not isinstance(replayed, RequestReplay):
+    request = found.answer.request
+    if found.target is None or request is None:
         return None
-    local = replayed.culprit(found.answer.verdict)
+    local = request.culprit(found.answer.verdict)
     return None if local is None else found.kept[local]
 
 
@@ -565,9 +585,11 @@ __all__ = [
     "prompt_table",
     "advice",
     "answer_text",
+    "failing_pass",
     "sweep_table",
     "sweep_summary",
     "sweep_text",
+    "pairs_table",
     "minimized_table",
     "culprit_unit",
     "minimized_text",

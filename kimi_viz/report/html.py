@@ -23,7 +23,7 @@ from .._records import frozen
 from ..files import prepare_folder, write_file
 from ..plots.palette import color_for
 from ..split.batch import Batch
-from ..split.verdict import Status, Verdict, image_sentence, release_lines
+from ..split.verdict import Fixes, Status, Verdict, image_sentence, release_lines
 from .context import forward_context_html
 from .page import badge_html, defuse_urls, escape, json_for_script, page_css, png_data_uri
 from .rows import image_lines
@@ -80,8 +80,9 @@ def ranks_html(verdict: Verdict) -> str:
     )
 
 
-def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "") -> str:
-    """Return the verdict block: status badge, headline, ranks (failing first), release and the divergence facts."""
+def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "", fixes: Fixes | None = None) -> str:
+    """Return the verdict block: status badge, headline, ranks (failing first), release (and the fixing release
+    from the answer's ``fixes``) and the divergence facts."""
     status = verdict.status
     error = verdict.error
     message = (
@@ -132,7 +133,7 @@ def verdict_html(verdict: Verdict, *, heading: str, subtitle: str = "") -> str:
     fact("index mapping", div.index_mapping, mono=True)
     fact("why", div.explanation)
     fact("fix", div.fix)
-    release = "".join(f'<p class="kv-release">{escape(line)}</p>' for line in release_lines(verdict))
+    release = "".join(f'<p class="kv-release">{escape(line)}</p>' for line in release_lines(verdict, fixes))
     return (
         f'<section class="kv-verdict kv-{status.value}" id="kv-verdict" data-status="{status.value}">'
         f"<h1>{badge_html(status)}{escape(heading)}</h1>"
@@ -267,11 +268,13 @@ def render_report(
     reproduce: str = "",
     question: str = "",
     figures: Sequence[ReportFigure] = (),
+    fixes: Fixes | None = None,
 ) -> str:
     """Return the whole report page as a string (self-contained HTML5, no network references).
 
     ``question`` is a what-if's answer as the terminal shows it (the call is part of a larger question);
-    ``figures`` are more figures after the summary (a workload's forward pass).
+    ``figures`` are more figures after the summary (a workload's forward pass); ``fixes`` the answer's fix
+    search by code path.
     """
     style = verdict.style
     parts = [
@@ -279,11 +282,11 @@ def render_report(
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{escape(style.symbol)} {escape(style.badge)} — {escape(title)}</title>\n"
         f"<style>{page_css()}</style>\n</head>\n<body>\n",
-        verdict_html(verdict, heading=title, subtitle=(facts or {}).get("replay", "")),
+        verdict_html(verdict, heading=title, subtitle=(facts or {}).get("replay", ""), fixes=fixes),
     ]
     for name, other in verdict.code_paths.items():
         parts.append(f"<h2>The same batch under the {escape(name)} code path</h2>")
-        parts.append(verdict_html(other, heading=f"{name} code path"))
+        parts.append(verdict_html(other, heading=f"{name} code path", fixes=fixes))
     if summary_png:
         parts.append(
             "<h2>Rows: expected against produced</h2><figure>"
@@ -316,7 +319,9 @@ def render_report(
         '<pre id="kv-trace-text" hidden></pre>'
     )
     parts.append(f'<script type="application/json" id="kv-trace">{json_for_script(trace_json)}</script>')
-    parts.append(f'<script type="application/json" id="kv-verdict-json">{json_for_script(verdict.to_json())}</script>')
+    parts.append(
+        f'<script type="application/json" id="kv-verdict-json">{json_for_script(verdict.to_json(fixes))}</script>'
+    )
     parts.append(f"<script>{SCRIPT}</script>")
     parts.append(
         f"<footer>Written by kimi-viz {escape(__version__)}. This page is self-contained: it loads "

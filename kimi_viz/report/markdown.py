@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..public_paths import public_command, public_text
-from ..split.verdict import Status, image_sentence, release_lines
+from ..split.verdict import Fixes, Status, image_sentence, release_lines
 from ..terminal import escape_value, safe_text
 from .rows import ImageLine, image_lines
 
@@ -113,7 +113,7 @@ def _title(verdict: Verdict, trace: Trace) -> str:
     return "# " + md_text(f"Kimi-K3 get_image_feature {what} ({', '.join(where)})", limit=MAX_MESSAGE)
 
 
-def _verdict(verdict: Verdict) -> list[str]:
+def _verdict(verdict: Verdict, fixes: Fixes | None) -> list[str]:
     style = verdict.style
     lines = [
         f"**{style.symbol} {style.badge}** (status `{verdict.status.value}`, exit {verdict.exit_code}): "
@@ -128,7 +128,7 @@ def _verdict(verdict: Verdict) -> list[str]:
         differs = " (not the error this replay raises)" if verdict.recorded_differs else ""
         lines.append(f"The capture recorded {md_code(what)}{differs}.")
     lines.append("")
-    lines += [f"- {md_text(line, limit=MAX_PROSE)}" for line in release_lines(verdict)]
+    lines += [f"- {md_text(line, limit=MAX_PROSE)}" for line in release_lines(verdict, fixes)]
     for name, other in verdict.code_paths.items():  # --code-path both: the other side of the S1 fix
         lines.append(
             f"- the same batch on the {md_text(name)} code path: **{other.style.symbol} {other.style.badge}**, "
@@ -355,8 +355,10 @@ def issue_markdown(
     reproduce: str = "",
     repro: str = "",
     figure: str | None = "summary.png",
+    fixes: Fixes | None = None,
 ) -> str:
-    """Return ``issue.md`` for a replay: GitHub-flavoured Markdown under :data:`BUDGET` characters.
+    """Return ``issue.md`` for a replay: GitHub-flavoured Markdown under :data:`BUDGET` characters (the fixing
+    release from the answer's ``fixes``).
 
     ``environment``: name → value lines of the ``<details>`` block (kit version, manifest digest,
     SGLang version, …); ``reproduce``: the command that replays it; ``repro``: the command that writes
@@ -369,7 +371,7 @@ def issue_markdown(
     for images, steps, block in ((MAX_IMAGE_ROWS, 2, MAX_BLOCK_LINES), (12, 1, 8), (3, 0, 0)):
         parts = [
             [_title(verdict, trace)],
-            _verdict(verdict),
+            _verdict(verdict, fixes),
             _ranks(verdict),
             _images(verdict, images),
             _cause(verdict),

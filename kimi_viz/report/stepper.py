@@ -26,12 +26,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..schedule.trace import ENCODE_CALL
+from ..forward.trace import ENCODE_CALL
 from ..split.trace import prod
 from .page import escape, figure_png, json_for_script, png_data_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..schedule.trace import ForwardTrace
+    from ..forward.trace import ForwardTrace
     from ..split.trace import RankTrace, Step, Trace
 
 FRAME_DPI = 100  # the frames' text is 9 pt: 12.5 px at this dpi
@@ -144,7 +144,7 @@ def _cell(key: str, value: Any) -> str:
 class Stepper:
     """Step through one rank of a replay; a widget in Jupyter, static HTML elsewhere.
 
-    With ``forward`` (a :class:`~kimi_viz.schedule.forward.ForwardTrace` whose call ``trace`` is), the
+    With ``forward`` (a :class:`~kimi_viz.forward.embedding.ForwardTrace` whose call ``trace`` is), the
     steps are the whole forward pass: the scheduler's steps before the call (the batch, the path, the
     cache lookups), the rank's deferred-split steps, then the splice (split back, slices, token
     count, length fit, scatter). :meth:`for_forward` builds one from a pass alone.

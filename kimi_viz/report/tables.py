@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..split.verdict import Verdict, format_verdict, image_sentence
+from ..split.verdict import Fixes, Verdict, format_verdict, image_sentence
 from .html import verdict_html
 from .page import verdict_css
 from .rows import image_lines
@@ -118,15 +118,16 @@ def assignment_table(trace: Trace) -> Table:
 class VerdictView:
     """A verdict as a notebook shows it: the report's verdict block in HTML, the CLI's text otherwise."""
 
-    def __init__(self, verdict: Verdict, *, heading: str = "Verdict"):
+    def __init__(self, verdict: Verdict, *, heading: str = "Verdict", fixes: Fixes | None = None):
         self.verdict = verdict
         self.heading = heading
+        self.fixes = fixes  # the answer's fix search, by code path (kimi_viz.Answer.fixes)
 
     def _repr_html_(self) -> str:
-        return f"<style>{verdict_css()}</style>" + verdict_html(self.verdict, heading=self.heading)
+        return f"<style>{verdict_css()}</style>" + verdict_html(self.verdict, heading=self.heading, fixes=self.fixes)
 
     def __repr__(self) -> str:
-        return format_verdict(self.verdict)
+        return format_verdict(self.verdict, fixes=self.fixes)
 
 
 __all__ = [

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, scenarios
-from ..answer import Answer, Minimized, RequestReplay
+from ..answer import Answer, Minimized
 from ..errors import ArgumentError, OutputError
 from ..files import check_folder, prepare_folder, write_file
 from ..manifest.digest import manifest_digest
@@ -82,8 +82,8 @@ def _from_batch(
 def _from_whatif(
     result: Answer, sglang_version: str | None, tp_size: int | None
 ) -> tuple[list[Batch], dict[int, int], int, str, dict[str, Any]]:
-    replayed = result.replay
-    if not isinstance(replayed, RequestReplay):
+    replayed = result.request
+    if replayed is None:
         raise ArgumentError(
             "emit_repro: a workload's or a chat request's answer spans several calls; emit the repro of one "
             "request (kimi-viz whatif IMAGE ...) or of a captured batch"

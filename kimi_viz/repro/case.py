@@ -340,7 +340,6 @@ def expectations(
                 rank=None if shared else rank,
                 sglang_version=version,
                 mode="shapes",
-                find_fix=False,
             )
             if shared:
                 by_batch[b] = trace

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from .._records import frozen
 from ..errors import WhatIfError
-from ..messages import (
+from ..message_catalogue.messages import (
     MSG_CALLER_MM_HASHES,
     MSG_IMAGE_ONLY,
     MSG_K3_SPANS,

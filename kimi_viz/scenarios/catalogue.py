@@ -19,7 +19,7 @@ from PIL import Image
 from .._records import frozen
 from ..data import sample_path
 from ..errors import ScenarioError
-from ..messages import (
+from ..message_catalogue.messages import (
     MSG_CHANNEL_COUNT,
     MSG_CPU_WRONG_GRIDS,
     MSG_GPU_WRONG_GRIDS,

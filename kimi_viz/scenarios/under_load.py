@@ -15,11 +15,11 @@ from typing import Any
 
 from .._records import frozen
 from ..errors import ScenarioError
-from ..messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from ..forward.workload_replay import LoadSettings
+from ..message_catalogue.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
-from ..schedule.workload import CacheSeed, Request, Workload
-from ..schedule.workload_replay import LoadSettings
+from ..request.workload import CacheSeed, Request, Workload
 from ..split.cause import ErrorInfo
 from ..split.classes import ScenarioClass
 from ..split.verdict import Status

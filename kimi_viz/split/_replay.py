@@ -25,9 +25,9 @@ from typing import Any
 
 from ..devices import resolve_device
 from ..errors import ConfigError
-from ..messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
+from ..message_catalogue.messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
-from ..releases import FixRelease, Release, choose_release, first_fixing_release
+from ..releases import choose_release
 from .batch import Batch, Item, check_processor_output
 from .cpu_group import preprocess_cpu
 from .divergence import with_divergence
@@ -86,7 +86,6 @@ def replay(
     mode: str = "pixels",
     device: Any = "auto",
     sglang_version: str | None = None,
-    find_fix: bool = True,
 ) -> Trace:
     """Return the :class:`~kimi_viz.split.trace.Trace` of SGLang's ``get_image_feature`` on ``batch``.
 
@@ -99,9 +98,9 @@ def replay(
     with the kit's processors), ``"shapes"`` (row counts from sizes and resize configs only) or
     ``"auto"`` (pixels unless a feature is shape-only). ``device`` is where gpu-backend items are
     materialized in pixels mode (``"auto"``: CUDA when present; pixels agree with the CPU goldens to
-    one float32 rounding on CUDA). With ``find_fix`` a failing replay also names the first later
-    release whose code replays it clean (``Trace.fixed_in``, replayed in shapes mode). Exceptions
-    SGLang would raise are recorded in the trace, never raised; bad arguments raise the kit's errors.
+    one float32 rounding on CUDA). Exceptions SGLang would raise are recorded in the trace, never
+    raised; bad arguments raise the kit's errors. Which later release fixes a failing batch is a
+    question's (``kimi_viz.whatif(batch, ...)``, ``kimi_viz.triage``): the one fix search.
     """
     if not isinstance(batch, Batch):
         raise ConfigError(f"replay: expected a kimi_viz.Batch, got {type(batch).__name__}")
@@ -145,23 +144,7 @@ def replay(
         shared = _SharedAssignment(assignment, patches)
         traces = [_replay_rank(ctx, r, shared, collected.step) for r in ranks_wanted]
         replayed = Replayed(batch, tp, choice.code_path, mode, traces, grids, assignment, choice)
-    return with_divergence(replayed, fixed_in=_find_fix(replayed) if find_fix else None)
-
-
-def _find_fix(trace: Replayed) -> FixRelease | None:
-    """Return the first later release whose code path replays ``trace``'s batch clean on the same ranks."""
-    if trace.outcome != "error":
-        return None
-    ranks = [r.rank for r in trace.ranks]
-    rank = ranks[0] if len(ranks) == 1 and trace.tp_size > 1 else None
-
-    def clean_on(release: Release) -> bool:
-        later = replay(
-            trace.batch, tp_size=trace.tp_size, rank=rank, code_path=release.code_path, mode="shapes", find_fix=False
-        )
-        return later.outcome == "ok" and not later.divergence.silent
-
-    return first_fixing_release(trace.release.release, clean_on, lambda release: release.code_path)
+    return with_divergence(replayed)
 
 
 # --- one rank -----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..messages import MSG_CHANNEL_COUNT, MSG_CPU_INPUT_TYPE, MSG_CPU_WRONG_GRIDS
+from ..message_catalogue.messages import MSG_CHANNEL_COUNT, MSG_CPU_INPUT_TYPE, MSG_CPU_WRONG_GRIDS
 from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
 from .batch import Feature, Item

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..preprocess.config import get_config
-from ..releases import FIX_PRS, PATH_INTRODUCED, FixRelease
+from ..releases import FIX_PRS, PATH_INTRODUCED
 from .batch import prod
 from .cause import Cause, CauseKind
 from .classes import ScenarioClass
@@ -106,10 +106,10 @@ def image_table(trace: Replayed) -> list[ImageOutcome]:
     return [table[g] for g in sorted(table)]
 
 
-def with_divergence(replayed: Replayed, *, fixed_in: FixRelease | None = None) -> Trace:
+def with_divergence(replayed: Replayed) -> Trace:
     """Return the :class:`~kimi_viz.split.trace.Trace` of ``replayed``: the replay plus its divergence analysis."""
     facts = {f.name: getattr(replayed, f.name) for f in fields(Replayed)}
-    return Trace(**facts, divergence=analyse(replayed), fixed_in=fixed_in)
+    return Trace(**facts, divergence=analyse(replayed))
 
 
 def analyse(trace: Replayed) -> Divergence:

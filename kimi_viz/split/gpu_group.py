@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
-from ..messages import MSG_BG_PATTERN, MSG_GPU_WRONG_GRIDS, MSG_RAW_UINT8
+from ..message_catalogue.messages import MSG_BG_PATTERN, MSG_GPU_WRONG_GRIDS, MSG_RAW_UINT8
 from ..preprocess.config import PROCESSOR_PRESETS
 from ..preprocess.resize import ResizeConfig
 from .batch import Feature, Item

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..messages import MSG_ONE_GRID
+from ..message_catalogue.messages import MSG_ONE_GRID
 from .batch import GRID_KEYS, Batch
 from .state import SGLangRaise, feature_json, outcome_of, probe_torch, raises
 from .step_records import GridCollection

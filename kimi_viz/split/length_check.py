@@ -9,7 +9,7 @@ every feature of the rank into one ``[Σ rows, 3, 14, 14]`` buffer, which needs 
 
 from __future__ import annotations
 
-from ..messages import MSG_EXPECTED_TENSOR, MSG_LEADING_DIM, MSG_LENGTH, MSG_TRAILING_SHAPES
+from ..message_catalogue.messages import MSG_EXPECTED_TENSOR, MSG_LEADING_DIM, MSG_LENGTH, MSG_TRAILING_SHAPES
 from .group import BackendGroup, Produced
 from .state import RankState, ReplayContext, SGLangRaise, raises, size_text, type_text
 from .step_records import Concatenation, LengthCheck

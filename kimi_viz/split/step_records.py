@@ -10,7 +10,7 @@ so a renamed field is a type error, not a variable that quietly drops out of the
 The grid collection (§6.1), the rank assignment (§6.2), the item selection (§6.3) and the backend
 grouping (§6.4) are the whole rank's; the preprocessing (§6.5) and the length check (§6.6) are one
 backend group's (:class:`GroupIndices`); the concatenation (§6.7) is the rank's again. The forward
-pass's own records (:mod:`kimi_viz.schedule.step_records`) extend :class:`StepRecord` too.
+pass's own records (:mod:`kimi_viz.forward.step_records`) extend :class:`StepRecord` too.
 """
 
 from __future__ import annotations

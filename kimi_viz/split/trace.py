@@ -22,7 +22,7 @@ The step names are the constants below; the replay, the figures and the stepper 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._records import frozen
 from ..errors import ConfigError
@@ -33,7 +33,7 @@ from .step_records import StepRecord
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ..releases import CodePath, FixRelease, ReleaseChoice
+    from ..releases import CodePath, ReleaseChoice
     from .diagnosis import Divergence
 
 Outcome = Literal["ok", "error"]
@@ -284,10 +284,14 @@ class Replayed:
 
 @dataclass
 class Trace(Replayed):
-    """The replay of one ``get_image_feature`` call: every replayed rank, the release, the divergence and the fix."""
+    """The replay of one ``get_image_feature`` call: every replayed rank, the release and the divergence."""
 
     divergence: Divergence = field(repr=False)
-    fixed_in: FixRelease | None = None  # the first later release whose code replays this clean
+    kind: ClassVar[Literal["batch"]] = "batch"  # an answer's replay of a captured batch (kimi_viz.answer.Replay)
+
+    def deciding_trace(self) -> Trace:
+        """Return this replay: a captured batch's answer is decided by its one call."""
+        return self
 
 
 __all__ = [

@@ -21,6 +21,7 @@ one-line wording; every view uses them. :func:`build_verdict` makes a :class:`Ve
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
@@ -29,12 +30,13 @@ from typing import Any
 
 from .._records import frozen
 from ..errors import ConfigError
-from ..releases import NEWEST, FixRelease, ReleaseChoice
+from ..releases import NEWEST, FixSearch, ReleaseChoice
 from .batch import Batch, RecordedOutcome
 from .divergence import Divergence
 from .trace import ErrorInfo, Outcome, Trace
 
 VERDICT_VERSION = 3
+Fixes = Mapping[str, FixSearch]  # an answer's fix search, by the code path its verdict replayed
 
 
 class Status(str, Enum):
@@ -237,7 +239,6 @@ class Verdict:
     ranks: list[RankVerdict]
     divergence: Divergence
     release: ReleaseChoice
-    fixed_in: FixRelease | None
     recorded: RecordedOutcome | None
     images: list[ImageIdentity]
     code_paths: dict[str, Verdict] = field(default_factory=dict)  # the other code paths replayed (--code-path both)
@@ -294,8 +295,11 @@ class Verdict:
             parts.append(f"first diverging: {who.name}")
         return " — ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the verdict in the schema :func:`verdict_schema` (version :data:`VERDICT_VERSION`)."""
+    def to_json(self, fixes: Fixes | None = None) -> dict[str, Any]:
+        """Return the verdict in the schema :func:`verdict_schema` (version :data:`VERDICT_VERSION`); ``fixes`` are
+        the fix searches the answer ran, by code path (``release.fixed_in``: the release found, else null)."""
+        fixes = fixes or {}
+        fix = fixes.get(self.release.code_path)
         data: dict[str, Any] = {
             "verdict_version": VERDICT_VERSION,
             "status": self.status.value,
@@ -305,10 +309,7 @@ class Verdict:
             "outcome": self.outcome,
             "error": None if self.error is None else self.error.to_json(),
             "recorded": None if self.recorded is None else self.recorded.to_json(),
-            "release": {
-                **self.release.to_json(),
-                "fixed_in": None if self.fixed_in is None else self.fixed_in.to_json(),
-            },
+            "release": {**self.release.to_json(), "fixed_in": None if fix is None else fix.to_json()},
             "rank_summary": self.rank_summary,
             "failing_ranks": self.failing_ranks,
             "ranks": [r.to_json() for r in self.ranks],
@@ -318,7 +319,7 @@ class Verdict:
         if self.code_paths:  # every code path replayed, this one included (its entry without "code_paths")
             data["code_paths"] = {
                 self.release.code_path: dict(data),
-                **{name: v.to_json() for name, v in self.code_paths.items()},
+                **{name: v.to_json(fixes) for name, v in self.code_paths.items()},
             }
         return data
 
@@ -348,16 +349,15 @@ def build_verdict(
         ranks,
         divergence,
         trace.release,
-        trace.fixed_in,
         recorded,
         identities(trace.batch),
         {name: build_verdict(other, recorded=recorded) for name, other in (others or {}).items()},
     )
 
 
-def trace_document(trace: Trace, verdict: Verdict | None = None) -> dict[str, Any]:
-    """Return ``trace.json``: the verdict plus the step-by-step trace under ``"trace"``."""
-    data = (verdict or build_verdict(trace)).to_json()
+def trace_document(trace: Trace, verdict: Verdict | None = None, fixes: Fixes | None = None) -> dict[str, Any]:
+    """Return ``trace.json``: the verdict (with the answer's ``fixes``) and the step-by-step trace (``"trace"``)."""
+    data = (verdict or build_verdict(trace)).to_json(fixes)
     data["trace"] = trace.to_json()
     return data
 
@@ -380,14 +380,16 @@ def validate_verdict(verdict: Any) -> None:
     jsonschema.validate(verdict, verdict_schema())
 
 
-def release_lines(verdict: Verdict) -> list[str]:
-    """Return the lines that say which release was replayed and, for a failure a later release fixes, which."""
+def release_lines(verdict: Verdict, fixes: Fixes | None = None) -> list[str]:
+    """Return the lines that say which release was replayed and, for a failure the answer's fix search looked at
+    (``fixes``, by code path), which later release fixes it or that none does."""
     release = verdict.release
     lines = [f"replayed: {release.label} — {release.note}"]
-    if verdict.fixed_in is not None:
-        fix = verdict.fixed_in
-        lines.append(f"{fix.text} (its {fix.code_path} path replays this batch clean)")
-    elif verdict.outcome == "error":
+    fix = (fixes or {}).get(release.code_path)
+    if fix is not None and fix.found is not None:
+        found = fix.found
+        lines.append(f"{found.text} (its {found.code_path} path replays this batch clean)")
+    elif fix is not None and verdict.outcome == "error":
         newest = release.code_path == "post-fix"
         lines.append(
             "not fixed by upgrading: "
@@ -409,12 +411,13 @@ def image_sentence(verdict: Verdict, image: int | None) -> str:
     return f"{who.name[:-1]}; {who.details})" if who.name.endswith(")") else f"{who.name} ({who.details})"
 
 
-def format_verdict(verdict: Verdict, *, title: str | None = None) -> str:
-    """Return the verdict as plain text for a terminal: status first, failing ranks first."""
+def format_verdict(verdict: Verdict, *, title: str | None = None, fixes: Fixes | None = None) -> str:
+    """Return the verdict as plain text for a terminal: status first, failing ranks first (the fixing release
+    from the answer's ``fixes``, by code path)."""
     lines = [title] if title else []
     lines.append(verdict.headline())
     lines.append(f"status: {verdict.status.value} (exit {verdict.exit_code}) — {verdict.style.wording}")
-    lines += release_lines(verdict)
+    lines += release_lines(verdict, fixes)
     if verdict.recorded is not None:
         rec = verdict.recorded
         lines.append(

@@ -211,7 +211,7 @@ def kit_outcomes(batch, tp_size: int, release: str, mode: str = "shapes") -> lis
     """Return ``(rank, outcome, type, message)`` per rank from the kit's replay of ``release``."""
     from kimi_viz.split._replay import replay
 
-    trace = replay(batch, tp_size=tp_size, sglang_version=release, mode=mode, find_fix=False)
+    trace = replay(batch, tp_size=tp_size, sglang_version=release, mode=mode)
     return [(r.rank, r.outcome, r.error and r.error.type, r.error and r.error.message) for r in trace.ranks]
 
 

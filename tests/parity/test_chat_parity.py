@@ -398,7 +398,7 @@ def test_the_kit_replays_a_clients_request_like_the_real_request_side(release, t
 
 def test_one_image_and_no_media_pad_raises_what_the_real_request_side_raises(release, tmp_path):
     """The reported case: one image, no <|media_pad|> in the text, on every entry point."""
-    from kimi_viz.messages import MSG_ONE_TO_ONE
+    from kimi_viz.message_catalogue.messages import MSG_ONE_TO_ONE
 
     rng = random.Random(7)
     url = image_url(rng, tmp_path, 0)

@@ -42,19 +42,21 @@ from functools import cache
 import pytest
 
 from kimi_viz.data import sample_path
+from kimi_viz.forward.cache import EmbeddingCache
+from kimi_viz.forward.workload_replay import LoadResult, replay_workload, whole_requests
 from kimi_viz.releases import RELEASES, parse_version
 from kimi_viz.request.images import RequestImage, probe_image
 from kimi_viz.request.settings import ServerSettings
+from kimi_viz.request.token_ids import scheduled_requests
+from kimi_viz.request.workload import Request, Workload
 from kimi_viz.scenarios import LOAD_SCENARIOS
-from kimi_viz.schedule import admission, prefix
-from kimi_viz.schedule import prefill_workload as pw
-from kimi_viz.schedule.cache import EmbeddingCache
-from kimi_viz.schedule.scheduler import Window, check_chunk_size, scheduled_requests
-from kimi_viz.schedule.workload import Request, Workload
-from kimi_viz.schedule.workload_replay import LoadResult, LoadSettings, replay_workload, whole_requests
+from kimi_viz.scheduler import policy, tree
+from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.req import Req
 
 from .lane import record
-from .test_forward_parity import CACHE_BYTES, ROW_BYTES, Case, PassView, compare, kit_view, real_forward
+from .scheduler.workload import Workload as SchedulerWorkload
+from .test_forward_parity import CACHE_BYTES, ROW_BYTES, Case, PassView, Span, compare, kit_view, real_forward
 
 WORKLOADS = 64
 SMALL = (
@@ -105,7 +107,7 @@ def _load(rng: random.Random) -> LoadSettings:
         chunk = -(-chunk // page) * page
     else:
         chunk = rng.choice((None, -1))
-    chunking = check_chunk_size(chunk) is not None
+    chunking = chunk is not None and chunk > 0
     return LoadSettings(
         chunked_prefill_size=chunk,
         page_size=page,
@@ -226,7 +228,7 @@ def kit_result(case: Conversation) -> LoadResult:
     )
 
 
-def scheduler_requests(case: Conversation, result: LoadResult) -> list[pw.Request]:
+def scheduler_requests(case: Conversation, result: LoadResult) -> list[Req]:
     """Return the whole requests as both schedulers read them (ids, image runs by hash, arrivals, outputs)."""
     return scheduled_requests(case.workload, result.prompts, [list(b.images) for b in result.built])
 
@@ -236,7 +238,7 @@ def scheduler_requests(case: Conversation, result: LoadResult) -> list[pw.Reques
 class RealRun:
     """What SGLang's own code did with one workload: its passes, windows by request index, and each forward."""
 
-    passes: list[tuple[int, tuple[Window, ...], tuple[int, ...]]]  # (step, windows, decoding)
+    passes: list[tuple[int, tuple[Span, ...], tuple[int, ...]]]  # (step, windows, decoding)
     chunked: int  # requests cut by a pass
     forward: list[PassView]
     hashes: dict[str, str]  # the real item hash in decimal -> the kit's key (digest[:16])
@@ -256,11 +258,11 @@ def run_real(case: Conversation) -> RealRun:
     result = kit_result(case)
     requests = scheduler_requests(case, result)
     index = {r.rid: k for k, r in enumerate(requests)}
-    real = run_workload(pw.Workload(case.load.scheduler_settings(), tuple(requests)))
+    real = run_workload(SchedulerWorkload(case.load, tuple(requests)))
     passes = [
         (
             p.step,
-            tuple(Window(index[w.rid], w.prefix_len, w.extend_input_len) for w in p.windows),
+            tuple(Span(index[w.rid], w.prefix_len, w.extend_input_len) for w in p.windows),
             tuple(index[rid] for rid in p.decoding),
         )
         for p in real
@@ -278,7 +280,7 @@ def run_real(case: Conversation) -> RealRun:
         result.built,
         result.prompts,
         [list(windows) for _, windows, _ in passes],
-        check_chunk_size(case.load.chunked_prefill_size) or -1,
+        case.load.chunked_prefill_size or -1,
         case.cache_bytes,
         [],
         keys,
@@ -302,8 +304,15 @@ def _in_kit_terms(view: PassView, hashes: dict[str, str]) -> PassView:
 
 
 # --- the comparison ---------------------------------------------------------------------------------------
-def _plans(result: LoadResult) -> list[tuple[int, tuple[Window, ...], tuple[int, ...]]]:
-    return [(p.step, p.windows, p.decoding) for p in result.plans]
+def _plans(result: LoadResult) -> list[tuple[int, tuple[Span, ...], tuple[int, ...]]]:
+    return [
+        (
+            p.step,
+            tuple(Span(result.index(w.rid), w.prefix_len, w.extend_input_len) for w in p.windows),
+            tuple(result.index(rid) for rid in p.decoding),
+        )
+        for p in result.plans
+    ]
 
 
 def disagreements(case: Conversation, result: LoadResult, real: RealRun) -> list[str]:
@@ -338,7 +347,7 @@ def disagreements(case: Conversation, result: LoadResult, real: RealRun) -> list
     return compare(forward_case, ours, [_in_kit_terms(v, real.hashes) for v in real.forward])
 
 
-def _inside_image(result: LoadResult, window: Window) -> bool:
+def _inside_image(result: LoadResult, window: Span) -> bool:
     return any(start < window.prefix <= end for start, end in result.prompts[window.request].pad_runs)
 
 
@@ -376,7 +385,7 @@ def lane_disagreements(release: str, seeds: range) -> tuple[list[str], dict[str,
         counts["workloads"] += 1
         load = case.load
         counts["page_64"] += load.page_size == 64
-        counts["chunking_off"] += check_chunk_size(load.chunked_prefill_size) is None
+        counts["chunking_off"] += load.chunked_prefill_size is None
         counts["lpm"] += load.schedule_policy == "lpm"
         counts["mixed_chunk"] += load.enable_mixed_chunk
         counts["radix_off"] += load.disable_radix_cache
@@ -416,14 +425,14 @@ def test_conversations_agree_with_the_real_scheduler_and_forward_pass(release):
 
 # --- planted bugs: the same comparisons must notice a wrong kit ---------------------------------------------
 def test_a_budget_charged_without_the_page_ceiling_is_caught(release, monkeypatch):
-    monkeypatch.setattr(admission, "charged_tokens", lambda extend, page_size: extend)
+    monkeypatch.setattr(policy, "charged_tokens", lambda extend, page_size: extend)
     found, _ = lane_disagreements(release, range(WORKLOADS))
     record("planted-bug", plant="conversations: budget charge not page-ceiled", disagreements=len(found))
     assert found, "the lane did not notice budgets charged without the page ceiling"
 
 
 def test_matching_across_two_different_images_is_caught(release, monkeypatch):
-    monkeypatch.setattr(prefix, "pad_values", lambda image_hash, release: (prefix.PAD_SHIFT,))
+    monkeypatch.setattr(tree, "pad_values", lambda image_hash, wide: (tree.PAD_SHIFT,))
     found, _ = lane_disagreements(release, range(WORKLOADS))
     record("planted-bug", plant="conversations: pad values ignore the image hash", disagreements=len(found))
     assert found, "the lane did not notice a prefix matched across two different images"

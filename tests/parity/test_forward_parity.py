@@ -40,27 +40,30 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
 from types import SimpleNamespace
+from typing import NamedTuple
 from unittest import mock
 
 from kimi_viz.data import sample_path
+from kimi_viz.forward import embedding as kit_forward
+from kimi_viz.forward.cache import EmbeddingCache
+from kimi_viz.forward.embedding import call_encoder, replay_forward
+from kimi_viz.forward.rows import RowRun, Rows, Source
+from kimi_viz.forward.trace import ForwardItem, ForwardRequest, ForwardTrace
+from kimi_viz.forward.workload_replay import _forward_items, _tokens
 from kimi_viz.preprocess.resize import resize_config
 from kimi_viz.releases import RELEASES
 from kimi_viz.request.images import RequestImage, probe_image
 from kimi_viz.request.prompt import Prompt, render_prompt
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.request.sides import BuiltRequest, build_request
-from kimi_viz.schedule import forward as kit_forward
-from kimi_viz.schedule.cache import EmbeddingCache
-from kimi_viz.schedule.forward import call_encoder, replay_forward
-from kimi_viz.schedule.prefill_workload import Settings, text_requests
-from kimi_viz.schedule.rows import RowRun, Rows, Source
-from kimi_viz.schedule.scheduler import Window, passes_of
-from kimi_viz.schedule.trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
-from kimi_viz.schedule.workload import Request, Workload
-from kimi_viz.schedule.workload_replay import _forward_items, _tokens
+from kimi_viz.request.workload import Request, Workload
+from kimi_viz.scheduler.flags import LoadSettings, Platform
 from kimi_viz.split.batch import Batch
 
 from .lane import assignment, module, real_items, real_model, record, release_patches
+from .scheduler.workload import Workload as SchedulerWorkload
+from .scheduler.workload import kit_passes as kit_schedule
+from .scheduler.workload import text_requests
 
 WORKLOADS = 60
 ADJUST_CASES = 200
@@ -81,6 +84,14 @@ LARGER = (
 Owner = tuple[int, int, int] | None  # (request, image, row) of the feature row on a pad token; -1: a seeded entry
 
 
+class Span(NamedTuple):
+    """One request's window of a pass, by its index in the workload: tokens ``[prefix, prefix + extend)``."""
+
+    request: int
+    prefix: int
+    extend: int
+
+
 @cache
 def _image(name: str) -> RequestImage:
     return probe_image(sample_path(name))
@@ -98,7 +109,7 @@ class Case:
     workload: Workload
     built: list[BuiltRequest]  # the request side's items (shapes), one per request
     prompts: list[Prompt]
-    passes: list[list[Window]]  # each pass's windows, absolute positions
+    passes: list[list[Span]]  # each pass's windows, absolute positions
     chunk: int  # chunked_prefill_size as SGLang reads it (-1: chunking off)
     cache_bytes: int
     seeds: list[tuple[str, int]]  # embedding-cache entries before the first pass: (key, rows)
@@ -200,8 +211,13 @@ def forward_case(seed: int, release: str) -> Case:
         planned = rng.randint(max(16, total // 6), max(17, total))
     arrivals = [rng.randint(0, 1) for _ in requests]
     lengths = [p.length - s for p, s in zip(prompts, starts)]
-    plans = passes_of(text_requests(lengths, arrivals), Settings(chunked_prefill_size=planned), release)
-    passes = [[Window(w.request, w.prefix + starts[w.request], w.extend) for w in plan.windows] for plan in plans]
+    texts = SchedulerWorkload(LoadSettings(chunked_prefill_size=planned), tuple(text_requests(lengths, arrivals)))
+    plans = kit_schedule(texts, release)
+    index = {f"r{k}": k for k in range(len(lengths))}
+    passes = [
+        [Span(index[w.rid], w.prefix_len + starts[index[w.rid]], w.extend_input_len) for w in plan.windows]
+        for plan in plans
+    ]
     chunk = planned if planned else -1
     shown = "; ".join(
         f"r{k + 1} [{', '.join(im.label.rsplit('/', 1)[-1] for im in r.images)}] pads {p.pad_runs} from {s}"
@@ -241,7 +257,7 @@ class PassView:
     text_hits: list[tuple[int, int]]  # (request, position) of text tokens that received a feature row
 
 
-def _pads(prompt: Prompt, window: Window) -> list[int]:
+def _pads(prompt: Prompt, window: Span) -> list[int]:
     stop = window.prefix + window.extend
     return [p for s, e in prompt.pad_runs for p in range(max(s, window.prefix), min(e + 1, stop))]
 
@@ -291,7 +307,7 @@ def kit_passes(case: Case) -> list[PassView]:
     return views
 
 
-def kit_view(trace: ForwardTrace, windows: list[Window], prompts: list[Prompt]) -> PassView:
+def kit_view(trace: ForwardTrace, windows: list[Span], prompts: list[Prompt]) -> PassView:
     """Return what the kit's replay of one pass did, in the terms the real pass is read in."""
     calls = [
         (

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kimi_viz.cli import main
 from kimi_viz.manifest import read_manifest, write_manifest
-from kimi_viz.messages import MSG_LENGTH
+from kimi_viz.message_catalogue.messages import MSG_LENGTH
 from kimi_viz.repro import ReproCase, emit_repro
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split.batch import RecordedOutcome

@@ -369,8 +369,8 @@ def encoder_load(data: bytes):
 
 def compare_encoder(release: str, datas: list[bytes], *, backend: str, tp_size: int) -> tuple[list[str], int]:
     """Return ``(disagreements, items compared)`` for the EPD encoder: the items, then each rank's local ones."""
+    from kimi_viz.forward.call import model_call
     from kimi_viz.request.settings import ServerSettings
-    from kimi_viz.schedule.call import model_call
 
     processing = module("sglang.srt.multimodal.kimi_k3_image_processing")
     settings = ServerSettings(serving="epd-encoder", epd_backend=backend)  # type: ignore[arg-type]

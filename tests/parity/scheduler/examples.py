@@ -12,7 +12,10 @@
 
 from __future__ import annotations
 
-from kimi_viz.schedule.prefill_workload import Image, Request, Settings, Workload, chat_turn
+from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.req import Image, Req
+
+from .workload import Workload, chat_turn
 
 BEGIN, CONTENT, END = 163602, 163604, 163603  # stand-ins for <|media_begin|>, <|media_content|>, <|media_end|>
 
@@ -28,18 +31,18 @@ def image_block(image_hash: int, tokens: int) -> list:
 
 def chat(page_size: int) -> Workload:
     system = text(1, 40)
-    turn1 = Request("t1", (*system, *image_block(0xA11CE, 120), *text(2, 13)), max_new_tokens=20)
+    turn1 = Req("t1", (*system, *image_block(0xA11CE, 120), *text(2, 13)), max_new_tokens=20)
     answer = turn1.outputs()
     turn2 = chat_turn(turn1, answer, [*text(3, 11)], rid="t2", max_new_tokens=4)
-    return Workload(Settings(page_size=page_size, chunked_prefill_size=8192), (turn1, turn2))
+    return Workload(LoadSettings(page_size=page_size, chunked_prefill_size=8192), (turn1, turn2))
 
 
 def shared_prompt(policy: str) -> Workload:
     system = text(9, 100)
-    warm = Request("warm", (*system, *text(10, 7)), max_new_tokens=2)
+    warm = Req("warm", (*system, *text(10, 7)), max_new_tokens=2)
     own = {0: 6, 1: 3, 2: 0}  # tokens of its own each user puts in front of the system prompt
     users = tuple(
-        Request(
+        Req(
             f"u{k}",
             (*text(20 + k, own[k]), *system, *image_block(0xB0 + k, 64), *text(30 + k, 9)),
             arrival=3,
@@ -47,17 +50,17 @@ def shared_prompt(policy: str) -> Workload:
         )
         for k in range(3)
     )
-    return Workload(Settings(schedule_policy=policy, page_size=1, chunked_prefill_size=256), (warm, *users))
+    return Workload(LoadSettings(schedule_policy=policy, page_size=1, chunked_prefill_size=256), (warm, *users))
 
 
 def long_chunked(page_size: int) -> Workload:
     body = (*text(40, 150), *image_block(0xC0FFEE, 300), *text(41, 200), *image_block(0xD00D, 300), *text(42, 29))
-    long = Request("long", body, max_new_tokens=2)
-    short = Request("short", tuple(text(43, 50)), arrival=1, max_new_tokens=2)
-    return Workload(Settings(page_size=page_size, chunked_prefill_size=256), (long, short))
+    long = Req("long", body, max_new_tokens=2)
+    short = Req("short", tuple(text(43, 50)), arrival=1, max_new_tokens=2)
+    return Workload(LoadSettings(page_size=page_size, chunked_prefill_size=256), (long, short))
 
 
 def prefill_budget_below_chunk() -> Workload:
-    first = Request("a", tuple(text(50, 400)), max_new_tokens=1)
-    second = Request("b", tuple(text(51, 50)), max_new_tokens=1)
-    return Workload(Settings(chunked_prefill_size=256, max_prefill_tokens=100), (first, second))
+    first = Req("a", tuple(text(50, 400)), max_new_tokens=1)
+    second = Req("b", tuple(text(51, 50)), max_new_tokens=1)
+    return Workload(LoadSettings(chunked_prefill_size=256, max_prefill_tokens=100), (first, second))

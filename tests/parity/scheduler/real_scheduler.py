@@ -1,16 +1,15 @@
-"""Run a :class:`~workload.Workload` through SGLang's OWN prefill scheduling on the CPU and return its passes.
+"""Run a lane :class:`~.workload.Workload` through SGLang's OWN prefill scheduling on the CPU and return its passes.
 
 Run it inside an SGLang venv (0.5.18 or 0.5.23) from the repository root (the workload records live
 in the package), e.g.::
 
-    PYTHONPATH=. $HOME/.cache/kimi-viz/sglang-envs/0.5.23/bin/python \
-        -m tests.parity.scheduler.real_scheduler workload.json
+    $HOME/.cache/kimi-viz/sglang-envs/0.5.23/bin/python -m tests.parity.scheduler.real_scheduler workload.json
 
 or call :func:`run_workload`. What runs for real: ``ServerArgs`` published as the
 scheduler's (so ``get_schedule()`` & co. answer), the release's ``pad_input_ids`` on
 ``MultimodalDataItem`` s hashed with ``set_hash``, ``Req`` objects, ``SchedulePolicy.calc_priority``,
 ``PrefillAdder`` (``add_chunked_req``, ``add_one_req``, its budgets, ``budget_state``),
-``Req.init_next_round_input`` (the prefix match), ``RadixCache`` / ``ChunkCache`` (with
+``Req.init_next_round_input`` (the prefix match), ``RadixCache`` / ``ChunkCache`` (with the lane's
 ``tree_cache="default"`` on 0.5.23: ``UnifiedRadixCache`` with the FULL component only),
 ``NewTokenRatioTracker``, ``ReqToTokenPool``, and the cache updates the scheduler makes after a pass:
 the chunked request's stash at the top of the next iteration (0.5.18 ``maybe_cache_unfinished_req(...,
@@ -40,18 +39,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
-try:
-    from kimi_viz.schedule.prefill_workload import (
-        Pass,
-        Request,
-        Settings,
-        Window,
-        Workload,
-        passes_to_json,
-        workload_from_json,
-    )
-except ImportError:  # run as a script from this folder
-    from workload import Pass, Request, Settings, Window, Workload, passes_to_json, workload_from_json  # type: ignore
+from kimi_viz.scheduler.event_loop import Pass
+from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.req import Req, Window
+
+from .workload import Workload, image_offsets, passes_to_json, token_ids
 
 warnings.filterwarnings("ignore")
 logging.getLogger("sglang").setLevel(logging.ERROR)
@@ -192,7 +184,7 @@ def release(req, tree_cache) -> None:
 # --- set-up ------------------------------------------------------------------------------------
 
 
-def publish_settings(settings: Settings) -> None:
+def publish_settings(settings: LoadSettings) -> None:
     """Publish ``ServerArgs`` with the workload's flags as the scheduler's (what ``get_schedule()`` reads)."""
     chunk = settings.chunked_prefill_size
     args = _server_args.ServerArgs(
@@ -207,8 +199,9 @@ def publish_settings(settings: Settings) -> None:
     _server_args.set_global_server_args_for_scheduler(args)
 
 
-def build_tree_cache(settings: Settings, pool: ReqToTokenPool, allocator: LargeKVAllocator):
-    """Build the tree cache ``mem_cache/registry.py`` ``default_radix_cache_factory`` would (see ``Settings``)."""
+def build_tree_cache(workload: Workload, pool: ReqToTokenPool, allocator: LargeKVAllocator):
+    """Build the tree cache ``mem_cache/registry.py`` ``default_radix_cache_factory`` would (see ``Workload``)."""
+    settings = workload.settings
     chunked = settings.chunked_prefill_size is not None and settings.chunked_prefill_size > 0
     params = CacheInitParams(
         disable=settings.disable_radix_cache,
@@ -217,14 +210,14 @@ def build_tree_cache(settings: Settings, pool: ReqToTokenPool, allocator: LargeK
         page_size=settings.page_size,
         chunked_prefill_size=settings.chunked_prefill_size if chunked else None,
     )
-    if settings.tree_cache == "default" and NEW_API:
+    if workload.tree_cache == "default" and NEW_API:
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
         params.tree_components = (ComponentType.FULL,)
         return UnifiedRadixCache(params)
-    if settings.tree_cache not in ("radix", "default"):
-        raise ValueError(f"tree_cache must be 'radix' or 'default', got {settings.tree_cache!r}")
+    if workload.tree_cache not in ("radix", "default"):
+        raise ValueError(f"tree_cache must be 'radix' or 'default', got {workload.tree_cache!r}")
     if settings.disable_radix_cache and chunked and not NEW_API:
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
 
@@ -232,23 +225,23 @@ def build_tree_cache(settings: Settings, pool: ReqToTokenPool, allocator: LargeK
     return radix_cache.RadixCache(params)
 
 
-def padded_ids(request: Request) -> array:
+def padded_ids(request: Req) -> array:
     """Return the prompt as SGLang's ``pad_input_ids`` leaves it (each image run -> its item's pad values)."""
-    ids = request.token_ids()
+    ids = token_ids(request)
     items = []
-    for image_hash, start, end in request.images():
+    for image_hash, start, end in image_offsets(request):
         item = schedule_batch.MultimodalDataItem(modality=schedule_batch.Modality.IMAGE, offsets=[(start, end)])
         item.set_hash(image_hash)
         items.append(item)
     if not items:
         return array("q", ids)
-    mm_inputs = schedule_batch.MultimodalInputs(mm_items=items, im_token_id=ids[request.images()[0][1]])
+    mm_inputs = schedule_batch.MultimodalInputs(mm_items=items, im_token_id=ids[image_offsets(request)[0][1]])
     pattern = mm_utils.MultiModalityDataPaddingPatternMultimodalTokens()
     out = pattern.pad_input_tokens(array("q", ids) if NEW_API else ids, mm_inputs)
     return array("q", list(out))
 
 
-def make_req(request: Request):
+def make_req(request: Req):
     """Return a real ``Req`` for ``request`` (padded prompt, ``max_new_tokens``, length finish only)."""
     params = SamplingParams(max_new_tokens=request.max_new_tokens)
     req = schedule_batch.Req(request.rid, "", padded_ids(request), params)
@@ -265,14 +258,14 @@ class Simulation:
     def __init__(self, workload: Workload):
         self.workload = workload
         s = workload.settings
-        if s.exact_chunk_fill and _VERSION < (0, 5, 20):
+        if workload.exact_chunk_fill and _VERSION < (0, 5, 20):
             raise ValueError(f"exact chunk fill does not exist in SGLang {RELEASE}")
         publish_settings(s)
         longest = max(r.length + r.max_new_tokens for r in workload.requests) + 2 * s.page_size + 8
         slots = max(REQ_SLOTS, len(workload.requests) + 1)  # never the binding limit (see the module docstring)
         self.pool = ReqToTokenPool(size=slots, max_context_len=longest, device="cpu", enable_memory_saver=False)
         self.allocator = LargeKVAllocator(s.page_size)
-        self.tree_cache = build_tree_cache(s, self.pool, self.allocator)
+        self.tree_cache = build_tree_cache(workload, self.pool, self.allocator)
         self.policy = schedule_policy.SchedulePolicy(s.schedule_policy, self.tree_cache, False, False, False)
         chunk = s.chunked_prefill_size
         self.chunked_prefill_size = chunk if chunk is not None and chunk > 0 else None
@@ -452,7 +445,7 @@ class Simulation:
 def run_workload(workload: Workload) -> list[Pass]:
     """Return the prefill passes SGLang's own scheduling forms for ``workload`` (this venv's release)."""
     with ExitStack() as stack:
-        if workload.settings.exact_chunk_fill:
+        if workload.exact_chunk_fill:
             stack.enter_context(mock.patch.object(schedule_policy, "_use_exact_chunk_fill", return_value=True))
         return Simulation(workload).run()
 
@@ -462,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     source = argv[0] if argv else "-"
     text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    passes = run_workload(workload_from_json(json.loads(text)))
+    passes = run_workload(Workload.from_json(json.loads(text)))
     json.dump({"release": RELEASE, "passes": passes_to_json(passes)}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

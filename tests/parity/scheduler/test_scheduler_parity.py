@@ -1,7 +1,7 @@
 """The kit's model of the prefill scheduler against SGLang's own, pass by pass, on seeded random workloads.
 
 For each workload (:func:`.random_workloads.random_workload`) the real ``PrefillAdder``, policy and
-radix tree (``real_scheduler.py``) and the kit's :func:`kimi_viz.schedule.steps.schedule_steps` must
+radix tree (``real_scheduler.py``) and the kit's :func:`kimi_viz.scheduler.event_loop.schedule` must
 form the same passes: the same step, the same windows in batch order (rid, prefix_len,
 extend_input_len), the same request left chunked, the same mixed decode rows and finishes. ``releases_part``
 counts the workloads where the kit's 0.5.18 and 0.5.23 passes differ (the budget check). Two
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_viz.schedule import admission, prefix
-from kimi_viz.schedule.prefill_workload import Pass, Workload
-from kimi_viz.schedule.steps import schedule_steps
+from kimi_viz.scheduler import policy, tree
+from kimi_viz.scheduler.event_loop import Pass
 
 from ..lane import record
 from .random_workloads import random_workload
+from .workload import Workload, kit_passes
 
 SEEDS = range(72)
 
@@ -40,7 +40,7 @@ def disagreements(runs: list[tuple[Workload, list[Pass]]], release: str) -> list
     """Return one line per workload whose kit passes differ from the real ones (the first differing pass)."""
     found = []
     for seed, (workload, real) in zip(SEEDS, runs):
-        kit = schedule_steps(workload, release)
+        kit = kit_passes(workload, release)
         if [_shape(p) for p in kit] == [_shape(p) for p in real]:
             continue
         k = next((i for i, (a, b) in enumerate(zip(kit, real)) if _shape(a) != _shape(b)), min(len(kit), len(real)))
@@ -68,8 +68,7 @@ def test_the_kit_forms_the_passes_sglang_forms(real_runs, release):
     found = disagreements(real_runs, release)
     counts = _counts(real_runs)
     split = sum(
-        list(map(_shape, schedule_steps(w, "0.5.18"))) != list(map(_shape, schedule_steps(w, "0.5.23")))
-        for w, _ in real_runs
+        list(map(_shape, kit_passes(w, "0.5.18"))) != list(map(_shape, kit_passes(w, "0.5.23"))) for w, _ in real_runs
     )
     record("scheduler", **counts, releases_part=split, disagreements=len(found))
     assert counts["prefix_hits"] > 0 and counts["cut_requests"] > 0  # the workloads exercise both
@@ -77,14 +76,14 @@ def test_the_kit_forms_the_passes_sglang_forms(real_runs, release):
 
 
 def test_a_budget_charged_without_the_page_ceiling_is_caught(real_runs, release, monkeypatch):
-    monkeypatch.setattr(admission, "charged_tokens", lambda extend, page_size: extend)
+    monkeypatch.setattr(policy, "charged_tokens", lambda extend, page_size: extend)
     found = disagreements(real_runs, release)
     record("planted-bug", plant="budget charge not page-ceiled", disagreements=len(found))
     assert len(found) > 0
 
 
 def test_pad_values_blind_to_the_image_hash_are_caught(real_runs, release, monkeypatch):
-    monkeypatch.setattr(prefix, "pad_values", lambda image_hash, release: (prefix.PAD_SHIFT,))
+    monkeypatch.setattr(tree, "pad_values", lambda image_hash, wide: (tree.PAD_SHIFT,))
     found = disagreements(real_runs, release)
     record("planted-bug", plant="pad values ignore the image hash", disagreements=len(found))
     assert len(found) > 0

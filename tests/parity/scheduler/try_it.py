@@ -15,9 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: makes parity.scheduler importable
 sys.path.insert(1, str(Path(__file__).resolve().parents[3]))  # the repository root: kimi_viz (the workload records)
 
-from kimi_viz.schedule.prefill_workload import Workload
 from parity.scheduler.examples import chat, long_chunked, prefill_budget_below_chunk, shared_prompt
 from parity.scheduler.real_scheduler import RELEASE, run_workload
+from parity.scheduler.workload import Workload
 
 
 def show(title: str, workload: Workload) -> None:

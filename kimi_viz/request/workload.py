@@ -16,7 +16,7 @@ t1's output, then its own text and images; every earlier image is re-sent; it ar
 finished), ``"system": 200`` starts a request with a 200-token system prompt shared by every request
 giving the same count, and ``"waits_for": "t1"`` holds a request back until t1 has finished. Which
 requests share a pass, and from which radix prefix each starts, is the scheduler's model
-(:mod:`kimi_viz.schedule.scheduler`). ``--together IMAGE...`` is the workload of one single-image
+(:mod:`kimi_viz.scheduler`). ``--together IMAGE...`` is the workload of one single-image
 request per image, all arriving together.
 
 Two optional keys describe what the server already holds. ``"stale": {"1": "other.png"}`` on a
@@ -35,7 +35,7 @@ from typing import Any
 from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.config import read_json_file
-from ..request.images import RequestImage, image_sources, probe_image, resolve_image
+from .images import RequestImage, image_sources, probe_image, resolve_image
 
 MAX_REQUESTS = 256
 MAX_IMAGES = 256  # images in a whole workload

@@ -1,6 +1,7 @@
 """SGLang's multimodal embedding cache (``MultiModalStaticCache``), as each release runs it.
 
-One per scheduler process, sized by ``SGLANG_VLM_CACHE_SIZE_MB`` (default 100 MB; 0 stores nothing),
+One per scheduler process, sized by ``SGLANG_VLM_CACHE_SIZE_MB`` (its row in
+:data:`~kimi_viz.scheduler.flags.FLAGS`; 0 stores nothing),
 it lives across forward passes and is never cleared. It is an LRU keyed by an item's hash and
 bounded in bytes: an entry costs its rows times the text model's hidden size times the dtype's bytes
 (Kimi-K3: 7168 × 2 in bf16). ``set`` of a key already present only touches it (the entry is never
@@ -16,7 +17,6 @@ from collections import OrderedDict
 from .._records import frozen
 from .rows import Rows
 
-DEFAULT_CACHE_MB = 100  # SGLANG_VLM_CACHE_SIZE_MB's default
 TEXT_HIDDEN = 7168  # Kimi-K3's text hidden size: one feature row
 ROW_BYTES = TEXT_HIDDEN * 2  # bf16
 
@@ -32,7 +32,7 @@ class CacheEntry:
 class EmbeddingCache:
     """The embedding cache of one scheduler process: LRU by bytes, keyed by item hash."""
 
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_MB << 20, *, row_bytes: int = ROW_BYTES, rejects_oversized=False):
+    def __init__(self, max_bytes: int, *, row_bytes: int = ROW_BYTES, rejects_oversized: bool = False):
         self.max_bytes = max(0, int(max_bytes))
         self.row_bytes = row_bytes
         self.rejects_oversized = rejects_oversized
@@ -101,4 +101,4 @@ class EmbeddingCache:
         return other
 
 
-__all__ = ["DEFAULT_CACHE_MB", "TEXT_HIDDEN", "ROW_BYTES", "CacheEntry", "EmbeddingCache"]
+__all__ = ["TEXT_HIDDEN", "ROW_BYTES", "CacheEntry", "EmbeddingCache"]

@@ -1,9 +1,10 @@
-"""The scheduler's two steps before a pass it formed: the radix prefix match and the admission.
+"""The scheduler's two steps before a pass it formed, as the report shows them: the radix prefix match, the admission.
 
-:func:`admission_steps` turns the :class:`~.steps.SchedulerStep` the scheduler's model recorded while
-it formed a pass (each waiting request's :class:`~.prefix.PrefixMatch`, the adder's
-:class:`~.admission.PassForm`: budgets, offers, the cut) into the forward pass's first two
-:class:`~kimi_viz.split.trace.Step` s, which the stepper shows before the forward pass's own:
+:func:`scheduler_steps` turns the :class:`~kimi_viz.scheduler.event_loop.SchedulerStep` the scheduler's
+model recorded while it formed a pass (each waiting request's
+:class:`~kimi_viz.scheduler.tree.PrefixMatch`, the adder's :class:`~kimi_viz.scheduler.policy.PassForm`:
+budgets, offers, the cut) into the two :class:`~kimi_viz.split.trace.Step` s the stepper shows before
+the forward pass's own:
 
 * ``prefix_match`` (``docs/scheduler-notes.md`` §3): per request of the pass, its padded ids' match in
   the radix tree (over a key capped at ``len - 1`` and floored to the page, the tokens shared floored
@@ -21,19 +22,16 @@ The numbers are the scheduler model's own; only the images' positions come from 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from ..scheduler.event_loop import SchedulerStep
+from ..scheduler.policy import Budget, Offer
 from ..split.step_records import JsonObject
 from ..split.trace import Step
 from .step_records import PassAdmission, RadixMatches
 from .trace import ADMISSION, PREFIX_MATCH, ForwardItem, ForwardRequest
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .admission import Budget, Offer
-    from .steps import SchedulerStep
 
-
-def admission_steps(batch: Sequence[ForwardRequest], scheduled: SchedulerStep) -> list[Step]:
+def scheduler_steps(batch: Sequence[ForwardRequest], scheduled: SchedulerStep) -> list[Step]:
     """Return the prefix-match and admission steps of a pass the scheduler's model formed (``scheduled``)."""
     return [_match_step(batch, scheduled), _admission_step(scheduled)]
 
@@ -46,18 +44,12 @@ def _pads(item: ForwardItem) -> str:
     return f"{item.source.label} (pads {item.offsets[0]}..{item.offsets[1]})"
 
 
-def _cached_images(request: ForwardRequest, matched: int) -> tuple[list[ForwardItem], ForwardItem | None]:
-    """Return the images whose pad run lies inside ``[0, matched)`` and the one the match ends inside (or None)."""
-    inside = [i for i in request.items if i.offsets[1] < matched]
-    straddling = next((i for i in request.items if i.offsets[0] < matched <= i.offsets[1]), None)
-    return inside, straddling
-
-
 def _request_match(request: ForwardRequest, scheduled: SchedulerStep) -> tuple[JsonObject, str]:
     """Return one request's entry of the prefix-match step and its sentence."""
     match = scheduled.match_of(request.rid)
-    matched = request.matched if match is None else match.matched
-    inside, straddling = _cached_images(request, matched)
+    matched = request.matched
+    inside = [i for i in request.items if i.cut(matched) == "cached"]
+    straddling = next((i for i in request.items if i.cut(matched) == "cut"), None)
     entry: JsonObject = {"rid": request.rid, "continues_chunk": match is None}
     if match is None:
         entry |= {"matched": matched, "prefix": request.prefix}
@@ -111,12 +103,11 @@ def _budget_words(budget: Budget) -> str:
 def _offer(offer: Offer) -> tuple[JsonObject, str]:
     """Return one offer's entry of the admission step and its sentence."""
     window = offer.admission.window
-    candidate = offer.candidate
-    remaining = candidate.length - candidate.prefix_len
+    remaining = offer.length - offer.prefix_len
     entry: JsonObject = {
-        "rid": candidate.rid,
+        "rid": offer.rid,
         "chunked": offer.chunked,
-        "prefix": candidate.prefix_len,
+        "prefix": offer.prefix_len,
         "remaining": remaining,
         "window": None if window is None else [window.prefix_len, window.prefix_len + window.extend_input_len],
         "charged": offer.charged,
@@ -124,7 +115,7 @@ def _offer(offer: Offer) -> tuple[JsonObject, str]:
         "result": offer.admission.result,
         "budget_after": _budget(offer.admission.budget),
     }
-    who = f"{candidate.rid} (the chunked request, first)" if offer.chunked else candidate.rid
+    who = f"{offer.rid} (the chunked request, first)" if offer.chunked else offer.rid
     if window is None:
         return entry, f"{who}: refused, its {remaining} tokens do not fit ({offer.admission.result})."
     lo, hi = window.prefix_len, window.prefix_len + window.extend_input_len
@@ -168,4 +159,4 @@ def _admission_step(scheduled: SchedulerStep) -> Step:
     )
 
 
-__all__ = ["admission_steps"]
+__all__ = ["scheduler_steps"]

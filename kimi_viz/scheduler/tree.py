@@ -1,8 +1,9 @@
-"""The radix prefix as SGLang computes it: padded ids, what the tree holds, and the longest cached match.
+"""The radix tree as SGLang keys and matches it: padded ids, what the tree holds, the longest cached match.
 
 The scheduler never sees ``<|media_pad|>``: the model's ``pad_input_ids`` (``managers/mm_utils.py``)
 replaces each image's run by pad values derived from the image's hash, so the radix tree compares
-images by hash. How the values are derived is one per-release rule (:data:`PAD_RULES`):
+images by hash. How the values are derived is the release's rule
+(:attr:`~kimi_viz.releases.SchedulerRules.wide_pads`):
 
 * up to 0.5.22 one value, ``1_000_000 + hash % 2**30`` (``managers/schedule_batch.py``
   ``_compute_pad_value``), repeated over the run;
@@ -10,12 +11,12 @@ images by hash. How the values are derived is one per-release rule (:data:`PAD_R
   hash as 8 big-endian bytes)) & (2**62 - 1)`` (``_compute_pad_values``), cycled over the run
   (``MultimodalDataItem.padding_sequence``).
 
-:class:`PrefixTree` holds what the scheduler inserted (``mem_cache/radix_cache.py`` ``RadixCache``:
-keys floored to the page size, matched page by page). Its match of a request is the longest common
-prefix with any inserted key, floored to the page, over a key capped at ``len - 1`` (so a request
-always extends at least one token: ``Req.init_next_round_input``). With the tree disabled
-(``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as ample: nothing
-is ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the rules and where they live.
+:class:`RadixTree` holds what the scheduler inserted (``mem_cache/radix_cache.py`` ``RadixCache``:
+keys floored to the page size, matched page by page). Its match of a request (:func:`prefix_match`)
+is the longest common prefix with any inserted key, floored to the page, over a key capped at
+``len - 1`` (so a request always extends at least one token: ``Req.init_next_round_input``). With
+the tree disabled (``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as
+ample: nothing is ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the rules and where they live.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import hashlib
 from collections.abc import Sequence
 
 from .._records import frozen
-from ..releases import rule_in_force
-from .prefill_workload import Image, Request
+from ..releases import SchedulerRules
+from .req import Image, Req
 
 PAD_SHIFT = 1_000_000  # MM_PAD_SHIFT_VALUE
 WIDE_PAD_TAG = b"sglang-mm-wide-pad-v1"
@@ -34,33 +35,9 @@ WIDE_PAD_MASK = (1 << 62) - 1
 WIDE_PAD_VALUES = 4  # _MM_IDENTITY_BYTES (32) / 8
 
 
-@frozen
-class PadRule:
-    """How one range of releases turns an image hash into the pad values of its run."""
-
-    version: str  # the first release with this rule
-    wide: bool  # four sha256-derived sentinels cycled (else one value repeated)
-    source: str  # where SGLang computes it
-
-
-PAD_RULES: tuple[PadRule, ...] = (
-    PadRule("0.5.17", False, "managers/schedule_batch.py _compute_pad_value"),
-    PadRule("0.5.23", True, "managers/schedule_batch.py _compute_pad_values"),
-)
-
-
-def pad_rule(release: str) -> PadRule:
-    """Return the :class:`PadRule` that ``release`` (an SGLang version string) runs."""
-    return rule_in_force(PAD_RULES, release)
-
-
-def pad_values(image_hash: int, release: str) -> tuple[int, ...]:
-    """Return the pad values ``release`` derives from an image's hash (one value, or four cycled)."""
-    return _pad_values(image_hash, pad_rule(release).wide)
-
-
 @functools.lru_cache(maxsize=4096)
-def _pad_values(image_hash: int, wide: bool) -> tuple[int, ...]:
+def pad_values(image_hash: int, wide: bool) -> tuple[int, ...]:
+    """Return the pad values a release derives from an image's hash: one value, or (``wide``) four cycled."""
     if not wide:
         return (PAD_SHIFT + image_hash % (1 << 30),)
     digest = hashlib.sha256(WIDE_PAD_TAG + image_hash.to_bytes(8, byteorder="big")).digest()
@@ -70,12 +47,12 @@ def _pad_values(image_hash: int, wide: bool) -> tuple[int, ...]:
     )
 
 
-def padded_ids(request: Request, release: str) -> tuple[int, ...]:
+def padded_ids(req: Req, rules: SchedulerRules) -> tuple[int, ...]:
     """Return the request's prompt as the scheduler sees it: each image run replaced by its pad values."""
     ids: list[int] = []
-    for part in request.parts:
+    for part in req.parts:
         if isinstance(part, Image):
-            values = pad_values(part.image_hash, release)
+            values = pad_values(part.image_hash, rules.wide_pads)
             ids.extend(values[k % len(values)] for k in range(part.length))
         else:
             ids.append(int(part))
@@ -107,7 +84,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
-class PrefixTree:
+class RadixTree:
     """What the radix tree holds (the page-floored keys inserted so far) and how it matches a key."""
 
     def __init__(self, page_size: int, disabled: bool = False) -> None:
@@ -150,7 +127,7 @@ class PrefixMatch:
     matched: int
 
 
-def prefix_match(tree: PrefixTree, fill_ids: Sequence[int]) -> PrefixMatch:
+def prefix_match(tree: RadixTree, fill_ids: Sequence[int]) -> PrefixMatch:
     """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in ``tree``."""
     capped = fill_ids[: max(len(fill_ids) - 1, 0)]
     shared = tree.shared(capped)
@@ -158,22 +135,13 @@ def prefix_match(tree: PrefixTree, fill_ids: Sequence[int]) -> PrefixMatch:
     return PrefixMatch(len(fill_ids), key, shared, page_floor(shared, tree.page_size))
 
 
-def request_prefix(tree: PrefixTree, fill_ids: Sequence[int]) -> int:
-    """Return a waiting request's ``prefix_len``: its match over a key capped at ``len - 1``."""
-    return prefix_match(tree, fill_ids).matched
-
-
 __all__ = [
-    "PAD_RULES",
-    "PadRule",
     "PrefixMatch",
-    "PrefixTree",
+    "RadixTree",
     "common_prefix",
-    "pad_rule",
     "pad_values",
     "padded_ids",
     "page_ceil",
     "page_floor",
     "prefix_match",
-    "request_prefix",
 ]

@@ -1,6 +1,6 @@
 """What one forward pass records: its requests and items, the calls, the cache lookups, where the rows land.
 
-:class:`ForwardTrace` is what :func:`~kimi_viz.schedule.forward.replay_forward` returns for one pass of
+:class:`ForwardTrace` is what :func:`~kimi_viz.forward.embedding.replay_forward` returns for one pass of
 SGLang's ``get_embedding_and_mask``: the batch (:class:`ForwardRequest` with its
 :class:`ForwardItem` s), the ``get_image_feature`` calls (:class:`CallRecord`, with each call's split
 trace), every overlapping item's cache :class:`Lookup`, the warnings, the exception and its stage, and
@@ -46,11 +46,18 @@ FORWARD_STEPS = (
     SCATTER,
 )
 
-Platform = Literal["cuda", "cpu", "hip", "npu", "xpu"]
-PLATFORMS: tuple[Platform, ...] = ("cuda", "cpu", "hip", "npu", "xpu")
 Stage = Literal["precomputed", "call", "split-back", "adjust", "scatter"]
 PathName = Literal["precomputed", "per-image", "by-item", "none"]
 LookupOutcome = Literal["miss", "hit", "stale-hit", "discarded", "duplicate", "found"]
+PrefixCut = Literal["cached", "cut", "after"]
+
+
+def prefix_cut(offsets: tuple[int, int], matched: int) -> PrefixCut:
+    """Return where a radix prefix ``[0, matched)`` leaves an image's inclusive pad run ``offsets``: wholly inside
+    it (``cached``: the image never reaches the call), ending inside the run (``cut``), or before it (``after``)."""
+    if offsets[1] < matched:
+        return "cached"
+    return "cut" if offsets[0] < matched else "after"
 
 
 @frozen
@@ -78,6 +85,10 @@ class ForwardItem:
         """Return whether the run touches the half-open window ``[start, stop)``."""
         return self.offsets[1] >= start and self.offsets[0] < stop
 
+    def cut(self, matched: int) -> PrefixCut:
+        """Return where the radix prefix ``[0, matched)`` leaves this image's run (:func:`prefix_cut`)."""
+        return prefix_cut(self.offsets, matched)
+
 
 @frozen
 class ForwardRequest:
@@ -95,6 +106,11 @@ class ForwardRequest:
     def window(self) -> tuple[int, int]:
         """Return the half-open window ``(prefix, prefix + extend)``."""
         return self.prefix, self.prefix + self.extend
+
+    def touched(self) -> list[ForwardItem]:
+        """Return the items whose run overlaps this pass's window (none when the window is empty)."""
+        start, stop = self.window
+        return [i for i in self.items if self.extend > 0 and i.overlaps(start, stop)]
 
     def pad_positions(self) -> list[tuple[int, int]]:
         """Return the half-open ``[start, stop)`` pad positions inside the window, run by run."""
@@ -175,7 +191,6 @@ class ForwardTrace:
     error: ErrorInfo | None
     stage: Stage | None  # where it raised
     placements: list[Placement]
-    cache_keys: list[str]  # the cache's keys after the pass, least recently used first
     lookups: list[Lookup] = field(default_factory=list)  # every overlapping item's cache lookup, in order
 
     @property
@@ -260,8 +275,7 @@ __all__ = [
     "COUNT_TOKENS",
     "ADJUST_LENGTH",
     "SCATTER",
-    "Platform",
-    "PLATFORMS",
+    "PrefixCut",
     "Stage",
     "PathName",
     "LookupOutcome",
@@ -272,4 +286,5 @@ __all__ = [
     "Lookup",
     "Placement",
     "ForwardTrace",
+    "prefix_cut",
 ]

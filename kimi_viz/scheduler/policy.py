@@ -1,24 +1,24 @@
-"""One prefill pass as SGLang's ``PrefillAdder`` forms it: who is admitted, with which window, and who is cut.
+"""SGLang's ``managers/schedule_policy.py``: the policy's order of the waiting queue and ``PrefillAdder``.
 
-``managers/schedule_policy.py`` ``PrefillAdder``, driven by ``managers/scheduler.py``
-``_get_new_batch_prefill_raw`` (``docs/scheduler-notes.md`` §1, §2, §4 and §6 hold the rules and
-the runs that checked them):
+``SchedulePolicy.calc_priority`` (:func:`policy_order`: ``fcfs`` keeps the queue, ``lpm`` sorts by
+cached prefix with the in-batch deprioritisation) and ``PrefillAdder``, driven by
+``managers/scheduler.py`` ``_get_new_batch_prefill_raw`` (``docs/scheduler-notes.md`` §1, §2, §4 and
+§6 hold the rules and the runs that checked them):
 
 * the **chunked request first** (:func:`continue_chunked`): ``min(remaining, rem_chunk_tokens)`` tokens
   from where its last window ended, not floored to the page;
-* then the **waiting queue** in the policy's order (:func:`policy_order`: ``fcfs`` keeps the queue,
-  ``lpm`` sorts by cached prefix with the in-batch deprioritisation), each through
-  :func:`add_waiting`: admitted whole when chunking is off or its *page-ceiled* extend fits the chunk
-  budget, else cut at the budget floored to the page; with chunking off a later request is refused
-  once its page-ceiled extend reaches ``rem_input_tokens`` (the first is always admitted whole);
+* then the **waiting queue** in the policy's order, each through :func:`add_waiting`: admitted whole
+  when chunking is off or its *page-ceiled* extend fits the chunk budget, else cut at the budget
+  floored to the page; with chunking off a later request is refused once its page-ceiled extend
+  reaches ``rem_input_tokens`` (the first is always admitted whole);
 * every admission **charges** the chunk and input budgets its page-ceiled extend
   (:func:`charged_tokens`); any result other than ``continue`` (:func:`budget_state`) ends the walk.
 
-What differs between releases is one table, :data:`ADMISSION_RULES`: 0.5.23 also checks
-``budget_state()`` *before* each waiting candidate, so a spent ``--max-prefill-tokens`` stops the walk
-even where chunk budget is left (0.5.18 still admits one more request within the chunk budget).
-The KV budgets (``rem_total_tokens``, ``cur_rem_tokens``) are taken as ample: memory never refuses
-anyone, nothing is evicted or retracted.
+What differs between releases is the release's :class:`~kimi_viz.releases.SchedulerRules`: 0.5.23
+also checks ``budget_state()`` *before* each waiting candidate, so a spent ``--max-prefill-tokens``
+stops the walk even where chunk budget is left (0.5.18 still admits one more request within the chunk
+budget). The KV budgets (``rem_total_tokens``, ``cur_rem_tokens``) are taken as ample: memory never
+refuses anyone, nothing is evicted or retracted.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._records import frozen
-from ..errors import WhatIfError
-from ..releases import rule_in_force
-from .prefill_workload import SCHEDULE_POLICIES, Settings, Window
-from .prefix import PrefixTree, page_ceil, page_floor
+from ..releases import SchedulerRules
+from .flags import LoadSettings
+from .req import Req, Window
+from .tree import RadixTree, page_ceil, page_floor
 
 CONTINUE = "continue"  # AddReqResult.CONTINUE
 OTHER = "other"  # AddReqResult.OTHER: a budget is spent, the walk stops
@@ -39,41 +39,12 @@ LPM_MAX_WAITING = 128  # above this many waiting requests lpm falls back to fcfs
 
 
 @frozen
-class AdmissionRules:
-    """How one range of releases walks the waiting queue."""
-
-    version: str  # the first release with these rules
-    budget_state_before_candidate: bool  # stop before a candidate once budget_state() is not CONTINUE
-    source: str  # where SGLang does it
-
-
-ADMISSION_RULES: tuple[AdmissionRules, ...] = (
-    AdmissionRules("0.5.17", False, "managers/scheduler.py _get_new_batch_prefill_raw: budget_state() after each add"),
-    AdmissionRules("0.5.23", True, "managers/scheduler.py _get_new_batch_prefill_raw: budget_state() before each"),
-)
-
-
-def admission_rules(release: str) -> AdmissionRules:
-    """Return the :class:`AdmissionRules` that ``release`` (an SGLang version string) runs."""
-    return rule_in_force(ADMISSION_RULES, release)
-
-
-@frozen
 class Budget:
     """The adder's token budgets (``rem_chunk`` None: chunking off)."""
 
     page_size: int
     rem_input: int  # rem_input_tokens
     rem_chunk: int | None  # rem_chunk_tokens
-
-
-@frozen
-class Candidate:
-    """A request offered to the adder: its fill length and the prefix it starts from."""
-
-    rid: str
-    length: int  # len(fill_ids): the prompt (and any output ids)
-    prefix_len: int  # the tree match (a waiting request) or the last window's end (the chunked one)
 
 
 @frozen
@@ -88,10 +59,13 @@ class Admission:
 
 @frozen
 class Offer:
-    """One request offered to the adder while it formed a pass: the candidate, whether it is the chunked request
-    continued first, what the offer did, and the tokens it charged the budgets (its window page-ceiled; 0: refused)."""
+    """One request offered to the adder while it formed a pass: its fill length and the prefix it started from
+    then, whether it is the chunked request continued first, what the offer did, and the tokens it charged the
+    budgets (its window page-ceiled; 0: refused)."""
 
-    candidate: Candidate
+    rid: str
+    length: int  # len(fill_ids): the prompt (and any output ids)
+    prefix_len: int  # the tree match (a waiting request) or the last window's end (the chunked one)
     chunked: bool
     admission: Admission
     charged: int
@@ -111,20 +85,14 @@ class PassForm:
     unoffered: tuple[str, ...]
 
 
-def chunk_size(settings: Settings) -> int | None:
-    """Return ``--chunked-prefill-size`` as the scheduler reads it (None: chunking off, for None or <= 0)."""
-    chunk = settings.chunked_prefill_size
-    return chunk if chunk is not None and chunk > 0 else None
-
-
-def mixed_decode_rows(settings: Settings, running: int) -> int:
+def mixed_decode_rows(settings: LoadSettings, running: int) -> int:
     """Return the decode rows a pass carries with ``running`` requests decoding (0 without mixed chunk)."""
-    return running if chunk_size(settings) is not None and settings.enable_mixed_chunk else 0
+    return running if settings.mixed_chunk else 0
 
 
-def start_budget(settings: Settings, mixed_rows: int = 0) -> Budget:
+def start_budget(settings: LoadSettings, mixed_rows: int = 0) -> Budget:
     """Return the budgets a pass starts with: both less the mixed decode rows."""
-    chunk = chunk_size(settings)
+    chunk = settings.chunked_prefill_size
     return Budget(
         settings.page_size,
         settings.max_prefill_tokens - mixed_rows,
@@ -151,35 +119,38 @@ def budget_state(budget: Budget) -> str:
     return CONTINUE
 
 
-def continue_chunked(budget: Budget, candidate: Candidate) -> Admission:
+def continue_chunked(budget: Budget, req: Req) -> Admission:
     """Return the chunked request's next window (``add_chunked_req``): the chunk budget's worth, unfloored."""
     assert budget.rem_chunk is not None, "a chunked request needs chunking on"
-    remaining = candidate.length - candidate.prefix_len
+    remaining = len(req.fill_ids()) - req.prefix_len
     extend = min(remaining, budget.rem_chunk)
-    window = Window(candidate.rid, candidate.prefix_len, extend)
+    window = Window(req.rid, req.prefix_len, extend)
     return Admission(window, remaining > extend, CONTINUE, charge(budget, extend))
 
 
-def add_waiting(budget: Budget, candidate: Candidate, admitted: int) -> Admission:
+def add_waiting(budget: Budget, req: Req, admitted: int) -> Admission:
     """Return what ``add_one_req`` does with a waiting request when ``admitted`` windows are already in the pass."""
-    extend = candidate.length - candidate.prefix_len
+    extend = len(req.fill_ids()) - req.prefix_len
     paged = page_ceil(extend, budget.page_size)
     if budget.rem_chunk is None and admitted and paged >= budget.rem_input:
         return Admission(None, False, OTHER, budget)
     if budget.rem_chunk is None or paged <= budget.rem_chunk:
         spent = charge(budget, extend)
-        return Admission(Window(candidate.rid, candidate.prefix_len, extend), False, budget_state(spent), spent)
+        return Admission(Window(req.rid, req.prefix_len, extend), False, budget_state(spent), spent)
     trunc = page_floor(budget.rem_chunk, budget.page_size)
-    trunc = page_floor(candidate.prefix_len + trunc, budget.page_size) - candidate.prefix_len
+    trunc = page_floor(req.prefix_len + trunc, budget.page_size) - req.prefix_len
     if trunc <= 0:
         return Admission(None, False, OTHER, budget)
     spent = charge(budget, trunc)
-    return Admission(Window(candidate.rid, candidate.prefix_len, trunc), True, budget_state(spent), spent)
+    return Admission(Window(req.rid, req.prefix_len, trunc), True, budget_state(spent), spent)
 
 
-def form_pass(
-    budget: Budget, chunked: Candidate | None, waiting: Sequence[Candidate], rules: AdmissionRules
-) -> PassForm:
+def _offer(req: Req, chunked: bool, admission: Admission, before: Budget) -> Offer:
+    charged = before.rem_input - admission.budget.rem_input
+    return Offer(req.rid, len(req.fill_ids()), req.prefix_len, chunked, admission, charged)
+
+
+def form_pass(budget: Budget, chunked: Req | None, waiting: Sequence[Req], rules: SchedulerRules) -> PassForm:
     """Return the pass the adder forms: the chunked request's window first, then the waiting ones in order."""
     start = budget
     windows: list[Window] = []
@@ -189,35 +160,33 @@ def form_pass(
         first = continue_chunked(budget, chunked)
         assert first.window is not None
         windows.append(first.window)
-        offers.append(Offer(chunked, True, first, budget.rem_input - first.budget.rem_input))
+        offers.append(_offer(chunked, True, first, budget))
         still_cut = chunked.rid if first.cut else None
         budget = first.budget
-    for candidate in waiting:
+    for req in waiting:
         if rules.budget_state_before_candidate and budget_state(budget) != CONTINUE:
             break
-        outcome = add_waiting(budget, candidate, len(windows))
-        offers.append(Offer(candidate, False, outcome, budget.rem_input - outcome.budget.rem_input))
+        outcome = add_waiting(budget, req, len(windows))
+        offers.append(_offer(req, False, outcome, budget))
         if outcome.window is not None:
             windows.append(outcome.window)
             if outcome.cut:
                 assert still_cut is None, "at most one request is cut per pass"
-                still_cut = candidate.rid
+                still_cut = req.rid
         budget = outcome.budget
         if outcome.result != CONTINUE:
             break
-    offered = {o.candidate.rid for o in offers}
-    unoffered = tuple(c.rid for c in waiting if c.rid not in offered)
+    offered = {o.rid for o in offers}
+    unoffered = tuple(r.rid for r in waiting if r.rid not in offered)
     return PassForm(tuple(windows), still_cut, budget, start, tuple(offers), unoffered)
 
 
-def check_policy(policy: str, tree: PrefixTree) -> str:
-    """Return the policy the scheduler runs (``lpm`` on a disabled tree is ``fcfs``); raise WhatIfError if unknown."""
-    if policy not in SCHEDULE_POLICIES:
-        raise WhatIfError(f"--schedule-policy: the kit models {', '.join(SCHEDULE_POLICIES)}, got {policy!r}")
+def active_policy(policy: str, tree: RadixTree) -> str:
+    """Return the policy the scheduler runs: ``lpm`` on a disabled tree is ``fcfs`` (``_validate_and_adjust``)."""
     return "fcfs" if tree.disabled else policy
 
 
-def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: PrefixTree) -> list[int]:
+def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: RadixTree) -> list[int]:
     """Return the waiting requests' indices in the order ``SchedulePolicy.calc_priority`` leaves them.
 
     ``lpm``: by the tree's match (capped at ``len - 1``), longest first, ties in queue order; a request
@@ -225,9 +194,9 @@ def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: PrefixTre
     (page 1, ``waiting_queue_radix_tree``) goes last for this round. More than 128 waiting: queue order.
     """
     order = list(range(len(fill_ids)))
-    if check_policy(policy, tree) == "fcfs" or len(fill_ids) > LPM_MAX_WAITING:
+    if active_policy(policy, tree) == "fcfs" or len(fill_ids) > LPM_MAX_WAITING:
         return order
-    in_batch = PrefixTree(page_size=1)
+    in_batch = RadixTree(page_size=1)
     keys: list[float] = []
     for ids in fill_ids:
         matched = tree.match(ids)
@@ -242,22 +211,17 @@ def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: PrefixTre
 
 
 __all__ = [
-    "ADMISSION_RULES",
     "CONTINUE",
     "OTHER",
     "Admission",
-    "AdmissionRules",
     "Budget",
-    "Candidate",
     "Offer",
     "PassForm",
+    "active_policy",
     "add_waiting",
-    "admission_rules",
     "budget_state",
     "charge",
     "charged_tokens",
-    "check_policy",
-    "chunk_size",
     "continue_chunked",
     "form_pass",
     "mixed_decode_rows",

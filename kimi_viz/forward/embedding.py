@@ -30,9 +30,9 @@ values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..messages import (
+from ..message_catalogue.messages import (
     MSG_ASYNC_ASSERT,
     MSG_DISCARD,
     MSG_INDEX_COPY,
@@ -46,11 +46,11 @@ from ..messages import (
 )
 from ..preprocess.config import get_config
 from ..releases import Release
+from ..scheduler.flags import Platform
 from ..split._replay import replay
 from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
 from .cache import EmbeddingCache
-from .forming import admission_steps
 from .rows import Rows
 from .step_records import (
     CacheLookups,
@@ -81,12 +81,8 @@ from .trace import (
     Lookup,
     PathName,
     Placement,
-    Platform,
     Stage,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .steps import SchedulerStep
 
 
 class _Raised(Exception):
@@ -139,7 +135,7 @@ def call_encoder(
             sglang_version=release.version,
             created_by="kimi-viz forward pass",
         )
-        trace = replay(batch, tp_size=tp_size, sglang_version=release.version, mode=mode, device=device, find_fix=False)
+        trace = replay(batch, tp_size=tp_size, sglang_version=release.version, mode=mode, device=device)
         record = CallRecord([CallItem(i.source, i.key, i.tokens) for i in items], trace)
         if trace.error is not None:
             return None, record
@@ -296,10 +292,8 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
     overlapping: dict[int, list[tuple[ForwardItem, Any]]] = {}  # each request's items in the window, with their key
     lookups = []
     for request in requests:
-        start, stop = request.window
-        touched = [i for i in request.items if request.extend > 0 and i.overlaps(start, stop)]
         overlapping[request.index] = [
-            (item, (item.key, item.tokens) if rules.dedupe_by_tokens else item.key) for item in touched
+            (item, (item.key, item.tokens) if rules.dedupe_by_tokens else item.key) for item in request.touched()
         ]
         for item, key in overlapping[request.index]:
             what, lookup = _look_up(state, item, key, found, misses)
@@ -336,8 +330,7 @@ def _per_image(state: _Pass, requests: list[ForwardRequest]) -> list[Rows]:
 def _by_item(state: _Pass, request: ForwardRequest) -> list[Rows]:
     """Replay ``_get_chunked_embedding_by_item`` (HIP/NPU/XPU): one call for this request's misses."""
     rules = state.rules
-    start, stop = request.window
-    touched = [i for i in request.items if request.extend > 0 and i.overlaps(start, stop)]
+    touched = request.touched()
     found: dict[int, Rows] = {}
     misses: list[tuple[int, ForwardItem]] = []
     for k, item in enumerate(touched):
@@ -478,19 +471,18 @@ def replay_forward(
     platform: Platform = "cuda",
     chunked_prefill_size: int = 8192,
     async_assert: bool = False,
-    scheduled: SchedulerStep | None = None,
+    formed_by: Sequence[Step] = (),
 ) -> ForwardTrace:
     """Return the :class:`ForwardTrace` of one forward pass of ``batch`` on ``release`` (``cache`` is updated).
 
     ``encode`` runs one ``get_image_feature`` call (:func:`call_encoder`); ``platform`` picks the
     per-image path (cuda, cpu) or the per-request one (hip, npu, xpu); ``chunked_prefill_size`` -1 means
     chunked prefill is off (it only changes a warning); ``async_assert`` is ``SGLANG_ENABLE_ASYNC_ASSERT``.
-    ``scheduled``, what the scheduler's model did to form the pass, opens the steps with the radix prefix
-    match and the admission (:func:`~.forming.admission_steps`).
+    ``formed_by`` are the steps that formed the pass (the scheduler's radix prefix match and admission,
+    :func:`~.scheduled.scheduler_steps`): the trace's steps open with them.
     """
     state = _Pass(release, cache, encode)
-    if scheduled is not None:
-        state.steps.extend(admission_steps(batch, scheduled))
+    state.steps.extend(formed_by)
     requests = [r for r in batch if r.items]
     path: PathName = "none"
     embedding: Rows | None = None
@@ -517,7 +509,6 @@ def replay_forward(
         error,
         stage,
         placements,
-        cache.keys(),
         state.lookups,
     )
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from ._records import frozen
+from .._records import frozen
 
 # ------------------------------------------------------------------------------------------------
 # The exceptions SGLang 0.5.23 raises on this path, copied literally. ``{}`` marks a formatted part.

@@ -4,8 +4,9 @@
 through that release's request side (:func:`~kimi_viz.request.sides.build_request`: deferred or
 eager items), its prompt places each image's ``<|media_pad|>`` run
 (:func:`~kimi_viz.request.prompt.render_prompt`), the scheduler groups requests into prefill passes
-and cuts long prompts into chunks (:func:`~.scheduler.plan_passes`), and each pass is replayed by
-:func:`~.forward.replay_forward` with one embedding cache carried from pass to pass. The first pass
+and cuts long prompts into chunks (:func:`~kimi_viz.scheduler.event_loop.schedule`, on the requests
+:func:`~kimi_viz.request.token_ids.scheduled_requests` writes), and each pass is replayed by
+:func:`~.embedding.replay_forward` with one embedding cache carried from pass to pass. The first pass
 that raises ends the replay: an exception in the forward pass kills the scheduler process, and
 every request it held with it (SGLang issue #36018).
 
@@ -17,9 +18,8 @@ the rows as ``precomputed_embeddings`` and takes the precomputed path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
@@ -27,77 +27,20 @@ from ..request.producer import eager_feature
 from ..request.prompt import Prompt, render_prompt
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
+from ..request.token_ids import scheduled_requests
+from ..request.workload import Request, Workload
+from ..scheduler.event_loop import Pass, radix_prefixes, schedule
+from ..scheduler.flags import LoadSettings
 from ..split.ranks import check_tp_size
-from ..split.step_records import field_values
 from ..split.trace import ErrorInfo, Trace
 from ..split.verdict import Status
-from .cache import DEFAULT_CACHE_MB, EmbeddingCache
+from .cache import EmbeddingCache
 from .call import model_call, replay_call
-from .forward import call_encoder, produced_tokens, replay_forward
-from .prefill_workload import SCHEDULE_POLICIES, SchedulePolicy, Settings
+from .embedding import Encoder, call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
-from .scheduler import DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_PREFILL, PassPlan, check_chunk_size, plan_passes
+from .scheduled import scheduler_steps
 from .supply import ImageSupply, pass_supplier
-from .trace import ForwardItem, ForwardRequest, ForwardTrace, Platform
-from .workload import Request, Workload
-
-
-@frozen
-class LoadSettings:
-    """What the scheduler and the forward pass add to the server settings for a workload: SGLang's flags that
-    shape the prefill passes (same names, same defaults; ``docs/scheduler-notes.md`` §7) and the platform."""
-
-    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL  # None or <= 0: chunked prefill off
-    cache_mb: float = DEFAULT_CACHE_MB  # SGLANG_VLM_CACHE_SIZE_MB (0 stores nothing)
-    platform: Platform = "cuda"
-    page_size: int = 1
-    disable_radix_cache: bool = False
-    schedule_policy: SchedulePolicy = "fcfs"
-    max_prefill_tokens: int = DEFAULT_MAX_PREFILL
-    enable_mixed_chunk: bool = False
-
-    def __post_init__(self) -> None:
-        chunk = check_chunk_size(self.chunked_prefill_size)
-        if self.page_size < 1:
-            raise WhatIfError(f"--page-size {self.page_size}: expected a page of at least 1 token")
-        if self.max_prefill_tokens < 1:
-            raise WhatIfError(f"--max-prefill-tokens {self.max_prefill_tokens}: expected at least 1 token")
-        if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise WhatIfError(
-                f"--schedule-policy {self.schedule_policy!r}: the kit models {', '.join(SCHEDULE_POLICIES)}"
-            )
-        if chunk is not None and chunk % self.page_size:
-            raise WhatIfError(
-                f"--chunked-prefill-size {chunk}: SGLang requires a multiple of --page-size {self.page_size}; "
-                "pick a chunk size that the page divides"
-            )
-
-    def scheduler_settings(self) -> Settings:
-        """Return the scheduler's flags as the model of its prefill pass reads them."""
-        return Settings(
-            page_size=self.page_size,
-            disable_radix_cache=self.disable_radix_cache,
-            schedule_policy=self.schedule_policy,
-            max_prefill_tokens=self.max_prefill_tokens,
-            chunked_prefill_size=check_chunk_size(self.chunked_prefill_size),
-            enable_mixed_chunk=self.enable_mixed_chunk,
-        )
-
-    def flags(self) -> str:
-        """Return the SGLang settings these stand for, the scheduler's flags as SGLang spells them."""
-        chunk = check_chunk_size(self.chunked_prefill_size) or -1
-        words = [f"--chunked-prefill-size {chunk}"]
-        words += [f"--page-size {self.page_size}"] if self.page_size != 1 else []
-        words += ["--disable-radix-cache"] if self.disable_radix_cache else []
-        words += [f"--schedule-policy {self.schedule_policy}"] if self.schedule_policy != "fcfs" else []
-        words += [f"--max-prefill-tokens {self.max_prefill_tokens}"] * (self.max_prefill_tokens != DEFAULT_MAX_PREFILL)
-        words += ["--enable-mixed-chunk"] if self.enable_mixed_chunk else []
-        return f"{' '.join(words)} SGLANG_VLM_CACHE_SIZE_MB={self.cache_mb:g} ({self.platform})"
-
-    def to_json(self) -> dict[str, Any]:
-        """Return every field by name: the scheduler's flags, ``cache_mb`` and ``platform``."""
-        return field_values(self)
-
+from .trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 
 MAMBA_NOTE = (
     "the radix prefixes shown are the plain radix tree's (RadixCache); Kimi-K3's text model is hybrid linear "
@@ -124,6 +67,8 @@ class EncoderRun:
 class LoadResult:
     """A workload on one release at one attention-TP size: the built requests, prompts, passes and each replay."""
 
+    kind: ClassVar[Literal["workload"]] = "workload"  # an answer's replay of a workload (kimi_viz.answer.Replay)
+
     workload: Workload
     release: Release
     tp_size: int
@@ -131,7 +76,7 @@ class LoadResult:
     load: LoadSettings
     built: list[BuiltRequest]
     prompts: list[Prompt]
-    plans: list[PassPlan]
+    plans: list[Pass]  # the scheduler's prefill passes
     passes: list[ForwardTrace]  # the passes replayed, up to and including the first that raised
     encoder_runs: list[EncoderRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -143,8 +88,14 @@ class LoadResult:
 
     @property
     def matched(self) -> list[int]:
-        """Return each request's radix prefix: the tokens it started from the cache, never prefilled."""
-        return matched_prefixes(self.plans, len(self.workload.requests))
+        """Return each request's radix prefix: the tokens it started from the cache, never prefilled (0 when it was
+        never prefilled)."""
+        prefixes = radix_prefixes(self.plans)
+        return [prefixes.get(r.rid, 0) for r in self.workload.requests]
+
+    def index(self, rid: str) -> int:
+        """Return the workload position of the request ``rid``."""
+        return next(k for k, r in enumerate(self.workload.requests) if r.rid == rid)
 
     def image_supplies(self) -> list[ImageSupply]:
         """Return where every image of every request got its rows: the radix prefix, the cache or a call."""
@@ -155,7 +106,7 @@ class LoadResult:
                     (k, pass_supplier(trace, r, i))
                     for k, trace in enumerate(self.passes)
                     for window in trace.batch
-                    if window.index == r and window.extend and window.items[i].overlaps(*window.window)
+                    if window.index == r and window.items[i] in window.touched()
                 )
                 out.append(ImageSupply(r, request.rid, i, image.label, run, matched[r], by_pass))
         return out
@@ -207,8 +158,8 @@ class LoadResult:
         call = self.failing_call()
         return None if call is None else call.trace
 
-    def failing_call(self) -> Any:
-        """Return the ``get_image_feature`` call that raised (a :class:`~.forward.CallRecord`), or None."""
+    def failing_call(self) -> CallRecord | None:
+        """Return the ``get_image_feature`` call that raised, or None."""
         failing = self.failing_pass
         if failing is None:
             return None
@@ -235,7 +186,7 @@ class LoadResult:
                 for request, prompt, built in zip(self.workload.requests, self.prompts, self.built)
             ],
             "passes": [
-                {**plan.to_json(), "replay": trace.to_json() if trace is not None else None}
+                {**self._plan_json(plan), "replay": trace.to_json() if trace is not None else None}
                 for plan, trace in zip(self.plans, [*self.passes, *([None] * (len(self.plans) - len(self.passes)))])
             ],
             "images": [supply.to_json() for supply in self.image_supplies()],
@@ -248,6 +199,17 @@ class LoadResult:
                 for run in self.encoder_runs
             ],
             "notes": list(self.notes),
+        }
+
+    def _plan_json(self, plan: Pass) -> dict[str, Any]:
+        """Return ``{"step", "windows": [{"request", "prefix_length", "extend_length"}], "decoding"}`` (by position)."""
+        return {
+            "step": plan.step,
+            "windows": [
+                {"request": self.index(w.rid), "prefix_length": w.prefix_len, "extend_length": w.extend_input_len}
+                for w in plan.windows
+            ],
+            "decoding": [self.index(rid) for rid in plan.decoding],
         }
 
 
@@ -277,7 +239,7 @@ def replay_workload(
     device: Any = "auto",
     cache: EmbeddingCache | None = None,
     built: list[BuiltRequest] | None = None,
-    plans: list[PassPlan] | None = None,
+    plans: list[Pass] | None = None,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
@@ -301,13 +263,13 @@ def replay_workload(
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
     if plans is None:
-        images = [list(b.images) for b in built]
-        plans = plan_passes(workload, prompts, images, load.scheduler_settings(), release.version)
+        reqs = scheduled_requests(workload, prompts, [list(b.images) for b in built])
+        plans = schedule(reqs, load, release.scheduler, release.version)
     items = _forward_items(whole, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
-    if any(matched_prefixes(plans, len(workload.requests))):
+    if any(radix_prefixes(plans).values()):
         notes.append(MAMBA_NOTE)
     result = LoadResult(workload, release, tp, settings, load, built, prompts, plans, [], encoder_runs, notes)
     if result.encoder_error is not None:
@@ -327,24 +289,17 @@ def replay_workload(
 
 
 def _replay_passes(
-    result: LoadResult, items: list[tuple[ForwardItem, ...]], cache: EmbeddingCache, encode: Any
+    result: LoadResult, items: list[tuple[ForwardItem, ...]], cache: EmbeddingCache, encode: Encoder
 ) -> None:
     """Replay every planned pass in order into ``result.passes``, one embedding cache carried along, up to the
     first that raises (it kills the scheduler process)."""
     matched, load = result.matched, result.load
     for plan in result.plans:
-        batch = [
-            ForwardRequest(
-                w.request,
-                result.workload.requests[w.request].rid,
-                items[w.request],
-                w.prefix,
-                w.extend,
-                result.prompts[w.request].length,
-                matched[w.request],
-            )
-            for w in plan.windows
-        ]
+        batch = []
+        for w in plan.windows:
+            k = result.index(w.rid)
+            prompt = result.prompts[k].length
+            batch.append(ForwardRequest(k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, matched[k]))
         trace = replay_forward(
             batch,
             release=result.release,
@@ -353,7 +308,7 @@ def _replay_passes(
             encode=encode,
             platform=load.platform,
             chunked_prefill_size=load.chunked_prefill_size or -1,
-            scheduled=plan.scheduled,
+            formed_by=() if plan.formed is None else scheduler_steps(batch, plan.formed),
         )
         result.passes.append(trace)
         if trace.error is not None:
@@ -391,15 +346,6 @@ def _with_stale_rows(built: BuiltRequest, request: Any, mode: str) -> BuiltReque
 def whole_requests(workload: Workload) -> list[Request]:
     """Return every request of ``workload`` written out whole, as the server receives it (:meth:`Workload.whole`)."""
     return [workload.whole(k) for k in range(len(workload.requests))]
-
-
-def matched_prefixes(plans: list[PassPlan], requests: int) -> list[int]:
-    """Return each request's radix prefix: where its first window starts (0 for a request never prefilled)."""
-    matched: dict[int, int] = {}
-    for plan in plans:
-        for window in plan.windows:
-            matched.setdefault(window.request, window.prefix)
-    return [matched.get(k, 0) for k in range(requests)]
 
 
 def _forward_items(
@@ -451,11 +397,9 @@ def _encode_server(
 
 
 __all__ = [
-    "LoadSettings",
     "EncoderRun",
     "LoadResult",
     "check_workload_settings",
-    "matched_prefixes",
     "whole_requests",
     "replay_workload",
     "build_workload_request",

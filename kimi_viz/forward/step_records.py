@@ -1,6 +1,6 @@
 """What each step of a forward pass records: one frozen record per step kind, around ``get_image_feature``.
 
-A forward pass's :class:`~kimi_viz.split.trace.Step` s (:func:`~kimi_viz.schedule.forward.replay_forward`)
+A forward pass's :class:`~kimi_viz.split.trace.Step` s (:func:`~kimi_viz.forward.embedding.replay_forward`)
 hold one of these as their ``variables``, as the deferred split's steps hold those of
 :mod:`kimi_viz.split.step_records`. ``to_json`` gives the step's ``variables`` object (keys, order and
 values as ``forward.json`` and the report carry them); none of them names key variables for the step

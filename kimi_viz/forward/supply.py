@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Literal
 
 from .._records import frozen
-from .trace import ForwardTrace
+from .trace import ForwardTrace, prefix_cut
 
 Supplier = Literal["radix prefix", "embedding cache", "call", "encode server", "not reached"]
 _BY_LOOKUP: dict[str, Supplier] = {
@@ -44,14 +44,14 @@ class ImageSupply:
     @property
     def supplier(self) -> Supplier:
         """Return what supplied its first rows: the radix prefix, or the first pass's cache or call."""
-        if self.offsets[1] < self.matched:
+        if prefix_cut(self.offsets, self.matched) == "cached":
             return "radix prefix"
         return self.by_pass[0][1] if self.by_pass else "not reached"
 
     @property
     def cut_by_prefix(self) -> bool:
         """Return True when the radix prefix ends inside the image's pad run."""
-        return self.offsets[0] < self.matched <= self.offsets[1]
+        return prefix_cut(self.offsets, self.matched) == "cut"
 
     def describe(self) -> str:
         """Return one line: the image, what supplied it, in which pass, and any cut by the prefix."""

@@ -146,9 +146,7 @@ def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", d
         return None
     assert call.batch is not None
     if call.rank_batches is None:
-        return replay(
-            call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device, find_fix=False
-        )
+        return replay(call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device)
     traces = [
         replay(
             call.rank_batches[r],
@@ -157,7 +155,6 @@ def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", d
             sglang_version=sglang_version,
             mode=mode,
             device=device,
-            find_fix=False,
         )
         for r in range(call.tp_size)
     ]

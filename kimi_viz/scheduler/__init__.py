@@ -1,0 +1,36 @@
+"""SGLang's scheduler, as the kit models it for Kimi-K3: which requests share a prefill pass, and each one's window.
+
+A map of SGLang's parts (``python/sglang/srt/``, 0.5.17–0.5.23) to the kit's modules:
+
+==================================================================  =========================================
+SGLang                                                              kimi-viz
+==================================================================  =========================================
+``server_args.py``: the scheduler's flags and their defaults        :mod:`.flags` (``FLAGS``, ``LoadSettings``)
+``managers/schedule_batch.py`` ``Req``; ``pad_input_ids``           :mod:`.req` (``Req``, image runs, windows)
+``managers/mm_utils.py`` pad values; ``mem_cache/radix_cache.py``   :mod:`.tree` (``RadixTree``, the match)
+``managers/schedule_policy.py`` ``SchedulePolicy``,                 :mod:`.policy` (the order, the budgets,
+``PrefillAdder``                                                    the walk, the cut)
+``managers/scheduler.py`` the event loop,                           :mod:`.event_loop` (``schedule``,
+``get_new_batch_prefill``, ``process_batch_result_prefill``         ``Pass``, ``SchedulerStep``)
+==================================================================  =========================================
+
+What differs between releases is each release's :class:`~kimi_viz.releases.SchedulerRules`. The
+requests come from :mod:`kimi_viz.request.token_ids` (a workload's prompts as token ids); the passes
+go to :mod:`kimi_viz.forward` (each pass's ``get_embedding_and_mask``). ``docs/scheduler-notes.md``
+holds the rules and where SGLang keeps them. Names are imported lazily.
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_EXPORTS = {
+    "FLAGS": "flags",
+    "LoadSettings": "flags",
+    "Req": "req",
+    "Pass": "event_loop",
+    "schedule": "event_loop",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,294 @@
+"""The server flags a workload replay takes: one table (:data:`FLAGS`), one settings record (:class:`LoadSettings`).
+
+Each :class:`Flag` row is one option of ``kimi-viz whatif``: the SGLang flag or environment variable it
+stands for, SGLang's default (the same in every release the kit knows; ``docs/scheduler-notes.md`` §7),
+the values it accepts and the one-line refusal of any other, what it changes, and the values the flag
+search tries. The CLI's options, :class:`LoadSettings` (its fields and defaults), the words that spell a
+deployment (:meth:`LoadSettings.flags`), the flag search's alternatives (:func:`alternatives`), the JSON
+``load`` object and the defaults table of ``docs/whatif.md`` (:func:`defaults_table`) all come from it.
+
+One convention for "off": a count the flag turns off (``--chunked-prefill-size -1``) is ``None`` in the
+record; the CLI and JSON take SGLang's ``-1`` (and ``0``) for it, and the JSON writes ``-1`` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Any, Literal
+
+from .._records import frozen
+from ..errors import WhatIfError
+
+SchedulePolicy = Literal["fcfs", "lpm"]
+SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")  # --schedule-policy values the kit models
+Platform = Literal["cuda", "cpu", "hip", "npu", "xpu"]
+PLATFORMS: tuple[Platform, ...] = ("cuda", "cpu", "hip", "npu", "xpu")
+PAGE_SIZES = (1, 16, 64)  # the page sizes attention backends commonly force, tried by the flag search
+OFF = -1  # how SGLang spells "off" for a count (--chunked-prefill-size -1); None in the record
+
+Kind = Literal["count", "switch", "choice", "megabytes"]
+
+
+@frozen
+class Flag:
+    """One server flag of a workload replay: its field, option, SGLang name, default, values and meaning."""
+
+    field: str  # the LoadSettings field
+    option: str  # the kimi-viz whatif option (SGLang's own spelling where SGLang has one)
+    kind: Kind  # a token count, an on/off switch, one of ``choices``, or megabytes
+    sglang: str  # the SGLang flag or environment variable it stands for
+    default: Any  # SGLang's default (None: off)
+    default_text: str  # the default as the docs table and the option's help say it
+    changes: str  # what it changes, one line
+    low: int = 0  # the smallest value a count or megabytes accepts
+    choices: tuple[str, ...] = ()  # a choice's values
+    can_be_off: bool = False  # a count whose -1 or 0 means off (None in the record)
+    always_spelled: bool = False  # spelled in every deployment's flags, default or not
+    tries: tuple[Any, ...] = ()  # a count's values the flag search tries (others: the other state, see search())
+    searched: bool = True  # whether the flag search changes it
+    needs: str | None = None  # tried only while this field is set (mixed chunk: chunking)
+    off_words: str | None = None  # a switch turned off, as the flag search names it
+
+    @property
+    def metavar(self) -> str | None:
+        """Return the option's metavar: ``N``, ``MB``, ``{a,b}``, or None for a switch."""
+        return {"count": "N", "megabytes": "MB", "switch": None}.get(self.kind, "{" + ",".join(self.choices) + "}")
+
+    def parse(self, text: Any) -> Any:
+        """Return the value a command-line ``text`` asks for; raise WhatIfError naming the option otherwise."""
+        if self.kind == "choice":
+            if text not in self.choices:
+                raise WhatIfError(f"{self.option} {text!r}: expected one of {', '.join(self.choices)}")
+            return text
+        low = -1 if self.can_be_off else self.low
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise WhatIfError(f"{self.option} {text!r}: expected a whole number >= {low}") from None
+        if value < low:
+            raise WhatIfError(f"{self.option} {value}: expected a number >= {low}")
+        if self.can_be_off and value <= 0:
+            return None
+        return float(value) if self.kind == "megabytes" else value
+
+    def spell(self, value: Any) -> str:
+        """Return the flag set to ``value`` as SGLang spells it: ``--page-size 16``, ``--disable-radix-cache``."""
+        if self.kind == "switch":
+            return self.option if value else (self.off_words or f"no {self.option}")
+        if self.kind == "megabytes":
+            return f"{self.sglang.removeprefix('env ')}={value:g}"
+        return f"{self.option} {OFF if value is None else value}"
+
+    def search(self, current: Any) -> list[Any]:
+        """Return the values the flag search tries instead of ``current``: a switch's other state, the other
+        choices, a count's other page sizes, or off for a count that is on (its default when off)."""
+        if not self.searched:
+            return []
+        if self.kind == "switch":
+            return [not current]
+        if self.kind == "choice":
+            return [c for c in self.choices if c != current]
+        if self.can_be_off or self.kind == "megabytes":
+            off = None if self.can_be_off else 0.0
+            return [off] if current else [self.default]
+        return [v for v in self.tries if v != current]
+
+    def to_json(self, value: Any) -> Any:
+        """Return ``value`` as the JSON ``load`` object holds it (off as ``-1``)."""
+        return OFF if self.can_be_off and value is None else value
+
+    @property
+    def help(self) -> str:
+        """Return the option's help: what it changes, the SGLang flag it stands for and SGLang's default."""
+        return f"{self.changes}. SGLang: {self.sglang}; default {self.default_text.replace('`', '')}"
+
+
+# In the order a deployment's flags are spelled (LoadSettings.flags) and the docs table lists them.
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "chunked_prefill_size",
+        "--chunked-prefill-size",
+        "count",
+        "--chunked-prefill-size",
+        8192,
+        "8192 on an H200 (by GPU memory); `-1` or `0` off",
+        "the chunk budget; a request past it is cut and continued first; must be a multiple of the page",
+        can_be_off=True,
+        always_spelled=True,
+    ),
+    Flag(
+        "page_size",
+        "--page-size",
+        "count",
+        "--page-size",
+        1,
+        "1 (attention backends may force 16–128)",
+        "the radix prefix is floored to a page; budgets are charged page-ceiled; a cut is floored to a page",
+        low=1,
+        tries=PAGE_SIZES,
+    ),
+    Flag(
+        "disable_radix_cache",
+        "--disable-radix-cache",
+        "switch",
+        "--disable-radix-cache",
+        False,
+        "off (the radix cache is on)",
+        "no request starts from a cached prefix",
+        off_words="radix cache on (no --disable-radix-cache)",
+    ),
+    Flag(
+        "schedule_policy",
+        "--schedule-policy",
+        "choice",
+        "--schedule-policy",
+        "fcfs",
+        "fcfs",
+        "lpm admits the longest cached prefix first (with its in-batch rule)",
+        choices=SCHEDULE_POLICIES,
+    ),
+    Flag(
+        "max_prefill_tokens",
+        "--max-prefill-tokens",
+        "count",
+        "--max-prefill-tokens",
+        16384,
+        "16384",
+        "the tokens one pass may take; with chunking off a later request is refused past it",
+        low=1,
+        searched=False,
+    ),
+    Flag(
+        "enable_mixed_chunk",
+        "--enable-mixed-chunk",
+        "switch",
+        "--enable-mixed-chunk",
+        False,
+        "off",
+        "decoding requests ride in a chunked pass, taking one token each of its budgets",
+        needs="chunked_prefill_size",
+    ),
+    Flag(
+        "cache_mb",
+        "--mm-embedding-cache-size",
+        "megabytes",
+        "env SGLANG_VLM_CACHE_SIZE_MB",
+        100,
+        "100; `0` stores nothing",
+        "which images a later pass finds cached",
+        always_spelled=True,
+    ),
+    Flag(
+        "platform",
+        "--platform",
+        "choice",
+        "no flag: the device SGLang runs on",
+        "cuda",
+        "cuda",
+        "cuda and cpu take the per-image path, one call for every request of the pass; hip/npu/xpu encode per request",
+        choices=PLATFORMS,
+        searched=False,
+    ),
+)
+FLAG_OF = {flag.field: flag for flag in FLAGS}
+#: The order the flag search tries and lists the flags in.
+SEARCH_ORDER = ("disable_radix_cache", "page_size", "chunked_prefill_size", "enable_mixed_chunk", "schedule_policy")
+_DEFAULT = {flag.field: flag.default for flag in FLAGS}
+
+
+@frozen
+class LoadSettings:
+    """The server flags of a workload replay, one field per row of :data:`FLAGS` (SGLang's names and defaults).
+
+    The fields are in the order of the JSON ``load`` object.
+    """
+
+    chunked_prefill_size: int | None = _DEFAULT["chunked_prefill_size"]  # None: chunked prefill off
+    cache_mb: float = _DEFAULT["cache_mb"]  # SGLANG_VLM_CACHE_SIZE_MB in MB (0 stores nothing)
+    platform: Platform = _DEFAULT["platform"]
+    page_size: int = _DEFAULT["page_size"]
+    disable_radix_cache: bool = _DEFAULT["disable_radix_cache"]
+    schedule_policy: SchedulePolicy = _DEFAULT["schedule_policy"]
+    max_prefill_tokens: int = _DEFAULT["max_prefill_tokens"]
+    enable_mixed_chunk: bool = _DEFAULT["enable_mixed_chunk"]
+
+    def __post_init__(self) -> None:
+        chunk = self.chunked_prefill_size
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
+            raise WhatIfError(f"--chunked-prefill-size: expected a token count (or -1 for no chunking), got {chunk!r}")
+        if chunk is not None and chunk <= 0:
+            object.__setattr__(self, "chunked_prefill_size", None)
+        for flag in FLAGS:
+            value = getattr(self, flag.field)
+            if flag.kind in ("count", "megabytes") and value is not None and value < flag.low:
+                raise WhatIfError(f"{flag.option} {value}: expected a number >= {flag.low}")
+            if flag.kind == "choice" and value not in flag.choices:
+                raise WhatIfError(f"{flag.option} {value!r}: the kit models {', '.join(flag.choices)}")
+        chunk = self.chunked_prefill_size
+        if chunk is not None and chunk % self.page_size:
+            raise WhatIfError(
+                f"--chunked-prefill-size {chunk}: SGLang requires a multiple of --page-size {self.page_size}; "
+                "pick a chunk size that the page divides"
+            )
+
+    @property
+    def mixed_chunk(self) -> bool:
+        """Return True when decoding requests ride in a prefill pass (``is_mixed_chunk``: mixed chunk and chunking)."""
+        return self.chunked_prefill_size is not None and self.enable_mixed_chunk
+
+    def flags(self) -> str:
+        """Return the SGLang settings these stand for, the flags as SGLang spells them (defaults left out)."""
+        words = [
+            flag.spell(getattr(self, flag.field))
+            for flag in FLAGS
+            if flag.field != "platform" and (flag.always_spelled or getattr(self, flag.field) != flag.default)
+        ]
+        return f"{' '.join(words)} ({self.platform})"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return every field by name, as the JSON ``load`` object holds it (chunking off as ``-1``)."""
+        return {f.name: FLAG_OF[f.name].to_json(getattr(self, f.name)) for f in fields(self)}
+
+
+def alternatives(load: LoadSettings) -> list[tuple[str, LoadSettings]]:
+    """Return each single-flag change the flag search tries from ``load``: the flag as SGLang spells it, and the
+    settings. A combination SGLang refuses (a chunk the page does not divide) is not offered."""
+    out: list[tuple[str, LoadSettings]] = []
+    for name in (*SEARCH_ORDER, "cache_mb"):
+        flag = FLAG_OF[name]
+        if flag.needs is not None and getattr(load, flag.needs) is None:
+            continue
+        for value in flag.search(getattr(load, name)):
+            try:
+                out.append((flag.spell(value), replace(load, **{name: value})))
+            except WhatIfError:
+                continue
+    return out
+
+
+def defaults_table() -> str:
+    """Return the table of ``docs/whatif.md``: each flag of a workload, what SGLang calls it, its default (the same
+    in every release the kit knows), the values it takes and what it changes."""
+    rows = ["| option | SGLang | default | what it changes |", "|---|---|---|---|"]
+    for flag in FLAGS:
+        metavar = "" if flag.metavar is None else " " + flag.metavar.strip("{}").replace(",", "\\|")
+        sglang = flag.sglang if flag.sglang.startswith("no flag") else f"`{flag.sglang.removeprefix('env ')}`"
+        sglang = ("env " if flag.sglang.startswith("env ") else "") + sglang
+        rows.append(f"| `{flag.option}{metavar}` | {sglang} | {flag.default_text} | {flag.changes} |")
+    return "\n".join(rows)
+
+
+__all__ = [
+    "FLAGS",
+    "FLAG_OF",
+    "OFF",
+    "PAGE_SIZES",
+    "PLATFORMS",
+    "SCHEDULE_POLICIES",
+    "Flag",
+    "LoadSettings",
+    "Platform",
+    "SchedulePolicy",
+    "alternatives",
+    "defaults_table",
+]

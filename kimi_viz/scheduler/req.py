@@ -1,0 +1,130 @@
+"""A request as SGLang's scheduler holds it (``managers/schedule_batch.py`` ``Req``), and the passes it forms.
+
+A :class:`Req`'s prompt is a list of *parts*: a plain token id (``int``), or an :class:`Image` run
+``(image_hash, length)`` standing for an image's ``length`` ``<|media_pad|>`` tokens. SGLang's
+``pad_input_ids`` replaces each run by the release's pad values derived from the hash
+(:func:`~.tree.padded_ids`; the real-SGLang lane hands the runs to SGLang's own code), so two images
+share a radix prefix exactly when SGLang would let them. A prompt that already carries pad values is
+given as plain ints.
+
+Time is counted in scheduler *steps* (one event-loop iteration: one forward pass, prefill, mixed or
+decode). A request joins the waiting queue at step ``arrival``, or — with ``after`` — at the first
+step not before ``arrival`` that follows the finish of request ``after`` (a chat's next turn). It
+generates ``max_new_tokens`` tokens (``generated_ids`` when given, else distinct stand-ins below the
+pad range), the first one by its last prefill pass, one more per decode step. While the scheduler
+holds it, a :class:`Req` also carries SGLang's own state: its padded prompt, the ids generated so
+far, its prefix and extend end, and its committed KV.
+
+The real-SGLang lane hands the same records to SGLang's own scheduler (``tests/parity/scheduler/``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, fields
+
+from .._records import frozen
+
+# Stand-in ids: text below OUTPUT_BASE, generated ids from it up to 2 * OUTPUT_BASE — all below every pad value.
+OUTPUT_BASE = 500_000
+
+
+@frozen
+class Image:
+    """An image's pad run in a prompt: ``length`` pad tokens under the item hash ``image_hash``."""
+
+    image_hash: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.length <= 0:
+            raise ValueError(f"an image run needs at least one token, got {self.length}")
+        if not 0 <= self.image_hash < 1 << 64:
+            raise ValueError(f"image_hash must fit in 64 unsigned bits, got {self.image_hash}")
+
+
+Part = int | Image
+
+
+def prompt_length(parts: tuple[Part, ...] | list[Part]) -> int:
+    """Return the tokens ``parts`` stand for (an image run counts its pad tokens)."""
+    return sum(p.length if isinstance(p, Image) else 1 for p in parts)
+
+
+@dataclass(eq=False)
+class Req:
+    """One request: its prompt parts, when it arrives and what it generates; while scheduled, SGLang's state."""
+
+    rid: str
+    parts: tuple[Part, ...]
+    arrival: int = 0
+    after: str | None = None  # arrive only once this request has finished
+    max_new_tokens: int = 1
+    generated_ids: tuple[int, ...] | None = None  # the ids it generates (len == max_new_tokens; None: stand-ins)
+    # SGLang's state while the scheduler holds it (not part of the request as given)
+    origin_input_ids: tuple[int, ...] = field(default=(), init=False, repr=False)  # the padded prompt
+    output_ids: list[int] = field(default_factory=list, init=False, repr=False)
+    prefix_len: int = field(default=0, init=False, repr=False)
+    extend_end: int = field(default=0, init=False, repr=False)
+    kv_committed_len: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"{self.rid}: max_new_tokens must be >= 1")
+        if self.generated_ids is not None and len(self.generated_ids) != self.max_new_tokens:
+            raise ValueError(
+                f"{self.rid}: {len(self.generated_ids)} generated ids for max_new_tokens={self.max_new_tokens}"
+            )
+
+    @property
+    def length(self) -> int:
+        """Return the prompt length in tokens."""
+        return prompt_length(self.parts)
+
+    def outputs(self) -> list[int]:
+        """Return the tokens this request generates, in order."""
+        if self.generated_ids is not None:
+            return list(self.generated_ids)
+        return [OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)]
+
+    # --- while scheduled ------------------------------------------------------------------------
+    def fill_ids(self) -> tuple[int, ...]:
+        """Return ``origin_input_ids + output_ids``: what the radix tree is matched with and inserts."""
+        return self.origin_input_ids + tuple(self.output_ids)
+
+    def emit(self) -> None:
+        """Append the next generated token."""
+        self.output_ids.append(self.outputs()[len(self.output_ids)])
+
+    @property
+    def finished(self) -> bool:
+        """Return True once it has generated ``max_new_tokens`` tokens (the finish by length)."""
+        return len(self.output_ids) >= self.max_new_tokens
+
+    def given(self) -> Req:
+        """Return a fresh copy of the request as given, with no scheduler state."""
+        return Req(**{f.name: getattr(self, f.name) for f in fields(self) if f.init})
+
+
+@frozen
+class Window:
+    """One request's part of a pass: its tokens ``[prefix_len, prefix_len + extend_input_len)``."""
+
+    rid: str
+    prefix_len: int
+    extend_input_len: int
+
+    @property
+    def end(self) -> int:
+        """Return ``prefix_len + extend_input_len``."""
+        return self.prefix_len + self.extend_input_len
+
+
+__all__ = [
+    "OUTPUT_BASE",
+    "Image",
+    "Part",
+    "Req",
+    "Window",
+    "prompt_length",
+]
