@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from ..answer import PairSweep, Sweep
+from ..answer import Cell, PairSweep, Sweep
 from ..errors import SettingNotInReleaseError, WhatIfError
 from ..forward.workload_replay import build_workload_request
 from ..releases import RELEASES
@@ -24,7 +24,7 @@ from ..request.settings import ServerSettings
 from ..request.workload import Request, Workload
 from ..scheduler.flags import LoadSettings
 from ..split.ranks import check_tp_size
-from .ask import SWEEP_TP_SIZES, release_groups, sweep_row
+from .ask import SWEEP_TP_SIZES, collector_paused, release_groups, sweep_row
 from .questions import PreparedWorkload, WorkloadQuestion
 
 MAX_PAIR_IMAGES = 64  # 2016 pairs
@@ -55,18 +55,18 @@ def sweep_pairs(
         for a, b in pairs
     ]
     groups = [g for g in release_groups(questions[0]) if not releases or any(r.version in releases for r in g)]
-    cells: list[list[Any]] = [[] for _ in pairs]
-    for group in groups:
-        release = group[0]
-        try:
-            built = [build_workload_request(Request("r", (image,)), settings, release) for image in probed]
-        except SettingNotInReleaseError:
-            for row, question in zip(cells, questions):
-                row += sweep_row(question, group, tps)  # each refuses the settings the same way
-            continue
-        for row, question, (a, b) in zip(cells, questions, pairs):
-            prepared = PreparedWorkload(question, release, [built[a], built[b]])
-            row += sweep_row(question, group, tps, prepared)
+    cells: list[list[Cell]] = [[] for _ in pairs]
+    with collector_paused():
+        for group in groups:  # each image's items built once per group, shared by every pair
+            try:
+                built = [build_workload_request(Request("r", (image,)), settings, group[0]) for image in probed]
+            except SettingNotInReleaseError:
+                for row, question in zip(cells, questions):
+                    row += sweep_row(question, group, tps)  # each refuses the settings the same way
+                continue
+            for row, question, (a, b) in zip(cells, questions, pairs):
+                prepared = PreparedWorkload(question, group[0], [built[a], built[b]])
+                row += sweep_row(question, group, tps, prepared)
     sweeps = tuple(Sweep(q.subject, tps, tuple(row)) for q, row in zip(questions, cells))
     return PairSweep(tuple(probed), tuple(pairs), sweeps)
 

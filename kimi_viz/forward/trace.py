@@ -107,10 +107,13 @@ class ForwardRequest:
         """Return the half-open window ``(prefix, prefix + extend)``."""
         return self.prefix, self.prefix + self.extend
 
+    def touches(self, image: int) -> bool:
+        """Return whether this pass's window overlaps the run of item ``image`` (never when the window is empty)."""
+        return self.extend > 0 and self.items[image].overlaps(self.prefix, self.prefix + self.extend)
+
     def touched(self) -> list[ForwardItem]:
         """Return the items whose run overlaps this pass's window (none when the window is empty)."""
-        start, stop = self.window
-        return [i for i in self.items if self.extend > 0 and i.overlaps(start, stop)]
+        return [item for k, item in enumerate(self.items) if self.touches(k)]
 
     def pad_positions(self) -> list[tuple[int, int]]:
         """Return the half-open ``[start, stop)`` pad positions inside the window, run by run."""

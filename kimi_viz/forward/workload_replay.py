@@ -106,7 +106,7 @@ class LoadResult:
                     (k, pass_supplier(trace, r, i))
                     for k, trace in enumerate(self.passes)
                     for window in trace.batch
-                    if window.index == r and window.items[i] in window.touched()
+                    if window.index == r and window.touches(i)
                 )
                 out.append(ImageSupply(r, request.rid, i, image.label, run, matched[r], by_pass))
         return out

@@ -53,7 +53,7 @@ def padded_ids(req: Req, rules: SchedulerRules) -> tuple[int, ...]:
     for part in req.parts:
         if isinstance(part, Image):
             values = pad_values(part.image_hash, rules.wide_pads)
-            ids.extend(values[k % len(values)] for k in range(part.length))
+            ids.extend((values * (part.length // len(values) + 1))[: part.length])  # cycled over the run
         else:
             ids.append(int(part))
     return tuple(ids)
