@@ -18,8 +18,9 @@ model, the three things the kit models of it:
 * its **forward pass** (:class:`ForwardRules`: ``get_embedding_and_mask`` in ``managers/mm_schedule.py``,
   ``managers/mm_utils.py`` in 0.5.17: how the scheduler's batch becomes one call and how the features
   are spliced back);
-* its **scheduler** (:class:`SchedulerRules`: the pad values its radix tree compares images by, and
-  how its ``PrefillAdder`` walks the waiting queue).
+* its **scheduler** (:class:`~kimi_viz.scheduler_rules.SchedulerRules`: how it resolves Kimi-K3's
+  flags, its hybrid tree, its event loop and its ``PrefillAdder``; the entries live beside this table,
+  in :mod:`kimi_viz.scheduler_rules`).
 
 Every rule a release runs lives in its entry, and nowhere else: adding a release is one
 :class:`Release` entry (plus its tests); :data:`NEWEST`, :data:`RELEASE_RANGE` and every derived
@@ -38,6 +39,14 @@ from typing import Literal, Protocol, TypeVar
 
 from ._records import frozen
 from .errors import ConfigError
+from .scheduler_rules import (
+    SCHEDULER_0_5_17,
+    SCHEDULER_0_5_19,
+    SCHEDULER_0_5_20,
+    SCHEDULER_0_5_22,
+    SCHEDULER_0_5_23,
+    SchedulerRules,
+)
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
@@ -111,24 +120,6 @@ class ForwardRules:
     def releases(self) -> tuple[str, ...]:
         """Return the releases that run these rules, oldest first."""
         return tuple(r.version for r in RELEASES.values() if r.forward is self)
-
-
-@frozen
-class SchedulerRules:
-    """How one release's scheduler forms prefill passes, where releases differ (``docs/scheduler-notes.md``).
-
-    Only the rules that change which requests share a pass, or where a window starts, are held.
-    """
-
-    version: str  # the first release with these rules
-    wide_pads: bool  # four sha256-derived pad sentinels cycled over a run (_compute_pad_values), else one value
-    budget_state_before_candidate: bool  # stop the walk before a candidate once budget_state() is not CONTINUE
-    changes: str
-
-    @property
-    def releases(self) -> tuple[str, ...]:
-        """Return the releases that run these rules, oldest first."""
-        return tuple(r.version for r in RELEASES.values() if r.scheduler is self)
 
 
 @frozen
@@ -257,34 +248,20 @@ FORWARD_0_5_23 = replace(
     changes="a cache entry larger than the cache is refused without evicting the others",
 )
 
-SCHEDULER_0_5_17 = SchedulerRules(
-    "0.5.17",
-    wide_pads=False,
-    budget_state_before_candidate=False,
-    changes="one pad value per image (1_000_000 + hash % 2**30); budget_state() checked after each admission",
-)
-SCHEDULER_0_5_23 = replace(
-    SCHEDULER_0_5_17,
-    version="0.5.23",
-    wide_pads=True,
-    budget_state_before_candidate=True,
-    changes="four sha256-derived pad sentinels per image; budget_state() checked before each waiting candidate",
-)
-
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
         Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, SCHEDULER_0_5_17, _NO_SPLIT),
         Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX),
-        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
-        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
-        Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_17, _POST_FIX),
+        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_19, _POST_FIX),
+        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
+        Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
         Release(
             "0.5.22",
             "post-fix",
             SIDE_0_5_19,
             FORWARD_0_5_22,
-            SCHEDULER_0_5_17,
+            SCHEDULER_0_5_22,
             _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome",
         ),
         Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),

@@ -1,17 +1,19 @@
 """The kit's model of SGLang's prefill pass on worked examples taken from the real scheduler's runs.
 
-Every expected pass below is what SGLang's own ``PrefillAdder`` and radix tree formed for the same
-workload (``tests/parity/scheduler/try_it.py``, quoted in ``docs/scheduler-notes.md`` §11); the
+Every expected pass, match and save below is what SGLang's own scheduler, hybrid tree and event loop did
+with the same workload (``tests/parity/scheduler/try_it.py``, recorded in ``tests/data/scheduler_runs/``
+and quoted in ``docs/hybrid-tree-notes.md`` §11); the
 real-SGLang lane (``tests/parity/scheduler/test_scheduler_parity.py``) holds the model to many more.
 """
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
-from parity.scheduler.examples import chat, long_chunked, prefill_budget_below_chunk, shared_prompt
-from parity.scheduler.workload import kit_passes
+from parity.scheduler.examples import example, examples
+from parity.scheduler.workload import kit_schedule, kit_view, view_lines
 
 from kimi_viz.releases import RELEASES as TABLE
 from kimi_viz.scheduler.policy import Budget, add_waiting, continue_chunked, form_pass, policy_order
@@ -20,6 +22,7 @@ from kimi_viz.scheduler.tree import PrefixMatch, RadixTree, pad_values, padded_i
 
 RELEASES = ("0.5.18", "0.5.23")
 WIDE, ONE = TABLE["0.5.23"].scheduler, TABLE["0.5.18"].scheduler
+DATA = Path(__file__).parent / "data" / "scheduler_runs"  # try_it.py's output on each release's own scheduler
 
 
 def _req(rid: str, length: int, prefix: int) -> Req:
@@ -34,52 +37,79 @@ def _matched(tree: RadixTree, ids) -> int:
     return prefix_match(tree, ids).matched
 
 
-def _passes(workload, release) -> list[str]:
-    out = []
-    for p in kit_passes(workload, release):
-        windows = " ".join(f"{w.rid}[{w.prefix_len}+{w.extend_input_len}]" for w in p.windows)
-        out.append(f"{p.step}: {windows}" + (f" chunked={p.chunked}" if p.chunked else ""))
+def _run_lines(release: str) -> list[str]:
+    """The kit's model of ``release`` on every example, in ``try_it.py``'s format."""
+    out = [f"# SGLang {release}: real prefill passes with the hybrid tree (rid[prefix_len+extend_input_len])"]
+    for title, workload in examples():
+        out += view_lines(title, workload, kit_view(kit_schedule(workload, release)))
     return out
 
 
-@pytest.mark.parametrize("release", RELEASES)
-@pytest.mark.parametrize(("page", "prefix"), [(1, 200), (16, 192)])
-def test_a_second_chat_turn_matches_the_first_turn_and_its_answer_but_the_last_token(release, page, prefix):
-    # 181-token prompt, 20 output tokens: 181 + 20 - 1 = 200 in the tree, floored to the page.
-    assert _passes(chat(page), release) == ["0: t1[0+181]", f"20: t2[{prefix}+{212 - prefix}]"]
+def _recorded(release: str) -> list[str]:
+    return (DATA / f"{release}.txt").read_text().splitlines()
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_shared_system_prompt_under_fcfs_and_lpm(release):
-    assert _passes(shared_prompt("fcfs"), release) == [
-        "0: warm[0+107]",
-        "3: u0[0+187] u1[0+69] chunked=u1",
-        "4: u1[69+115] u2[100+81]",
+def test_every_example_gives_sglangs_own_passes_matches_and_saves(release):
+    kit, real = _run_lines(release), _recorded(release)
+    assert len(kit) == len(real)
+    for mine, theirs in zip(kit, real):
+        assert mine == theirs
+
+
+def _run(title: str, release: str) -> list[str]:
+    lines = [
+        line.strip() for line in view_lines(title, example(title), kit_view(kit_schedule(example(title), release)))
     ]
-    # lpm: u2 (100 cached) first; u0 and u1 share 0 with the tree and u1 shares < 32 with u0 in the queue.
-    assert _passes(shared_prompt("lpm"), release) == [
-        "0: warm[0+107]",
-        "3: u2[100+81] u0[0+175] chunked=u0",
-        "4: u0[175+12] u1[0+184]",
-    ]
+    return [line for line in lines if line.startswith(("step", "matches", "saves"))]
 
 
 @pytest.mark.parametrize("release", RELEASES)
-@pytest.mark.parametrize(("page", "short"), [(1, 29), (16, 16)])
-def test_the_last_chunk_is_page_ceiled_against_the_next_request(release, page, short):
-    # 256 - ceil(227) leaves 29 tokens at page 1, 256 - 240 = 16 at page 16.
-    assert _passes(long_chunked(page), release) == [
-        "0: long[0+256] chunked=long",
-        "1: long[256+256] chunked=long",
-        "2: long[512+256] chunked=long",
-        f"3: long[768+227] short[0+{short}] chunked=short",
-        f"4: short[{short}+{50 - short}]",
+def test_a_second_chat_turn_is_cut_back_to_the_deepest_saved_state(release):
+    # 450-token prompt, 30 outputs: the plain tree would give 479; extra_buffer saved only at 448.
+    overlap = _run("two-turn chat, page 1, extra_buffer, overlap", release)
+    assert overlap == [
+        "step   0: t1[0+450]",
+        "step  31: t2[448+44]",
+        "matches: t2@31: full 448 -> 448",
+        "saves: t1@1:448",
     ]
+    no_buffer = _run("two-turn chat, page 1, no_buffer", release)
+    assert no_buffer[1:3] == ["step  30: t2[479+13]", "matches: t2@30: full 479 -> 479"]
+    shared = _run("shared 1000-token system prompt, extra_buffer", release)
+    assert shared[3] == "matches: b@5: full 1000 -> 0 (branch 960); c@10: full 1000 -> 960"
+
+
+def test_the_decode_save_grid_parts_the_releases():
+    # --mamba-track-interval 100: 0.5.18 saves at 200 while decoding; 0.5.23 only on lcm(64, 100) = 1600.
+    assert _run("track interval 100, extra_buffer", "0.5.18")[1:] == [
+        "step  61: t2[200+20]",
+        "matches: t2@61: full 200 -> 200",
+        "saves: t1@1:128 t1@60:200",
+    ]
+    assert _run("track interval 100, extra_buffer", "0.5.23")[1:] == [
+        "step  61: t2[128+92]",
+        "matches: t2@61: full 128 -> 128",
+        "saves: t1@1:128 t2@62:192",
+    ]
+    assert [TABLE[r].scheduler.decode_track_on_checkpoint_grid for r in TABLE] == [False, False] + [True] * 5
+
+
+def test_finished_rows_in_the_chunk_budget_part_the_releases():
+    # mixed chunk 256 without overlap: 0.5.18 still counts the row d0 finished in the decode step before.
+    title = "mixed chunk, rows finishing, extra_buffer, no overlap"
+    assert _run(title, "0.5.18")[1] == "step   3: long[0+253]  chunked=long  decoding=d1,d2  finished=d1"
+    assert _run(title, "0.5.23")[1] == "step   3: long[0+254]  chunked=long  decoding=d1,d2  finished=d1"
+    # with overlap, 0.5.18 decodes d0 once more inside the mixed pass; 0.5.22 and later leave it out
+    title = "mixed chunk, rows finishing, extra_buffer, overlap"
+    assert _run(title, "0.5.18")[1] == "step   3: long[0+253]  chunked=long  decoding=d0,d1,d2  finished=d1"
+    assert _run(title, "0.5.22")[1] == "step   3: long[0+253]  chunked=long  decoding=d1,d2  finished=d1"
 
 
 def test_max_prefill_tokens_below_the_chunk_size_parts_the_releases():
-    assert _passes(prefill_budget_below_chunk(), "0.5.18") == ["0: a[0+256] chunked=a", "1: a[256+144] b[0+50]"]
-    assert _passes(prefill_budget_below_chunk(), "0.5.23") == ["0: a[0+256] chunked=a", "1: a[256+144]", "2: b[0+50]"]
+    title = "--max-prefill-tokens 100 below chunk 256"
+    assert _run(title, "0.5.18")[1] == "step   1: a[256+144] b[0+50]  finished=a,b"
+    assert _run(title, "0.5.23")[1:3] == ["step   1: a[256+144]  finished=a", "step   2: b[0+50]  finished=b"]
     assert not TABLE["0.5.18"].scheduler.budget_state_before_candidate
     assert TABLE["0.5.22"].scheduler.budget_state_before_candidate is False
     assert TABLE["0.5.23"].scheduler.budget_state_before_candidate
@@ -134,7 +164,7 @@ def test_a_prefix_match_records_the_key_the_shared_tokens_and_the_page_floored_m
     tree = RadixTree(page_size=16)
     tree.insert(list(range(64)))
     match = prefix_match(tree, [*range(40), 999, *range(41, 70)])
-    assert match == PrefixMatch(length=70, key=64, shared=40, matched=32)  # key: 69 capped, floored to 64
+    assert match == PrefixMatch(length=70, key=64, shared=40, matched=32, full=32)  # key: 69 capped, floored to 64
     assert prefix_match(RadixTree(16, disabled=True), list(range(70))) == PrefixMatch(70, 0, 0, 0)
 
 
@@ -144,3 +174,17 @@ def test_lpm_deprioritises_a_request_sharing_32_tokens_with_an_earlier_waiting_o
     queue = [[*shared, 1], [*shared, 2], [500, 501]]
     assert policy_order("lpm", queue, tree) == [0, 2, 1]
     assert policy_order("fcfs", queue, tree) == [0, 1, 2]
+
+
+def test_a_hybrid_match_is_cut_back_to_the_deepest_saved_state_and_names_its_branching_point():
+    tree = RadixTree(page_size=1, hybrid=True)
+    ids = list(range(1000))
+    assert tree.insert(ids[:700], state=False) == 0  # FULL KV only: no state taken in
+    assert tree.insert(ids[:448], state=True) == 448
+    assert tree.insert(ids[:448], state=True) == 0  # already held
+    match = prefix_match(tree, ids[:800])
+    # FULL matches 700 tokens; the deepest state on the path is at 448; the grid point 640 lies beyond it
+    assert (match.full, match.matched, match.branching) == (700, 448, 640)
+    # a path that leaves the saved prefix before 448 finds no state at all
+    other = [*ids[:300], -1, *ids[301:800]]
+    assert prefix_match(tree, other) == PrefixMatch(800, 799, 300, 0, 300, 256)

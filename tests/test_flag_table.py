@@ -73,6 +73,10 @@ def test_the_flag_search_tries_each_row_s_alternatives_and_skips_what_sglang_ref
         "--chunked-prefill-size -1",
         "--enable-mixed-chunk",
         "--schedule-policy lpm",
+        "--mamba-radix-cache-strategy extra_buffer",
+        "--mamba-radix-cache-strategy no_buffer",
+        "--mamba-track-interval 64",
+        "--disable-overlap-schedule",
         "SGLANG_VLM_CACHE_SIZE_MB=100",
     ]
     off = [label for label, _ in alternatives(LoadSettings(chunked_prefill_size=None, disable_radix_cache=True))]

@@ -58,7 +58,7 @@ def plan_passes(lengths, arrivals, *, chunked_prefill_size, max_prefill_tokens=1
     reqs = [
         Req(f"r{k}", tuple(range(s, s + n)), arrival=a) for k, (s, n, a) in enumerate(zip(starts, lengths, arrivals))
     ]
-    return schedule(reqs, settings, RELEASES["0.5.23"].scheduler, "0.5.23")
+    return schedule(reqs, settings, RELEASES["0.5.23"]).passes
 
 
 def test_chunked_prefill_follows_sglangs_worked_example():

@@ -96,6 +96,7 @@ LAYERS = [
         "errors",
         "message_catalogue",
         "releases",
+        "scheduler_rules",
         "devices",
         "data",
         "files",

@@ -79,7 +79,11 @@ def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
         entry + '        Release("0.5.24", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),\n',
     )
     path = tmp_path / "releases_0_5_24.py"
-    for relative in ("._records", ".errors"):  # the copy lives outside the package: its imports point back in
+    for relative in (
+        "._records",
+        ".errors",
+        ".scheduler_rules",
+    ):  # the copy lives outside the package: its imports point back in
         added = added.replace(f"from {relative} import", f"from kimi_viz{relative} import")
     path.write_text(added, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("releases_0_5_24", path)

@@ -20,7 +20,7 @@ from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request
 from ..request.workload import Workload
-from ..scheduler.event_loop import Pass
+from ..scheduler.event_loop import Schedule
 from ..scheduler.flags import LoadSettings
 from ..split.verdict import Status, build_verdict
 from .why import load_why, request_why
@@ -134,7 +134,7 @@ class PreparedWorkload:
     question: WorkloadQuestion
     release: Release
     built: list[BuiltRequest]
-    plans: list[Pass] | None = field(default=None, repr=False)
+    planned: Schedule | None = field(default=None, repr=False)
 
     def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
         """Return the answer: every prefill pass replayed (planned on the first ask)."""
@@ -152,9 +152,9 @@ class PreparedWorkload:
             mode=mode,
             device=device,
             built=self.built,
-            plans=self.plans,
+            planned=self.planned,
         )
-        self.plans = result.plans
+        self.planned = result.schedule
         return result
 
 

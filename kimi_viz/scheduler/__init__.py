@@ -14,7 +14,7 @@ SGLang                                                              kimi-viz
 ``get_new_batch_prefill``, ``process_batch_result_prefill``         ``Pass``, ``SchedulerStep``)
 ==================================================================  =========================================
 
-What differs between releases is each release's :class:`~kimi_viz.releases.SchedulerRules`. The
+What differs between releases is each release's :class:`~kimi_viz.scheduler_rules.SchedulerRules`. The
 requests come from :mod:`kimi_viz.request.token_ids` (a workload's prompts as token ids); the passes
 go to :mod:`kimi_viz.forward` (each pass's ``get_embedding_and_mask``). ``docs/scheduler-notes.md``
 holds the rules and where SGLang keeps them. Names are imported lazily.

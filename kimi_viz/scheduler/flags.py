@@ -18,11 +18,17 @@ from typing import Any, Literal
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..scheduler_rules import ATTENTION_BACKENDS
 
 SchedulePolicy = Literal["fcfs", "lpm"]
 SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")  # --schedule-policy values the kit models
 Platform = Literal["cuda", "cpu", "hip", "npu", "xpu"]
 PLATFORMS: tuple[Platform, ...] = ("cuda", "cpu", "hip", "npu", "xpu")
+MambaStrategy = Literal["auto", "extra_buffer", "no_buffer"]
+MAMBA_STRATEGIES: tuple[MambaStrategy, ...] = ("auto", "extra_buffer", "no_buffer")
+Gpu = Literal["hopper", "blackwell", "rocm"]
+GPUS: tuple[Gpu, ...] = ("hopper", "blackwell", "rocm")
+# Kimi-K3's full-attention layers are MLA: the backends that run them (not every release has each).
 PAGE_SIZES = (1, 16, 64)  # the page sizes attention backends commonly force, tried by the flag search
 OFF = -1  # how SGLang spells "off" for a count (--chunked-prefill-size -1); None in the record
 
@@ -36,7 +42,7 @@ class Flag:
     field: str  # the LoadSettings field
     option: str  # the kimi-viz whatif option (SGLang's own spelling where SGLang has one)
     kind: Kind  # a token count, an on/off switch, one of ``choices``, or megabytes
-    sglang: str  # the SGLang flag or environment variable it stands for
+    sglang: str  # the SGLang flag or environment variable it stands for (Markdown: code in backticks)
     default: Any  # SGLang's default (None: off)
     default_text: str  # the default as the docs table and the option's help say it
     changes: str  # what it changes, one line
@@ -76,7 +82,7 @@ class Flag:
         if self.kind == "switch":
             return self.option if value else (self.off_words or f"no {self.option}")
         if self.kind == "megabytes":
-            return f"{self.sglang.removeprefix('env ')}={value:g}"
+            return f"{self.sglang.split('`')[1]}={value:g}"
         return f"{self.option} {OFF if value is None else value}"
 
     def search(self, current: Any) -> list[Any]:
@@ -100,7 +106,7 @@ class Flag:
     @property
     def help(self) -> str:
         """Return the option's help: what it changes, the SGLang flag it stands for and SGLang's default."""
-        return f"{self.changes}. SGLang: {self.sglang}; default {self.default_text.replace('`', '')}"
+        return f"{self.changes}. SGLang: {self.sglang.replace('`', '')}; default {self.default_text.replace('`', '')}"
 
 
 # In the order a deployment's flags are spelled (LoadSettings.flags) and the docs table lists them.
@@ -109,7 +115,7 @@ FLAGS: tuple[Flag, ...] = (
         "chunked_prefill_size",
         "--chunked-prefill-size",
         "count",
-        "--chunked-prefill-size",
+        "`--chunked-prefill-size`",
         8192,
         "8192 on an H200 (by GPU memory); `-1` or `0` off",
         "the chunk budget; a request past it is cut and continued first; must be a multiple of the page",
@@ -120,9 +126,9 @@ FLAGS: tuple[Flag, ...] = (
         "page_size",
         "--page-size",
         "count",
-        "--page-size",
-        1,
-        "1 (attention backends may force 16–128)",
+        "`--page-size`",
+        None,
+        "unset: the attention backend's (1 with fa3 on a Hopper, 64 with trtllm_mla on a Blackwell)",
         "the radix prefix is floored to a page; budgets are charged page-ceiled; a cut is floored to a page",
         low=1,
         tries=PAGE_SIZES,
@@ -131,7 +137,7 @@ FLAGS: tuple[Flag, ...] = (
         "disable_radix_cache",
         "--disable-radix-cache",
         "switch",
-        "--disable-radix-cache",
+        "`--disable-radix-cache`",
         False,
         "off (the radix cache is on)",
         "no request starts from a cached prefix",
@@ -141,7 +147,7 @@ FLAGS: tuple[Flag, ...] = (
         "schedule_policy",
         "--schedule-policy",
         "choice",
-        "--schedule-policy",
+        "`--schedule-policy`",
         "fcfs",
         "fcfs",
         "lpm admits the longest cached prefix first (with its in-batch rule)",
@@ -151,7 +157,7 @@ FLAGS: tuple[Flag, ...] = (
         "max_prefill_tokens",
         "--max-prefill-tokens",
         "count",
-        "--max-prefill-tokens",
+        "`--max-prefill-tokens`",
         16384,
         "16384",
         "the tokens one pass may take; with chunking off a later request is refused past it",
@@ -162,17 +168,74 @@ FLAGS: tuple[Flag, ...] = (
         "enable_mixed_chunk",
         "--enable-mixed-chunk",
         "switch",
-        "--enable-mixed-chunk",
+        "`--enable-mixed-chunk`",
         False,
         "off",
         "decoding requests ride in a chunked pass, taking one token each of its budgets",
         needs="chunked_prefill_size",
     ),
     Flag(
+        "mamba_radix_cache_strategy",
+        "--mamba-radix-cache-strategy",
+        "choice",
+        "`--mamba-radix-cache-strategy` (up to 0.5.19 also `--mamba-scheduler-strategy`)",
+        "auto",
+        "auto: extra_buffer with the overlap schedule on (or a --page-size above 1 given), else no_buffer",
+        "where Kimi-K3's tree saves linear-attention states: extra_buffer at a prefill window's start plus multiples "
+        "of 64 (its branching point instead when that lies inside) and at decode lengths on the track interval, "
+        "every insert cut to the saved state; no_buffer at every insert (page 1, no overlap schedule)",
+        choices=MAMBA_STRATEGIES,
+    ),
+    Flag(
+        "mamba_track_interval",
+        "--mamba-track-interval",
+        "count",
+        "`--mamba-track-interval`",
+        256,
+        "256",
+        "extra_buffer: a decoding request saves its state each time its length reaches a multiple of it (from 0.5.19 "
+        "of lcm(64, it)); only the last such save reaches the tree at its finish",
+        low=1,
+        tries=(64,),
+    ),
+    Flag(
+        "disable_overlap_schedule",
+        "--disable-overlap-schedule",
+        "switch",
+        "`--disable-overlap-schedule`",
+        False,
+        "off (the overlap schedule is on)",
+        "a pass's results (first tokens, finishes, tree inserts) are processed before the next pass is formed, not "
+        "after; with auto it also turns the strategy to no_buffer",
+    ),
+    Flag(
+        "attention_backend",
+        "--attention-backend",
+        "choice",
+        "`--attention-backend`",
+        None,
+        "unset: fa3 on a Hopper, trtllm_mla on a Blackwell (Kimi-K3's own override), triton on ROCm",
+        "the page size: flashmla, trtllm_mla and cutedsl_mla force 64 (trtllm_mla and cutedsl_mla keep 32), "
+        "cutlass_mla (up to 0.5.19) 128",
+        choices=ATTENTION_BACKENDS,
+        searched=False,
+    ),
+    Flag(
+        "gpu",
+        "--gpu",
+        "choice",
+        "no flag: the GPU family the server runs on",
+        "hopper",
+        "hopper (an H200, as the chunk size's default assumes)",
+        "the default attention backend, hence the page size",
+        choices=GPUS,
+        searched=False,
+    ),
+    Flag(
         "cache_mb",
         "--mm-embedding-cache-size",
         "megabytes",
-        "env SGLANG_VLM_CACHE_SIZE_MB",
+        "env `SGLANG_VLM_CACHE_SIZE_MB`",
         100,
         "100; `0` stores nothing",
         "which images a later pass finds cached",
@@ -192,7 +255,16 @@ FLAGS: tuple[Flag, ...] = (
 )
 FLAG_OF = {flag.field: flag for flag in FLAGS}
 #: The order the flag search tries and lists the flags in.
-SEARCH_ORDER = ("disable_radix_cache", "page_size", "chunked_prefill_size", "enable_mixed_chunk", "schedule_policy")
+SEARCH_ORDER = (
+    "disable_radix_cache",
+    "page_size",
+    "chunked_prefill_size",
+    "enable_mixed_chunk",
+    "schedule_policy",
+    "mamba_radix_cache_strategy",
+    "mamba_track_interval",
+    "disable_overlap_schedule",
+)
 _DEFAULT = {flag.field: flag.default for flag in FLAGS}
 
 
@@ -206,11 +278,16 @@ class LoadSettings:
     chunked_prefill_size: int | None = _DEFAULT["chunked_prefill_size"]  # None: chunked prefill off
     cache_mb: float = _DEFAULT["cache_mb"]  # SGLANG_VLM_CACHE_SIZE_MB in MB (0 stores nothing)
     platform: Platform = _DEFAULT["platform"]
-    page_size: int = _DEFAULT["page_size"]
+    page_size: int | None = _DEFAULT["page_size"]  # None: the attention backend's page
     disable_radix_cache: bool = _DEFAULT["disable_radix_cache"]
     schedule_policy: SchedulePolicy = _DEFAULT["schedule_policy"]
     max_prefill_tokens: int = _DEFAULT["max_prefill_tokens"]
     enable_mixed_chunk: bool = _DEFAULT["enable_mixed_chunk"]
+    mamba_radix_cache_strategy: MambaStrategy = _DEFAULT["mamba_radix_cache_strategy"]
+    mamba_track_interval: int = _DEFAULT["mamba_track_interval"]
+    disable_overlap_schedule: bool = _DEFAULT["disable_overlap_schedule"]
+    attention_backend: str | None = _DEFAULT["attention_backend"]
+    gpu: Gpu = _DEFAULT["gpu"]
 
     def __post_init__(self) -> None:
         chunk = self.chunked_prefill_size
@@ -222,28 +299,25 @@ class LoadSettings:
             value = getattr(self, flag.field)
             if flag.kind in ("count", "megabytes") and value is not None and value < flag.low:
                 raise WhatIfError(f"{flag.option} {value}: expected a number >= {flag.low}")
-            if flag.kind == "choice" and value not in flag.choices:
+            if flag.kind == "choice" and value not in flag.choices and not (value is None and flag.default is None):
                 raise WhatIfError(f"{flag.option} {value!r}: the kit models {', '.join(flag.choices)}")
         chunk = self.chunked_prefill_size
-        if chunk is not None and chunk % self.page_size:
+        if chunk is not None and self.page_size is not None and chunk % self.page_size:
             raise WhatIfError(
                 f"--chunked-prefill-size {chunk}: SGLang requires a multiple of --page-size {self.page_size}; "
                 "pick a chunk size that the page divides"
             )
-
-    @property
-    def mixed_chunk(self) -> bool:
-        """Return True when decoding requests ride in a prefill pass (``is_mixed_chunk``: mixed chunk and chunking)."""
-        return self.chunked_prefill_size is not None and self.enable_mixed_chunk
 
     def flags(self) -> str:
         """Return the SGLang settings these stand for, the flags as SGLang spells them (defaults left out)."""
         words = [
             flag.spell(getattr(self, flag.field))
             for flag in FLAGS
-            if flag.field != "platform" and (flag.always_spelled or getattr(self, flag.field) != flag.default)
+            if flag.field not in ("platform", "gpu")
+            and (flag.always_spelled or getattr(self, flag.field) != flag.default)
         ]
-        return f"{' '.join(words)} ({self.platform})"
+        gpu = "" if self.gpu == FLAG_OF["gpu"].default else f", {self.gpu} GPU"
+        return f"{' '.join(words)} ({self.platform}{gpu})"
 
     def to_json(self) -> dict[str, Any]:
         """Return every field by name, as the JSON ``load`` object holds it (chunking off as ``-1``)."""
@@ -272,9 +346,7 @@ def defaults_table() -> str:
     rows = ["| option | SGLang | default | what it changes |", "|---|---|---|---|"]
     for flag in FLAGS:
         metavar = "" if flag.metavar is None else " " + flag.metavar.strip("{}").replace(",", "\\|")
-        sglang = flag.sglang if flag.sglang.startswith("no flag") else f"`{flag.sglang.removeprefix('env ')}`"
-        sglang = ("env " if flag.sglang.startswith("env ") else "") + sglang
-        rows.append(f"| `{flag.option}{metavar}` | {sglang} | {flag.default_text} | {flag.changes} |")
+        rows.append(f"| `{flag.option}{metavar}` | {flag.sglang} | {flag.default_text} | {flag.changes} |")
     return "\n".join(rows)
 
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._records import frozen
-from ..releases import SchedulerRules
-from .flags import LoadSettings
+from ..scheduler_rules import SchedulerRules
 from .req import Req, Window
+from .server_args import ServerConfig
 from .tree import RadixTree, page_ceil, page_floor
 
 CONTINUE = "continue"  # AddReqResult.CONTINUE
@@ -85,12 +85,12 @@ class PassForm:
     unoffered: tuple[str, ...]
 
 
-def mixed_decode_rows(settings: LoadSettings, running: int) -> int:
+def mixed_decode_rows(settings: ServerConfig, running: int) -> int:
     """Return the decode rows a pass carries with ``running`` requests decoding (0 without mixed chunk)."""
     return running if settings.mixed_chunk else 0
 
 
-def start_budget(settings: LoadSettings, mixed_rows: int = 0) -> Budget:
+def start_budget(settings: ServerConfig, mixed_rows: int = 0) -> Budget:
     """Return the budgets a pass starts with: both less the mixed decode rows."""
     chunk = settings.chunked_prefill_size
     return Budget(

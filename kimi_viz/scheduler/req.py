@@ -67,6 +67,9 @@ class Req:
     prefix_len: int = field(default=0, init=False, repr=False)
     extend_end: int = field(default=0, init=False, repr=False)
     kv_committed_len: int = field(default=0, init=False, repr=False)
+    inflight_middle_chunks: int = field(default=0, init=False, repr=False)  # chunks whose result brings no token
+    mamba_branching_seqlen: int | None = field(default=None, init=False, repr=False)
+    mamba_last_track_seqlen: int | None = field(default=None, init=False, repr=False)  # where its next insert stops
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

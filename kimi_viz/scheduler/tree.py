@@ -12,11 +12,15 @@ images by hash. How the values are derived is the release's rule
   (``MultimodalDataItem.padding_sequence``).
 
 :class:`RadixTree` holds what the scheduler inserted (``mem_cache/radix_cache.py`` ``RadixCache``:
-keys floored to the page size, matched page by page). Its match of a request (:func:`prefix_match`)
-is the longest common prefix with any inserted key, floored to the page, over a key capped at
-``len - 1`` (so a request always extends at least one token: ``Req.init_next_round_input``). With
-the tree disabled (``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as
-ample: nothing is ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the rules and where they live.
+keys floored to the page size, matched page by page). Its FULL match of a request is the longest
+common prefix with any inserted key, floored to the page, over a key capped at ``len - 1`` (so a
+request always extends at least one token: ``Req.init_next_round_input``). Kimi-K3's tree is hybrid
+(``UnifiedRadixCache`` with a MAMBA component, ``docs/hybrid-tree-notes.md`` §2): it also holds the
+depths where a linear-attention state was saved, and a request starts only from the deepest of those
+on its FULL match (:func:`prefix_match`); when the FULL match reaches a checkpoint-grid point deeper
+than that, the request saves its own state there (its *branching point*). With the tree disabled
+(``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as ample: nothing is
+ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the plain tree's rules.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import hashlib
 from collections.abc import Sequence
 
 from .._records import frozen
-from ..releases import SchedulerRules
+from ..scheduler_rules import SchedulerRules
 from .req import Image, Req
 
 PAD_SHIFT = 1_000_000  # MM_PAD_SHIFT_VALUE
@@ -85,12 +89,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class RadixTree:
-    """What the radix tree holds (the page-floored keys inserted so far) and how it matches a key."""
+    """What the radix tree holds (the page-floored keys inserted so far, and in a hybrid tree the prefixes that
+    end at a saved linear-attention state) and how it matches a key."""
 
-    def __init__(self, page_size: int, disabled: bool = False) -> None:
+    def __init__(self, page_size: int, disabled: bool = False, hybrid: bool = False) -> None:
         self.page_size = page_size
         self.disabled = disabled
+        self.hybrid = hybrid
         self.keys: list[tuple[int, ...]] = []
+        self.states: dict[int, set[tuple[int, ...]]] = {}  # depth -> the prefixes holding a state there
 
     def shared(self, ids: Sequence[int]) -> int:
         """Return the most leading tokens any inserted key shares with ``ids`` floored to the page (0 when disabled),
@@ -101,38 +108,77 @@ class RadixTree:
         return max((common_prefix(key, stored) for stored in self.keys), default=0)
 
     def match(self, ids: Sequence[int]) -> int:
-        """Return the longest cached prefix of ``ids`` (``RadixCache.match_prefix``: page-floored key and match)."""
-        return page_floor(self.shared(ids), self.page_size)
+        """Return the longest cached prefix of ``ids`` (``match_prefix``: page-floored key and match; in a hybrid
+        tree cut back to the deepest saved state on it)."""
+        full = page_floor(self.shared(ids), self.page_size)
+        return self.state_depth(ids, full) if self.hybrid else full
 
-    def insert(self, ids: Sequence[int]) -> None:
-        """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
+    def state_depth(self, ids: Sequence[int], limit: int) -> int:
+        """Return the deepest saved state on ``ids``'s path at most ``limit`` tokens deep (0: the root)."""
+        for depth in sorted((d for d in self.states if 0 < d <= limit), reverse=True):
+            if tuple(ids[:depth]) in self.states[depth]:
+                return depth
+        return 0
+
+    def states_on(self, ids: Sequence[int], limit: int) -> tuple[int, ...]:
+        """Return the depths of every saved state on ``ids``'s path at most ``limit`` tokens deep, shallowest first."""
+        return tuple(d for d in sorted(self.states) if 0 < d <= limit and tuple(ids[:d]) in self.states[d])
+
+    def insert(self, ids: Sequence[int], *, state: bool = False) -> int:
+        """Insert ``ids`` floored to the page (a key already covered by a longer one adds no KV), with a saved state
+        at its end when ``state``; return the depth of a state the tree did not hold yet (0: none taken in)."""
         if self.disabled:
-            return
+            return 0
         key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        if not key or any(stored[: len(key)] == key for stored in self.keys):
-            return
-        self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
-        self.keys.append(key)
+        if not key:
+            return 0
+        if not any(stored[: len(key)] == key for stored in self.keys):
+            self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
+            self.keys.append(key)
+        held = self.states.setdefault(len(key), set())
+        if not (state and self.hybrid) or key in held:
+            return 0
+        held.add(key)
+        return len(key)
 
 
 @frozen
 class PrefixMatch:
     """How a waiting request's padded ids matched the tree: their length, the key compared (capped at ``len - 1``,
-    floored to the page), the tokens the longest inserted key shares with it, and that floored to the page: the
-    ``prefix_len`` it starts from (tokens ``[0, matched)`` come from the cache and are never prefilled)."""
+    floored to the page), the tokens the longest inserted key shares with it, that floored to the page (``full``:
+    the FULL match), and the ``prefix_len`` it starts from (``matched``: tokens ``[0, matched)`` come from the cache
+    and are never prefilled) — in a hybrid tree the deepest saved state on the FULL match, where a deeper
+    checkpoint-grid point is its ``branching`` point; ``states`` are the saved states on the path. ``plain`` is what a
+    plain ``RadixCache`` given every insert whole would have matched, when the scheduler kept one beside it."""
 
     length: int
     key: int
     shared: int
     matched: int
+    full: int = 0
+    branching: int | None = None
+    plain: int | None = None
+    states: tuple[int, ...] = ()  # every saved state on the FULL match's path (hybrid tree), shallowest first
+
+    @property
+    def cut_back(self) -> bool:
+        """Return True when the request starts short of what the plain tree would match (the hybrid tree's cut)."""
+        return self.plain is not None and self.plain > self.matched
 
 
-def prefix_match(tree: RadixTree, fill_ids: Sequence[int]) -> PrefixMatch:
-    """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in ``tree``."""
+def prefix_match(tree: RadixTree, fill_ids: Sequence[int], grid: int = 64) -> PrefixMatch:
+    """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in ``tree`` (``grid``: the hybrid
+    tree's checkpoint grid, for the branching point)."""
     capped = fill_ids[: max(len(fill_ids) - 1, 0)]
     shared = tree.shared(capped)
     key = 0 if tree.disabled else page_floor(len(capped), tree.page_size)
-    return PrefixMatch(len(fill_ids), key, shared, page_floor(shared, tree.page_size))
+    full = page_floor(shared, tree.page_size)
+    if not tree.hybrid:
+        return PrefixMatch(len(fill_ids), key, shared, full, full)
+    states = tree.states_on(capped, full)
+    matched = states[-1] if states else 0
+    branch = page_floor(full, grid)
+    return PrefixMatch(len(fill_ids), key, shared, matched, full, branch if branch > matched else None, states=states)
 
 
 __all__ = [
