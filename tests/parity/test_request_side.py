@@ -28,7 +28,11 @@ import itertools
 import random
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from types import SimpleNamespace
+from typing import Any
+from unittest import mock
 
 import numpy as np
 from PIL import Image
@@ -186,6 +190,17 @@ _ACCESSORS = {
     "get_parallel": "parallel",
 }
 _PATCHED: list = []
+_ORIGINALS: list[tuple[Any, str, Any]] = []  # (module, accessor, the function it had before)
+
+
+@contextmanager
+def sglang_accessors_restored() -> Iterator[None]:
+    """Give the ``get_exec()``-style accessors :func:`_patch_accessors` replaced their own functions back while the
+    block runs (code that reads the published server context, such as the scheduler driver, needs them)."""
+    with ExitStack() as stack:
+        for mod, accessor, original in _ORIGINALS:
+            stack.enter_context(mock.patch.object(mod, accessor, original))
+        yield
 
 
 def _patch_accessors() -> None:
@@ -210,6 +225,7 @@ def _patch_accessors() -> None:
             continue  # a release without this module
         for accessor, key in _ACCESSORS.items():
             if hasattr(mod, accessor):
+                _ORIGINALS.append((mod, accessor, getattr(mod, accessor)))
                 setattr(mod, accessor, (lambda k: lambda: BAGS[k])(key))
         _PATCHED.append(name)
 

@@ -1,20 +1,28 @@
 """Seeded random scheduler workloads (plain data, no SGLang): chats re-sending images, shared prompts, chunking.
 
-:func:`random_workload` draws, per seed: page size 1, 16 or 64; chunk size 256 to 2048 or off
-(``None`` or ``-1``); fcfs or lpm; mixed chunk on or off; sometimes ``--max-prefill-tokens`` below the
-chunk size. Requests: 2-4-turn conversations (each turn re-sends the previous prompt, its answer and
-new text, sometimes a new image or one sent before), one-shot requests, all opening with one of two
-shared system prompts, images drawn from a small pool (so the same image comes back in another
-conversation, and different images follow identical text), and sometimes a burst of short requests
-arriving together, arriving over the first steps.
+:func:`random_workload` draws, per seed, the flags of a Kimi-K3 server: a page given (1, 16 or 64),
+set by ``--attention-backend flashmla`` (64) or left to the default backend (1); chunk size 256 to
+8192 or off; fcfs or lpm; mixed chunk on or off; sometimes ``--max-prefill-tokens`` below the chunk
+size; ``--mamba-radix-cache-strategy`` auto, extra_buffer or no_buffer (with what SGLang requires of
+it: page 1, the overlap schedule off); the overlap schedule on or off; sometimes another
+``--mamba-track-interval``; sometimes ``--disable-radix-cache``. Requests: 2–7-turn conversations
+(each turn re-sends the previous prompt, its answer and new text, sometimes a new image or one sent
+before, ending 0 to 90 tokens after its last image, so a save point lands before, inside or after
+it), one-shot requests, all opening with one of two shared system prompts (up to 1100 tokens),
+images drawn from a small pool (the same image comes back in another conversation, different images
+follow identical text), sometimes a burst of short requests arriving together, outputs of 1 to 40
+tokens or, now and then, long enough to cross a decode save point.
 """
 
 from __future__ import annotations
 
 import random
 
+from kimi_viz.errors import SettingNotInReleaseError
+from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.req import Image, Part, Req
+from kimi_viz.scheduler.server_args import resolve_server
 
 from .workload import Workload, chat_turn
 
@@ -29,33 +37,61 @@ def _image(image_hash: int, tokens: int) -> list[Part]:
     return [BEGIN, CONTENT, Image(image_hash, tokens), END]
 
 
-def _settings(rng: random.Random) -> LoadSettings:
-    page = rng.choice((1, 16, 64))
-    chunk = rng.choice((256, 512, 1024, 2048, None, -1))
+def _draw_settings(rng: random.Random) -> LoadSettings:
+    way = rng.random()
+    page: int | None = None
+    backend = None
+    if way < 0.35:
+        page = rng.choice((1, 16, 64))
+    elif way < 0.5:
+        backend = "flashmla"  # sets the page to 64
+    chunk = rng.choice((256, 512, 1024, 2048, 8192, None, -1))
     chunking = chunk is not None and chunk > 0
-    max_prefill = 16384
-    if rng.random() < 0.3:  # below the chunk size: where 0.5.18 and 0.5.23 part
-        max_prefill = rng.choice((100, 200, 300))
+    strategy = rng.choices(("auto", "extra_buffer", "no_buffer"), (6, 3, 2))[0]
+    no_overlap = rng.random() < 0.35 or strategy == "no_buffer"
+    if strategy == "no_buffer":
+        page, backend = rng.choice((None, 1)), None
+    interval = rng.choice((256, 256, 256, 64, 128, 512))
     return LoadSettings(
         page_size=page,
+        attention_backend=backend,
         schedule_policy=rng.choice(("fcfs", "lpm")),
         chunked_prefill_size=chunk,
-        max_prefill_tokens=max_prefill,
+        max_prefill_tokens=rng.choice((100, 200, 300)) if rng.random() < 0.25 else 16384,
         enable_mixed_chunk=chunking and rng.random() < 0.4,
+        mamba_radix_cache_strategy=strategy,
+        disable_overlap_schedule=no_overlap,
+        mamba_track_interval=interval,
+        disable_radix_cache=rng.random() < 0.08,
     )
 
 
+def _settings(rng: random.Random) -> LoadSettings:
+    """Draw flags every release the lane runs accepts for Kimi-K3."""
+    while True:
+        load = _draw_settings(rng)
+        try:
+            for version in ("0.5.18", "0.5.23"):
+                resolve_server(load, RELEASES[version])
+        except SettingNotInReleaseError:
+            continue
+        return load
+
+
+def _output(rng: random.Random) -> int:
+    return rng.randint(200, 320) if rng.random() < 0.12 else rng.randint(1, 40)
+
+
 def _conversation(rng: random.Random, name: str, system: list[int], images: list[tuple[int, int]]) -> list[Req]:
-    turns = rng.randint(2, 4)
-    first_image = rng.choice(images)
-    parts: list[Part] = [*system, *_image(*first_image), *_text(rng, rng.randint(3, 40))]
-    turn = Req(f"{name}t0", tuple(parts), arrival=rng.randint(0, 6), max_new_tokens=rng.randint(1, 8))
+    turns = rng.randint(2, 7)
+    parts: list[Part] = [*system, *_image(*rng.choice(images)), *_text(rng, rng.randint(0, 90))]
+    turn = Req(f"{name}t0", tuple(parts), arrival=rng.randint(0, 6), max_new_tokens=_output(rng))
     out = [turn]
     for k in range(1, turns):
-        new: list[Part] = _text(rng, rng.randint(2, 30))
+        new: list[Part] = _text(rng, rng.randint(2, 60))
         if rng.random() < 0.5:
-            new += _image(*rng.choice(images))
-        turn = chat_turn(turn, turn.outputs(), new, rid=f"{name}t{k}", max_new_tokens=rng.randint(1, 8))
+            new += [*_image(*rng.choice(images)), *_text(rng, rng.randint(0, 90))]
+        turn = chat_turn(turn, turn.outputs(), new, rid=f"{name}t{k}", max_new_tokens=_output(rng))
         out.append(turn)
     return out
 
@@ -65,7 +101,7 @@ def _single(rng: random.Random, name: str, system: list[int], images: list[tuple
     for _ in range(rng.randint(0, 2)):
         parts += _image(*rng.choice(images))
     parts += _text(rng, rng.randint(1, 300))
-    return Req(name, tuple(parts), arrival=rng.randint(0, 8), max_new_tokens=rng.randint(1, 6))
+    return Req(name, tuple(parts), arrival=rng.randint(0, 8), max_new_tokens=_output(rng))
 
 
 def _burst(rng: random.Random, name: str, system: list[int]) -> list[Req]:
@@ -80,7 +116,7 @@ def _burst(rng: random.Random, name: str, system: list[int]) -> list[Req]:
 def random_workload(seed: int) -> Workload:
     """Return workload number ``seed`` (the same every run)."""
     rng = random.Random(seed)
-    systems = [_text(rng, rng.randint(20, 150)) for _ in range(2)]
+    systems = [_text(rng, rng.choice((rng.randint(20, 150), rng.randint(300, 1100)))) for _ in range(2)]
     images = [(rng.getrandbits(64), rng.randint(16, 600)) for _ in range(rng.randint(2, 4))]
     requests: list[Req] = []
     for c in range(rng.randint(1, 3)):

@@ -1,23 +1,24 @@
-"""The scheduler lane's workload: the kit's ``Req`` records and server flags, plus what only the lane draws.
+"""The scheduler lane's workload: the kit's ``Req`` records and server flags, and both sides' views of a run.
 
-Both sides read the same :class:`Workload`: the kit's model (:func:`kit_passes`, the package's
+Both sides read the same :class:`Workload`: the kit's model (:func:`kit_schedule`, the package's
 :func:`kimi_viz.scheduler.event_loop.schedule`) and SGLang's own scheduler (``real_scheduler.py``, through
-:meth:`Workload.to_json`). ``tree_cache`` and ``exact_chunk_fill`` exist for the real side only: which of
-the release's tree classes to build (the plain ``RadixCache`` or 0.5.23's default ``UnifiedRadixCache``
-with the FULL component, which must form the same passes) and whether to force
-``SGLANG_EXACT_CHUNK_FILL``'s path.
+:func:`real_payload`). :func:`kit_view` and :func:`real_view` put what each did in the same terms: every
+prefill pass (step, windows, the request left chunked, the decode rows, the requests its result
+finished), every admitted request's match (the FULL walk, the prefix after the cut back to a saved
+state, the branching point) and every state the tree took in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kimi_viz.releases import RELEASES
 from kimi_viz.request.prompt import MEDIA_PAD_ID
-from kimi_viz.scheduler.event_loop import Pass, schedule
+from kimi_viz.scheduler.event_loop import Pass, Schedule, schedule
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.req import Image, Part, Req, Window
+from kimi_viz.scheduler.server_args import resolve_server
 
 
 @dataclass(frozen=True)
@@ -27,23 +28,89 @@ class Workload:
     settings: LoadSettings
     requests: tuple[Req, ...]
     max_steps: int = 10_000
-    tree_cache: str = field(default="radix")  # "radix" or "default" (0.5.23's UnifiedRadixCache, FULL only)
-    exact_chunk_fill: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the workload as the real scheduler reads it."""
-        data = reqs_to_json(self.settings, list(self.requests), self.max_steps)
-        data["settings"] |= {"tree_cache": self.tree_cache, "exact_chunk_fill": self.exact_chunk_fill}
-        return data
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Workload:
-        """Return the workload :meth:`to_json` wrote."""
-        settings, reqs, max_steps = reqs_from_json(data)
-        lane = data.get("settings", {})
-        return cls(
-            settings, tuple(reqs), max_steps, lane.get("tree_cache", "radix"), lane.get("exact_chunk_fill", False)
+def real_payload(workload: Workload, release: str) -> dict[str, Any]:
+    """Return the workload as the real scheduler reads it on ``release``: the flags, the page the kit resolves
+    for them (checked on its own against the release's resolution), every request with its output ids."""
+    data = reqs_to_json(workload.settings, list(workload.requests), workload.max_steps)
+    data["settings"]["resolved_page_size"] = resolve_server(workload.settings, RELEASES[release]).page_size
+    for entry, req in zip(data["requests"], workload.requests):
+        entry["output_ids"] = req.outputs()
+    return data
+
+
+View = tuple[list[tuple], list[tuple], list[tuple]]
+
+
+def kit_schedule(workload: Workload, release: str) -> Schedule:
+    """Return the kit's model of ``release``'s scheduler on ``workload``."""
+    return schedule(list(workload.requests), workload.settings, RELEASES[release], workload.max_steps)
+
+
+def kit_passes(workload: Workload, release: str) -> list[Pass]:
+    """Return the passes the kit's model of ``release``'s scheduler forms for ``workload``."""
+    return list(kit_schedule(workload, release).passes)
+
+
+def kit_view(planned: Schedule) -> View:
+    """Return the kit's schedule as ``(passes, matches, saves)`` in the terms :func:`real_view` uses."""
+    passes = [
+        (p.step, tuple((w.rid, w.prefix_len, w.extend_input_len) for w in p.windows), p.chunked, p.decoding, p.finished)
+        for p in planned.passes
+    ]
+    matches = []
+    for p in planned.passes:
+        for w in p.windows:
+            m = None if p.formed is None else p.formed.match_of(w.rid)
+            if m is not None:
+                matches.append((p.step, w.rid, m.full, m.matched, m.branching))
+    return passes, matches, sorted((s.step, s.rid, s.depth) for s in planned.saves)
+
+
+def real_view(result: dict[str, Any]) -> View:
+    """Return what ``real_scheduler.run_workload`` reported, as :func:`kit_view` puts the kit's."""
+    passes = [
+        (
+            p["step"],
+            tuple((w["rid"], w["prefix_len"], w["extend_input_len"]) for w in p["windows"]),
+            p["chunked"],
+            tuple(p["decoding"]),
+            tuple(p["finished"]),
         )
+        for p in result["passes"]
+    ]
+    matches = [
+        (entry["step"], m["rid"], m.get("full_match", 0), m["prefix_len"], m.get("branching_seqlen"))
+        for entry in result["matches"]
+        for m in entry["requests"]
+    ]
+    return passes, matches, sorted(tuple(s) for s in result["saves"])
+
+
+def view_lines(title: str, workload: Workload, view: View) -> list[str]:
+    """Return a run in ``try_it.py``'s format: one line per prefill pass, then the FULL matches and the saves."""
+    s = workload.settings
+    out = [
+        f"## {title}  [page={s.page_size} chunk={s.chunked_prefill_size} mixed={s.enable_mixed_chunk} "
+        f"strategy={s.mamba_radix_cache_strategy} overlap={not s.disable_overlap_schedule}]",
+        "   lengths: " + ", ".join(f"{r.rid}={r.length}" for r in workload.requests),
+    ]
+    passes, matches, saves = view
+    for step, windows, chunked, decoding, finished in passes:
+        extra = f"  chunked={chunked}" if chunked else ""
+        extra += f"  decoding={','.join(decoding)}" if decoding else ""
+        extra += f"  finished={','.join(finished)}" if finished else ""
+        out.append(f"   step {step:3d}: " + " ".join(f"{rid}[{p}+{e}]" for rid, p, e in windows) + extra)
+    hits = [
+        f"{rid}@{step}: full {full} -> {prefix}" + (f" (branch {branch})" if branch is not None else "")
+        for step, rid, full, prefix, branch in matches
+        if full
+    ]
+    if hits:
+        out.append("   matches: " + "; ".join(hits))
+    out.append("   saves: " + (" ".join(f"{rid}@{step}:{n}" for step, rid, n in saves) or "none"))
+    return out
 
 
 def _part_to_json(part: Part) -> Any:
@@ -145,12 +212,6 @@ def image_offsets(request: Req) -> list[tuple[int, int, int]]:
         else:
             pos += 1
     return spans
-
-
-def kit_passes(workload: Workload, release: str) -> list[Pass]:
-    """Return the passes the kit's model of ``release``'s scheduler forms for ``workload``."""
-    rules = RELEASES[release].scheduler
-    return schedule(list(workload.requests), workload.settings, rules, release, workload.max_steps)
 
 
 def chat_turn(previous: Req, answer: list[int], new_parts: list[Part], rid: str, **kw: Any) -> Req:
