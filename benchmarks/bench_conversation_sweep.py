@@ -92,7 +92,7 @@ def kit(data: dict[str, Any]) -> list[Cell]:
             cells += [cell(group, tp, p, None, str(exc)) for p in PAGE_SIZES for tp in SWEEP_TP_SIZES]
             continue
         for page in PAGE_SIZES:  # the items built once, the passes planned once per page size
-            asked = replace(prepared, question=question.with_load(LoadSettings(page_size=page)), plans=None)
+            asked = replace(prepared, question=question.with_load(LoadSettings(page_size=page)), planned=None)
             for tp in SWEEP_TP_SIZES:
                 cells.append(cell(group, tp, page, asked.ask(tp, mode="shapes", device="cpu")))
     return cells

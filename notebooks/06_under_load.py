@@ -41,7 +41,7 @@ tp = 2
 chunked_prefill_size = 150  # for section 5: small enough that the first image straddles two chunks
 chat_sglang_version = "0.5.23"  # section 7, the second turn of a chat: its release,
 chat_tp = 2  # attention-TP size,
-page_size = 64  # --page-size (the radix prefix is floored to it),
+page_size = None  # --page-size (None: the attention backend's, 1 with fa3 on an H200),
 chat_chunked_prefill_size = 1024  # --chunked-prefill-size (a multiple of the page)
 chat_cache_mb = 100  # and SGLANG_VLM_CACHE_SIZE_MB (0: the embedding cache stores nothing)
 
@@ -226,18 +226,26 @@ draw_prompt(refused[sglang_version]).figure
 #
 # A later turn re-sends the whole conversation: the system prompt, turn 1's text and image, turn 1's
 # answer, then its own text and image. The scheduler looks the prompt up in its **radix prefix cache**,
-# the KV of every prompt it prefilled, and prefills only what follows the longest match. It never sees
+# the KV of every prompt it prefilled, and prefills only what follows the match. It never sees
 # `<|media_pad|>`: each image's run is replaced by **pad values derived from the image's hash** (one
-# value up to 0.5.22, four cycled from 0.5.23), so equal images match and different ones do not. The
-# match is **floored to the page** (`--page-size`): at page 64 turn 2 starts at 448, inside camera.png's
-# pad run 90..450, so camera.png overlaps turn 2's window again. Its last rows then come from the
-# embedding cache when it still holds camera.png, and otherwise from a `get_image_feature` call beside
-# coffee.png. A fresh request with the same system prompt shares the prefix too. Turn 1 and the fresh
-# request arrive together; turn 2 follows turn 1's 20 generated tokens.
+# value up to 0.5.22, four cycled from 0.5.23), so equal images match and different ones do not.
+#
+# Kimi-K3's text model is hybrid linear attention, so its tree (`UnifiedRadixCache` with a FULL and a
+# MAMBA component) can only resume where it **saved a linear-attention state**: a hit is cut back to the
+# deepest saved state on it. At the default flags (`--mamba-radix-cache-strategy auto` → `extra_buffer`,
+# because the overlap schedule is on) turn 1's prefill saved its state at its prompt length floored to
+# 64 — here 448 of 484 tokens — and its KV entered the tree only that far. Turn 2 shares 503 tokens with
+# turn 1 (a plain radix tree would hold camera.png whole) but starts at 448, inside camera.png's pad run
+# 90..450: camera.png overlaps turn 2's window again. Its last rows then come from the embedding cache
+# when it still holds camera.png, and otherwise from a `get_image_feature` call beside coffee.png. A
+# fresh request with the same system prompt shares its tokens, but no state was saved there. Turn 1 and
+# the fresh request arrive together; turn 2 follows turn 1's 20 generated tokens.
 #
 # On 0.5.18 at attention-TP 2 with the cache off (`chat_cache_mb = 0`) that call holds two images and
-# raises: load scenario S18, `kimi-viz scenario run s18-prefix-reopens-image` (here, on 0.5.18, turn 1
-# and the fresh request already fail together in pass 1: S14).
+# raises: load scenarios S18 (`kimi-viz scenario run s18-prefix-reopens-image`, at page 64) and S19
+# (`kimi-viz scenario run s19-saved-state-reopens-image`, at the default flags, where only the hybrid
+# tree's cut back re-opens the image). Here, on 0.5.18, turn 1 and the fresh request already fail
+# together in pass 1 (S14).
 
 # %%
 conversation = parse_workload(
@@ -257,18 +265,32 @@ Table(
 )
 
 # %% [markdown]
-# The passes, each request with the radix prefix it matched and the window this pass prefills
-# (`[prefix, prefix + extend)`); a request cut into chunks starts each later chunk where the last ended.
+# What the server runs, as this release resolves the flags for Kimi-K3 (the tree, the strategy, the
+# loop, the attention backend and its page), and every state its tree saved: whose, at which depth.
 
 # %%
+server = turns.replay.schedule.server
 Table(
-    ["pass", "request", "prompt tokens", "<|media_pad|> runs", "matched prefix", "window", "outcome"],
+    ["the server runs", "saved states (request@depth)"],
+    [[server.describe(), ", ".join(f"{s.rid}@{s.depth}" for s in turns.replay.schedule.saves) or "none"]],
+)
+
+# %% [markdown]
+# The passes, each request with what it shares with the tree (what a plain radix tree would match), the
+# saved state it starts from, and the window this pass prefills (`[prefix, prefix + extend)`); a request
+# cut into chunks starts each later chunk where the last ended.
+
+# %%
+matches = dict(zip([r.rid for r in conversation.requests], turns.replay.prefix_matches()))
+Table(
+    ["pass", "request", "prompt tokens", "<|media_pad|> runs", "shared", "saved state", "window", "outcome"],
     [
         [
             k + 1,
             w.rid,
             w.length,
             ", ".join(f"{a}..{b}" for a, b in turns.replay.prompts[w.index].pad_runs),
+            "—" if matches[w.rid] is None else max(matches[w.rid].full, matches[w.rid].plain or 0),
             w.matched,
             f"[{w.prefix}, {w.prefix + w.extend})",
             trace.outcome if trace.error is None else f"{trace.error.type} ({trace.stage})",
@@ -280,7 +302,8 @@ Table(
 
 # %% [markdown]
 # Turn 2's pass, drawn (the failing pass instead, when an earlier one raises): its window starts at
-# the matched prefix; an image whose run ends before it is not in the pass at all.
+# the saved state it was cut back to (marked on the prompt track with the tree's other saved states);
+# an image whose run ends before it is not in the pass at all.
 
 # %%
 turn2_pass = next(
@@ -303,7 +326,9 @@ Table(
             supply.label,
             f"{supply.offsets[0]}..{supply.offsets[1]}",
             supply.matched,
-            supply.supplier + (" (the prefix ends inside its run)" if supply.cut_by_prefix else ""),
+            supply.supplier
+            + (" (re-opened by the cut back)" if supply.reopened_by_cut else "")
+            + (" (the prefix ends inside its run)" if supply.cut_by_prefix and not supply.reopened_by_cut else ""),
             ", ".join(f"pass {k + 1}: {who}" for k, who in supply.by_pass) or "—",
         ]
         for supply in turns.replay.image_supplies()
@@ -312,8 +337,8 @@ Table(
 
 # %% [markdown]
 # Which single scheduler flag would change the outcome: the same workload replayed with each flag
-# changed alone. (The prefixes above are the plain radix tree's; Kimi-K3's own server keeps a match
-# only back to a saved linear-attention state, so a real prefix can be shorter: `docs/whatif.md`.)
+# changed alone (among them the hybrid tree's: `--disable-overlap-schedule` turns `auto` into
+# `no_buffer`, which saves a state at every insert, at page 1).
 
 # %%
 Table(

@@ -23,9 +23,10 @@ from kimi_viz.scheduler.tree import page_floor
 from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.verdict import Status
 
-# t1 ends two text tokens after camera.png's block and generates 2 tokens: its tree key is its prompt and
-# its first output (kv_committed_len), 405 tokens; page 64 floors the second turn's match to 384, inside
-# camera.png's pad run (40..400)
+# t1 ends two text tokens after camera.png's block and generates 2 tokens: 404 prompt tokens, its pad run 40..400.
+# Kimi-K3's hybrid tree (extra_buffer, the default) saves t1's state at 384 (404 floored to 64) and takes its KV
+# only that far, so the second turn starts at 384, inside camera.png's run, at every page size; a plain radix
+# tree would match t1's prompt and answer (406 tokens, floored to the page)
 CUT = {
     "requests": [
         {"id": "t1", "images": ["camera.png"], "text": {"after": 2}, "output": 2},
@@ -53,57 +54,100 @@ def test_a_later_turn_is_written_out_whole_and_repeats_the_earlier_ids():
     assert hashes == [int(im.digest[:16], 16) for im in whole[1].images]
 
 
-@pytest.mark.parametrize(("page", "matched"), [(1, 405), (16, 400), (64, 384)])
-def test_the_second_turn_starts_at_the_first_turns_key_floored_to_the_page(page, matched):
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_the_second_turn_starts_at_the_state_the_first_turn_saved(page):
     result = _replay(CUT, page_size=page, chunked_prefill_size=8192)
-    assert result.matched == [0, matched] == [page_floor(405, page) * (k == 1) for k in range(2)]
+    assert result.matched == [0, 384]
     assert [[(result.index(w.rid), w.prefix_len, w.extend_input_len) for w in p.windows] for p in result.plans] == [
         [(0, 0, 404)],
-        [(1, matched, 809 - matched)],
+        [(1, 384, 809 - 384)],
     ]
-    assert result.plans[1].step == 2  # t1 prefilled at step 0, decoded its second token at step 1
+    match = result.prefix_matches()[1]
+    # the FULL match is the saved state (the insert was cut there); a plain tree would match the whole first turn
+    assert (match.full, match.matched, match.plain) == (384, 384, page_floor(406, page))
+    assert result.schedule.saves_of("t1") == [384]
+    # t1 prefilled at step 0, decoded at step 1 (and once more at step 2: 0.5.18 does not skip a row finishing in
+    # flight); its finish is processed at step 2 after step 2 was formed (the overlap schedule): t2 arrives at 3
+    assert result.plans[1].step == 3
+
+
+def test_without_the_overlap_schedule_at_page_1_every_insert_saves_a_state():
+    # auto resolves to no_buffer: t1's prompt and its finish (prompt + answer - 1) both hold a state
+    result = _replay(CUT, page_size=1, disable_overlap_schedule=True)
+    assert result.schedule.server.strategy == "no_buffer" and result.matched == [0, 405]
+    assert result.schedule.saves_of("t1") == [404, 405] and result.plans[1].step == 2
+    # a page the extra buffer needs keeps extra_buffer without the overlap schedule
+    paged = _replay(CUT, page_size=64, disable_overlap_schedule=True)
+    assert paged.schedule.server.strategy == "extra_buffer" and paged.matched == [0, 384]
 
 
 def test_where_each_image_came_from_radix_prefix_cache_or_call():
     supplies = _replay(CUT, page_size=16).image_supplies()
     assert [(s.rid, s.image, s.supplier) for s in supplies] == [
         ("t1", 0, "call"),
-        ("t2", 0, "embedding cache"),  # the prefix ends at 400, the run's last token: looked up, a hit
+        ("t2", 0, "embedding cache"),  # the prefix ends at 384, inside the run: looked up, a hit
         ("t2", 1, "call"),
     ]
-    assert supplies[1].cut_by_prefix and "sliced from row 360" in supplies[1].describe()
+    # at page 16 a plain tree would stop at 400, the run's last token, and re-open it as well
+    assert supplies[1].cut_by_prefix and not supplies[1].reopened_by_cut
+    assert supplies[1].describe().endswith("so only tokens 384..400 are filled and its rows are sliced from row 344")
     supplies = _replay(CUT, page_size=1).image_supplies()
+    assert supplies[1].supplier == "embedding cache" and supplies[1].reopened_by_cut
+    assert "sliced from row 344; re-opened by the hybrid tree's cut back: the request shares 406 tokens" in (
+        supplies[1].describe()
+    )
+    assert "but the deepest saved state is at 384" in supplies[1].describe()
+    supplies = _replay(CUT, page_size=1, disable_overlap_schedule=True).image_supplies()
     assert supplies[1].supplier == "radix prefix" and supplies[1].by_pass == ()
-    assert "never reaches the call" in supplies[1].describe()
+    assert "never reaches the call" in supplies[1].describe() and not supplies[1].reopened_by_cut
     supplies = _replay(CUT, page_size=64, cache_mb=0).image_supplies()
     assert supplies[1].supplier == "call" and supplies[1].by_pass == ((1, "call"),)
+    assert not supplies[1].reopened_by_cut  # at page 64 a plain tree would stop at 384 as well
     off = _replay(CUT, disable_radix_cache=True)
     assert off.matched == [0, 0] and off.image_supplies()[1].supplier == "embedding cache"
 
 
 def test_a_prefix_ending_inside_a_resent_image_with_the_cache_off_fails_on_0_5_18_and_names_the_flags():
     workload = parse_workload(CUT)
-    answer = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=64, cache_mb=0))
+    answer = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(cache_mb=0))
     assert answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
     assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
     call = answer.replay.failing_call()
     assert [(i.source.rid, i.source.image, i.tokens) for i in call.items] == [("t2", 0, 361), ("t2", 1, 330)]
+    assert (
+        "Kimi-K3's hybrid tree (UnifiedRadixCache (FULL + MAMBA), extra_buffer) cuts a hit back to a saved state: "
+        "t2 matched 406 tokens; the deepest saved state is at 384, so it starts there, re-opening camera.png "
+        "(pads 40..400)." in answer.why
+    )
     assert answer.flags is not None
+    # no_buffer (auto without the overlap schedule, at page 1) saves a state at every insert: t2 starts at 405
     assert [(c.flag, c.status) for c in answer.flags.changes] == [
-        ("--page-size 1", Status.CLEAN),
+        ("--disable-overlap-schedule", Status.CLEAN),
         ("SGLANG_VLM_CACHE_SIZE_MB=100", Status.CLEAN),
     ]
-    assert "--disable-radix-cache" in answer.flags.tried and "--page-size 16" in answer.flags.tried
+    # tried: the page sizes (still 384), the track interval; not extra_buffer (what auto resolves to already)
+    # and not no_buffer (refused with the overlap schedule on)
+    assert "--page-size 16" in answer.flags.tried and "--mamba-track-interval 64" in answer.flags.tried
+    assert not any("--mamba-radix-cache-strategy" in flag for flag in answer.flags.tried)
     from kimi_viz.report.answer_views import answer_text
 
-    assert "which flag changes the outcome:\n  --page-size 1: ✓ clean\n  SGLANG_VLM_CACHE_SIZE_MB=100: ✓ clean" in (
-        answer_text(answer)
+    text = answer_text(answer)
+    assert (
+        "which flag changes the outcome:\n  --disable-overlap-schedule: ✓ clean\n  SGLANG_VLM_CACHE_SIZE_MB=100" in text
     )
-    clean = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=1, cache_mb=0))
+    assert (
+        "note: the server runs UnifiedRadixCache (FULL + MAMBA), extra_buffer, overlap schedule; fa3 attention, "
+        "page 1 (--mamba-radix-cache-strategy auto resolved to extra_buffer)" in text
+    )
+    paged = whatif(workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(page_size=64, cache_mb=0))
+    assert paged.flags is not None and [c.flag for c in paged.flags.changes] == ["SGLANG_VLM_CACHE_SIZE_MB=100"]
+    clean = whatif(
+        workload, sglang_version="0.5.18", tp_size=2, load=LoadSettings(cache_mb=0, disable_overlap_schedule=True)
+    )
     assert clean.status is Status.CLEAN
 
 
-def test_requests_sharing_a_system_prompt_share_only_its_pages_and_two_images_never_share_a_prefix():
+def test_requests_sharing_a_system_prompt_start_from_nothing_unless_a_state_lies_on_what_they_share():
     data = {
         "requests": [
             {"id": "a", "images": ["camera.png"], "system": 50, "text": {"before": 0}},
@@ -112,13 +156,21 @@ def test_requests_sharing_a_system_prompt_share_only_its_pages_and_two_images_ne
         ]
     }
     result = _replay(data, version="0.5.23")
-    start = result.prompts[0].pad_runs[0][0]
-    assert result.prompts[1].pad_runs[0][0] == start  # the same 512×512 block: only the pad values differ
-    # b: the system prompt and its image's block header match, never its pads (another image's hash);
-    # c: the same image's pads match too, up to its own text after the image
-    assert result.matched[:2] == [0, start]
-    assert result.matched[2] > result.prompts[2].pad_runs[0][1]
-    assert _replay(data, version="0.5.23", page_size=64).matched == [0, page_floor(start, 64), 384]
+    start, end = result.prompts[0].pad_runs[0]
+    assert result.prompts[1].pad_runs[0][0] == start == 58  # the same 512×512 block: only the pad values differ
+    assert [p.length for p in result.prompts] == [452, 452, 452]
+    a, b, c = result.prefix_matches()
+    # the overlap schedule: a's insert is processed while b's pass is formed, so b matches nothing
+    assert (b.full, b.matched) == (0, 0)
+    # c shares the system prompt, camera.png's pads and two tokens after them (420) with a, whose KV entered the tree
+    # up to its saved state at 448: the split at 420 holds no state, so c starts from the root and saves its own
+    # state at the branching point 384 instead of at 448
+    assert (c.full, c.matched, c.branching, end) == (420, 0, 384, 418)
+    assert result.matched == [0, 0, 0] and result.schedule.saves_of("c") == [384]
+    # without the overlap schedule b sees a's insert: the system prompt and the block header match, never the pads
+    # of another image's hash; no_buffer saved a's state only at its prompt's end, so b starts from 0 as well
+    normal = _replay(data, version="0.5.23", disable_overlap_schedule=True)
+    assert (normal.prefix_matches()[1].full, normal.matched) == (start, [0, 0, 0])
 
 
 def test_a_workload_file_with_conversations_round_trips_and_refuses_what_cannot_be():
@@ -202,15 +254,17 @@ def test_whatif_chat_replays_the_conversation_beside_other_requests(tmp_path, ca
     assert main([*argv, "--page-size", "16"]) == 0
     out = capsys.readouterr().out
     assert "after radix prefix; u1 [0, 253)" in out
-    # turn1: 390 tokens, 13 generated; its key 390 + 13 - 1 floored to the page is turn2's prefix
+    # turn1: 390 tokens, 13 generated; its prefill saved its state at 384 (390 floored to 64), where turn2 starts;
+    # a plain radix tree would match 390 + 13 - 1 floored to the page
     assert (
         "turn2    after turn1  camera.png, coffee.png  7/8/4                          0             1       753" in out
     )
-    assert "turn2 [400, 753) after radix prefix" in out and page_floor(390 + 13 - 1, 16) == 400
-    assert "turn2 image 0 (camera.png, pad tokens 20..380): the radix prefix (tokens 0..399 cached)" in out
+    assert "turn2 [384, 753) after radix prefix" in out and page_floor(390 + 13 - 1, 16) == 400
+    assert "turn2 image 0 (camera.png, pad tokens 20..380): the radix prefix (tokens 0..383 cached)" in out
     assert "u1 image 0 (horse.png, pad tokens 40..219): call (pass 2: call)" in out
     assert "no single scheduler flag changes the outcome (tried: --disable-radix-cache" in out
-    assert "Kimi-K3's text model is hybrid linear attention" in out
+    assert "turn2 matched 400 tokens; the deepest saved state is at 384, so it starts there." in out
+    assert "note: the server runs UnifiedRadixCache (FULL + MAMBA), extra_buffer, overlap schedule" in out
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     load = data["load"]

@@ -47,7 +47,7 @@ def test_demo_scenarios_are_catalogued_and_cover_the_key_ones():
 def test_demo_tours_one_load_scenario_per_class_and_a_chats_second_turn():
     assert set(DEMO_LOAD_SCENARIOS) <= set(LOAD_SCENARIOS)
     classes = [LOAD_SCENARIOS[name].scenario_class.value for name in DEMO_LOAD_SCENARIOS]
-    assert classes == ["S14", "S15", "S16", "S17", "S18"]
+    assert classes == ["S14", "S15", "S16", "S17", "S18", "S19"]
     chat = LOAD_SCENARIOS[DEMO_LOAD_SCENARIOS[-1]].build()
     assert [r.continues for r in chat.requests] == [None, "t1"]  # the conversation: turn 2 continues turn 1
 
@@ -93,7 +93,7 @@ def test_demo_index_links_every_report_and_the_gallery(demo):
         assert f"{name}/report.html" in hrefs and f"{name}/answer.json" in hrefs
         assert (out / name / "report.html").is_file() and (out / name / "answer.json").is_file()
     reports = [h for h in hrefs if h.endswith("/report.html")]
-    assert len(reports) == len(set(reports)) == 15 + 4 + 1  # single calls, S14-S17, the chat's second turn
+    assert len(reports) == len(set(reports)) == 15 + 4 + 2  # single calls, S14-S17, the chat's second turn (S18, S19)
     assert "gallery/index.html" in hrefs
     for href in hrefs:
         assert (out / href).is_file(), href
@@ -138,9 +138,18 @@ def test_demo_load_reports_hold_their_forward_pass_and_answer(demo):
         assert document["status"] == expected.status.value, name
         assert document["error"] == (None if expected.error is None else expected.error.to_json()), name
         assert document["sglang_version"] == scenario.sglang_version and document["tp_size"] == scenario.tp_size
-    chat = json.loads((out / DEMO_LOAD_SCENARIOS[-1] / "answer.json").read_text())
+    chat = json.loads((out / "s18-prefix-reopens-image" / "answer.json").read_text())
     second = chat["passes"][1]["replay"]["requests"][0]
-    assert (second["rid"], second["matched_prefix"]) == ("t2", 448)  # the page-floored radix prefix
+    assert (second["rid"], second["matched_prefix"]) == ("t2", 448)  # turn 1's saved state, also the page floor
+    chat = json.loads((out / "s19-saved-state-reopens-image" / "answer.json").read_text())
+    second = chat["passes"][1]["replay"]["requests"][0]
+    assert (second["rid"], second["matched_prefix"]) == ("t2", 384)  # the saved state a plain tree would pass by
+    assert [i["reopened_by_cut"] for i in chat["images"]] == [False, True, False]
+    assert chat["server"]["strategy"] == "extra_buffer" and chat["saves"][0] == {
+        "step": 1,
+        "request": "t1",
+        "depth": 384,
+    }
 
 
 @pytest.mark.slow

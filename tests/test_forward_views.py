@@ -141,9 +141,13 @@ def test_the_radix_prefix_is_its_own_hatched_labelled_region_with_a_legend_entry
     legend = ax.get_legend()
     assert legend.get_gid() == "cached-legend"
     assert [t.get_text() for t in legend.get_texts()] == [
-        "radix prefix (cached): reused from the tree, never prefilled"
+        "radix prefix (cached): reused from the tree, never prefilled",
+        "saved linear-attention state (Kimi-K3's hybrid tree resumes only here)",
     ]
     assert legend.legend_handles[0].get_hatch() == "xx"
+    # the saved states on t2's prompt: turn 1's at 448 (where t2 resumes) and t2's own prefill save
+    (ticks,) = [c for c in ax.collections if c.get_gid() == "states-t2"]
+    assert [seg[0][0] for seg in ticks.get_segments()] == list(t2.states) and t2.states[0] == 448
     boxes = _text_boxes(ax.figure)
     overlapping = [
         (a.get_text(), b.get_text())
@@ -152,10 +156,12 @@ def test_the_radix_prefix_is_its_own_hatched_labelled_region_with_a_legend_entry
         if box_a.overlaps(box_b) and "cached" in a.get_text() + b.get_text()
     ]
     assert overlapping == []
-    # a pass whose requests start from nothing cached draws no such region, label or legend
+    # a pass whose requests start from nothing cached draws no such region or label: only the states they saved
     plain = draw_forward_pass(first)
     assert all(t.matched == 0 for t in first.batch)
-    assert plain.get_legend() is None
+    assert [t.get_text() for t in plain.get_legend().get_texts()] == [
+        "saved linear-attention state (Kimi-K3's hybrid tree resumes only here)"
+    ]
     assert [a for a in [*plain.collections, *plain.texts] if "cached" in (a.get_gid() or "")] == []
 
 
@@ -172,12 +178,15 @@ def test_the_stepper_opens_with_the_prefix_match_and_the_admission_from_the_sche
         "key": 896,  # capped at 906, floored to the page of 64
         "shared": 448,
         "matched": 448,
+        "full": 448,  # turn 1 saved its state at 448 (its prompt floored to 64), also the page floor
+        "plain": 448,
+        "branching": None,
         "prefix": 448,
         "cached_images": [],
         "match_ends_inside": {"image": 0, "label": "camera.png", "offsets": [90, 450]},
     }
     assert t2["matched"] == second.batch[0].matched
-    assert "The match ends inside camera.png (pads 90..450) at 448" in match.note
+    assert "The prefix ends inside camera.png (pads 90..450) at 448" in match.note
     assert "looked up in the embedding cache" in match.note
     data = admission.variables.to_json()
     assert data["start_budget"] == {"rem_input_tokens": 16384, "rem_chunk_tokens": 1024, "page_size": 64}
@@ -199,28 +208,34 @@ def test_the_admission_step_shows_the_chunked_request_first_the_cut_and_who_was_
             "requests": [
                 {"id": "t1", "images": ["text.png"], "output": 3, "system": 40},
                 {"id": "t2", "continues": "t1", "images": ["chelsea.png"]},
-                {"id": "o2", "images": ["astronaut.png"], "arrival": 3},
-                {"id": "o3", "images": ["rocket.jpg"], "arrival": 3},
+                {"id": "o2", "images": ["astronaut.png"], "arrival": 4},
+                {"id": "o3", "images": ["rocket.jpg"], "arrival": 4},
             ]
         }
     )
+    # t1 (225 tokens) finishes at step 2, processed at step 3 (the overlap schedule): t2 arrives at step 4,
+    # queued before o2 and o3
     load = LoadSettings(page_size=16, chunked_prefill_size=256, max_prefill_tokens=300)
     passes = replay_workload(workload, sglang_version="0.5.23", tp_size=1, load=load).passes
     cut, continued = passes[1], passes[2]
     (t2,) = cut.steps[0].variables.to_json()["requests"]
-    assert (t2["matched"], [i["label"] for i in t2["cached_images"]]) == (224, ["text.png"])
+    # t1's prefill saved its state at 192 (225 floored to 64) and its KV entered the tree only that far; a plain
+    # tree would match 224 (t1's prompt and first outputs, floored to the page)
+    assert (t2["full"], t2["plain"], t2["matched"], t2["branching"]) == (192, 224, 192, None)
+    assert [i["label"] for i in t2["cached_images"]] == ["text.png"]
+    assert "the tree shares 192, floored to the page: 192 (a plain radix tree would match 224" in cut.steps[0].note
     assert "Inside it, never reaching the call: text.png (pads 80..191)." in cut.steps[0].note
     data = cut.steps[1].variables.to_json()
-    assert (data["cut"], data["unoffered"], data["offers"][0]["window"]) == ("t2", ["o2", "o3"], [224, 480])
+    assert (data["cut"], data["unoffered"], data["offers"][0]["window"]) == ("t2", ["o2", "o3"], [192, 448])
     assert data["budget_state_before_candidate"] is True
     first, second = continued.steps[1].variables.to_json()["offers"]
-    assert (first["rid"], first["chunked"], first["window"], first["charged"]) == ("t2", True, [480, 488], 16)
+    assert (first["rid"], first["chunked"], first["window"], first["charged"]) == ("t2", True, [448, 488], 48)
     assert (second["rid"], second["cut"], continued.steps[1].variables.to_json()["unoffered"]) == ("o2", True, ["o3"])
     assert continued.steps[0].variables.to_json()["requests"][0] == {
         "rid": "t2",
         "continues_chunk": True,
-        "matched": 224,
-        "prefix": 480,
+        "matched": 192,
+        "prefix": 448,
         "cached_images": [{"image": 0, "label": "text.png", "offsets": [80, 191]}],
         "match_ends_inside": None,
     }

@@ -33,10 +33,12 @@ def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
     assert "get_image_feature receives 2 images from 2 requests in one call" in text
     assert "0.5.18         pre-fix    ✓ clean  ✗ A rank 1 pass 1" in text  # the sweep's row: TP 1, TP 2
     assert "r1 [150, 300)" in text and "cache hit" in text  # the straddling image's second chunk
-    # The second turn of a chat (its own release, 0.5.23): the prefix floored to page 64 ends inside camera.png.
-    assert "2     t2       907            90..450, 544..873   448             [448, 907)  ok" in text
+    # The second turn of a chat (its own release, 0.5.23, default flags): it shares 503 tokens with turn 1, but the
+    # hybrid tree holds turn 1's state only at 448 (484 floored to 64), inside camera.png: the cut re-opens it.
+    assert "UnifiedRadixCache (FULL + MAMBA), extra_buffer, overlap schedule; fa3 attention, page 1  t1@448" in text
+    assert "2     t2       907            90..450, 544..873   503     448          [448, 907)  ok" in text
     row = _row(text, "t2", "camera.png")
-    assert row[2:] == ["90..450", "448", "embedding cache (the prefix ends inside its run)", "pass 2: embedding cache"]
+    assert row[2:] == ["90..450", "448", "embedding cache (re-opened by the cut back)", "pass 2: embedding cache"]
     assert any(o.get("data", {}).get("image/png") for c in notebook.cells for o in c.get("outputs", []))
 
 
@@ -56,7 +58,7 @@ def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
     assert "r1 [100, 200)" in text
 
 
-def test_the_chats_second_turn_takes_its_first_image_from_the_radix_prefix_at_page_16(tmp_path):
+def test_the_chats_second_turn_re_opens_its_first_image_at_page_16_as_well(tmp_path):
     _, text = execute(
         tmp_path,
         notebook=NOTEBOOK,
@@ -68,5 +70,7 @@ def test_the_chats_second_turn_takes_its_first_image_from_the_radix_prefix_at_pa
         device="cpu",
     )
     assert "--chunked-prefill-size 256 --page-size 16 SGLANG_VLM_CACHE_SIZE_MB=0 (cuda)" in text
-    assert _row(text, "t2", "camera.png")[2:] == ["90..450", "496", "radix prefix", "—"]
-    assert _row(text, "t2", "coffee.png")[2:] == ["544..873", "496", "call", "pass 4: call, pass 5: call"]
+    # a plain tree would stop at 496, past camera.png; the saved state is at 448 whatever the page
+    assert "5     t2       907            90..450, 544..873   496     448          [448, 704)  ok" in text
+    assert _row(text, "t2", "camera.png")[2:] == ["90..450", "448", "call (re-opened by the cut back)", "pass 5: call"]
+    assert _row(text, "t2", "coffee.png")[2:] == ["544..873", "448", "call", "pass 5: call, pass 6: call"]

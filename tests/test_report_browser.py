@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
+from test_plots import _text_boxes
 
 from kimi_viz._triage import triage
 from kimi_viz.manifest import write_manifest
@@ -190,4 +191,48 @@ def test_failing_ranks_first_and_one_numbering_for_images(browser, four_ranks):
     # the stepper (the first failing rank) names the same image number in its HTML text
     assert "Rank 1 of attention-TP 4" in page.locator(".kv-stepper .kv-heading").inner_text()
     assert problems == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def workload_report(tmp_path_factory) -> Path:
+    from kimi_viz.cli import main
+
+    out = tmp_path_factory.mktemp("workload") / "out"
+    argv = ["whatif", "astronaut_tiny_20x5.png", "rocket.jpg", "--together", "--sglang-version", "0.5.18"]
+    assert main([*argv, "--tp", "2", "--out", str(out)]) == 1  # S14: the two grids differ on 0.5.18
+    return out / "report.html"
+
+
+def test_a_workload_reports_question_and_its_calls_label_show_whole(browser, workload_report):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(workload_report.as_uri())
+    # nothing runs off the page's right edge: the prose wraps, each table scrolls inside the page
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 1280
+    blocks = page.evaluate(
+        """() => Array.from(document.querySelectorAll('pre.kv-question, pre.kv-question-table')).map(e => ({
+            cls: e.className, right: e.getBoundingClientRect().right, scroll: e.scrollWidth, client: e.clientWidth,
+            overflow: getComputedStyle(e).overflowX, text: e.innerText }))"""
+    )
+    assert {b["cls"] for b in blocks} == {"kv-question", "kv-question-table"}
+    assert all(b["right"] <= 1280 for b in blocks)
+    assert all(b["scroll"] <= b["client"] for b in blocks if b["cls"] == "kv-question")
+    assert all(b["overflow"] == "auto" for b in blocks if b["cls"] == "kv-question-table")
+    text = "\n".join(b["text"] for b in blocks)
+    # the whole question is there, its longest line included (the flag search's)
+    assert "no single scheduler flag changes the outcome (tried: --disable-radix-cache" in text
+    assert "SGLANG_VLM_CACHE_SIZE_MB=0)" in text
+    # the forward pass's figure: the call's track name is not covered by its first item's label
+    from kimi_viz import whatif
+    from kimi_viz.plots import draw_forward_pass
+    from kimi_viz.request.workload import together
+
+    answer = whatif(together(["astronaut_tiny_20x5.png", "rocket.jpg"]), sglang_version="0.5.18", tp_size=2)
+    ax = draw_forward_pass(answer.replay.passes[0])
+    boxes = {t.get_gid(): (t, box) for t, box in _text_boxes(ax.figure) if t.get_gid()}
+    name, box = boxes["track-get_image_feature"]
+    assert name.get_text() == "get_image_feature call (2 items)"
+    labels = [b for gid, (_, b) in boxes.items() if gid.startswith("call-label")]
+    assert len(labels) == 2 and not any(box.overlaps(b) for b in labels)
+    assert ax.figure.bbox.contains(box.x0, box.y0) and ax.figure.bbox.contains(box.x1, box.y1)
     page.close()

@@ -146,7 +146,8 @@ def test_sweep_rows_are_the_release_groups():
     assert [tuple(r.version for r in g) for g in swept.rows] == [
         ("0.5.17",),
         ("0.5.18",),
-        ("0.5.19", "0.5.20", "0.5.21"),
+        ("0.5.19",),
+        ("0.5.20", "0.5.21"),
         ("0.5.22",),
         ("0.5.23",),
     ]
@@ -157,7 +158,7 @@ def test_sweep_rows_are_the_release_groups():
 def test_pairs_sweep_fails_exactly_the_pairs_whose_grids_differ_on_0_5_18():
     names = ["chelsea.png", "chelsea_exif_orientation6.jpg", "rocket.jpg", "coffee.png"]
     swept = sweep_pairs(names)
-    groups = 5  # 0.5.17, 0.5.18, 0.5.19–0.5.21, 0.5.22, 0.5.23: as any workload's sweep groups the releases
+    groups = 6  # 0.5.17, 0.5.18, 0.5.19, 0.5.20–0.5.21, 0.5.22, 0.5.23: as any workload's sweep groups the releases
     assert len(swept.pairs) == 6 and all(len(s.cells) == groups * 4 for s in swept.sweeps)
     failing = {(swept.images[a].label, swept.images[b].label) for (a, b), _ in swept.failing()}
     # the EXIF-tagged copy is stored 451×300 like chelsea.png (the request side reads the stored size):
@@ -256,18 +257,53 @@ def test_whatif_builds_a_later_turn_with_every_image_of_its_conversation():
         assert answer.replay.prompts == direct.prompts and answer.status.value == direct.status.value
 
 
-def test_s18_the_page_floor_reopens_the_first_turns_image_only_with_the_cache_off():
+def test_s18_the_saved_state_reopens_the_first_turns_image_at_every_page_with_the_cache_off():
     scenario = LOAD_SCENARIOS["s18-prefix-reopens-image"]
     failing = run_load_scenario(scenario.name).replay
     second = failing.passes[1]
     (turn2,) = second.batch
     assert (turn2.matched, turn2.prefix) == (448, 448) and failing.prompts[1].pad_runs[0] == (90, 450)
+    match = failing.prefix_matches()[1]
+    assert (match.full, match.plain) == (448, 448)  # at page 64 a plain tree stops at 448 as well
     called = [(i.source.rid, i.source.label) for i in second.calls[0].items]
     assert called == [("t2", "camera.png"), ("t2", "coffee.png")]
-    for load in (LoadSettings(page_size=64), LoadSettings(page_size=16, cache_mb=0), LoadSettings(cache_mb=0)):
+    # the hybrid tree cuts the hit back to turn 1's saved state at 448 whatever the page
+    for load in (LoadSettings(page_size=16, cache_mb=0), LoadSettings(cache_mb=0)):
+        answer = whatif(scenario.build(), sglang_version="0.5.18", tp_size=2, load=load)
+        assert answer.status.value == "error-reproduced" and answer.replay.matched == [0, 448], load
+    # the cache holding camera.png, or no_buffer (a state at every insert: turn 2 starts at 503) at page 1
+    for load in (LoadSettings(page_size=64), LoadSettings(cache_mb=0, disable_overlap_schedule=True)):
         answer = whatif(scenario.build(), sglang_version="0.5.18", tp_size=2, load=load)
         assert answer.status.value == "clean", load
         assert [i.source.label for p in answer.replay.passes[1:] for c in p.calls for i in c.items] == ["coffee.png"]
+    no_buffer = LoadSettings(cache_mb=0, disable_overlap_schedule=True)
+    assert whatif(scenario.build(), sglang_version="0.5.18", tp_size=2, load=no_buffer).replay.matched == [0, 503]
+
+
+def test_s19_only_the_hybrid_trees_cut_back_reopens_the_last_image_at_the_default_flags():
+    scenario = LOAD_SCENARIOS["s19-saved-state-reopens-image"]
+    assert (scenario.load.page_size, scenario.load.mamba_radix_cache_strategy, scenario.load.cache_mb) == (
+        None,
+        "auto",
+        0,
+    )
+    answer = run_load_scenario(scenario.name)
+    replay = answer.replay
+    assert answer.error == ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS)
+    assert replay.schedule.server.strategy == "extra_buffer" and replay.schedule.server.page_size == 1
+    assert [p.length for p in replay.prompts] == [395, 667] and replay.prompts[0].pad_runs == [(60, 389)]
+    match = replay.prefix_matches()[1]
+    # turn 1 saved its state at 384 (395 floored to 64); a plain tree would match its prompt and answer, 407 tokens
+    assert (match.plain, match.full, match.matched) == (407, 384, 384)
+    supplies = {(s.rid, s.image): s for s in replay.image_supplies()}
+    again, chelsea = supplies[("t2", 0)], supplies[("t2", 1)]
+    assert again.reopened_by_cut and again.supplier == "call" and chelsea.supplier == "call"
+    assert "re-opening coffee.png (pads 60..389)" in answer.why
+    assert answer.flags is not None and [c.flag for c in answer.flags.changes] == [
+        "--disable-overlap-schedule",
+        "SGLANG_VLM_CACHE_SIZE_MB=100",
+    ]
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
 
 
 def test_a_later_turns_images_are_named_from_its_whole_conversation():

@@ -137,7 +137,7 @@ def load_why(result: LoadResult) -> str:
     failing = result.failing_pass
     if failing is not None:
         trace = result.passes[failing]
-        return _why_pass(result, trace, failing)
+        return " ".join([_why_pass(result, trace, failing), *_hits(result)])
     for k, trace in enumerate(result.passes):
         wrong = trace.misplaced()
         if wrong:
@@ -145,14 +145,22 @@ def load_why(result: LoadResult) -> str:
             last = placement.run.count - 1
             rows = f"rows {placement.run.start}..{placement.run.start + last}"
             cut = _cut_rows(trace)
-            return (
-                f"Nothing raises, but in pass {k + 1} the pad tokens {placement.start}..{placement.start + last} "
-                f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
-                f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}"
+            return " ".join(
+                [
+                    f"Nothing raises, but in pass {k + 1} the pad tokens {placement.start}..{placement.start + last} "
+                    f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
+                    f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}",
+                    *_hits(result),
+                ]
             )
         for call in trace.calls:
             if call.trace is not None and call.trace.divergence.silent:
-                return f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}"
+                return " ".join(
+                    [
+                        f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}",
+                        *_hits(result),
+                    ]
+                )
     calls = sum(len(t.calls) for t in result.passes)
     shared = [t for t in result.passes for c in t.calls if len({i.source.request for i in c.items}) > 1]
     parts = [
@@ -165,6 +173,7 @@ def load_why(result: LoadResult) -> str:
             f"{_count(len(shared), 'call')} held images of several requests and passed the deferred split on "
             "every rank."
         )
+    parts += _hits(result)
     parts += _straddles(result)
     warned = [w for t in result.passes for w in t.warnings]
     if warned:
@@ -198,6 +207,37 @@ def _cut_rows(trace: ForwardTrace) -> str:
 
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _hits(result: LoadResult) -> list[str]:
+    """Return a sentence on the tree the server runs and each prefix hit it cut back to a saved state (none when no
+    hit was cut), naming an image the cut re-opened."""
+    server = result.schedule.server
+    if not server.hybrid:
+        return []
+    reopened: dict[str, list[str]] = {}
+    for supply in result.image_supplies():
+        if supply.reopened_by_cut:
+            reopened.setdefault(supply.rid, []).append(
+                f"{supply.label} (pads {supply.offsets[0]}..{supply.offsets[1]})"
+            )
+    cuts = []
+    for request, match in zip(result.workload.requests, result.prefix_matches()):
+        if match is None:
+            continue
+        shared = max(match.full, match.plain or 0)
+        if shared <= match.matched:
+            continue
+        saved = f"the deepest saved state is at {match.matched}" if match.matched else "no saved state lies on it"
+        words = f"{request.rid} matched {shared} tokens; {saved}, so it starts there"
+        if request.rid in reopened:
+            words += f", re-opening {', '.join(reopened[request.rid])}"
+        cuts.append(words)
+    if not cuts:
+        return []
+    return [
+        f"Kimi-K3's hybrid tree ({server.tree}, {server.strategy}) cuts a hit back to a saved state: {'; '.join(cuts)}."
+    ]
 
 
 def _straddles(result: LoadResult) -> list[str]:

@@ -6,9 +6,11 @@ model recorded while it formed a pass (each waiting request's
 budgets, offers, the cut) into the two :class:`~kimi_viz.split.trace.Step` s the stepper shows before
 the forward pass's own:
 
-* ``prefix_match`` (``docs/scheduler-notes.md`` §3): per request of the pass, its padded ids' match in
-  the radix tree (over a key capped at ``len - 1`` and floored to the page, the tokens shared floored
-  to the page) — tokens ``[0, matched)`` come from the cache, and an image whose pad run lies inside
+* ``prefix_match`` (``docs/scheduler-notes.md`` §3, ``docs/hybrid-tree-notes.md`` §2): per request of
+  the pass, its padded ids' match in the radix tree (over a key capped at ``len - 1`` and floored to the
+  page, the tokens shared floored to the page: the FULL match), cut back to the deepest saved
+  linear-attention state on it (with what a plain tree would match, and the branching point where the
+  request saves its own) — tokens ``[0, matched)`` come from the cache, and an image whose pad run lies inside
   them never reaches the call; where the match ends inside an image's pad run, the image overlaps
   the window and is looked up in the embedding cache. The chunked request is not matched again: it
   continues from its last window's end.
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 
 from ..scheduler.event_loop import SchedulerStep
 from ..scheduler.policy import Budget, Offer
+from ..scheduler.tree import PrefixMatch
 from ..split.step_records import JsonObject
 from ..split.trace import Step
 from .step_records import PassAdmission, RadixMatches
@@ -60,10 +63,11 @@ def _request_match(request: ForwardRequest, scheduled: SchedulerStep) -> tuple[J
         )
     else:
         entry |= {"padded_length": match.length, "key": match.key, "shared": match.shared, "matched": matched}
-        entry["prefix"] = request.prefix
+        entry |= {"full": match.full, "plain": match.plain, "branching": match.branching, "prefix": request.prefix}
         words = (
             f"{request.rid}: {match.length} padded ids, key capped at {max(match.length - 1, 0)} and floored to the "
-            f"page: {match.key}; the tree shares {match.shared}, floored to the page: {matched}"
+            f"page: {match.key}; the tree shares {match.shared}, floored to the page: {match.full}"
+            + _cut_back_words(match, scheduled)
             + (f" — tokens [0, {matched}) are cached, never prefilled." if matched else " — nothing cached.")
         )
     entry["cached_images"] = [_image(i) for i in inside]
@@ -72,10 +76,36 @@ def _request_match(request: ForwardRequest, scheduled: SchedulerStep) -> tuple[J
         words += f" Inside it, never reaching the call: {', '.join(_pads(i) for i in inside)}."
     if straddling is not None:
         words += (
-            f" The match ends inside {_pads(straddling)} at {matched}: its pads {matched}..{straddling.offsets[1]} "
-            "are prefilled, so the image is looked up in the embedding cache."
+            f" The prefix ends inside {_pads(straddling)} at {matched}: its pads {matched}..{straddling.offsets[1]} "
+            "are prefilled, so the image is looked up in the embedding cache"
+            + (" (the cut back re-opened it)." if _reopened(straddling, match) else ".")
         )
     return entry, words
+
+
+def _reopened(item: ForwardItem, match: PrefixMatch | None) -> bool:
+    """Return True when a plain tree's match would have held the whole image and the hybrid tree's cut exposed it."""
+    return match is not None and item.cut(max(match.full, match.plain or 0)) == "cached"
+
+
+def _cut_back_words(match: PrefixMatch, scheduled: SchedulerStep) -> str:
+    """Return what the hybrid tree made of the FULL match: where it was cut back, what a plain tree would match."""
+    if not scheduled.server.hybrid:
+        return ""
+    words = ""
+    if match.plain is not None and match.plain > match.full:
+        words += (
+            f" (a plain radix tree would match {match.plain}: earlier requests' KV entered this tree only up to "
+            "their saved states)"
+        )
+    if match.matched < match.full:
+        saved = f"the deepest saved state is at {match.matched}" if match.matched else "no saved state on it"
+        words += f"; Kimi-K3's hybrid tree ({scheduled.server.strategy}) cuts it back: {saved}"
+    elif match.full:
+        words += f"; a state is saved at {match.full}"
+    if match.branching is not None:
+        words += f"; it will save its own state at the branching point {match.branching}"
+    return words
 
 
 def _match_step(batch: Sequence[ForwardRequest], scheduled: SchedulerStep) -> Step:

@@ -3,7 +3,9 @@
 A request whose prompt starts with a cached prefix (a chat's later turn, a shared system prompt) never
 prefills ``[0, matched)``: an image whose ``<|media_pad|>`` run lies wholly inside it never reaches the
 forward pass, its keys and values are already in the KV cache (**radix prefix**). Every other image is
-looked up in the embedding cache by each pass whose window touches its run: a hit supplies its rows
+looked up in the embedding cache by each pass whose window touches its run (Kimi-K3's hybrid tree cuts a
+hit back to the deepest saved linear-attention state, which can re-open an image a plain radix tree would
+have held whole: :attr:`ImageSupply.reopened_by_cut`): a hit supplies its rows
 (**embedding cache**), a miss sends it to that pass's ``get_image_feature`` call (**call**); on an EPD
 language server its rows arrive as ``precomputed_embeddings`` (**encode server**). A pass that never
 ran (an earlier one raised) supplies nothing (**not reached**).
@@ -40,6 +42,7 @@ class ImageSupply:
     offsets: tuple[int, int]  # its inclusive <|media_pad|> run in the request's prompt
     matched: int  # the request's radix prefix
     by_pass: tuple[tuple[int, Supplier], ...]  # (pass index, supplier) for every pass whose window touched the run
+    plain: int | None = None  # what a plain radix tree would have matched (None: not known, or not a hybrid tree)
 
     @property
     def supplier(self) -> Supplier:
@@ -53,6 +56,17 @@ class ImageSupply:
         """Return True when the radix prefix ends inside the image's pad run."""
         return prefix_cut(self.offsets, self.matched) == "cut"
 
+    @property
+    def reopened_by_cut(self) -> bool:
+        """Return True when a plain radix tree's match would have held the whole run, and the hybrid tree's cut
+        back to a saved state re-opened it."""
+        return (
+            self.plain is not None
+            and self.plain > self.matched
+            and prefix_cut(self.offsets, self.plain) == "cached"
+            and prefix_cut(self.offsets, self.matched) != "cached"
+        )
+
     def describe(self) -> str:
         """Return one line: the image, what supplied it, in which pass, and any cut by the prefix."""
         where = f"{self.rid} image {self.image} ({self.label}, pad tokens {self.offsets[0]}..{self.offsets[1]})"
@@ -65,20 +79,27 @@ class ImageSupply:
             if self.cut_by_prefix
             else ""
         )
+        if self.reopened_by_cut:
+            cut += (
+                f"; re-opened by the hybrid tree's cut back: the request shares {self.plain} tokens with earlier ones "
+                f"(a plain radix tree would hold the whole image), but the deepest saved state is at {self.matched}"
+            )
         return f"{where}: {self.supplier} ({passes}){cut}"
 
     def to_json(self) -> dict[str, object]:
-        """Return ``{"request", "image", "label", "offsets", "matched_prefix", "supplier", "passes",
-        "cut_by_prefix"}``."""
+        """Return ``{"request", "image", "label", "offsets", "matched_prefix", "plain_match", "supplier", "passes",
+        "cut_by_prefix", "reopened_by_cut"}``."""
         return {
             "request": self.rid,
             "image": self.image,
             "label": self.label,
             "offsets": list(self.offsets),
             "matched_prefix": self.matched,
+            "plain_match": self.plain,
             "supplier": self.supplier,
             "passes": [{"pass": k, "supplier": who} for k, who in self.by_pass],
             "cut_by_prefix": self.cut_by_prefix,
+            "reopened_by_cut": self.reopened_by_cut,
         }
 
 

@@ -101,6 +101,8 @@ class ForwardRequest:
     extend: int
     length: int  # the prompt's length
     matched: int = 0  # the radix prefix it started from: tokens [0, matched) were cached, never prefilled
+    shared: int = 0  # what it shared with the tree's earlier requests (a plain radix tree's match); >= matched
+    states: tuple[int, ...] = ()  # saved linear-attention states on its prompt: where the tree held or took one
 
     @property
     def window(self) -> tuple[int, int]:

@@ -29,8 +29,9 @@ from ..request.settings import ServerSettings
 from ..request.sides import BuiltRequest, build_request, encoder_preprocesses
 from ..request.token_ids import scheduled_requests
 from ..request.workload import Request, Workload
-from ..scheduler.event_loop import Pass, radix_prefixes, schedule
+from ..scheduler.event_loop import Pass, Schedule, radix_prefixes, schedule
 from ..scheduler.flags import LoadSettings
+from ..scheduler.tree import PrefixMatch
 from ..split.ranks import check_tp_size
 from ..split.trace import ErrorInfo, Trace
 from ..split.verdict import Status
@@ -41,12 +42,6 @@ from .rows import Rows, Source
 from .scheduled import scheduler_steps
 from .supply import ImageSupply, pass_supplier
 from .trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
-
-MAMBA_NOTE = (
-    "the radix prefixes shown are the plain radix tree's (RadixCache); Kimi-K3's text model is hybrid linear "
-    "attention, so its server keeps a match only back to a node holding a saved linear-attention state "
-    "(UnifiedRadixCache with its mamba component): a real prefix can be shorter, or none (docs/whatif.md)"
-)
 
 
 @dataclass
@@ -76,7 +71,7 @@ class LoadResult:
     load: LoadSettings
     built: list[BuiltRequest]
     prompts: list[Prompt]
-    plans: list[Pass]  # the scheduler's prefill passes
+    schedule: Schedule  # the scheduler's config, prefill passes and saved states
     passes: list[ForwardTrace]  # the passes replayed, up to and including the first that raised
     encoder_runs: list[EncoderRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -87,11 +82,27 @@ class LoadResult:
         return next((k for k, p in enumerate(self.passes) if p.error is not None), None)
 
     @property
+    def plans(self) -> tuple[Pass, ...]:
+        """Return the scheduler's prefill passes, in order."""
+        return self.schedule.passes
+
+    @property
     def matched(self) -> list[int]:
         """Return each request's radix prefix: the tokens it started from the cache, never prefilled (0 when it was
         never prefilled)."""
         prefixes = radix_prefixes(self.plans)
         return [prefixes.get(r.rid, 0) for r in self.workload.requests]
+
+    def prefix_matches(self) -> list[PrefixMatch | None]:
+        """Return each request's radix match when it was first admitted (None: never admitted): the FULL match, the
+        saved state it was cut back to, what a plain radix tree would have matched, the branching point."""
+        first: dict[str, PrefixMatch] = {}
+        for plan in self.plans:
+            for window in plan.windows:
+                match = None if plan.formed is None else plan.formed.match_of(window.rid)
+                if match is not None:
+                    first.setdefault(window.rid, match)
+        return [first.get(r.rid) for r in self.workload.requests]
 
     def index(self, rid: str) -> int:
         """Return the workload position of the request ``rid``."""
@@ -99,7 +110,7 @@ class LoadResult:
 
     def image_supplies(self) -> list[ImageSupply]:
         """Return where every image of every request got its rows: the radix prefix, the cache or a call."""
-        matched, out = self.matched, []
+        matched, matches, out = self.matched, self.prefix_matches(), []
         for r, (request, built, prompt) in enumerate(zip(self.workload.requests, self.built, self.prompts)):
             for i, (image, run) in enumerate(zip(built.images, prompt.pad_runs)):
                 by_pass = tuple(
@@ -108,7 +119,9 @@ class LoadResult:
                     for window in trace.batch
                     if window.index == r and window.touches(i)
                 )
-                out.append(ImageSupply(r, request.rid, i, image.label, run, matched[r], by_pass))
+                match = matches[r]
+                plain = None if match is None or not self.schedule.server.hybrid else match.plain
+                out.append(ImageSupply(r, request.rid, i, image.label, run, matched[r], by_pass, plain))
         return out
 
     @property
@@ -176,18 +189,30 @@ class LoadResult:
             "status": self.status.value,
             "error": None if error is None else error.to_json(),
             "failing_pass": self.failing_pass,
+            "server": self.schedule.server.to_json(),
             "requests": [
                 {
                     **request.to_json(),
                     "prompt_length": prompt.length,
                     "pad_runs": [list(run) for run in prompt.pad_runs],
                     "forms": built.forms,
+                    "match": None
+                    if match is None
+                    else {
+                        "full": match.full,
+                        "plain": match.plain,
+                        "prefix": match.matched,
+                        "branching": match.branching,
+                    },
                 }
-                for request, prompt, built in zip(self.workload.requests, self.prompts, self.built)
+                for request, prompt, built, match in zip(
+                    self.workload.requests, self.prompts, self.built, self.prefix_matches()
+                )
             ],
+            "saves": [{"step": s.step, "request": s.rid, "depth": s.depth} for s in self.schedule.saves],
             "passes": [
                 {**self._plan_json(plan), "replay": trace.to_json() if trace is not None else None}
-                for plan, trace in zip(self.plans, [*self.passes, *([None] * (len(self.plans) - len(self.passes)))])
+                for plan, trace in zip(self.plans, [*self.passes, *[None] * (len(self.plans) - len(self.passes))])
             ],
             "images": [supply.to_json() for supply in self.image_supplies()],
             "encoder": [
@@ -239,13 +264,13 @@ def replay_workload(
     device: Any = "auto",
     cache: EmbeddingCache | None = None,
     built: list[BuiltRequest] | None = None,
-    plans: list[Pass] | None = None,
+    planned: Schedule | None = None,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
     ``cache`` is the embedding cache the workload starts with (a fresh one of ``load.cache_mb`` MB by
     default; it is copied, never changed); ``built`` are the requests' items when the caller already
-    built them with this release's request side (a sweep builds each once); ``plans`` the passes already
+    built them with this release's request side (a sweep builds each once); ``planned`` the schedule already
     planned for these requests and ``load`` on this release (they do not depend on the TP size). Raises
     :class:`~kimi_viz.errors.WhatIfError` for settings the release refuses or contradictory ones.
     """
@@ -262,16 +287,18 @@ def replay_workload(
         for r, b in zip(whole, built)
     ]
     notes = [sentence] if sglang_version.strip() != release.version else []
-    if plans is None:
+    if planned is None:
         reqs = scheduled_requests(workload, prompts, [list(b.images) for b in built])
-        plans = schedule(reqs, load, release.scheduler, release.version)
+        planned = schedule(reqs, load, release)
     items = _forward_items(whole, built, prompts, encoder_preprocesses(settings, release.request_side))
     encoder_runs: list[EncoderRun] = []
     if settings.epd:
         encoder_runs, items = _encode_server(workload, built, items, release, tp, mode, device)
-    if any(radix_prefixes(plans).values()):
-        notes.append(MAMBA_NOTE)
-    result = LoadResult(workload, release, tp, settings, load, built, prompts, plans, [], encoder_runs, notes)
+    server = planned.server
+    notes.append(
+        f"the server runs {server.describe()}" + (f" ({'; '.join(server.resolved)})" if server.resolved else "")
+    )
+    result = LoadResult(workload, release, tp, settings, load, built, prompts, planned, [], encoder_runs, notes)
     if result.encoder_error is not None:
         return result
     cache = (
@@ -293,13 +320,19 @@ def _replay_passes(
 ) -> None:
     """Replay every planned pass in order into ``result.passes``, one embedding cache carried along, up to the
     first that raises (it kills the scheduler process)."""
-    matched, load = result.matched, result.load
+    matched, load, matches = result.matched, result.load, result.prefix_matches()
     for plan in result.plans:
         batch = []
         for w in plan.windows:
             k = result.index(w.rid)
             prompt = result.prompts[k].length
-            batch.append(ForwardRequest(k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, matched[k]))
+            match = matches[k]
+            shared = matched[k] if match is None else max(match.full, match.plain or 0, matched[k])
+            held = () if match is None else match.states
+            states = tuple(sorted({*held, *(d for d in result.schedule.saves_of(w.rid) if d <= prompt)}))
+            batch.append(
+                ForwardRequest(k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, matched[k], shared, states)
+            )
         trace = replay_forward(
             batch,
             release=result.release,

@@ -7,8 +7,11 @@ x axis counts tokens. Per request of the batch, top to bottom:
   labelled ``r1:0 chelsea.png`` with its pad count; the pass's window ``[prefix, prefix + extend)`` is a
   thick dashed outline labelled with its bounds; the radix prefix the request started from,
   ``[0, matched)`` (cached, never prefilled: an image wholly inside it never reaches the call), is
-  cross-hatched over the prompt and labelled ``radix prefix (cached)``, with a legend entry (drawn
-  only where a request has one, so a pass without a cached prefix is drawn as before);
+  cross-hatched over the prompt and labelled ``radix prefix (cached)`` (with what it shared when Kimi-K3's
+  hybrid tree cut the hit back to a saved state), with a legend entry (drawn only where a request has one,
+  so a pass without a cached prefix is drawn as before); every saved linear-attention state on the
+  prompt (where the tree held one when the request was matched, and where the request saved its own) is
+  a dotted tick across the track, with its legend entry;
 * **rows landed**: which image's feature rows were written on each pad token (labelled with the rows'
   image and row numbers); the first pad token that receives another image's row is marked in
   vermillion with both names.
@@ -25,7 +28,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from matplotlib.axes import Axes
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..preprocess.layout import spans_of
@@ -42,6 +46,8 @@ OUTSIDE_FILL = "#BBBBBB"
 CACHED_HATCH = "xx"  # the radix prefix: cross-hatched, unlike any span's hatch (none or ///)
 CACHED_WORDS = "radix prefix (cached)"
 CACHED_LEGEND = f"{CACHED_WORDS}: reused from the tree, never prefilled"
+STATE_STYLE = (0, (1.5, 1.5))  # a saved state: a dotted tick across the prompt track
+STATE_LEGEND = "saved linear-attention state (Kimi-K3's hybrid tree resumes only here)"
 LEGEND_ROOM = 0.9  # data units added below the tracks for the legend, only when a prefix is cached
 CACHED_ROOM = 0.6  # data units added under a prompt with a cached prefix: a second line of labels
 _LOOKUP_WORDS = {
@@ -71,7 +77,8 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
     requests = list(trace.batch)
     tracks = 2 * len(requests) + 2
     cached = sum(1 for r in requests if r.matched > 0)
-    room = (LEGEND_ROOM if cached else 0.0) + CACHED_ROOM * cached  # data units, only for a cached prefix
+    legend = cached or any(r.states for r in requests)
+    room = (LEGEND_ROOM if legend else 0.0) + CACHED_ROOM * cached  # data units, only for a cached prefix
     ax = sized_axes(ax, (11.0, 1.4 + 0.95 * (tracks + room / (TRACK + GAP))))
     styles = _styles(trace)
     call_items = [i for call in trace.calls for i in call.items]
@@ -83,7 +90,7 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
         + [1]
     )
     top = tracks * (TRACK + GAP) + CACHED_ROOM * cached
-    bottom = -1.4 - (LEGEND_ROOM if cached else 0.0)
+    bottom = -1.4 - (LEGEND_ROOM if legend else 0.0)
     track_axes(ax, width, (bottom, top + 0.4), "token position (prompt tracks) / feature row (call tracks)")
     y = top - TRACK - GAP + 0.2
     first_wrong = trace.misplaced()[:1]
@@ -96,14 +103,13 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
     y -= TRACK + GAP
     _draw_outside_track(ax, trace, outside, tokens, y)
     _draw_forward_heading(ax, trace, len(requests), title)
+    handles: list = []
     if cached:
-        legend = ax.legend(
-            handles=[Patch(facecolor="white", edgecolor=TEXT_COLOR, hatch=CACHED_HATCH, label=CACHED_LEGEND)],
-            loc="lower right",
-            fontsize=LABEL_FONT,
-            framealpha=1.0,
-        )
-        legend.set_gid("cached-legend")
+        handles.append(Patch(facecolor="white", edgecolor=TEXT_COLOR, hatch=CACHED_HATCH, label=CACHED_LEGEND))
+    if any(r.states for r in requests):
+        handles.append(Line2D([], [], color=TEXT_COLOR, linestyle=STATE_STYLE, linewidth=2.0, label=STATE_LEGEND))
+    if handles:
+        ax.legend(handles=handles, loc="lower right", fontsize=LABEL_FONT, framealpha=1.0).set_gid("cached-legend")
     return ax
 
 
@@ -112,7 +118,7 @@ def _draw_call_track(
 ) -> None:
     """Draw the call's items in order, sized by the tokens each should yield, or why there is no call;
     returns nothing."""
-    _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
+    name = _track_name(ax, y, f"get_image_feature call ({len(call_items)} item{'s' if len(call_items) != 1 else ''})")
     if call_items:
         draw_row_track(
             ax,
@@ -122,6 +128,7 @@ def _draw_call_track(
             labels=[f"item {k}: {_name(i.source)}\n{i.tokens} tokens" for k, i in enumerate(call_items)],
             style_indices=[styles.get((i.source.request, i.source.image), 0) for i in call_items],
             gid_prefix="call",
+            name_px=name,
         )
     else:
         none = (
@@ -137,7 +144,7 @@ def _draw_outside_track(
 ) -> None:
     """Draw the looked-up images that stayed out of the call, grey and labelled with what they are;
     returns nothing."""
-    _track_name(ax, y, "not in the call")
+    name = _track_name(ax, y, "not in the call")
     if outside:
         draw_row_track(
             ax,
@@ -147,6 +154,7 @@ def _draw_outside_track(
             labels=[f"{_name(u.source)}\n{_LOOKUP_WORDS[u.outcome]}" for u in outside],
             colors=[OUTSIDE_FILL] * len(outside),
             gid_prefix="outside",
+            name_px=name,
         )
     else:
         none = (
@@ -175,8 +183,8 @@ def _draw_forward_heading(ax: Axes, trace: ForwardTrace, requests: int, title: s
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
 
 
-def _track_name(ax: Axes, y: float, text: str) -> None:
-    track_name(ax, y, text, f"track-{text.split(' ')[0]}", color=TEXT_COLOR)
+def _track_name(ax: Axes, y: float, text: str) -> float:
+    return track_name(ax, y, text, f"track-{text.split(' ')[0]}", color=TEXT_COLOR)
 
 
 def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float) -> None:
@@ -207,6 +215,7 @@ def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float
         gid_prefix=f"prompt-{request.rid}",
     )
     _draw_cached(ax, request, y)
+    _draw_states(ax, request, y)
     lo, hi = request.window
     ax.add_patch(
         Rectangle(
@@ -248,10 +257,26 @@ def _draw_cached(ax: Axes, request, y: float) -> None:
     )
 
 
+def _draw_states(ax: Axes, request, y: float) -> None:
+    """Tick every saved linear-attention state on the request's prompt (dotted, above the spans); returns nothing.
+    Draws nothing for a request with none (a plain tree, or nothing saved)."""
+    if not request.states:
+        return
+    ticks = [[(d, y - 0.3), (d, y + TRACK + 0.3)] for d in request.states]  # past the window outline
+    ax.add_collection(
+        LineCollection(
+            ticks, colors=TEXT_COLOR, linestyles=[STATE_STYLE], linewidths=2.0, zorder=5.5, gid=f"states-{request.rid}"
+        ),
+        autolim=False,
+    )
+
+
 def _label_cached(ax: Axes, request, y: float, window: tuple[float, str, str]) -> None:
     """Write ``radix prefix (cached) [0, matched)`` under the prompt track from its left edge, beside the window's
     label, or a line lower (in the room left for it) when it would run into that label; returns nothing."""
     text = f"{CACHED_WORDS} [0, {request.matched})"
+    if request.shared > request.matched:
+        text += f": {request.shared} shared, cut back to the saved state"
     x0, x1 = ax.get_xlim()
     tokens_per_px = (x1 - x0) / ax.bbox.width
     dpi = ax.figure.dpi

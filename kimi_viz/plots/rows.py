@@ -86,8 +86,12 @@ def plan_labels(
     track_height_px: float,
     fontsize: float,
     dpi: float,
+    reserved: Sequence[tuple[float, float]] = (),
 ) -> tuple[list[LabelPlacement | None], int]:
     """Return a placement per label and the number of outside levels used.
+
+    ``reserved`` are pixel intervals already taken on the first outside level (a track's name written
+    there): no label is placed over them.
 
     A label goes inside its span when its estimated box fits the span's on-screen width and the
     track's height. Otherwise it goes outside on one line, on the lowest level where it does not
@@ -111,7 +115,7 @@ def plan_labels(
     half = axes_width_px / 2
     left_group = sorted((o for o in outside if o[1] < half), key=lambda o: -o[1])
     right_group = sorted((o for o in outside if o[1] >= half), key=lambda o: o[1])
-    levels: list[list[tuple[float, float]]] = []  # occupied pixel intervals per level
+    levels: list[list[tuple[float, float]]] = [list(reserved)] if reserved else []  # occupied px per level
     for group, ha in ((left_group, "left"), (right_group, "right")):
         for i, middle, width, line in group:
             lo = middle if ha == "left" else middle - width
@@ -130,7 +134,7 @@ def plan_labels(
                 levels.append([])
             levels[level].append((lo, hi))
             placements[i] = LabelPlacement(False, level, shift * 72.0 / dpi, line, ha)
-    return placements, len(levels)
+    return placements, sum(1 for used in levels if any(u not in reserved for u in used))
 
 
 def fit_labels(
@@ -285,6 +289,7 @@ def draw_row_track(
     fontsize: float = LABEL_FONT,
     gid_prefix: str = "span",
     zorder: float = 2.0,
+    name_px: float = 0.0,
 ) -> TrackArtists:
     """Draw one horizontal track of ``[start, end)`` spans into ``ax`` and return its artists.
 
@@ -300,7 +305,8 @@ def draw_row_track(
     Set the Axes' x and y limits *before* calling: a label goes inside its span only when it fits
     the span's on-screen size, otherwise above the track on staggered levels with a leader line.
     The fills are two PolyCollections (even and odd style index); labels get
-    ``gid=f"{gid_prefix}-label-{i}"``.
+    ``gid=f"{gid_prefix}-label-{i}"``. ``name_px`` is the width of a track name written from ``x = 0`` on
+    the first outside level: no label covers it.
     """
     n = len(spans)
     starts, ends, verts = _track_polygons(spans, y=y, height=height, x_scale=x_scale, x_offset=x_offset)
@@ -318,6 +324,7 @@ def draw_row_track(
         track_height_px=_track_height_px(ax, height),
         fontsize=fontsize,
         dpi=ax.figure.dpi,
+        reserved=[(_x_to_px(ax, 1.0, 0.0)(0.0), _x_to_px(ax, 1.0, 0.0)(0.0) + name_px)] if name_px else (),
     )
     level_height_pt = LINE_HEIGHT_EM * fontsize + 3.0
     for i, place in enumerate(placements):

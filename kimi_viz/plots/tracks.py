@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 
 from .palette import DIVERGENCE_COLOR
-from .rows import LABEL_FONT
+from .rows import LABEL_FONT, LABEL_PAD_PX, text_size_px
 
 TRACK = 1.0  # a track's height (data units)
 GAP = 1.9  # room above a track for its name and outside labels
@@ -31,9 +31,14 @@ def track_axes(ax: Axes, width: float, ylim: tuple[float, float], xlabel: str) -
     ax.set_xlabel(xlabel)
 
 
-def track_name(ax: Axes, y: float, text: str, gid: str, *, color: str | None = None) -> None:
-    """Write a track's name in bold just above the track whose bottom is at ``y``."""
+NAME_BOLD = 1.12  # a bold name is about this much wider than text_size_px's estimate
+
+
+def track_name(ax: Axes, y: float, text: str, gid: str, *, color: str | None = None) -> float:
+    """Write a track's name in bold just above the track whose bottom is at ``y``; return its width in pixels
+    (to keep the track's labels off it)."""
     ax.text(0, y + TRACK + 0.08, text, fontsize=LABEL_FONT + 1, fontweight="bold", va="bottom", color=color, gid=gid)
+    return text_size_px(text, LABEL_FONT + 1, ax.figure.dpi)[0] * NAME_BOLD + LABEL_PAD_PX
 
 
 def error_text(ax: Axes, y: float, text: str, gid: str) -> None:

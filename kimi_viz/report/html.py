@@ -242,6 +242,39 @@ def batch_table_html(batch: Batch) -> str:
     return f'<table class="kv-batch"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
 
 
+def _table_rows(lines: list[str], start: int) -> int:
+    """Return where the text table whose header is ``lines[start]`` ends (its separator next, its rows padded so
+    the separator's gaps are spaces), or ``start`` when no table starts there."""
+    if start + 1 >= len(lines) or not set(lines[start + 1]) <= {"-", " "} or "-" not in lines[start + 1]:
+        return start
+    gaps = [k for k, c in enumerate(lines[start + 1]) if c == " "]
+    end = start + 2
+    while end < len(lines) and lines[end].strip() and all(k >= len(lines[end]) or lines[end][k] == " " for k in gaps):
+        end += 1
+    return end
+
+
+def question_html(text: str) -> str:
+    """Return the question's text as HTML: its tables in blocks that scroll sideways inside the page, every other
+    line wrapped at the page's width (nothing runs off the right edge)."""
+    lines, blocks, prose = text.splitlines(), [], []
+    k = 0
+    while k < len(lines):
+        end = _table_rows(lines, k)
+        if end == k:
+            prose.append(lines[k])
+            k += 1
+            continue
+        if prose:
+            blocks.append(f'<pre class="kv-question">{escape(chr(10).join(prose))}</pre>')
+            prose = []
+        blocks.append(f'<pre class="kv-question-table">{escape(chr(10).join(lines[k:end]))}</pre>')
+        k = end
+    if prose:
+        blocks.append(f'<pre class="kv-question">{escape(chr(10).join(prose))}</pre>')
+    return "".join(blocks)
+
+
 def _facts_html(facts: Mapping[str, Any]) -> str:
     rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts.items() if v not in (None, ""))
     return f'<dl class="kv-facts">{rows}</dl>'
@@ -303,7 +336,7 @@ def render_report(
             f"<figcaption>{escape(figure.caption)}</figcaption></figure>"
         )
     if question:
-        parts.append(f"<h2>The question</h2><pre>{escape(question)}</pre>")
+        parts.append(f"<h2>The question</h2>{question_html(question)}")
     if batch.forward_context is not None:
         parts.append(forward_context_html(batch.forward_context, verdict.divergence.first_image))
     parts += ["<h2>Every image</h2>", images_table_html(verdict, batch)]

@@ -124,6 +124,8 @@ figcaption { color: var(--muted); font-size: .95rem; }
 .kv-note { color: var(--muted); }
 .kv-fail { color: var(--fail); font-weight: 600; }
 .kv-pass { color: var(--pass); }
+pre.kv-question { white-space: pre-wrap; overflow-wrap: anywhere; margin: .3rem 0; }
+pre.kv-question-table { overflow-x: auto; max-width: 100%; margin: .3rem 0; padding-bottom: .3rem; }
 details { margin: .6rem 0; }
 details pre { max-height: 32rem; overflow: auto; background: var(--panel); padding: .6rem;
               border: 1px solid var(--line); }

@@ -41,13 +41,14 @@ DEMO_SCENARIOS = (
     "s12-hwc",
     "s13-zero-size",
 )
-# The workloads the demo tours after them: one load scenario per class S14-S17, then a chat's second turn (S18).
+# The workloads the demo tours after them: one load scenario per class S14-S17, then a chat's second turn (S18, S19).
 DEMO_LOAD_SCENARIOS = (
     "s14-two-requests-one-call",
     "s15-straddling-image",
     "s16-stale-cache-entry",
     "s17-stale-eager-split",
     "s18-prefix-reopens-image",
+    "s19-saved-state-reopens-image",
 )
 
 __all__ = sorted(_EXPORTS)

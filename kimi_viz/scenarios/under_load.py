@@ -115,6 +115,23 @@ def _s18() -> Workload:
     return Workload((first, Request("t2", (_image("coffee.png"),), continues="t1", arrival=1)))
 
 
+def _s19() -> Workload:
+    first = Request("t1", (_image("coffee.png"),), output=12, system=20, after=4)
+    return Workload((first, Request("t2", (_image("chelsea.png"),), continues="t1", arrival=1)))
+
+
+def _s1_across(calls: int, passes: int) -> LoadExpectation:
+    """0.5.18's S1 across requests or turns at attention-TP 2: rank 1 raises, 0.5.19 fixes it."""
+    return LoadExpectation(
+        Status.ERROR_REPRODUCED,
+        ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
+        (1,),
+        fixed_in="0.5.19",
+        calls=calls,
+        passes=passes,
+    )
+
+
 EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
 
 
@@ -130,14 +147,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         _s14,
         "0.5.18",
         2,
-        LoadExpectation(
-            Status.ERROR_REPRODUCED,
-            ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
-            (1,),
-            fixed_in="0.5.19",
-            calls=1,
-            passes=1,
-        ),
+        _s1_across(calls=1, passes=1),
     ),
     LoadScenario(
         "s15-straddling-image",
@@ -223,26 +233,41 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
     LoadScenario(
         "s18-prefix-reopens-image",
         "S18: a chat's second turn whose radix prefix ends inside the first turn's image (cache off)",
-        "Turn 1 sends camera.png (pad run 90..450 after a 50-token system prompt); turn 2 continues the chat with "
-        "coffee.png alone. Its radix prefix is turn 1's prompt and output floored to --page-size 64: 448, three "
-        "pad tokens short of camera.png's end, so camera.png overlaps turn 2's window again. With the embedding "
-        "cache off (SGLANG_VLM_CACHE_SIZE_MB=0) it is a miss and goes back into get_image_feature beside "
-        "coffee.png: a one-image turn makes a two-image call, and at attention-TP 2 rank 1 reads camera.png's "
-        "grid for coffee.png (S1 across turns). With the cache on, or a page that ends past the run, the call "
-        "holds coffee.png alone.",
+        "Turn 1 sends camera.png (pad run 90..450 after a 50-token system prompt, 484 prompt tokens); turn 2 "
+        "continues the chat with coffee.png alone. Its radix prefix is 448: the state turn 1's prefill saved (484 "
+        "floored to 64), which at --page-size 64 is also where a plain radix tree would stop (503 shared tokens "
+        "floored to the page), three pad tokens short of camera.png's end. So camera.png overlaps turn 2's window "
+        "again; with the embedding cache off (SGLANG_VLM_CACHE_SIZE_MB=0) it is a miss and goes back into "
+        "get_image_feature beside coffee.png: a one-image turn makes a two-image call, and at attention-TP 2 rank 1 "
+        "reads camera.png's grid for coffee.png (S1 across turns). With the cache on the call holds coffee.png "
+        "alone; a smaller page does not help on Kimi-K3 (the hybrid tree cuts the hit back to 448 anyway), "
+        "--disable-overlap-schedule does at page 1 (no_buffer saves a state at every insert).",
         ScenarioClass.S18,
         _s18,
         "0.5.18",
         2,
-        LoadExpectation(
-            Status.ERROR_REPRODUCED,
-            ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
-            (1,),
-            fixed_in="0.5.19",
-            calls=2,
-            passes=2,
-        ),
+        _s1_across(calls=2, passes=2),
         load=LoadSettings(page_size=64, cache_mb=0),
+    ),
+    LoadScenario(
+        "s19-saved-state-reopens-image",
+        "S19: a chat's second turn re-opening the first turn's last image at the default flags (cache off)",
+        "Turn 1 sends coffee.png (pad run 60..389, 395 prompt tokens) and gets 12 tokens back; turn 2 continues the "
+        "chat with chelsea.png. At the default flags (page 1, the overlap schedule, so --mamba-radix-cache-strategy "
+        "auto resolves to extra_buffer) Kimi-K3's hybrid tree saved turn 1's state only at 384 (395 floored to 64) "
+        "and took its KV only that far: turn 2 shares its first 407 tokens (turn 1's prompt and answer) with turn 1, "
+        "which a plain radix tree would match past coffee.png's end, but starts at 384, inside its pad run. The "
+        "image is re-opened; with the embedding cache off (SGLANG_VLM_CACHE_SIZE_MB=0), or once it evicted "
+        "coffee.png, it goes back into "
+        "get_image_feature beside chelsea.png and at attention-TP 2 rank 1 reads coffee.png's grid for "
+        "chelsea.png (S1 across turns). With the cache holding coffee.png, or --disable-overlap-schedule (no_buffer: "
+        "a state at every insert, turn 2 starts at 406), the call holds chelsea.png alone.",
+        ScenarioClass.S19,
+        _s19,
+        "0.5.18",
+        2,
+        _s1_across(calls=2, passes=2),
+        load=LoadSettings(cache_mb=0),
     ),
 )
 
