@@ -17,8 +17,9 @@ from parity.scheduler.workload import kit_schedule, kit_view, view_lines
 
 from kimi_viz.releases import RELEASES as TABLE
 from kimi_viz.scheduler.policy import Budget, add_waiting, continue_chunked, form_pass, policy_order
+from kimi_viz.scheduler.radix_cache import RadixCache
 from kimi_viz.scheduler.req import Image, Req
-from kimi_viz.scheduler.tree import PrefixMatch, RadixTree, pad_values, padded_ids, prefix_match
+from kimi_viz.scheduler.tree import PlainTree, PrefixMatch, pad_values, padded_ids, prefix_match
 
 RELEASES = ("0.5.18", "0.5.23")
 WIDE, ONE = TABLE["0.5.23"].scheduler, TABLE["0.5.18"].scheduler
@@ -33,7 +34,7 @@ def _req(rid: str, length: int, prefix: int) -> Req:
     return req
 
 
-def _matched(tree: RadixTree, ids) -> int:
+def _matched(tree: PlainTree, ids) -> int:
     return prefix_match(tree, ids).matched
 
 
@@ -127,16 +128,16 @@ def test_pad_values_per_release():
 
 
 def test_a_match_is_page_floored_capped_and_stops_at_a_different_image():
-    tree = RadixTree(page_size=16)
+    tree = PlainTree(page_size=16)
     prompt = list(range(64))
     tree.insert(prompt)
     assert _matched(tree, prompt) == 48  # capped at 63, floored to 48
     a = padded_ids(Req("a", (*range(40), Image(1, 30), 5)), WIDE)
     b = padded_ids(Req("b", (*range(40), Image(2, 30), 5)), WIDE)
-    tree = RadixTree(page_size=1)
+    tree = PlainTree(page_size=1)
     tree.insert(a)
     assert _matched(tree, b) == 40 and _matched(tree, a) == len(a) - 1
-    assert RadixTree(page_size=1, disabled=True).match(a) == 0
+    assert PlainTree(page_size=1, disabled=True).match(a) == 0
 
 
 def test_a_waiting_request_is_cut_at_the_page_ceiled_budget():
@@ -161,30 +162,52 @@ def test_three_ten_token_requests_do_not_share_a_32_token_chunk_at_page_16():
 
 
 def test_a_prefix_match_records_the_key_the_shared_tokens_and_the_page_floored_match():
-    tree = RadixTree(page_size=16)
+    tree = PlainTree(page_size=16)
     tree.insert(list(range(64)))
     match = prefix_match(tree, [*range(40), 999, *range(41, 70)])
     assert match == PrefixMatch(length=70, key=64, shared=40, matched=32, full=32)  # key: 69 capped, floored to 64
-    assert prefix_match(RadixTree(16, disabled=True), list(range(70))) == PrefixMatch(70, 0, 0, 0)
+    assert prefix_match(PlainTree(16, disabled=True), list(range(70))) == PrefixMatch(70, 0, 0, 0)
 
 
 def test_lpm_deprioritises_a_request_sharing_32_tokens_with_an_earlier_waiting_one():
-    tree = RadixTree(page_size=1)
+    tree = RadixCache(page_size=1)
     shared = list(range(40))
     queue = [[*shared, 1], [*shared, 2], [500, 501]]
     assert policy_order("lpm", queue, tree) == [0, 2, 1]
     assert policy_order("fcfs", queue, tree) == [0, 1, 2]
 
 
-def test_a_hybrid_match_is_cut_back_to_the_deepest_saved_state_and_names_its_branching_point():
-    tree = RadixTree(page_size=1, hybrid=True)
+def test_a_hybrid_match_is_cut_back_to_the_deepest_saved_state_and_splits_where_it_ends():
+    tree = RadixCache(page_size=1)
     ids = list(range(1000))
-    assert tree.insert(ids[:700], state=False) == 0  # FULL KV only: no state taken in
-    assert tree.insert(ids[:448], state=True) == 448
-    assert tree.insert(ids[:448], state=True) == 0  # already held
-    match = prefix_match(tree, ids[:800])
-    # FULL matches 700 tokens; the deepest state on the path is at 448; the grid point 640 lies beyond it
-    assert (match.full, match.matched, match.branching) == (700, 448, 640)
-    # a path that leaves the saved prefix before 448 finds no state at all
+    assert tree.insert(ids[:700], state=False)[1:] == (700, False)  # FULL KV only: no state taken in
+    assert tree.insert(ids[:448], state=True)[1:] == (0, True)  # a state on the split node at 448
+    assert tree.insert(ids[:448], state=True)[1:] == (0, False)  # already held
+    match = tree.match_prefix(ids[:799])
+    # FULL matches 700 tokens; the deepest state on the path is at 448
+    assert (match.full, match.depth, match.states) == (700, 448, (448,))
+    # a path that leaves the saved prefix before 448 finds no state, and splits the node where it leaves
     other = [*ids[:300], -1, *ids[301:800]]
-    assert prefix_match(tree, other) == PrefixMatch(800, 799, 300, 0, 300, 256)
+    assert (tree.match_prefix(other).full, tree.match_prefix(other).depth) == (300, 0)
+    assert sorted(n.depth for n in tree.nodes) == [300, 448, 700]
+    assert (tree.total, tree.states, tree.evictable) == (700, 1, 700)
+
+
+def test_eviction_takes_unlocked_leaves_least_recently_used_first_and_states_alone_from_inner_nodes():
+    tree = RadixCache(page_size=1)
+    system = list(range(384))
+    a, _, _ = tree.insert([*system, *range(1000, 1256)], state=True)
+    b, _, _ = tree.insert([*system, *range(2000, 2256)], state=True)
+    s, _, _ = tree.insert(system, state=True)  # splits at 384: a state on the inner node
+    c, _, _ = tree.insert(list(range(5000, 5512)), state=True)
+    tree.match_prefix([*system, *range(1000, 1256)])  # a is the most recent
+    assert (tree.total, tree.states) == (384 + 256 + 256 + 512, 4)
+    # two states: b's leaf goes whole (its KV and state), then s's state alone (its KV stays: a is below it)
+    freed = tree.evict(states=2)
+    assert (freed.tokens, freed.states) == (256, 2) and not s.state and b not in tree.nodes
+    assert tree.match_prefix([*system, *range(2000, 2100)]).depth == 0
+    # a locked prefix is never evicted: locking a protects its path
+    mamba = tree.lock(a)
+    assert tree.evictable == 512 and tree.evict(tokens=10).tokens == 512  # c, the only unlocked leaf
+    tree.unlock(a, mamba)
+    assert tree.evict(tokens=300).tokens == 256 + 384  # a's leaf, then s (now a leaf); nodes go whole

@@ -123,7 +123,7 @@ CALLS: dict[str, str] = {
     "sweep": "assert len(kv.sweep(pair).cells) == 16",
     "Sweep": "assert replace(kv.sweep(pair, tp_sizes=(2,))).exit_code == 1",
     "sweep_text": "assert 'clean from 0.5.19' in kv.sweep_text(kv.sweep(pair, tp_sizes=(2,)))",
-    "sweep_table": "assert len(kv.sweep_table(kv.sweep(kv.together(pair), tp_sizes=(2,))).rows) == 6",
+    "sweep_table": "assert len(kv.sweep_table(kv.sweep(kv.together(pair), tp_sizes=(2,))).rows) == 5",
     "minimize": "assert kv.minimize(pair, sglang_version='0.5.18', tp_size=2).kept == (0, 1)",
     "Minimized": "assert replace(kv.minimize(pair, sglang_version='0.5.18', tp_size=2)).units",
     "minimized_text": (

@@ -28,6 +28,7 @@ from ..request.sides import build_request
 from ..request.workload import Request, Workload
 from ..scheduler.flags import LoadSettings
 from ..split.verdict import Status
+from .protocol import workload_sees
 from .questions import PreparedWorkload, WorkloadQuestion, load_answer
 
 ANSWER_END_TOKENS = 1  # <|im_end|>: the model generates it after the answer's text
@@ -106,8 +107,9 @@ class ChatQuestion:
         return self.request.summary()
 
     def sees(self, release: Release) -> Hashable:
-        """Return the request side, the code path, the forward pass and the scheduler's rules."""
-        return release.request_side, release.code_path, release.forward, release.scheduler
+        """Return the request side, the code path, the forward pass and the scheduler's rules that can change the
+        passes under the workload's flags."""
+        return workload_sees(release, self.load)
 
     @property
     def load_settings(self) -> LoadSettings:
@@ -165,6 +167,12 @@ class PreparedChat:
             return Answer(release, tp_size, ChatReplay(outcome, None), status, None, errors, outcome.why(), stage=stage)
         result = self.workload.replay(tp_size, mode=mode, device=device)
         return replace(load_answer(result), replay=ChatReplay(outcome, result))
+
+    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+        """Return the answer's status at ``tp_size`` (the workload's replay alone, no why)."""
+        if self.workload is None:
+            return self.ask(tp_size, mode=mode, device=device).status
+        return self.workload.status(tp_size, mode=mode, device=device)
 
 
 __all__ = ["ChatQuestion", "PreparedChat", "chat_turns", "chat_workload"]

@@ -21,7 +21,6 @@ from ..releases import Release
 from ..request.settings import Mode
 from ..scheduler.flags import LoadSettings, alternatives
 from ..scheduler.server_args import ServerConfig, resolve_server
-from .fix import answer_on
 from .protocol import Question
 
 
@@ -37,7 +36,8 @@ def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", devic
         if same is not None and scheduler_only and _server_of(other, answer.release) == same:
             continue  # the server resolves it to what it runs already
         try:
-            status = answer_on(question.with_load(other), answer.release, answer.tp_size, mode, device).status
+            prepared = question.with_load(other).prepare(answer.release, mode)
+            status = prepared.status(answer.tp_size, mode=mode, device=device)
         except WhatIfError:  # a combination the release or the kit refuses: not a change to suggest
             continue
         tried.append(flag)

@@ -24,6 +24,17 @@ from ..request.settings import Mode
 from ..scheduler.flags import LoadSettings
 from ..split._replay import replay
 from ..split.batch import Batch
+from ..split.verdict import Status
+
+
+def workload_sees(release: Release, load: LoadSettings) -> Hashable:
+    """Return what of ``release`` a workload under ``load`` meets: its request side, code path, forward pass and
+    the scheduler rules that can change its passes (memory rules only with a pool given, the attention backends
+    only with one given)."""
+    rules = release.scheduler.seen_under(
+        memory_bounded=load.memory_given, backend_given=load.attention_backend is not None
+    )
+    return release.request_side, release.code_path, release.forward, rules
 
 
 class Prepared(Protocol):
@@ -31,6 +42,10 @@ class Prepared(Protocol):
 
     def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
         """Return the answer at ``tp_size`` (no fix search)."""
+        ...
+
+    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+        """Return only the answer's status at ``tp_size`` (what the flag search compares; no why)."""
         ...
 
 
@@ -119,6 +134,10 @@ class PreparedBatch:
     question: BatchQuestion
     release: Release
 
+    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+        """Return the answer's status at ``tp_size``."""
+        return self.ask(tp_size, mode=mode, device=device).status
+
     def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
         """Return the answer: the batch replayed with the release's code path."""
         batch, release = self.question.batch, self.release
@@ -128,4 +147,4 @@ class PreparedBatch:
         return batch_answer(trace, release)
 
 
-__all__ = ["BatchQuestion", "Prepared", "PreparedBatch", "Question"]
+__all__ = ["BatchQuestion", "Prepared", "PreparedBatch", "Question", "workload_sees"]

@@ -23,6 +23,7 @@ from ..request.workload import Workload
 from ..scheduler.event_loop import Schedule
 from ..scheduler.flags import LoadSettings
 from ..split.verdict import Status, build_verdict
+from .protocol import workload_sees
 from .why import load_why, request_why
 
 
@@ -70,6 +71,10 @@ class PreparedRequest:
 
     release: Release
     built: BuiltRequest
+
+    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+        """Return the answer's status at ``tp_size``."""
+        return self.ask(tp_size, mode=mode, device=device).status
 
     def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
         """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
@@ -140,6 +145,10 @@ class PreparedWorkload:
         """Return the answer: every prefill pass replayed (planned on the first ask)."""
         return load_answer(self.replay(tp_size, mode=mode, device=device))
 
+    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+        """Return the replay's status at ``tp_size`` (no why)."""
+        return Status(self.replay(tp_size, mode=mode, device=device).status)
+
     def replay(self, tp_size: int, *, mode: Mode, device: Any) -> LoadResult:
         """Return the workload replayed at ``tp_size`` (its passes planned on the first call)."""
         question = self.question
@@ -173,8 +182,9 @@ class WorkloadQuestion:
         return f"{len(self.workload.requests)} request(s), {self.workload.images} image(s)"
 
     def sees(self, release: Release) -> Hashable:
-        """Return the request side, the code path, the forward pass and the scheduler's rules."""
-        return release.request_side, release.code_path, release.forward, release.scheduler
+        """Return the request side, the code path, the forward pass and the scheduler's rules that can change the
+        passes under the workload's flags."""
+        return workload_sees(release, self.load)
 
     @property
     def load_settings(self) -> LoadSettings:

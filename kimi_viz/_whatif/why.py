@@ -17,6 +17,7 @@ from ..answer import RequestReplay
 from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..forward.workload_replay import LoadResult
 from ..releases import FIX_PRS, Release
+from ..scheduler.event_loop import radix_prefixes
 from ..split.verdict import Verdict, build_verdict
 
 
@@ -137,7 +138,7 @@ def load_why(result: LoadResult) -> str:
     failing = result.failing_pass
     if failing is not None:
         trace = result.passes[failing]
-        return " ".join([_why_pass(result, trace, failing), *_hits(result)])
+        return " ".join([_why_pass(result, trace, failing), *_hits(result), *_memory(result, failing)])
     for k, trace in enumerate(result.passes):
         wrong = trace.misplaced()
         if wrong:
@@ -151,6 +152,7 @@ def load_why(result: LoadResult) -> str:
                     f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
                     f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}",
                     *_hits(result),
+                    *_memory(result, k),
                 ]
             )
         for call in trace.calls:
@@ -159,6 +161,7 @@ def load_why(result: LoadResult) -> str:
                     [
                         f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}",
                         *_hits(result),
+                        *_memory(result, k),
                     ]
                 )
     calls = sum(len(t.calls) for t in result.passes)
@@ -174,6 +177,7 @@ def load_why(result: LoadResult) -> str:
             "every rank."
         )
     parts += _hits(result)
+    parts += _memory(result, None)
     parts += _straddles(result)
     warned = [w for t in result.passes for w in t.warnings]
     if warned:
@@ -238,6 +242,51 @@ def _hits(result: LoadResult) -> list[str]:
     return [
         f"Kimi-K3's hybrid tree ({server.tree}, {server.strategy}) cuts a hit back to a saved state: {'; '.join(cuts)}."
     ]
+
+
+def _memory(result: LoadResult, deciding: int | None) -> list[str]:
+    """Return a sentence on what memory pressure did (nothing when every pool is unbounded): retractions, prefixes
+    the tree evicted, and the requests that meet in the deciding pass only because of it."""
+    schedule = result.schedule
+    ample = result.with_ample_memory()
+    if ample is None:
+        return []
+    events = []
+    for retraction in schedule.retractions:
+        what = "aborted (out of memory even alone)" if retraction.aborted else "retracted"
+        events.append(
+            f"{retraction.rid} was {what} at step {retraction.step} (the KV pool ran short while decoding; its "
+            f"{retraction.outputs} outputs are prefilled again)"
+        )
+    ample_prefix = radix_prefixes(ample.passes)
+    evicting = [m.step for m in schedule.evictions if m.evicted_tokens]
+    for k, (request, prefix) in enumerate(zip(result.workload.requests, result.matched)):
+        lost = ample_prefix.get(request.rid, 0)
+        if prefix >= lost:
+            continue
+        admitted = next((p.step for p in result.plans for w in p.windows if w.rid == request.rid), None)
+        before = [step for step in evicting if admitted is None or step < admitted]
+        when = f" at step {before[-1]}" if before else ""
+        reopened = [f"{s.label}" for s in result.image_supplies() if s.request == k and prefix <= s.offsets[0] < lost]
+        back = f", so {', '.join(reopened)} went back into the window" if reopened else ""
+        events.append(
+            f"{request.rid}'s cached prefix was evicted{when}: it starts at {prefix} where ample memory leaves "
+            f"{lost}{back}"
+        )
+    if deciding is not None and deciding < len(result.passes):
+        plan = result.plans[deciding]
+        rids = sorted({w.rid for w in plan.windows})
+        shared = any(set(rids) <= {w.rid for w in p.windows} for p in ample.passes)
+        if len(rids) > 1 and not shared:
+            events.append(
+                f"with ample memory {', '.join(rids)} never share a pass; memory pressure put them together in "
+                f"pass {deciding + 1}"
+            )
+    if schedule.no_token:
+        events.append(f"the KV budget refused a request (NO_TOKEN) in {_count(len(schedule.no_token), 'step')}")
+    if not events:
+        return [f"Memory ({schedule.server.memory.describe()}) changed no pass here."]
+    return [f"Memory pressure ({schedule.server.memory.describe()}): {'; '.join(events)}."]
 
 
 def _straddles(result: LoadResult) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..scheduler.event_loop import SchedulerStep
+from ..scheduler.event_loop import Pressure, SchedulerStep
 from ..scheduler.policy import Budget, Offer
 from ..scheduler.tree import PrefixMatch
 from ..split.step_records import JsonObject
@@ -172,6 +172,13 @@ def _admission_step(scheduled: SchedulerStep) -> Step:
         when = "before each candidate" if before else "after each admission"
         note.append(f"Never offered (the budget was spent; budget_state() {when}): {', '.join(form.unoffered)}.")
     note.append(f"Cut: {form.chunked}, continued first next pass." if form.chunked else "Nobody cut.")
+    if form.stop == "no_token":
+        left = "" if form.rem_total is None else f" (rem_total_tokens left: {form.rem_total:g})"
+        note.append(f"The walk stopped on NO_TOKEN: the KV pool cannot take the next request{left}.")
+    elif form.stop == "rows":
+        note.append("The walk stopped: no request row is left (--max-running-requests).")
+    if scheduled.pressure is not None and not scheduled.pressure.quiet:
+        note.append(f"Memory since the previous pass: {memory_sentence(scheduled.pressure)}.")
     return Step(
         ADMISSION,
         "Admit the pass: budgets, windows, the cut",
@@ -184,9 +191,36 @@ def _admission_step(scheduled: SchedulerStep) -> Step:
             list(form.unoffered),
             form.chunked,
             _budget(form.budget),
+            form.stop,
+            form.rem_total,
+            None if scheduled.pressure is None else _pressure(scheduled.pressure),
         ),
         " ".join(note),
     )
 
 
-__all__ = ["scheduler_steps"]
+def memory_sentence(pressure: Pressure) -> str:
+    """Return what memory did before a pass, in words ("" when nothing)."""
+    parts = [f"{rid} retracted at step {step}" for step, rid in pressure.retracted]
+    if pressure.evicted_tokens or pressure.evicted_states:
+        parts.append(
+            f"the tree evicted {pressure.evicted_tokens} KV tokens and {pressure.evicted_states} saved "
+            f"state{'' if pressure.evicted_states == 1 else 's'}"
+        )
+    if pressure.refused_steps:
+        steps = pressure.refused_steps
+        shown = ", ".join(str(step) for step in steps[:4]) + (", …" if len(steps) > 4 else "")
+        parts.append(f"NO_TOKEN held prefill back at {len(steps)} step{'s' if len(steps) > 1 else ''} ({shown})")
+    return "; ".join(parts)
+
+
+def _pressure(pressure: Pressure) -> JsonObject:
+    return {
+        "retracted": [{"step": step, "rid": rid} for step, rid in pressure.retracted],
+        "evicted_tokens": pressure.evicted_tokens,
+        "evicted_states": pressure.evicted_states,
+        "no_token_steps": list(pressure.refused_steps),
+    }
+
+
+__all__ = ["memory_sentence", "scheduler_steps"]

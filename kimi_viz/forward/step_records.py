@@ -37,6 +37,9 @@ class PassAdmission(StepRecord):
     unoffered: list[str]
     cut: str | None
     end_budget: JsonObject
+    stop: str | None = None  # why the walk stopped early: no_token, other, rows (None: every candidate offered)
+    kv_budget_left: float | None = None  # rem_total_tokens at the end (None: the KV pool is unbounded)
+    memory: JsonObject | None = None  # since the previous pass: retractions, evictions, NO_TOKEN steps
 
 
 @frozen

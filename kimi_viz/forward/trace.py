@@ -103,6 +103,7 @@ class ForwardRequest:
     matched: int = 0  # the radix prefix it started from: tokens [0, matched) were cached, never prefilled
     shared: int = 0  # what it shared with the tree's earlier requests (a plain radix tree's match); >= matched
     states: tuple[int, ...] = ()  # saved linear-attention states on its prompt: where the tree held or took one
+    retracted: tuple[int, ...] = ()  # the steps at which it was retracted before this pass (prefilled again here)
 
     @property
     def window(self) -> tuple[int, int]:
@@ -197,6 +198,7 @@ class ForwardTrace:
     stage: Stage | None  # where it raised
     placements: list[Placement]
     lookups: list[Lookup] = field(default_factory=list)  # every overlapping item's cache lookup, in order
+    memory: str = ""  # what memory did since the previous pass (retractions, evictions), one sentence; "" quiet
 
     @property
     def outcome(self) -> Literal["ok", "error"]:

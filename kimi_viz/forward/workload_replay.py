@@ -39,7 +39,7 @@ from .cache import EmbeddingCache
 from .call import model_call, replay_call
 from .embedding import Encoder, call_encoder, produced_tokens, replay_forward
 from .rows import Rows, Source
-from .scheduled import scheduler_steps
+from .scheduled import memory_sentence, scheduler_steps
 from .supply import ImageSupply, pass_supplier
 from .trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 
@@ -103,6 +103,15 @@ class LoadResult:
                 if match is not None:
                     first.setdefault(window.rid, match)
         return [first.get(r.rid) for r in self.workload.requests]
+
+    def with_ample_memory(self) -> Schedule | None:
+        """Return the passes the same requests get with every pool unbounded (None: memory is unbounded already):
+        what memory pressure changed is the difference."""
+        if not self.schedule.server.memory.bounded:
+            return None
+        ample = replace(self.load, max_total_tokens=None, max_running_requests=None, max_mamba_cache_size=None)
+        reqs = scheduled_requests(self.workload, self.prompts, [list(b.images) for b in self.built])
+        return schedule(reqs, ample, self.release)
 
     def index(self, rid: str) -> int:
         """Return the workload position of the request ``rid``."""
@@ -210,6 +219,15 @@ class LoadResult:
                 )
             ],
             "saves": [{"step": s.step, "request": s.rid, "depth": s.depth} for s in self.schedule.saves],
+            "retractions": [
+                {"step": r.step, "request": r.rid, "outputs": r.outputs, "aborted": r.aborted}
+                for r in self.schedule.retractions
+            ],
+            "no_token_steps": list(self.schedule.no_token),
+            "evictions": [
+                {"step": m.step, "kv_tokens": m.evicted_tokens, "states": m.evicted_states}
+                for m in self.schedule.evictions
+            ],
             "passes": [
                 {**self._plan_json(plan), "replay": trace.to_json() if trace is not None else None}
                 for plan, trace in zip(self.plans, [*self.passes, *[None] * (len(self.plans) - len(self.passes))])
@@ -298,6 +316,7 @@ def replay_workload(
     notes.append(
         f"the server runs {server.describe()}" + (f" ({'; '.join(server.resolved)})" if server.resolved else "")
     )
+    notes.append(f"memory: {server.memory.describe()}")
     result = LoadResult(workload, release, tp, settings, load, built, prompts, planned, [], encoder_runs, notes)
     if result.encoder_error is not None:
         return result
@@ -320,18 +339,26 @@ def _replay_passes(
 ) -> None:
     """Replay every planned pass in order into ``result.passes``, one embedding cache carried along, up to the
     first that raises (it kills the scheduler process)."""
-    matched, load, matches = result.matched, result.load, result.prefix_matches()
+    load = result.load
+    admitted: dict[str, PrefixMatch] = {}  # each request's latest admission (a retracted one is matched again)
     for plan in result.plans:
         batch = []
         for w in plan.windows:
             k = result.index(w.rid)
             prompt = result.prompts[k].length
-            match = matches[k]
-            shared = matched[k] if match is None else max(match.full, match.plain or 0, matched[k])
+            now = None if plan.formed is None else plan.formed.match_of(w.rid)
+            if now is not None:
+                admitted[w.rid] = now
+            match = admitted.get(w.rid)
+            prefix = 0 if match is None else match.matched
+            shared = prefix if match is None else max(match.full, match.plain or 0, prefix)
             held = () if match is None else match.states
             states = tuple(sorted({*held, *(d for d in result.schedule.saves_of(w.rid) if d <= prompt)}))
+            retracted = tuple(r.step for r in result.schedule.retractions if r.rid == w.rid and r.step < plan.step)
             batch.append(
-                ForwardRequest(k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, matched[k], shared, states)
+                ForwardRequest(
+                    k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, prefix, shared, states, retracted
+                )
             )
         trace = replay_forward(
             batch,
@@ -343,6 +370,9 @@ def _replay_passes(
             chunked_prefill_size=load.chunked_prefill_size or -1,
             formed_by=() if plan.formed is None else scheduler_steps(batch, plan.formed),
         )
+        pressure = None if plan.formed is None else plan.formed.pressure
+        if pressure is not None and not pressure.quiet:
+            trace.memory = memory_sentence(pressure)
         result.passes.append(trace)
         if trace.error is not None:
             break

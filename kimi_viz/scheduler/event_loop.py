@@ -19,12 +19,21 @@
 The tree saves linear-attention states where the server's strategy says (``extra_buffer``: a prefill
 window's start plus multiples of the checkpoint grid, its branching point instead when that lies inside
 the window, and decode lengths on the decode grid; ``no_buffer``: every insert), and every insert stops
-at the request's saved state. Memory and request slots never run short.
+at the request's saved state.
+
+Memory (``docs/memory-notes.md``; :mod:`.memory`) is unbounded unless a pool is given. With
+``--max-total-tokens`` the KV pool is finite: the adder's KV budgets can refuse a request (``NO_TOKEN``,
+which also stops prefill until a running request leaves), every allocation evicts the tree's least
+recently used unlocked leaves when the pool is short, and a decode step that does not fit retracts the
+running requests with the fewest outputs (their KV freed, not inserted) back to the waiting queue; with
+``--max-running-requests`` the request rows bound a pass; with ``--max-mamba-cache-size`` the state slots
+are finite and the tree's saved states are evicted, least recently used first.
 
 Each :class:`Pass` carries the :class:`SchedulerStep` that formed it: the policy, every waiting
 request's :class:`~.tree.PrefixMatch` (with what a plain radix tree would have matched) and the
 adder's :class:`~.policy.PassForm` (its budgets, every offer, the cut), and the depths the tree took a
-state at while the pass's result was processed (``saves``).
+state at while the pass's result was processed (``saves``); a :class:`Schedule` also holds every
+retraction and, with bounded memory, each step's pools and evictions (:class:`MemoryStep`).
 """
 
 from __future__ import annotations
@@ -36,17 +45,40 @@ from .._records import frozen
 from ..errors import WhatIfError
 from ..releases import Release
 from ..scheduler_rules import SchedulerRules
+from .batch import Batch, MemoryStep, Retraction, Save, ScheduleState
 from .flags import LoadSettings
-from .policy import PassForm, active_policy, form_pass, mixed_decode_rows, policy_order, start_budget
+from .memory import KVBudget, NewTokenRatio
+from .policy import NO_TOKEN, PassForm, active_policy, form_pass, mixed_decode_rows, policy_order, start_budget
 from .req import Req, Window
 from .server_args import ServerConfig, resolve_server
-from .tree import PrefixMatch, RadixTree, padded_ids, prefix_match
+from .tree import PrefixMatch, padded_ids
+
+REFRESH_EVERY = 32  # WAITING_PREFIX_REFRESH_INTERVAL: fcfs refreshes waiting prefixes every 32nd pass (0.5.22+)
+REFRESH_FIRST = 128  # WAITING_QUEUE_PREFIX_MATCH_MAX
+
+
+@frozen
+class Pressure:
+    """What memory did before a pass (bounded memory): the requests retracted since the previous pass (step, rid),
+    what the tree evicted since then (through this pass's own allocations), and the steps whose walk stopped on
+    ``NO_TOKEN`` without forming a pass."""
+
+    retracted: tuple[tuple[int, str], ...]
+    evicted_tokens: int
+    evicted_states: int
+    refused_steps: tuple[int, ...]
+
+    @property
+    def quiet(self) -> bool:
+        """Return True when memory did nothing before the pass."""
+        return not (self.retracted or self.evicted_tokens or self.evicted_states or self.refused_steps)
 
 
 @frozen
 class SchedulerStep:
     """What the scheduler did in the step that formed one pass: the policy it ran, the rows the decoding requests
-    took from the budgets, each waiting request's radix match (by rid, in the policy's order) and the adder's walk."""
+    took from the budgets, each waiting request's radix match (by rid, in the policy's order), the adder's walk and
+    what memory did since the previous pass (None: memory unbounded)."""
 
     step: int
     policy: str
@@ -55,19 +87,11 @@ class SchedulerStep:
     matches: tuple[tuple[str, PrefixMatch], ...]
     form: PassForm
     server: ServerConfig
+    pressure: Pressure | None = None
 
     def match_of(self, rid: str) -> PrefixMatch | None:
         """Return request ``rid``'s radix match in this step, or None (the chunked request is not matched again)."""
         return next((m for r, m in self.matches if r == rid), None)
-
-
-@frozen
-class Save:
-    """A linear-attention state the tree took in: the step that inserted it, whose, and at which depth."""
-
-    step: int
-    rid: str
-    depth: int
 
 
 @frozen
@@ -85,15 +109,11 @@ class Pass:
 
 
 @dataclass(eq=False)
-class _Batch:
-    """A forward batch (``ScheduleBatch``): a prefill (maybe mixed) or a decode, its rows and its record."""
+class _Queued:
+    """A batch in flight and the pass it forms (None for a decode); its finishes are filled in when processed."""
 
-    extend: bool
-    reqs: list[Req]
-    chunked: Req | None = None
-    decoding: list[Req] = field(default_factory=list)  # mixed decode rows
-    formed: Pass | None = None  # the pass it forms; its finishes are filled in when its result is processed
-    tracked: dict[int, int] = field(default_factory=dict)  # id(row) -> the length a decode save is due at
+    batch: Batch
+    formed: Pass | None
 
 
 def _due(req: Req, step: int, finish_step: dict[str, int]) -> bool:
@@ -101,47 +121,33 @@ def _due(req: Req, step: int, finish_step: dict[str, int]) -> bool:
     return req.arrival <= step and (req.after is None or finish_step.get(req.after, step) < step)
 
 
-class _Scheduler:
-    """The scheduler's state between steps (``Scheduler``: its queues, running batch, tree and chunked request)."""
+class _Scheduler(ScheduleState):
+    """The scheduler between steps (``Scheduler``): its queues, running batch, chunked request, the batch in flight
+    (on top of :class:`~.batch.ScheduleState`: the tree, the pools and their bookkeeping)."""
 
     def __init__(self, server: ServerConfig, reqs: list[Req], release: Release) -> None:
-        self.server = server
-        self.rules = release.scheduler
-        self.release = release.version
-        self.tree = RadixTree(server.page_size, server.disable_radix_cache, hybrid=server.hybrid)
-        self.plain = RadixTree(server.page_size, server.disable_radix_cache)  # every insert whole: what-if only
+        super().__init__(server, release)
         self.pending = [req.given() for req in reqs]
         self.waiting: list[Req] = []
         self.running: list[Req] = []
+        self.batch_is_full = False
         self.chunked: Req | None = None
-        self.last: _Batch | None = None
-        self.queued: deque[_Batch] = deque()
+        self.last: Batch | None = None
+        self.queued: deque[_Queued] = deque()
         self.finish_step: dict[str, int] = {}
         self.passes: list[Pass] = []
-        self.saves: list[Save] = []
-        self.step_no = 0
+        self.no_token_steps: list[int] = []
+        self.refreshes = 0
+        self.kv: KVBudget | None = None  # the adder's KV budgets while a pass is formed
+        self.matched: dict[str, PrefixMatch] = {}  # the waiting requests matched while a pass is formed
+        self.formed_pass: Pass | None = None
+        self._retracted_from = 0  # the retractions and NO_TOKEN steps already told with an earlier pass
+        self._refused_from = 0
 
-    # --- the tree's inserts (mem_cache/common.py, the MAMBA component's cut) -----------------------------------
-    def _insert(self, req: Req, length: int, *, finished: bool) -> None:
-        """Put ``req``'s first ``length`` fill ids in the tree, cut to its saved state under ``extra_buffer``."""
-        ids = req.fill_ids()[:length]
-        self.plain.insert(ids)
-        if self.server.strategy == "extra_buffer":
-            cut = min(length, req.mamba_last_track_seqlen or 0)
-            depth = self.tree.insert(ids[:cut], state=True) if cut > 0 else 0
-            if not finished:
-                req.mamba_last_track_seqlen = None
-        else:
-            depth = self.tree.insert(ids, state=True)
-        if depth:
-            self.saves.append(Save(self.step_no, req.rid, depth))
-
-    def _release(self, req: Req) -> None:
-        """``release_kv_cache`` at a finish: the prompt and every output but the last (``kv_committed_len``)."""
-        self._insert(req, req.kv_committed_len, finished=True)
+    def finished(self, req: Req) -> None:
         self.finish_step[req.rid] = self.step_no
 
-    # --- forming a batch (get_next_batch_to_run) --------------------------------------------------------------
+    # --- arrivals and the merge (process_input_requests, get_next_batch_to_run) --------------------------------
     def _arrive(self) -> None:
         due = [r for r in self.pending if _due(r, self.step_no, self.finish_step)]
         for req in due:
@@ -153,67 +159,130 @@ class _Scheduler:
         """``stash_chunked_request``: the chunk just computed goes into the tree; it continues from its end."""
         req = self.chunked
         if req is not None and req.extend_end > req.prefix_len:
-            self._insert(req, req.extend_end, finished=False)
+            self.insert(req, req.extend_end, finished=False)
             req.prefix_len = req.extend_end
 
-    def _next_batch(self) -> _Batch | None:
+    def _next_batch(self) -> Batch | None:
         """``get_next_batch_to_run``: merge the last prefill's rows, form a prefill pass, else decode the running."""
         self._stash()
         last = self.last
         if last is not None and last.extend:
             exclude = {id(self.chunked), id(last.chunked)}
-            self.running += [r for r in last.reqs if not r.finished and id(r) not in exclude]
+            merged = [r for r in last.reqs if not r.finished and not r.retracted and id(r) not in exclude]
+            if len(merged) < len(last.reqs):
+                self.batch_is_full = False
+            if merged and not self.running:  # the prefill batch becomes the running batch, its flag unset
+                self.batch_is_full = False
+            self.running += merged
         if self.rules.filters_running_every_step:
-            self.running = [r for r in self.running if not r.finished]
+            kept = [r for r in self.running if not r.finished]
+            if len(kept) < len(self.running):
+                self.batch_is_full = False
+            self.running = kept
         batch = self._prefill()
         if batch is not None:
             return batch
-        return self._decode_running()
+        return self._update_running_batch()
 
     def _finishing_inflight(self, rows: list[Req]) -> set[int]:
-        """0.5.23 ``_reqs_finishing_inflight``: rows the queued result will finish by length (overlap only)."""
+        """0.5.22+ ``_reqs_finishing_inflight``: rows the queued result will finish by length (overlap only)."""
         if not (self.rules.skips_finishing_inflight and self.server.overlap and self.queued):
             return set()
-        queued = {id(r) for r in self.queued[0].reqs}
+        queued = {id(r) for r in self.queued[0].batch.reqs}
         return {id(r) for r in rows if id(r) in queued and len(r.output_ids) + 1 >= r.max_new_tokens}
 
-    def _filter_running(self) -> None:
-        """``filter_batch``: drop finished rows (0.5.23: and rows finishing in flight)."""
+    def _update_running_batch(self) -> Batch | None:
+        """``update_running_batch``: the decode memory check, retraction or the ratio's decay, then one token each."""
+        if not self.running:
+            return None
+        initial = len(self.running)
         gone = self._finishing_inflight(self.running)
         self.running = [r for r in self.running if not r.finished and id(r) not in gone]
-
-    def _decode_running(self) -> _Batch | None:
-        """``update_running_batch``: the running rows decode one token (none: nothing runs)."""
+        if not self.running:
+            self.batch_is_full = False
+            return None
+        short = not self.check_decode_mem(self.running)
+        if short and gone:  # the queued result frees them this step: decode the rest next step
+            self.batch_is_full = False
+            return None
+        if short:
+            kept, retracted, aborted = self.retract_decode(self.running)
+            self.running = kept
+            self.ratio.current = NewTokenRatio.after_retract(
+                [len(r.output_ids) for r in kept], [r.max_new_tokens for r in kept]
+            )
+            for req in aborted:
+                self.finished(req)
+            self.waiting += retracted
+        else:
+            self.ratio.decay_step()
+        if len(self.running) < initial:
+            self.batch_is_full = False
         if not self.running:
             return None
-        self._filter_running()
-        if not self.running:
-            return None
-        batch = _Batch(False, list(self.running))
-        for req in self.running:
-            req.kv_committed_len += 1  # prepare_for_decode: one more token of KV
-            if self.server.strategy == "extra_buffer" and req.kv_committed_len % self.server.decode_grid == 0:
-                batch.tracked[id(req)] = req.kv_committed_len  # a save due at this length, set by the result
-        return batch
+        return self.prepare_for_decode(list(self.running))
 
-    def _match(self, req: Req) -> PrefixMatch:
-        """``init_next_round_input(tree)``: the request starts from its match; a branching point is kept."""
-        match = prefix_match(self.tree, req.fill_ids(), self.server.checkpoint_grid)
-        plain = prefix_match(self.plain, req.fill_ids()).matched
-        req.prefix_len = match.matched
-        req.mamba_branching_seqlen = match.branching
-        return replace(match, plain=plain)
+    # --- forming a prefill pass (_get_new_batch_prefill_raw) --------------------------------------------------
+    def _allocatable(self, running: int, held: int) -> float:
+        """``get_num_allocatable_reqs``: the micro-batch room and the free request rows."""
+        rows = self.server.memory.request_rows
+        if rows is None:
+            return float("inf")
+        return min(rows - running, self.pools.rows_available() + held)
 
-    def _prefill(self) -> _Batch | None:
-        """``_get_new_batch_prefill_raw``: the adder's pass, its windows and save points set (None: no pass)."""
-        if not self.waiting and self.chunked is None:
-            return None
+    # the Walk the adder calls back
+    def match(self, req: Req) -> None:
+        """``init_next_round_input(tree)``: the request starts from its match (copying the matched state into a
+        slot of its own); a branching point is kept."""
+        self.matched[req.rid] = self.match_waiting(req, self.group_free)
+
+    def has_room(self, admitted: int, held: int) -> bool:
+        if admitted >= self._allocatable(len(self.running), held):
+            self.batch_is_full = True
+            return False
+        return True
+
+    def admitted(self, req: Req) -> None:
+        if req.last_node is not None:
+            self.lock_prefix(req, req.last_node)
+
+    def refused(self, req: Req) -> None:
+        self.drop_cow_slot(req)
+
+    def _order(self) -> None:
+        """``calc_priority``: the policy's order (lpm matches every waiting request); 0.5.22+ fcfs refreshes the
+        first 128 waiting prefixes' recency every 32nd call, the queue's head last."""
         server = self.server
-        order = policy_order(server.schedule_policy, [r.fill_ids() for r in self.waiting], self.tree)
-        self.waiting = [self.waiting[k] for k in order]
-        matches = [(req.rid, self._match(req)) for req in self.waiting]
+        if active_policy(server.schedule_policy, self.tree) == "lpm":
+            order = policy_order(server.schedule_policy, [r.fill_ids() for r in self.waiting], self.tree)
+            self.waiting = [self.waiting[k] for k in order]
+        elif self.rules.touches_waiting_prefixes and not self.tree.disabled:
+            if self.refreshes % REFRESH_EVERY == 0:
+                for req in reversed(self.waiting[:REFRESH_FIRST]):
+                    self.tree.match_prefix(req.fill_ids())
+            self.refreshes += 1
+
+    def _prefill(self) -> Batch | None:
+        """``_get_new_batch_prefill_raw``: the adder's pass, its windows and save points set (None: no pass)."""
+        rules, server = self.rules, self.server
+        if rules.clears_full_when_empty and not self.running:
+            self.batch_is_full = False
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        if self._allocatable(len(self.running), 0) <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        self._order()
         mixed = mixed_decode_rows(server, len(self.running))
-        formed = form_pass(start_budget(server, mixed), self.chunked, self.waiting, self.rules)
+        self.kv = self.kv_budget(self.running, mixed)
+        self.matched = {}
+        self.group_free = self.pools.mamba_available() >= len(self.waiting)  # alloc_group_begin pre-allocates
+        formed = form_pass(start_budget(server, mixed), self.chunked, self.waiting, rules, self)
+        self.kv = None
+        if formed.stop == NO_TOKEN:
+            self.no_token_steps.append(self.step_no)
+            busy = bool(formed.windows) or bool(self.running)
+            self.batch_is_full = busy if rules.no_token_fills_only_if_busy else True
         by_rid = {r.rid: r for r in self.waiting}
         if self.chunked is not None:
             by_rid[self.chunked.rid] = self.chunked
@@ -221,61 +290,69 @@ class _Scheduler:
         if not batch:
             return None
         offered = {o.rid for o in formed.offers}
-        step = SchedulerStep(
-            self.step_no,
-            active_policy(server.schedule_policy, self.tree),
-            self.rules,
-            mixed,
-            tuple((rid, m) for rid, m in matches if rid in offered),
-            formed,
-            server,
-        )
         admitted = {id(r) for r in batch}
         self.waiting = [r for r in self.waiting if id(r) not in admitted]
         self.chunked = None if formed.chunked is None else by_rid[formed.chunked]
         if self.chunked is not None:
             self.chunked.inflight_middle_chunks += 1
-        windows = tuple(formed.windows)
-        for req, window in zip(batch, windows):
-            req.extend_end = window.end
-            req.kv_committed_len = window.end
-            self._track_prefill(req, window)
-        decoding = self._mix() if server.mixed_chunk and self.running else []
-        record = Pass(self.step_no, windows, formed.chunked, tuple(r.rid for r in decoding), (), self.release, step)
-        return _Batch(True, batch + decoding, self.chunked, decoding, record)
+        prefill = self.prepare_for_extend(batch, list(formed.windows))
+        decoding = self._mix(prefill) if server.mixed_chunk and self.running else []
+        step = SchedulerStep(
+            self.step_no,
+            active_policy(server.schedule_policy, self.tree),
+            rules,
+            mixed,
+            tuple((rid, m) for rid, m in self.matched.items() if rid in offered),
+            formed,
+            server,
+            self._pressure(),
+        )
+        decoded = tuple(r.rid for r in decoding)
+        self.formed_pass = Pass(self.step_no, tuple(formed.windows), formed.chunked, decoded, (), self.release, step)
+        prefill.chunked = self.chunked
+        return prefill
 
-    def _track_prefill(self, req: Req, window: Window) -> None:
-        """``prepare_for_extend``'s extra-buffer save point: the window's start plus whole grids, or its branching
-        point when that lies inside the window (``_mamba_radix_cache_v2_req_prepare_for_extend``)."""
-        server = self.server
-        grid = server.checkpoint_grid
-        if server.strategy != "extra_buffer" or window.extend_input_len < grid:
-            return
-        start, end = window.prefix_len, window.end
-        save = start + window.extend_input_len // grid * grid
-        on_state_chunk = start + window.extend_input_len // server.state_chunk * server.state_chunk
-        read_to = end if on_state_chunk == save else save + 1
-        branch = req.mamba_branching_seqlen
-        if branch is not None and start < branch < read_to and (branch - start) % server.cache_chunk == 0:
-            save = branch
-        req.mamba_last_track_seqlen = save
+    def _pressure(self) -> Pressure | None:
+        """Return what memory did since the previous pass, and start counting again (None: memory unbounded)."""
+        if not self.server.memory.bounded:
+            return None
+        since = self.pools.since_pass
+        refused = tuple(step for step in self.no_token_steps[self._refused_from :] if step != self.step_no)
+        pressure = Pressure(
+            tuple((r.step, r.rid) for r in self.retractions[self._retracted_from :]),
+            since.tokens,
+            since.states,
+            refused,
+        )
+        since.tokens = since.states = 0
+        self._retracted_from, self._refused_from = len(self.retractions), len(self.no_token_steps)
+        return pressure
 
-    def _mix(self) -> list[Req]:
+    def _mix(self, prefill: Batch) -> list[Req]:
         """``mix_with_running``: the running rows decode inside the pass (never saving a state) and leave the
-        running batch."""
-        self._filter_running()
-        rows, self.running = self.running, []
-        for req in rows:
-            req.kv_committed_len += 1
+        running batch; 0.5.22+ first leaves out rows finishing in flight, and the rows sit out when their decode
+        memory does not fit."""
+        gone = self._finishing_inflight(self.running)
+        if gone:
+            self.batch_is_full = False
+        rows = [r for r in self.running if not r.finished and id(r) not in gone]
+        self.running = rows
+        if not rows:
+            return []
+        if self.rules.mixed_checks_decode_mem and not self.check_decode_mem(rows):
+            return []
+        self.mix_decode(prefill, rows)
+        self.running = []
         return rows
 
     # --- processing a result (process_batch_result) -----------------------------------------------------------
-    def _process(self, batch: _Batch) -> None:
+    def _process(self, queued: _Queued) -> None:
         """Commit the batch's tokens: finishes release into the tree, unfinished prompts are inserted."""
+        batch = queued.batch
         finished: list[str] = []
         decoding = {id(r) for r in batch.decoding}
         for req in batch.reqs:
-            if req.finished:
+            if req.finished or req.retracted:
                 continue
             if batch.extend and id(req) not in decoding and req.inflight_middle_chunks > 0:
                 req.inflight_middle_chunks -= 1
@@ -284,27 +361,40 @@ class _Scheduler:
             if id(req) in batch.tracked:
                 req.mamba_last_track_seqlen = batch.tracked[id(req)]
             if req.finished:
-                self._release(req)
+                self.release_req(req)
+                self.finished(req)
                 finished.append(req.rid)
             elif batch.extend and id(req) not in decoding:
-                self._insert(req, req.extend_end, finished=False)
-        if batch.formed is not None:
-            self.passes.append(replace(batch.formed, finished=tuple(finished)))
+                self.insert(req, req.extend_end, finished=False)
+        if queued.formed is not None:
+            self.passes.append(replace(queued.formed, finished=tuple(finished)))
 
     def step(self) -> None:
         """One iteration of ``event_loop_overlap`` (the default) or ``event_loop_normal``."""
         self._arrive()
+        self.formed_pass = None
         batch = self._next_batch()
+        queued = None if batch is None else _Queued(batch, self.formed_pass)
         if not self.server.overlap:
-            if batch is not None:
-                self._process(batch)
+            if queued is not None:
+                self._process(queued)
+            else:
+                self._on_idle()
         else:
-            if batch is not None:
-                self.queued.append(batch)
+            if queued is not None:
+                self.queued.append(queued)
             if self.last is not None:
                 self._process(self.queued.popleft())
+            elif batch is None:
+                self._on_idle()
         self.last = batch
+        self.record_memory()
         self.step_no += 1
+
+    def _on_idle(self) -> None:
+        """``on_idle``: a fully idle server resets ``new_token_ratio``."""
+        if not self.waiting and not self.running and self.chunked is None:
+            self.ratio.reset()
 
     @property
     def done(self) -> bool:
@@ -315,29 +405,56 @@ class _Scheduler:
 @frozen
 class Schedule:
     """What a release's scheduler did with a workload: the server config it ran, every prefill pass in order of
-    its step, and every linear-attention state its tree took in."""
+    its step, every linear-attention state its tree took in, every retraction, the steps whose walk stopped on
+    ``NO_TOKEN`` and, with bounded memory, the pools after each step."""
 
     server: ServerConfig
     passes: tuple[Pass, ...]
     saves: tuple[Save, ...]
+    retractions: tuple[Retraction, ...] = ()
+    no_token: tuple[int, ...] = ()
+    memory: tuple[MemoryStep, ...] = ()
 
     def saves_of(self, rid: str) -> list[int]:
         """Return the depths the tree took a state at from request ``rid``, in order."""
         return [s.depth for s in self.saves if s.rid == rid]
+
+    @property
+    def evictions(self) -> list[MemoryStep]:
+        """Return the steps in which the tree evicted KV tokens or states."""
+        return [m for m in self.memory if m.evicted_tokens or m.evicted_states]
 
 
 def schedule(reqs: list[Req], load: LoadSettings, release: Release, max_steps: int | None = None) -> Schedule:
     """Return the :class:`Schedule` the kit's model of ``release``'s scheduler forms for ``reqs`` under ``load``:
     each prefill pass with the :class:`SchedulerStep` that formed it. The requests given are not changed.
     ``max_steps`` defaults to enough for every prompt and output token. Raises SettingNotInReleaseError for flags
-    the release refuses for Kimi-K3 (:func:`~.server_args.resolve_server`)."""
+    the release refuses for Kimi-K3 (:func:`~.server_args.resolve_server`), WhatIfError for a request the KV pool
+    could never hold."""
     server = resolve_server(load, release)
-    limit = max_steps if max_steps is not None else 1000 + 2 * sum(r.max_new_tokens + r.length for r in reqs)
+    pool = server.memory.kv_pool
+    if pool is not None:
+        for req in reqs:
+            need = req.length + req.max_new_tokens + 2 * server.page_size
+            if need >= pool:
+                raise WhatIfError(
+                    f"request {req.rid}: its {req.length} prompt tokens and {req.max_new_tokens} outputs need "
+                    f"{need} KV tokens, but --max-total-tokens is {pool}; give a larger pool (SGLang would cut its "
+                    "outputs short)"
+                )
+    limit = max_steps if max_steps is not None else 1000 + 4 * sum(r.max_new_tokens + r.length for r in reqs)
     scheduler = _Scheduler(server, reqs, release)
     while scheduler.step_no < limit:
         scheduler.step()
         if scheduler.done:
-            return Schedule(server, tuple(sorted(scheduler.passes, key=lambda p: p.step)), tuple(scheduler.saves))
+            return Schedule(
+                server,
+                tuple(sorted(scheduler.passes, key=lambda p: p.step)),
+                tuple(scheduler.saves),
+                tuple(scheduler.retractions),
+                tuple(scheduler.no_token_steps),
+                tuple(scheduler.memory),
+            )
     raise WhatIfError(f"the workload did not finish in {limit} scheduler steps")
 
 
@@ -350,4 +467,4 @@ def radix_prefixes(passes: tuple[Pass, ...] | list[Pass]) -> dict[str, int]:
     return prefixes
 
 
-__all__ = ["Pass", "Save", "Schedule", "SchedulerStep", "radix_prefixes", "schedule"]
+__all__ = ["Pass", "Pressure", "Schedule", "SchedulerStep", "radix_prefixes", "schedule"]

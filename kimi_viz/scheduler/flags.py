@@ -32,7 +32,7 @@ GPUS: tuple[Gpu, ...] = ("hopper", "blackwell", "rocm")
 PAGE_SIZES = (1, 16, 64)  # the page sizes attention backends commonly force, tried by the flag search
 OFF = -1  # how SGLang spells "off" for a count (--chunked-prefill-size -1); None in the record
 
-Kind = Literal["count", "switch", "choice", "megabytes"]
+Kind = Literal["count", "switch", "choice", "megabytes", "ratio"]
 
 
 @frozen
@@ -54,11 +54,14 @@ class Flag:
     searched: bool = True  # whether the flag search changes it
     needs: str | None = None  # tried only while this field is set (mixed chunk: chunking)
     off_words: str | None = None  # a switch turned off, as the flag search names it
+    grows: bool = False  # a pool the flag search tries twice as large (only while it is set)
 
     @property
     def metavar(self) -> str | None:
         """Return the option's metavar: ``N``, ``MB``, ``{a,b}``, or None for a switch."""
-        return {"count": "N", "megabytes": "MB", "switch": None}.get(self.kind, "{" + ",".join(self.choices) + "}")
+        return {"count": "N", "megabytes": "MB", "ratio": "X", "switch": None}.get(
+            self.kind, "{" + ",".join(self.choices) + "}"
+        )
 
     def parse(self, text: Any) -> Any:
         """Return the value a command-line ``text`` asks for; raise WhatIfError naming the option otherwise."""
@@ -66,6 +69,14 @@ class Flag:
             if text not in self.choices:
                 raise WhatIfError(f"{self.option} {text!r}: expected one of {', '.join(self.choices)}")
             return text
+        if self.kind == "ratio":
+            try:
+                ratio = float(text)
+            except (TypeError, ValueError):
+                raise WhatIfError(f"{self.option} {text!r}: expected a number > 0") from None
+            if not ratio > 0 or ratio > 100:
+                raise WhatIfError(f"{self.option} {ratio:g}: expected a number > 0 and at most 100")
+            return ratio
         low = -1 if self.can_be_off else self.low
         try:
             value = int(text)
@@ -83,6 +94,8 @@ class Flag:
             return self.option if value else (self.off_words or f"no {self.option}")
         if self.kind == "megabytes":
             return f"{self.sglang.split('`')[1]}={value:g}"
+        if self.kind == "ratio":
+            return f"{self.option} {value:g}"
         return f"{self.option} {OFF if value is None else value}"
 
     def search(self, current: Any) -> list[Any]:
@@ -90,6 +103,8 @@ class Flag:
         choices, a count's other page sizes, or off for a count that is on (its default when off)."""
         if not self.searched:
             return []
+        if self.grows:
+            return [] if current is None else [current * 2]
         if self.kind == "switch":
             return [not current]
         if self.kind == "choice":
@@ -232,6 +247,53 @@ FLAGS: tuple[Flag, ...] = (
         searched=False,
     ),
     Flag(
+        "max_total_tokens",
+        "--max-total-tokens",
+        "count",
+        "`--max-total-tokens`",
+        None,
+        "unset: sized from the GPU's free memory; a server prints it at start-up as `max_total_num_tokens=` (the "
+        "kit: unbounded)",
+        "the KV pool in tokens: the adder's budgets (NO_TOKEN), the tree's eviction and decode retraction",
+        low=1,
+        grows=True,
+    ),
+    Flag(
+        "max_running_requests",
+        "--max-running-requests",
+        "count",
+        "`--max-running-requests`",
+        None,
+        "unset: 2048, at most half the KV pool and the mamba pool over a request's state slots (the kit: "
+        "unbounded without a pool)",
+        "the request rows: a pass stops admitting when they are taken",
+        low=1,
+        grows=True,
+    ),
+    Flag(
+        "max_mamba_cache_size",
+        "--max-mamba-cache-size",
+        "count",
+        "`--max-mamba-cache-size`",
+        None,
+        "unset: 0.9/1.9 of the memory left after the weights; a server prints it at start-up as "
+        "`max_mamba_cache_size:` (the kit: unbounded)",
+        "the linear-attention state slots: running requests' and the tree's saved states, evicted when short",
+        low=1,
+        grows=True,
+    ),
+    Flag(
+        "schedule_conservativeness",
+        "--schedule-conservativeness",
+        "ratio",
+        "`--schedule-conservativeness`",
+        1.0,
+        "1.0: new_token_ratio starts at 0.7, decays by 0.001 a decode step to 0.098",
+        "how much of its remaining outputs a running request reserves (new_token_ratio = 0.7 x it, at most 1)",
+        tries=(2.0,),
+        needs="max_total_tokens",
+    ),
+    Flag(
         "cache_mb",
         "--mm-embedding-cache-size",
         "megabytes",
@@ -264,6 +326,10 @@ SEARCH_ORDER = (
     "mamba_radix_cache_strategy",
     "mamba_track_interval",
     "disable_overlap_schedule",
+    "max_total_tokens",
+    "max_running_requests",
+    "max_mamba_cache_size",
+    "schedule_conservativeness",
 )
 _DEFAULT = {flag.field: flag.default for flag in FLAGS}
 
@@ -288,6 +354,10 @@ class LoadSettings:
     disable_overlap_schedule: bool = _DEFAULT["disable_overlap_schedule"]
     attention_backend: str | None = _DEFAULT["attention_backend"]
     gpu: Gpu = _DEFAULT["gpu"]
+    max_total_tokens: int | None = _DEFAULT["max_total_tokens"]  # None: unbounded
+    max_running_requests: int | None = _DEFAULT["max_running_requests"]
+    max_mamba_cache_size: int | None = _DEFAULT["max_mamba_cache_size"]
+    schedule_conservativeness: float = _DEFAULT["schedule_conservativeness"]
 
     def __post_init__(self) -> None:
         chunk = self.chunked_prefill_size
@@ -297,6 +367,8 @@ class LoadSettings:
             object.__setattr__(self, "chunked_prefill_size", None)
         for flag in FLAGS:
             value = getattr(self, flag.field)
+            if flag.kind == "ratio" and not (isinstance(value, (int, float)) and 0 < value <= 100):
+                raise WhatIfError(f"{flag.option} {value!r}: expected a number > 0 and at most 100")
             if flag.kind in ("count", "megabytes") and value is not None and value < flag.low:
                 raise WhatIfError(f"{flag.option} {value}: expected a number >= {flag.low}")
             if flag.kind == "choice" and value not in flag.choices and not (value is None and flag.default is None):
@@ -307,6 +379,12 @@ class LoadSettings:
                 f"--chunked-prefill-size {chunk}: SGLang requires a multiple of --page-size {self.page_size}; "
                 "pick a chunk size that the page divides"
             )
+
+    @property
+    def memory_given(self) -> bool:
+        """Return True when a memory pool is given (``--max-total-tokens``, ``--max-running-requests`` or
+        ``--max-mamba-cache-size``): the replay then budgets, evicts and retracts."""
+        return any(v is not None for v in (self.max_total_tokens, self.max_running_requests, self.max_mamba_cache_size))
 
     def flags(self) -> str:
         """Return the SGLang settings these stand for, the flags as SGLang spells them (defaults left out)."""

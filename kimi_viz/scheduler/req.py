@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .._records import frozen
 
@@ -70,6 +71,17 @@ class Req:
     inflight_middle_chunks: int = field(default=0, init=False, repr=False)  # chunks whose result brings no token
     mamba_branching_seqlen: int | None = field(default=None, init=False, repr=False)
     mamba_last_track_seqlen: int | None = field(default=None, init=False, repr=False)  # where its next insert stops
+    # memory (docs/memory-notes.md): what it holds while it runs
+    last_node: Any = field(default=None, init=False, repr=False)  # the tree node its prefix ends at
+    lock: tuple[Any, bool] | None = field(default=None, init=False, repr=False)  # the node it keeps locked
+    protected: int = field(default=0, init=False, repr=False)  # cache_protected_len: its prefix in the tree
+    owned: int = field(default=0, init=False, repr=False)  # KV tokens it holds outside the tree
+    has_row: bool = field(default=False, init=False, repr=False)
+    working_slot: bool = field(default=False, init=False, repr=False)  # its running linear-attention state
+    ping_pong: int = field(default=0, init=False, repr=False)  # its track slots (extra_buffer)
+    retracted: bool = field(default=False, init=False, repr=False)  # is_retracted: its in-flight result is dropped
+    retractions: int = field(default=0, init=False, repr=False)
+    _outputs: list[int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -86,9 +98,14 @@ class Req:
 
     def outputs(self) -> list[int]:
         """Return the tokens this request generates, in order."""
-        if self.generated_ids is not None:
-            return list(self.generated_ids)
-        return [OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)]
+        if self._outputs is None:
+            if self.generated_ids is not None:
+                self._outputs = list(self.generated_ids)
+            else:
+                self._outputs = [
+                    OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)
+                ]
+        return list(self._outputs)
 
     # --- while scheduled ------------------------------------------------------------------------
     def fill_ids(self) -> tuple[int, ...]:
@@ -97,7 +114,10 @@ class Req:
 
     def emit(self) -> None:
         """Append the next generated token."""
-        self.output_ids.append(self.outputs()[len(self.output_ids)])
+        if self._outputs is None:
+            self.outputs()
+        assert self._outputs is not None
+        self.output_ids.append(self._outputs[len(self.output_ids)])
 
     @property
     def finished(self) -> bool:

@@ -27,9 +27,10 @@ import math
 from typing import Literal
 
 from .._records import frozen
-from ..errors import SettingNotInReleaseError
+from ..errors import SettingNotInReleaseError, WhatIfError
 from ..releases import Release
 from .flags import LoadSettings, SchedulePolicy
+from .memory import MemoryConfig, resolve_memory
 
 FLA_CHUNK = 64  # FLA's CHUNK_SIZE: Kimi-K3's config sets no mamba_chunk_size
 DEFAULT_BACKENDS = {"hopper": "fa3", "blackwell": "trtllm_mla", "rocm": "triton"}
@@ -55,6 +56,7 @@ class ServerConfig:
     decode_grid: int  # a decoding request saves its state at every multiple of this length
     state_chunk: int  # the FLA chunk a tracked prefill state is read on (_force_track_h)
     tree: str  # the tree cache the scheduler builds, as SGLang names it
+    memory: MemoryConfig  # the pools (unbounded unless a memory flag is given) and new_token_ratio
     resolved: tuple[str, ...] = ()  # what the release decided, one sentence each (auto, a backend's page)
 
     @property
@@ -74,8 +76,9 @@ class ServerConfig:
 
     def to_json(self) -> dict[str, object]:
         """Return ``{"tree", "strategy", "overlap", "attention_backend", "page_size", "checkpoint_grid",
-        "decode_grid", "resolved"}``: what the server runs, as resolved."""
+        "decode_grid", "resolved", "memory"}``: what the server runs, as resolved."""
         return {
+            "memory": self.memory.to_json(),
             "tree": self.tree,
             "strategy": self.strategy,
             "overlap": self.overlap,
@@ -169,6 +172,25 @@ def resolve_server(load: LoadSettings, release: Release) -> ServerConfig:
         tree = "UnifiedRadixCache (FULL + MAMBA)"
         if strategy == "no_buffer" and page != 1:
             raise _refuse(release, MAMBA_PAGE_ONE.format(page))
+    memory = resolve_memory(
+        load.max_total_tokens,
+        load.max_running_requests,
+        load.max_mamba_cache_size,
+        load.schedule_conservativeness,
+        strategy=strategy,
+        overlap=overlap,
+        at_least_one_row=rules.at_least_one_row,
+    )
+    if memory.bounded and page != 1:
+        raise WhatIfError(
+            f"--max-total-tokens / --max-running-requests / --max-mamba-cache-size at page {page}: the kit models "
+            "memory pressure at page 1 (a Hopper's default); give --page-size 1 or leave the pools unbounded"
+        )
+    if memory.request_rows is not None and memory.request_rows <= 0:
+        raise SettingNotInReleaseError(
+            f"SGLang {release.version} cannot start Kimi-K3 with these flags: Hybrid (mamba/linear-attention) state "
+            f"cache is too small to serve any requests. max_mamba_cache_size={load.max_mamba_cache_size}"
+        )
     interval = load.mamba_track_interval
     decode_grid = math.lcm(cache_chunk, interval) if rules.decode_track_on_checkpoint_grid else interval
     return ServerConfig(
@@ -186,6 +208,7 @@ def resolve_server(load: LoadSettings, release: Release) -> ServerConfig:
         decode_grid,
         FLA_CHUNK if rules.state_chunk_is_fla else cache_chunk,
         tree,
+        memory,
         tuple(said + snapped),
     )
 

@@ -11,16 +11,15 @@ images by hash. How the values are derived is the release's rule
   hash as 8 big-endian bytes)) & (2**62 - 1)`` (``_compute_pad_values``), cycled over the run
   (``MultimodalDataItem.padding_sequence``).
 
-:class:`RadixTree` holds what the scheduler inserted (``mem_cache/radix_cache.py`` ``RadixCache``:
-keys floored to the page size, matched page by page). Its FULL match of a request is the longest
-common prefix with any inserted key, floored to the page, over a key capped at ``len - 1`` (so a
-request always extends at least one token: ``Req.init_next_round_input``). Kimi-K3's tree is hybrid
-(``UnifiedRadixCache`` with a MAMBA component, ``docs/hybrid-tree-notes.md`` §2): it also holds the
-depths where a linear-attention state was saved, and a request starts only from the deepest of those
-on its FULL match (:func:`prefix_match`); when the FULL match reaches a checkpoint-grid point deeper
-than that, the request saves its own state there (its *branching point*). With the tree disabled
-(``--disable-radix-cache``) nothing matches and nothing is kept. Memory is taken as ample: nothing is
-ever evicted. ``docs/scheduler-notes.md`` §3 and §5 give the plain tree's rules.
+:func:`padded_ids` gives a request's ids with its pad values; :class:`PrefixMatch` records how a
+waiting request matched the tree — the key compared (capped at ``len - 1``, so a request always extends
+at least one token: ``Req.init_next_round_input``, floored to the page), the FULL match, and the prefix it
+starts from, which in Kimi-K3's hybrid tree (:mod:`.radix_cache`, ``docs/hybrid-tree-notes.md`` §2) is the
+deepest saved linear-attention state on the FULL match (its *branching point* a deeper checkpoint-grid
+point). :class:`PlainTree` is a plain radix tree's memory of every insert whole (``RadixCache``'s keys,
+floored to the page, matched page by page): the scheduler keeps one beside the hybrid tree to say what a
+plain tree would have matched, and ``lpm`` one of the waiting queue. ``docs/scheduler-notes.md`` §3 and
+§5 give the plain tree's rules.
 """
 
 from __future__ import annotations
@@ -88,16 +87,16 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
-class RadixTree:
-    """What the radix tree holds (the page-floored keys inserted so far, and in a hybrid tree the prefixes that
-    end at a saved linear-attention state) and how it matches a key."""
+class PlainTree:
+    """A plain radix tree's memory of what was inserted (``RadixCache`` without eviction): the page-floored keys.
 
-    def __init__(self, page_size: int, disabled: bool = False, hybrid: bool = False) -> None:
+    The scheduler keeps one beside Kimi-K3's hybrid tree, given every insert whole, to say what a plain tree
+    would have matched; ``lpm`` keeps one of the waiting queue (its in-batch check)."""
+
+    def __init__(self, page_size: int, disabled: bool = False) -> None:
         self.page_size = page_size
         self.disabled = disabled
-        self.hybrid = hybrid
         self.keys: list[tuple[int, ...]] = []
-        self.states: dict[int, set[tuple[int, ...]]] = {}  # depth -> the prefixes holding a state there
 
     def shared(self, ids: Sequence[int]) -> int:
         """Return the most leading tokens any inserted key shares with ``ids`` floored to the page (0 when disabled),
@@ -108,38 +107,17 @@ class RadixTree:
         return max((common_prefix(key, stored) for stored in self.keys), default=0)
 
     def match(self, ids: Sequence[int]) -> int:
-        """Return the longest cached prefix of ``ids`` (``match_prefix``: page-floored key and match; in a hybrid
-        tree cut back to the deepest saved state on it)."""
-        full = page_floor(self.shared(ids), self.page_size)
-        return self.state_depth(ids, full) if self.hybrid else full
+        """Return the longest cached prefix of ``ids`` (page-floored key and match)."""
+        return page_floor(self.shared(ids), self.page_size)
 
-    def state_depth(self, ids: Sequence[int], limit: int) -> int:
-        """Return the deepest saved state on ``ids``'s path at most ``limit`` tokens deep (0: the root)."""
-        for depth in sorted((d for d in self.states if 0 < d <= limit), reverse=True):
-            if tuple(ids[:depth]) in self.states[depth]:
-                return depth
-        return 0
-
-    def states_on(self, ids: Sequence[int], limit: int) -> tuple[int, ...]:
-        """Return the depths of every saved state on ``ids``'s path at most ``limit`` tokens deep, shallowest first."""
-        return tuple(d for d in sorted(self.states) if 0 < d <= limit and tuple(ids[:d]) in self.states[d])
-
-    def insert(self, ids: Sequence[int], *, state: bool = False) -> int:
-        """Insert ``ids`` floored to the page (a key already covered by a longer one adds no KV), with a saved state
-        at its end when ``state``; return the depth of a state the tree did not hold yet (0: none taken in)."""
+    def insert(self, ids: Sequence[int]) -> None:
+        """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
         if self.disabled:
-            return 0
+            return
         key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        if not key:
-            return 0
-        if not any(stored[: len(key)] == key for stored in self.keys):
+        if key and not any(stored[: len(key)] == key for stored in self.keys):
             self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
             self.keys.append(key)
-        held = self.states.setdefault(len(key), set())
-        if not (state and self.hybrid) or key in held:
-            return 0
-        held.add(key)
-        return len(key)
 
 
 @frozen
@@ -166,24 +144,18 @@ class PrefixMatch:
         return self.plain is not None and self.plain > self.matched
 
 
-def prefix_match(tree: RadixTree, fill_ids: Sequence[int], grid: int = 64) -> PrefixMatch:
-    """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in ``tree`` (``grid``: the hybrid
-    tree's checkpoint grid, for the branching point)."""
+def prefix_match(tree: PlainTree, fill_ids: Sequence[int]) -> PrefixMatch:
+    """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in a plain tree."""
     capped = fill_ids[: max(len(fill_ids) - 1, 0)]
     shared = tree.shared(capped)
     key = 0 if tree.disabled else page_floor(len(capped), tree.page_size)
     full = page_floor(shared, tree.page_size)
-    if not tree.hybrid:
-        return PrefixMatch(len(fill_ids), key, shared, full, full)
-    states = tree.states_on(capped, full)
-    matched = states[-1] if states else 0
-    branch = page_floor(full, grid)
-    return PrefixMatch(len(fill_ids), key, shared, matched, full, branch if branch > matched else None, states=states)
+    return PrefixMatch(len(fill_ids), key, shared, full, full)
 
 
 __all__ = [
+    "PlainTree",
     "PrefixMatch",
-    "RadixTree",
     "common_prefix",
     "pad_values",
     "padded_ids",

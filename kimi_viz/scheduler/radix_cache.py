@@ -1,0 +1,299 @@
+"""Kimi-K3's radix cache as SGLang keeps it: nodes, saved states, locks, recency and eviction.
+
+``mem_cache/unified_radix_cache.py`` with a FULL and a MAMBA component (``docs/hybrid-tree-notes.md``
+§2, ``docs/memory-notes.md`` §3), on the Python tree core's rules (0.5.23's Rust core gives the same
+results). A node holds a run of token ids (its FULL KV: one pool token per id) and maybe a saved
+linear-attention state (one mamba slot). What this module keeps, as SGLang does:
+
+* **the match** (:meth:`RadixCache.match_prefix`): the key walked page by page; a match ending inside
+  a node splits it (the new parent holds no state); the request starts from the deepest node on the
+  walk that holds a state (the root when none). The matched node and its ancestors are touched (their
+  ``last_access_time``: a counter, each ancestor a hair older) and the matched state becomes the
+  most recent in the MAMBA LRU;
+* **the insert** (:meth:`RadixCache.insert`): every node walked is touched; a new leaf takes the rest
+  of the key; the state goes on the last node (or refreshes the one there);
+* **locks** (:meth:`RadixCache.lock`): FULL on the node and every ancestor, MAMBA on the node only; a
+  locked node's KV is protected, not evictable;
+* **eviction**: FULL (:meth:`RadixCache.evict_tokens`) deletes unlocked leaves, least recently used
+  first (a leaf's state goes with it; its parent may then become a leaf); MAMBA
+  (:meth:`RadixCache.evict_states`) walks the states from the least recently used, skipping locked
+  ones: a leaf's whole node goes, an inner node's state is dropped alone (its KV stays).
+
+Where the releases differ (a split's recency, from 0.5.20) is the release's
+:class:`~kimi_viz.scheduler_rules.SchedulerRules`. Disabled (``--disable-radix-cache``): nothing matches,
+nothing is kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .tree import common_prefix, page_floor
+
+ANCESTOR_STEP = 0.00001  # each ancestor of a matched node is this much older (_match_post_processor)
+
+
+@dataclass(eq=False)
+class Node:
+    """One node: its run of ids, its children (by their first id or page), its KV and maybe a saved state."""
+
+    key: tuple[int, ...]
+    parent: Node | None
+    depth: int  # tokens from the root to the end of this node
+    last_access: float = 0.0
+    children: dict[object, Node] = field(default_factory=dict)
+    state: bool = False
+    lock: int = 0  # FULL lock_ref
+    mamba_lock: int = 0
+
+
+@dataclass
+class Evicted:
+    """What one eviction freed: KV tokens and saved states."""
+
+    tokens: int = 0
+    states: int = 0
+
+
+@dataclass(eq=False)
+class MatchResult:
+    """A match: the FULL walk's length, the node the request starts from (the deepest with a state), its depth,
+    and the depths of every saved state on the walk."""
+
+    full: int
+    node: Node
+    depth: int
+    states: tuple[int, ...]
+    shared: int  # the ids shared with the tree before the last node's match was floored to the page
+
+
+class RadixCache:
+    """The radix tree of one scheduler (hybrid: with saved states), with its locks, recency and eviction."""
+
+    def __init__(self, page_size: int, disabled: bool = False, split_keeps_recency: bool = False):
+        self.page_size = page_size
+        self.disabled = disabled
+        self.split_keeps_recency = split_keeps_recency  # 0.5.20+: a split leaves the lower state's LRU place
+        self._clock = 0.0
+        self.root = Node((), None, 0)
+        self.root.lock = 1  # the root is never evicted
+        self.total = 0  # KV tokens the tree holds
+        self.protected = 0  # of them, under a FULL lock
+        self.mamba_lru: dict[Node, None] = {}  # nodes holding a state, least recently used first
+        self.nodes: set[Node] = set()
+
+    # --- sizes ---------------------------------------------------------------------------------------
+    @property
+    def evictable(self) -> int:
+        """Return ``full_evictable_size()``: KV tokens of unlocked nodes."""
+        return self.total - self.protected
+
+    @property
+    def states(self) -> int:
+        """Return the saved states the tree holds (each a mamba slot)."""
+        return len(self.mamba_lru)
+
+    # --- helpers -------------------------------------------------------------------------------------
+    def _tick(self) -> float:
+        now = self._clock
+        self._clock += 1.0
+        return now
+
+    def _child_key(self, key: Sequence[int]) -> object:
+        return key[0] if self.page_size == 1 else tuple(key[: self.page_size])
+
+    @staticmethod
+    def _raw_common(stored: tuple[int, ...], key: tuple[int, ...]) -> int:
+        return common_prefix(stored, key)
+
+    def _common(self, stored: tuple[int, ...], key: tuple[int, ...]) -> int:
+        return page_floor(self._raw_common(stored, key), self.page_size)
+
+    def _new_node(self, key: tuple[int, ...], parent: Node) -> Node:
+        node = Node(key, parent, parent.depth + len(key))
+        node.last_access = self._tick()
+        self._tick()  # creation_time
+        self.nodes.add(node)
+        return node
+
+    def _split(self, child: Node, at: int) -> Node:
+        """Split ``child`` after ``at`` ids: the new parent takes them, holds no state and no MAMBA lock."""
+        parent = child.parent
+        assert parent is not None
+        upper = self._new_node(child.key[:at], parent)
+        upper.lock = child.lock
+        parent.children[self._child_key(child.key)] = upper
+        child.key = child.key[at:]
+        child.parent = upper
+        upper.children[self._child_key(child.key)] = child
+        if child.state and not self.split_keeps_recency:  # 0.5.18-0.5.19: the lower state becomes the most recent
+            self.mamba_lru.pop(child)
+            self.mamba_lru[child] = None
+        child.last_access = self._tick()
+        return upper
+
+    def _set_state(self, node: Node) -> None:
+        node.state = True
+        self.mamba_lru.pop(node, None)
+        self.mamba_lru[node] = None
+
+    def _drop_state(self, node: Node) -> None:
+        node.state = False
+        self.mamba_lru.pop(node, None)
+
+    # --- match and insert ----------------------------------------------------------------------------
+    def match_prefix(self, ids: Sequence[int]) -> MatchResult:
+        """Return the match of ``ids`` (a request's key: its fill ids capped at ``len - 1``), splitting and touching
+        as SGLang does."""
+        key = tuple(ids[: page_floor(len(ids), self.page_size)])
+        if self.disabled or not key:
+            return MatchResult(0, self.root, 0, (), 0)
+        node, best, full, raw = self.root, self.root, 0, 0
+        states: list[int] = []
+        while key:
+            child = node.children.get(self._child_key(key))
+            if child is None:
+                break
+            common = self._raw_common(child.key, key)
+            shared = page_floor(common, self.page_size)
+            raw = full + common
+            full += shared
+            if shared < len(child.key):
+                if shared:
+                    node = self._split(child, shared)  # holds no state: never the best
+                break
+            node = child
+            if node.state:
+                best = node
+                states.append(node.depth)
+            key = key[shared:]
+        if best.state:
+            self.mamba_lru.pop(best)
+            self.mamba_lru[best] = None
+        now = self._tick()
+        walk: Node | None = best
+        while walk is not None:
+            walk.last_access = now
+            now -= ANCESTOR_STEP
+            walk = walk.parent
+        return MatchResult(full, best, best.depth, tuple(states), max(raw, full))
+
+    def insert(self, ids: Sequence[int], *, state: bool) -> tuple[Node, int, bool]:
+        """Insert ``ids`` floored to the page, with a saved state at its end when ``state``; return the node it ends
+        at, the KV tokens the tree took in (the rest were already there) and whether the state is new."""
+        key = tuple(ids[: page_floor(len(ids), self.page_size)])
+        node = self.root
+        while key:
+            child = node.children.get(self._child_key(key))
+            if child is None:
+                break
+            child.last_access = self._tick()
+            shared = self._common(child.key, key)
+            if shared < len(child.key):
+                child = self._split(child, shared)
+            node = child
+            key = key[shared:]
+        added = 0
+        if key:
+            leaf = self._new_node(tuple(key), node)
+            node.children[self._child_key(key)] = leaf
+            self.total += len(key)
+            added = len(key)
+            node = leaf
+            if state:
+                self._set_state(node)
+            return node, added, state
+        if not state or node is self.root:
+            return node, 0, False
+        new_state = not node.state
+        self._set_state(node)
+        node.last_access = self._tick()
+        return node, 0, new_state
+
+    # --- locks ---------------------------------------------------------------------------------------
+    def lock(self, node: Node) -> bool:
+        """Lock ``node`` (``inc_lock_ref``): FULL on its path, MAMBA on it when it holds a state; return the latter."""
+        walk: Node | None = node
+        while walk is not None and walk is not self.root:
+            if walk.lock == 0:
+                self.protected += len(walk.key)
+            walk.lock += 1
+            walk = walk.parent
+        if node.state:
+            node.mamba_lock += 1
+            return True
+        return False
+
+    def unlock(self, node: Node, mamba: bool) -> None:
+        """Undo :meth:`lock` (``dec_lock_ref``)."""
+        walk: Node | None = node
+        while walk is not None and walk is not self.root:
+            walk.lock -= 1
+            if walk.lock == 0:
+                self.protected -= len(walk.key)
+            walk = walk.parent
+        if mamba:
+            node.mamba_lock -= 1
+
+    # --- eviction ------------------------------------------------------------------------------------
+    def _evictable_leaf(self, node: Node) -> bool:
+        return node.parent is not None and not node.children and node.lock == 0 and node.mamba_lock == 0
+
+    def _delete(self, node: Node, freed: Evicted) -> None:
+        parent = node.parent
+        assert parent is not None
+        del parent.children[self._child_key(node.key)]
+        self.nodes.discard(node)
+        self.total -= len(node.key)
+        freed.tokens += len(node.key)
+        if node.state:
+            self._drop_state(node)
+            freed.states += 1
+
+    def evict_tokens(self, tokens: int, freed: Evicted | None = None) -> Evicted:
+        """Evict unlocked leaves, least recently used first, until ``tokens`` KV tokens are freed (or none is left)."""
+        freed = freed if freed is not None else Evicted()
+        if self.disabled or freed.tokens >= tokens:
+            return freed
+        heap = [(n.last_access, id(n), n) for n in self.nodes if self._evictable_leaf(n)]
+        heapq.heapify(heap)
+        while freed.tokens < tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            if node not in self.nodes or not self._evictable_leaf(node):
+                continue
+            parent = node.parent
+            self._delete(node, freed)
+            if parent is not None and self._evictable_leaf(parent):
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        return freed
+
+    def evict_states(self, states: int, freed: Evicted | None = None) -> Evicted:
+        """Evict saved states from the least recently used, skipping locked ones, until ``states`` are freed: a leaf
+        goes whole, an inner node loses its state only."""
+        freed = freed if freed is not None else Evicted()
+        if self.disabled:
+            return freed
+        order = [n for n in self.mamba_lru if n.mamba_lock == 0]
+        for node in order:
+            if freed.states >= states:
+                break
+            if node not in self.mamba_lru or node.mamba_lock:
+                continue
+            if self._evictable_leaf(node):
+                self._delete(node, freed)
+            else:
+                self._drop_state(node)
+                freed.states += 1
+        return freed
+
+    def evict(self, tokens: int = 0, states: int = 0) -> Evicted:
+        """``UnifiedRadixCache.evict``: FULL first (its leaves' states count), then MAMBA for what is still wanted."""
+        freed = self.evict_tokens(tokens) if tokens > 0 else Evicted()
+        if freed.states < states:
+            self.evict_states(states, freed)
+        return freed
+
+
+__all__ = ["Evicted", "MatchResult", "Node", "RadixCache"]

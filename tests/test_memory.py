@@ -1,0 +1,146 @@
+"""Memory pressure: the pools as options, the budgets, eviction, retraction, and what the answer says of them.
+
+The passes, retractions and pools below are what SGLang's own allocators, tree and ``retract_decode`` did with
+the same workloads (``tests/data/scheduler_runs/``, the real-SGLang lane's memory workloads).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from parity.scheduler.examples import example
+from parity.scheduler.workload import kit_schedule
+
+from kimi_viz import LOAD_SCENARIOS, run_load_scenario, whatif
+from kimi_viz.cli import main
+from kimi_viz.errors import WhatIfError
+from kimi_viz.plots import draw_forward_pass
+from kimi_viz.releases import RELEASES
+from kimi_viz.scheduler.event_loop import schedule
+from kimi_viz.scheduler.flags import FLAG_OF, LoadSettings, alternatives
+from kimi_viz.scheduler.memory import NewTokenRatio, resolve_memory
+from kimi_viz.scheduler.req import Req
+from kimi_viz.scheduler.server_args import resolve_server
+
+S20 = "s20-retraction-meets-requests"
+
+
+def test_the_memory_options_have_sglangs_names_defaults_and_say_where_to_read_a_servers_values():
+    assert LoadSettings().max_total_tokens is None and LoadSettings().schedule_conservativeness == 1.0
+    assert "max_total_num_tokens=" in FLAG_OF["max_total_tokens"].help
+    assert "max_mamba_cache_size:" in FLAG_OF["max_mamba_cache_size"].help
+    assert FLAG_OF["schedule_conservativeness"].parse("2") == 2.0
+    with pytest.raises(WhatIfError, match="--schedule-conservativeness -1: expected a number > 0"):
+        FLAG_OF["schedule_conservativeness"].parse("-1")
+    with pytest.raises(WhatIfError, match="--max-total-tokens 0: expected a number >= 1"):
+        FLAG_OF["max_total_tokens"].parse("0")
+    assert LoadSettings(max_total_tokens=1555).flags().startswith("--chunked-prefill-size 8192 --max-total-tokens 1555")
+
+
+def test_the_request_rows_and_the_ratio_as_each_release_derives_them():
+    memory = resolve_memory(4000, None, None, 1.0, strategy="extra_buffer", overlap=True, at_least_one_row=False)
+    assert memory.request_rows == 2000  # the 2048 estimate, at most half the pool
+    assert (memory.ratio_init, memory.ratio_min) == (0.7, 0.7 * 0.14) and memory.ratio_decay == (0.7 - 0.098) / 600
+    # the mamba pool over a running request's slots: 3, plus 2 ping-pong with extra_buffer and overlap
+    assert (
+        resolve_memory(None, None, 50, 1.0, strategy="extra_buffer", overlap=True, at_least_one_row=False).request_rows
+        == 10
+    )
+    assert (
+        resolve_memory(None, None, 50, 1.0, strategy="no_buffer", overlap=False, at_least_one_row=False).request_rows
+        == 16
+    )
+    assert resolve_memory(None, 0, None, 1.0, strategy=None, overlap=True, at_least_one_row=True).request_rows == 1
+    assert resolve_memory(None, 0, None, 1.0, strategy=None, overlap=True, at_least_one_row=False).request_rows == 0
+    # kept: 20 outputs + 20 steps against 600 budgeted
+    assert NewTokenRatio.after_retract([20], [600]) == 40 / 601
+    unbounded = resolve_server(LoadSettings(), RELEASES["0.5.23"]).memory
+    assert not unbounded.bounded and unbounded.describe().startswith("memory unbounded")
+
+
+def test_memory_is_modelled_at_page_1_and_a_request_the_pool_cannot_hold_is_refused():
+    with pytest.raises(WhatIfError, match="the kit models memory pressure at page 1"):
+        resolve_server(LoadSettings(page_size=64, max_total_tokens=5000), RELEASES["0.5.23"])
+    req = Req("big", tuple(range(900)), max_new_tokens=200)
+    with pytest.raises(WhatIfError, match="request big: its 900 prompt tokens and 200 outputs need 1102 KV tokens"):
+        schedule([req], LoadSettings(max_total_tokens=1000), RELEASES["0.5.23"])
+
+
+@pytest.mark.parametrize(("release", "step"), [("0.5.18", 607), ("0.5.23", 606)])
+def test_a_decode_step_that_does_not_fit_retracts_the_row_with_the_fewest_outputs(release, step):
+    planned = kit_schedule(example("three long decodes in a 1555-token KV pool"), release)
+    (retraction,) = planned.retractions
+    assert (retraction.step, retraction.rid, retraction.outputs, retraction.aborted) == (460, "r2", 421, False)
+    # r3 is refused (NO_TOKEN) until r1 finishes; then r3 and r2 (from its saved state at 192) share a pass
+    assert planned.no_token == (383, 461, step)
+    last = planned.passes[-1]
+    assert (last.step, [(w.rid, w.prefix_len) for w in last.windows]) == (step, [("r3", 0), ("r2", 192)])
+    assert last.formed.pressure.retracted == ((460, "r2"),)
+    # the pools after every step: never more than the pool, never negative
+    assert all(0 <= m.kv_available <= 1555 for m in planned.memory)
+
+
+def test_the_states_pool_evicts_the_trees_saved_states_and_a_later_turn_finds_none_of_its_own():
+    planned = kit_schedule(example("a chat's states evicted from 12 state slots"), "0.5.23")
+    assert planned.server.memory.request_rows == 2  # 12 slots over 5 per request (extra_buffer, overlap)
+    assert sum(m.evicted_states for m in planned.memory) == 16 and all(m.mamba_available >= 0 for m in planned.memory)
+    turn2 = next(w for p in planned.passes for w in p.windows if w.rid == "t2")
+    assert turn2.prefix_len == 0  # with ample slots it starts from turn 1's state at 256
+
+
+def test_s20_memory_puts_two_requests_in_one_call_that_never_meet_with_ample_memory():
+    scenario = LOAD_SCENARIOS[S20]
+    answer = run_load_scenario(S20)
+    replay = answer.replay
+    assert answer.status.value == "error-reproduced" and list(answer.failing_ranks) == [1]
+    assert [(i.source.rid, i.source.label) for i in replay.failing_call().items] == [
+        ("r3", "rocket.jpg"),
+        ("r2", "horse.png"),
+    ]
+    ample = replay.with_ample_memory()
+    assert [[w.rid for w in p.windows] for p in ample.passes] == [["r1"], ["r2"], ["r3"]]
+    assert (
+        "Memory pressure (KV pool 1555 tokens, 777 request rows, mamba state pool unbounded): r2 was retracted at "
+        "step 460 (the KV pool ran short while decoding; its 421 outputs are prefilled again); with ample memory r2, "
+        "r3 never share a pass; memory pressure put them together in pass 3" in answer.why
+    )
+    assert answer.flags is not None and ("--max-total-tokens 3110", "clean") in [
+        (c.flag, c.status.value) for c in answer.flags.changes
+    ]
+    assert answer.fixed_in is not None and answer.fixed_in.release == "0.5.19"
+    assert (
+        whatif(scenario.build(), sglang_version="0.5.18", tp_size=2, load=LoadSettings(cache_mb=0)).status.value
+        == "clean"
+    )
+    # the figure and the stepper say it
+    trace = replay.passes[-1]
+    assert trace.memory.startswith("r2 retracted at step 460; the tree evicted")
+    ax = draw_forward_pass(trace)
+    assert "memory since the previous pass: r2 retracted at step 460" in ax.get_title(loc="left")
+    assert "r2 prompt (242 tokens, retracted at step 460: prefilled again)" in [t.get_text() for t in ax.texts]
+    admission = trace.steps[1]
+    data = admission.variables.to_json()
+    assert data["stop"] == "no_token" and data["memory"]["retracted"] == [{"step": 460, "rid": "r2"}]
+    assert "The walk stopped on NO_TOKEN" in admission.note and "Memory since the previous pass: r2 retracted" in (
+        admission.note
+    )
+
+
+def test_an_unbounded_answer_says_so_and_the_json_carries_the_pools(capsys):
+    assert main(["scenario", "run", S20, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["server"]["memory"]["kv_pool"] == 1555 and data["retractions"][0]["request"] == "r2"
+    assert data["no_token_steps"] == [383, 461, 607] and data["evictions"]
+    answer = whatif(LOAD_SCENARIOS[S20].build(), sglang_version="0.5.23", tp_size=1)
+    assert "memory: memory unbounded (no --max-total-tokens, --max-running-requests or --max-mamba-cache-size)" in (
+        answer.replay.notes
+    )
+
+
+def test_the_flag_search_tries_a_larger_pool_only_where_one_is_set():
+    tried = [label for label, _ in alternatives(LoadSettings(max_total_tokens=1555, max_running_requests=4))]
+    assert "--max-total-tokens 3110" in tried and "--max-running-requests 8" in tried
+    assert "--schedule-conservativeness 2" in tried
+    plain = [label for label, _ in alternatives(LoadSettings())]
+    assert not any("max-" in label or "conservativeness" in label for label in plain)
