@@ -34,14 +34,23 @@ For each workload:
    items of every ``get_image_feature`` call, every rank's outcome, the warnings, the error, and the
    feature row on every pad token of the windows).
 
-Planted bugs show both comparisons can fail: budgets charged without the page ceiling, and pad values
-blind to the image hash (a request matches another's different image of the same size).
+Memory pressure end to end (:func:`memory_case`): 40 more of these workloads with outputs of 20–400
+tokens at page 1 on a KV pool a little larger than the longest request, sometimes with 2–5 request rows,
+a small mamba state pool or another ``--schedule-conservativeness``. SGLang's own allocators and pools
+run them (``real_scheduler.py``'s memory mode); besides every pass, the kit's NO_TOKEN walks,
+retractions, memory after each step and each step's evictions must be SGLang's, and every real pass
+(re-prefilled retracted requests included, their outputs as text after the prompt) goes through the
+real forward.
+
+Planted bugs show both comparisons can fail: budgets charged without the page ceiling, pad values
+blind to the image hash (a request matches another's different image of the same size), and the memory
+plants of ``scheduler/memory_plants.py`` (eviction order reversed, reserved outputs ignored).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import pytest
@@ -62,8 +71,9 @@ from kimi_viz.scheduler.req import Req
 from kimi_viz.scheduler.server_args import resolve_server
 
 from .lane import record
+from .scheduler.memory_plants import MEMORY_PLANTS
 from .scheduler.workload import Workload as SchedulerWorkload
-from .scheduler.workload import real_payload
+from .scheduler.workload import kit_pressure, real_payload, real_pressure
 from .test_forward_parity import CACHE_BYTES, ROW_BYTES, Case, PassView, Span, compare, kit_view, real_forward
 from .test_request_side import sglang_accessors_restored
 
@@ -228,13 +238,17 @@ def conversation_case(seed: int, release: str) -> Conversation:
     tp = rng.randint(1, 8)
     settings = ServerSettings(defer="off") if rng.random() < 0.2 else ServerSettings()
     cache_bytes = CACHE_BYTES if rng.random() < 0.85 else rng.randint(0, 800) * ROW_BYTES
-    shown = "; ".join(
+    description = f"seed {seed}, TP {tp}, defer {settings.defer}, cache {cache_bytes} B, {load.flags()}: "
+    description += _shown(requests)
+    return Conversation(seed, release, Workload(tuple(requests)), load, tp, settings, cache_bytes, description)
+
+
+def _shown(requests: list[Request] | tuple[Request, ...]) -> str:
+    return "; ".join(
         f"{r.rid}{'<' + r.continues if r.continues else ''}@{r.arrival} "
         f"[{', '.join(im.label.rsplit('/', 1)[-1] for im in r.images)}] sys {r.system} out {r.output}"
         for r in requests
     )
-    description = f"seed {seed}, TP {tp}, defer {settings.defer}, cache {cache_bytes} B, {load.flags()}: {shown}"
-    return Conversation(seed, release, Workload(tuple(requests)), load, tp, settings, cache_bytes, description)
 
 
 # --- the kit ----------------------------------------------------------------------------------------------
@@ -265,6 +279,7 @@ class RealRun:
     chunked: int  # requests cut by a pass
     forward: list[PassView]
     hashes: dict[str, str]  # the real item hash in decimal -> the kit's key (digest[:16])
+    pressure: list[tuple]  # retractions, NO_TOKEN steps, memory after each step, evictions (bounded memory only)
 
 
 @cache
@@ -282,7 +297,8 @@ def run_real(case: Conversation) -> RealRun:
     requests = scheduler_requests(case, result)
     index = {r.rid: k for k, r in enumerate(requests)}
     with sglang_accessors_restored():  # the request side's lane swaps the published context's accessors
-        real = run_workload(real_payload(SchedulerWorkload(case.load, tuple(requests)), release))["passes"]
+        raw = run_workload(real_payload(SchedulerWorkload(case.load, tuple(requests), max_steps=40_000), release))
+    real = raw["passes"]
     passes = [
         (
             p["step"],
@@ -312,7 +328,7 @@ def run_real(case: Conversation) -> RealRun:
         case.description,
     )
     chunked = len({p["chunked"] for p in real if p["chunked"]})
-    return RealRun(passes, chunked, real_forward(forward_case), {v: k for k, v in keys.items()})
+    return RealRun(passes, chunked, real_forward(forward_case), {v: k for k, v in keys.items()}, real_pressure(raw))
 
 
 def _in_kit_terms(view: PassView, hashes: dict[str, str]) -> PassView:
@@ -350,6 +366,14 @@ def disagreements(case: Conversation, result: LoadResult, real: RealRun) -> list
             f"{case.description}: {len(kit)} vs {len(real.passes)} passes; pass {k} (step, windows, decoding): "
             f"kit {mine} != SGLang {theirs}"
         ]
+    ours_pressure = kit_pressure(result.schedule)
+    if ours_pressure != real.pressure:
+        k = next((i for i, (a, b) in enumerate(zip(ours_pressure, real.pressure)) if a != b), None)
+        if k is None:
+            k = min(len(ours_pressure), len(real.pressure))
+        mine = ours_pressure[k] if k < len(ours_pressure) else None
+        theirs = real.pressure[k] if k < len(real.pressure) else None
+        return [f"{case.description}: memory event {k}: kit {mine} != SGLang {theirs}"]
     ours = [kit_view(trace, list(windows), result.prompts) for trace, (_, windows, _) in zip(result.passes, kit)]
     forward_case = Case(
         case.seed,
@@ -447,6 +471,105 @@ def test_conversations_agree_with_the_real_scheduler_and_forward_pass(release):
     assert counts["calls"] > 0 and counts["pad_tokens"] > 0
 
 
+# --- memory pressure end to end: small pools, then every real pass through the real forward ---------------------
+MEMORY_WORKLOADS = 40
+
+
+@cache
+def memory_case(seed: int, release: str) -> Conversation:
+    """Return memory workload ``seed``: conversation ``500 + seed``'s requests with long outputs, at page 1 (where
+    the kit bounds memory), on a KV pool a little larger than its longest request, sometimes with few request
+    rows, a small mamba state pool or another ``--schedule-conservativeness``."""
+    base = conversation_case(500 + seed, release)
+    rng = random.Random(20_000 + seed)
+    requests = tuple(replace(r, output=rng.randint(20, 400)) for r in base.workload.requests)
+    page_one = replace(base.load, page_size=1)
+    ample = kit_result(replace(base, workload=Workload(requests), load=page_one))
+    longest = max(p.length + r.output for p, r in zip(ample.prompts, requests))
+    load = replace(
+        page_one,
+        max_total_tokens=rng.randint(longest + 10, longest + 1200),
+        max_running_requests=rng.randint(2, 5) if rng.random() < 0.25 else None,
+        max_mamba_cache_size=rng.randint(12, 40) if rng.random() < 0.25 else None,
+        schedule_conservativeness=rng.choice((0.3, 2.0)) if rng.random() < 0.2 else 1.0,
+    )
+    return replace(
+        base,
+        seed=500 + seed,
+        workload=Workload(requests),
+        load=load,
+        description=f"memory {seed}, TP {base.tp}, defer {base.settings.defer}, cache {base.cache_bytes} B, "
+        f"{load.flags()}: {_shown(requests)}",
+    )
+
+
+@cache
+def memory_real_run(seed: int, release: str) -> RealRun:
+    """Return what SGLang's own scheduler and forward pass did with memory workload ``seed`` (computed once)."""
+    return run_real(memory_case(seed, release))
+
+
+def memory_disagreements(release: str) -> tuple[list[str], dict[str, int]]:
+    """Return the memory workloads' disagreements and what SGLang's own code did with them."""
+    found: list[str] = []
+    counts = dict.fromkeys(
+        ("workloads", "passes", "no_token", "retractions", "evicting_steps", "evicted_tokens", "evicted_states",
+         "readmitted_windows", "readmitted_images", "forward_passes", "calls", "items", "pad_tokens", "errors"),
+        0,
+    )  # fmt: skip
+    for seed in range(MEMORY_WORKLOADS):
+        case = memory_case(seed, release)
+        result = kit_result(case)
+        real = memory_real_run(seed, release)
+        found += disagreements(case, result, real)
+        counts["workloads"] += 1
+        counts["passes"] += len(real.passes)
+        counts["no_token"] += sum(1 for p in real.pressure if p[0] == "no_token")
+        retracted = {(step, result.index(rid)) for kind, step, rid in (p for p in real.pressure if p[0] == "retract")}
+        counts["retractions"] += len(retracted)
+        evictions = [p for p in real.pressure if p[0] == "evicted"]
+        counts["evicting_steps"] += len(evictions)
+        counts["evicted_tokens"] += sum(p[2] for p in evictions)
+        counts["evicted_states"] += sum(p[3] for p in evictions)
+        for step, windows, _ in real.passes:  # a retracted request prefilled again: its images back in a call
+            for w in windows:
+                if any(k == w.request and at < step for at, k in retracted):
+                    counts["readmitted_windows"] += 1
+                    counts["readmitted_images"] += _images_in(result, w)
+        counts["forward_passes"] += len(real.forward)
+        for view in real.forward:
+            counts["calls"] += len(view.calls)
+            counts["items"] += sum(len(items) for items, _ in view.calls)
+            counts["pad_tokens"] += len(view.owners)
+            counts["errors"] += view.error is not None
+    return found, counts
+
+
+def _images_in(result: LoadResult, window: Span) -> int:
+    """Return how many of the request's images have pad tokens inside ``window``."""
+    end = window.prefix + window.extend
+    return sum(1 for a, b in result.prompts[window.request].pad_runs if window.prefix <= b and a < end)
+
+
+def test_memory_pressure_agrees_with_the_real_scheduler_and_forward_pass(release):
+    """Small pools on SGLang's own allocators: every pass, NO_TOKEN walk, eviction and retraction as the real
+    scheduler runs them, then every real pass (re-prefilled retracted requests included) through the real forward."""
+    found, counts = memory_disagreements(release)
+    record("conversation-memory", **counts, disagreements=len(found))
+    assert found == [], "\n".join(found[:10])
+    assert counts["retractions"] > 0 and counts["readmitted_images"] > 0
+    assert counts["no_token"] > 0 and counts["evicting_steps"] > 0 and counts["calls"] > 0
+
+
+@pytest.mark.parametrize("plant", list(MEMORY_PLANTS))
+def test_a_planted_memory_bug_is_caught_end_to_end(release, monkeypatch, plant):
+    target, name, value = MEMORY_PLANTS[plant]
+    monkeypatch.setattr(target, name, value)
+    found, _ = memory_disagreements(release)
+    record("planted-bug", plant=f"conversations: memory: {plant}", disagreements=len(found))
+    assert found, f"the lane did not notice: {plant}"
+
+
 # --- planted bugs: the same comparisons must notice a wrong kit ---------------------------------------------
 def test_a_budget_charged_without_the_page_ceiling_is_caught(release, monkeypatch):
     monkeypatch.setattr(policy, "charged_tokens", lambda extend, page_size: extend)
@@ -468,6 +591,7 @@ PLAIN_LOAD_SCENARIOS = (
     "s15-straddling-image",
     "s18-prefix-reopens-image",
     "s19-saved-state-reopens-image",
+    "s20-retraction-meets-requests",
 )
 
 

@@ -443,9 +443,14 @@ def real_forward(case: Case) -> list[PassView]:
     flat = iter(real_items(batch))
     lane = RealLane(case.tp)
     items, full = [], []
+    # a request retracted after decoding is prefilled again with its outputs (text) after its prompt
+    reach = [prompt.length for prompt in case.prompts]
+    for windows in case.passes:
+        for w in windows:
+            reach[w.request] = max(reach[w.request], w.prefix + w.extend)
     for k, prompt in enumerate(case.prompts):
         mine = []
-        ids = [1 + p % 50 for p in range(prompt.length)]
+        ids = [1 + p % 50 for p in range(reach[k])]
         for i, run in enumerate(prompt.pad_runs):
             item = next(flat)
             item.offsets = [tuple(run)]

@@ -29,6 +29,11 @@ them (the runs quoted in the notes); ``try_it.py`` prints those runs.
     with a short request one step later: the last chunk is page-ceiled against it.
 13. ``prefill_budget_below_chunk``: ``--max-prefill-tokens`` (100) below the chunk (256), where 0.5.18
     and 0.5.23 part (``budget_state()`` checked after an admission, or before each candidate).
+14. ``memory_short``: three requests with long outputs in a KV pool of 1555 tokens: the adder refuses the
+    third (``NO_TOKEN``), a decode step retracts the second, both are prefilled together later.
+15. ``states_short``: a chat's first turn and four other 300-token requests on 12 state slots
+    (``--max-mamba-cache-size``, so 2 request rows), chunks of 64 (a save per chunk): the tree's saved
+    states are evicted, least recently used first, and the second turn finds none of its own left.
 """
 
 from __future__ import annotations
@@ -158,6 +163,21 @@ def prefill_budget_below_chunk() -> Workload:
     return Workload(settings(chunked_prefill_size=256, max_prefill_tokens=100), (first, second))
 
 
+def memory_short() -> Workload:
+    a = Req("r1", tuple(text(100, 434)), max_new_tokens=604)
+    b = Req("r2", tuple(text(101, 242)), arrival=38, max_new_tokens=445)
+    c = Req("r3", tuple(text(102, 441)), arrival=383, max_new_tokens=178)
+    return Workload(settings(max_total_tokens=1555), (a, b, c))
+
+
+def states_short() -> Workload:
+    t1 = Req("t1", tuple(text(111, 300)), max_new_tokens=20)
+    others = [Req(f"o{k}", tuple(text(130 + k, 300)), arrival=25 + 2 * k, max_new_tokens=20) for k in range(4)]
+    t2 = _turn(t1, text(120, 40), "t2", max_new_tokens=10)
+    t2 = Req(t2.rid, t2.parts, arrival=60, after="t1", max_new_tokens=10)
+    return Workload(settings(max_mamba_cache_size=12, chunked_prefill_size=64), (t1, *others, t2))
+
+
 def examples() -> list[tuple[str, Workload]]:
     """Every example: ``(title, workload)``."""
     mixed: dict[str, Any] = {"chunked_prefill_size": 256, "enable_mixed_chunk": True}
@@ -205,6 +225,8 @@ def examples() -> list[tuple[str, Workload]]:
         ("1000-token prompt cut by chunk 256, page 1", long_chunked(1)),
         ("1000-token prompt cut by chunk 256, page 16", long_chunked(16)),
         ("--max-prefill-tokens 100 below chunk 256", prefill_budget_below_chunk()),
+        ("three long decodes in a 1555-token KV pool", memory_short()),
+        ("a chat's states evicted from 12 state slots", states_short()),
     ]
     return out
 

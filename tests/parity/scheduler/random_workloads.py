@@ -12,6 +12,13 @@ it), one-shot requests, all opening with one of two shared system prompts (up to
 images drawn from a small pool (the same image comes back in another conversation, different images
 follow identical text), sometimes a burst of short requests arriving together, outputs of 1 to 40
 tokens or, now and then, long enough to cross a decode save point.
+
+:func:`memory_workload` draws workloads that run short of memory at page 1: 3–9 requests (some with an
+image, some followed by a next turn) with outputs of 5 to 300 tokens, a KV pool
+(``--max-total-tokens``) from just above the longest request to 1500 tokens more, sometimes two to four
+request rows (``--max-running-requests``), a mamba state pool of 12 to 40 slots
+(``--max-mamba-cache-size``), another ``--schedule-conservativeness``, the radix cache off; every
+strategy and loop, fcfs or lpm, chunking and mixed chunk as above.
 """
 
 from __future__ import annotations
@@ -127,3 +134,38 @@ def random_workload(seed: int) -> Workload:
         requests += _burst(rng, "u", rng.choice(systems))
     requests.sort(key=lambda r: r.arrival)  # the queue's order for ties: the workload's order
     return Workload(_settings(rng), tuple(requests))
+
+
+def memory_workload(seed: int) -> Workload:
+    """Return memory workload number ``seed`` (the same every run): a small pool the requests outgrow."""
+    rng = random.Random(10_000 + seed)
+    system = _text(rng, rng.choice((0, 64, 200)))
+    images = [(rng.getrandbits(64), rng.randint(20, 150)) for _ in range(3)]
+    requests: list[Req] = []
+    for k in range(rng.randint(3, 9)):
+        parts: list[Part] = [*system, *_text(rng, rng.randint(20, 200))]
+        if rng.random() < 0.3:
+            parts += [*_image(*rng.choice(images)), *_text(rng, rng.randint(1, 40))]
+        req = Req(f"r{k}", tuple(parts), arrival=rng.randint(0, 150), max_new_tokens=rng.randint(5, 300))
+        requests.append(req)
+        if rng.random() < 0.35:
+            new = _text(rng, rng.randint(5, 80))
+            requests.append(chat_turn(req, req.outputs(), new, f"r{k}b", max_new_tokens=rng.randint(5, 200)))
+    longest = max(r.length + r.max_new_tokens for r in requests)
+    strategy = rng.choice(("default", "default", "no_buffer", "extra_buffer"))
+    chunk = rng.choice((None, 128, 256, 8192))
+    load = LoadSettings(
+        page_size=1,
+        max_total_tokens=rng.randint(longest + 10, longest + 1500),
+        chunked_prefill_size=chunk,
+        enable_mixed_chunk=chunk is not None and rng.random() < 0.3,
+        disable_overlap_schedule=strategy != "default",
+        mamba_radix_cache_strategy="extra_buffer" if strategy == "extra_buffer" else "auto",
+        schedule_policy=rng.choice(("fcfs", "fcfs", "lpm")),
+        mamba_track_interval=rng.choice((256, 64)),
+        max_running_requests=rng.randint(1, 4) if rng.random() < 0.3 else None,
+        max_mamba_cache_size=rng.randint(12, 40) if rng.random() < 0.3 else None,
+        schedule_conservativeness=rng.choice((0.3, 2.0)) if rng.random() < 0.2 else 1.0,
+        disable_radix_cache=rng.random() < 0.1,
+    )
+    return Workload(load, tuple(requests), max_steps=40_000)

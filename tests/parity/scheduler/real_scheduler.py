@@ -182,7 +182,13 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "mamba_radix_cache_strategy": "auto",
     "mamba_track_interval": 256,
     "disable_overlap_schedule": False,
+    # memory (docs/memory-notes.md): None keeps a pool unbounded, as the driver always did
+    "max_total_tokens": None,
+    "max_running_requests": None,
+    "max_mamba_cache_size": None,
+    "schedule_conservativeness": 1.0,
 }
+CONTEXT_LEN = 262_144  # the model's context length: only the request-row estimate reads it (2048 below 4x this)
 IGNORED_SETTINGS = ("cache_mb", "platform", "gpu", "attention_backend")  # the kit's: they steer no scheduling here
 
 
@@ -359,6 +365,9 @@ def publish_settings(s: dict) -> Any:
         mamba_radix_cache_strategy=s["mamba_radix_cache_strategy"],
         mamba_track_interval=s["mamba_track_interval"],
         disable_overlap_schedule=s["disable_overlap_schedule"],
+        schedule_conservativeness=s["schedule_conservativeness"],
+        max_running_requests=s["max_running_requests"],
+        max_total_tokens=s["max_total_tokens"],
         device="cpu",
         # The CPU writes req_to_token rows with the torch fallback of write_cache_indices (0.5.18
         # would launch a Triton kernel); the attention backend steers nothing else on these paths.
@@ -417,18 +426,33 @@ def _apply_declarations(args) -> None:
         setattr(args, field, getattr(view, field))
 
 
-def make_pool(s: dict, longest: int, n_requests: int, total_tokens: int = 0) -> HybridReqToTokenPool:
-    """``HybridReqToTokenPool`` with a real (tiny) KDA ``MambaPool`` on the CPU."""
-    from sglang.srt.configs.mamba_utils import KimiLinearCacheParams, KimiLinearStateShape
+_CACHE_PARAMS: list = []
 
-    shape = KimiLinearStateShape.create(tp_world_size=1, num_heads=1, head_dim=4, conv_kernel_size=4)
-    params = KimiLinearCacheParams(shape=shape, layers=[0])
-    slots = max(REQ_SLOTS, n_requests + 1)
+
+def _kda_params():
+    """A tiny KDA state shape (one layer): the pools' sizes count slots, not bytes."""
+    if not _CACHE_PARAMS:
+        from sglang.srt.configs.mamba_utils import KimiLinearCacheParams, KimiLinearStateShape
+
+        shape = KimiLinearStateShape.create(tp_world_size=1, num_heads=1, head_dim=4, conv_kernel_size=4)
+        _CACHE_PARAMS.append(KimiLinearCacheParams(shape=shape, layers=[0]))
+    return _CACHE_PARAMS[0]
+
+
+def make_pool(
+    s: dict, longest: int, n_requests: int, total_tokens: int = 0, rows: int | None = None, mamba: int | None = None
+) -> HybridReqToTokenPool:
+    """``HybridReqToTokenPool`` with a real (tiny) KDA ``MambaPool`` on the CPU: ``rows`` request rows and
+    ``mamba`` state slots when given (the memory settings), else enough that neither runs short."""
+    params = _kda_params()
+    slots = rows if rows is not None else max(REQ_SLOTS, n_requests + 1)
     return HybridReqToTokenPool(
         size=slots,
         # 3 slots per running request (MAMBA_STATE_PER_REQ_PREFIX_CACHE) plus every state the tree
         # could hold: one per request and per checkpoint-grid step of its tokens.
-        mamba_size=max(MAMBA_SLOTS, 4 * n_requests + total_tokens // FLA_CHUNK_SIZE + 16),
+        mamba_size=mamba
+        if mamba is not None
+        else max(MAMBA_SLOTS, 4 * n_requests + total_tokens // FLA_CHUNK_SIZE + 16),
         mamba_spec_state_size=slots,
         max_context_len=longest,
         device="cpu",
@@ -439,6 +463,51 @@ def make_pool(s: dict, longest: int, n_requests: int, total_tokens: int = 0) -> 
         enable_mamba_extra_buffer_lazy=_extra_buffer_lazy(),
         enable_overlap_schedule=not s["disable_overlap_schedule"],
     )
+
+
+def make_kv_allocator(s: dict, pool: HybridReqToTokenPool):
+    """The KV allocator: the release's own ``TokenToKVPoolAllocator`` over a (tiny) MLA pool of
+    ``max_total_tokens`` tokens, or the never-short stand-in when the pool is unbounded."""
+    total = s["max_total_tokens"]
+    if total is None:
+        return LargeKVAllocator(s["page_size"])
+    if s["page_size"] != 1:
+        raise ValueError("the driver sizes a KV pool at page 1 only")
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool
+
+    kv_pool = HybridLinearKVPool(
+        size=total,
+        dtype=torch.bfloat16,
+        page_size=1,
+        head_num=1,
+        head_dim=16,
+        full_attention_layer_ids=[1],
+        device="cpu",
+        mamba_pool=pool.mamba_pool,
+        use_mla=True,
+        kv_lora_rank=8,
+        qk_rope_head_dim=4,
+    )
+    return TokenToKVPoolAllocator(total, dtype=torch.bfloat16, device="cpu", kvcache=kv_pool, need_sort=False)
+
+
+def request_rows(s: dict, strategy_extra: bool, overlap: bool) -> int | None:
+    """``KVCacheConfigurator.resolve_max_num_reqs`` for one rank: the request rows (``max_running_requests``);
+    None when no memory setting bounds them (the driver then keeps its large pool)."""
+    total, flag, mamba = s["max_total_tokens"], s["max_running_requests"], s["max_mamba_cache_size"]
+    if total is None and flag is None and mamba is None:
+        return None
+    capacity = total if total is not None else KV_POOL_TOKENS
+    estimated = max(min(int(capacity / CONTEXT_LEN * 512), 4096), 2048)
+    if flag is not None:
+        rows = min(max(1, flag) if NEW_API else flag, capacity // 2)
+    else:
+        rows = min(estimated, capacity // 2)
+    if mamba is not None:
+        ratio = 1 if s["disable_radix_cache"] else 3 + ((2 if overlap else 1) if strategy_extra else 0)
+        rows = min(rows, mamba // ratio)
+    return rows
 
 
 def _extra_buffer() -> bool:
@@ -507,6 +576,11 @@ def padded_ids(request: dict) -> array:
     pattern = mm_utils.MultiModalityDataPaddingPatternMultimodalTokens()
     out = pattern.pad_input_tokens(array("q", ids) if NEW_API else ids, mm_inputs)
     return array("q", list(out))
+
+
+def holds_row(req) -> bool:
+    """0.5.23 ``req.kv.holds_kv``: the request already holds a request row (a continuing chunk)."""
+    return bool(kv(req).holds_kv)
 
 
 def make_req(request: dict):
@@ -724,10 +798,17 @@ class Simulation:
         longest = max(request_length(r) + int(r.get("max_new_tokens", 1)) for r in self.requests)
         longest += 2 * s["page_size"] + 8
         total = sum(request_length(r) + int(r.get("max_new_tokens", 1)) for r in self.requests)
+        self.rows = request_rows(s, _extra_buffer(), self.enable_overlap)
         self.pool = make_pool(
-            {**s, "disable_overlap_schedule": not self.enable_overlap}, longest, len(self.requests), total
+            {**s, "disable_overlap_schedule": not self.enable_overlap},
+            longest,
+            len(self.requests),
+            total,
+            rows=self.rows,
+            mamba=s["max_mamba_cache_size"],
         )
-        self.allocator = LargeKVAllocator(s["page_size"])
+        self.max_micro_batch = self.rows if self.rows is not None else REQ_SLOTS
+        self.allocator = make_kv_allocator(s, self.pool)
         self.tree_cache = build_tree_cache(s, self.args, self.pool, self.allocator)
         self.model_config = _model_config_stub()
         self.policy = schedule_policy.SchedulePolicy(s["schedule_policy"], self.tree_cache, False, False, False)
@@ -752,6 +833,12 @@ class Simulation:
         self.passes: list[dict] = []
         self.matches: list[dict] = []
         self.saves: list[list] = []
+        self.retractions: list[list] = []  # [step, rid] per request retract_decode sent back to the queue
+        self.aborted: list[list] = []  # [step, rid]: retract_decode aborted the last request (out of memory)
+        self.no_token: list[int] = []  # the steps whose adder walk stopped on NO_TOKEN
+        self.memory: list[list] = []  # [step, available KV, evictable KV, free mamba slots] after each step
+        self.evictions: list[list] = []  # [step, KV tokens, mamba states] the tree evicted in the step
+        self._evicted = [0, 0]
         self._pass_of_batch: dict[int, dict] = {}
         self._capture: dict | None = None
         self._caching_rid: str | None = None
@@ -778,6 +865,18 @@ class Simulation:
 
         tree.match_prefix = match_prefix
         tree.insert = insert
+        for name in ("evict", "evict_for_alloc"):  # 0.5.19+ allocations evict through evict_for_alloc
+            real_evict = getattr(tree, name, None)
+            if real_evict is None:
+                continue
+
+            def evict(params, *a, _real=real_evict, **k):
+                result = _real(params, *a, **k)
+                sim._evicted[0] += int(getattr(result, "num_tokens_evicted", 0) or 0)
+                sim._evicted[1] += int(getattr(result, "mamba_num_evicted", 0) or 0)
+                return result
+
+            setattr(tree, name, evict)
         for name in ("cache_unfinished_req", "cache_finished_req", "checkpoint"):
             real = getattr(tree, name, None)
             if real is None:
@@ -851,9 +950,10 @@ class Simulation:
         queued = set(self.result_queue[0][0].reqs)
         return [r for r in batch.reqs if r in queued and r.beam_group is None and r.next_output_finishes_by_length()]
 
-    # Scheduler.update_running_batch (no retraction: the KV pool never runs short)
+    # Scheduler.update_running_batch: the decode memory check, retraction, the ratio
     def _update_running_batch(self, batch):
         initial_bs = batch.batch_size()
+        finishing: list = []
         if NEW_API:
             finishing = self._reqs_finishing_inflight(batch)
             batch.filter_batch(reqs_to_exclude=finishing)
@@ -862,11 +962,34 @@ class Simulation:
         if batch.is_empty():
             batch.batch_is_full = False
             return batch
-        self.new_token_ratio.decay_step()
+        short = not batch.check_decode_mem()
+        if short and finishing:  # 0.5.23: the queued result frees them this step; decode the rest next step
+            batch.batch_is_full = False
+            return None
+        if short:
+            if NEW_API:
+                retracted, ratio, aborted = batch.retract_decode()
+            else:
+                retracted, ratio, aborted = batch.retract_decode(self.args)
+            self.new_token_ratio.current = ratio
+            for req in retracted:
+                self.retractions.append([self.step_no, req.rid])
+                self._requeue(req)
+            for req in aborted:
+                self.aborted.append([self.step_no, req.rid])
+                self.finish_step[req.rid] = self.step_no
+        else:
+            self.new_token_ratio.decay_step()
         if batch.batch_size() < initial_bs:
             batch.batch_is_full = False
+        if batch.is_empty():
+            return batch
         batch.prepare_for_decode()
         return batch
+
+    def _requeue(self, req) -> None:
+        """``_add_request_to_queue(req, is_retracted=True)``: to the back of the waiting queue."""
+        self.waiting.append(req)
 
     # Scheduler._get_new_batch_prefill_raw
     def _get_new_batch_prefill_raw(self, running_batch):
@@ -875,6 +998,9 @@ class Simulation:
         if (running_batch.batch_is_full or not self.waiting) and self.chunked_req is None:
             return None, running_batch
         running_bs = len(running_batch.reqs)
+        if self._allocatable(running_bs, 0) <= 0 and self.chunked_req is None:
+            running_batch.batch_is_full = True
+            return None, running_batch
         if NEW_API:
             self.policy.calc_priority(self.waiting, running_batch, processed_tokens=self.processed_tokens)
         else:
@@ -903,6 +1029,11 @@ class Simulation:
         for req in self.waiting:
             if NEW_API and adder.budget_state() == schedule_policy.AddReqResult.OTHER:
                 break
+            held = sum(1 for r in adder.can_run_list if holds_row(r)) if NEW_API else 0
+            if len(adder.can_run_list) >= self._allocatable(len(running_batch.reqs), held):
+                running_batch.batch_is_full = True
+            if running_batch.batch_is_full:
+                break
             self._capture = {}
             try:
                 req.init_next_round_input(self.tree_cache)
@@ -911,6 +1042,12 @@ class Simulation:
             captured.append((req, capture.get("result")))
             res = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None, truncation_align_size=None)
             if res != schedule_policy.AddReqResult.CONTINUE:
+                if res == schedule_policy.AddReqResult.NO_TOKEN:
+                    self.no_token.append(self.step_no)
+                    if NEW_API:
+                        running_batch.batch_is_full = len(adder.can_run_list) > 0 or not running_batch.is_empty()
+                    else:
+                        running_batch.batch_is_full = True
                 added = len(adder.can_run_list) > 0 and req is adder.can_run_list[-1]
                 if not added:
                     k = kv(req)
@@ -990,6 +1127,11 @@ class Simulation:
         self._pass_of_batch[id(new_batch)] = record
         return new_batch, running_batch
 
+    def _allocatable(self, running_bs: int, held_rows: int) -> int:
+        """``Scheduler.get_num_allocatable_reqs``: the micro-batch room and the free request rows (0.5.23 adds
+        back the rows the counted requests already hold)."""
+        return min(self.max_micro_batch - running_bs, self.pool.available_size() + held_rows)
+
     # Scheduler.run_batch: the forward is a stand-in; the result is built when it is processed
     def _run_batch(self, batch):
         self.forward_ct += 1
@@ -1027,8 +1169,25 @@ class Simulation:
         if not self.waiting and self.running_batch.is_empty() and self.chunked_req is None:
             self.new_token_ratio.reset()
 
+    def _snapshot(self) -> None:
+        """Record the step's evictions and, with a bounded pool, the memory left after it."""
+        if any(self._evicted):
+            self.evictions.append([self.step_no, *self._evicted])
+        self._evicted = [0, 0]
+        if self.s["max_total_tokens"] is not None or self.s["max_mamba_cache_size"] is not None:
+            tree = self.tree_cache
+            evictable = tree.full_evictable_size() if not self.s["disable_radix_cache"] else 0
+            mamba_free = self.pool.mamba_allocator.available_size()
+            self.memory.append([self.step_no, self.allocator.available_size(), evictable, mamba_free])
+
     def step(self) -> None:
         """One scheduler iteration, in ``event_loop_overlap`` or ``event_loop_normal`` order."""
+        try:
+            self._step()
+        finally:
+            self._snapshot()
+
+    def _step(self) -> None:
         self._arrive(self.step_no)
         batch = self._get_next_batch_to_run()
         record = self._pass_of_batch.pop(id(batch), None) if batch is not None else None
@@ -1067,7 +1226,22 @@ class Simulation:
             self.step()
             self.step_no += 1
             if self.done():
-                return {"release": RELEASE, "passes": self.passes, "matches": self.matches, "saves": self.saves}
+                return {
+                    "release": RELEASE,
+                    "passes": self.passes,
+                    "matches": self.matches,
+                    "saves": self.saves,
+                    "retractions": self.retractions,
+                    "aborted": self.aborted,
+                    "no_token": self.no_token,
+                    "evictions": self.evictions,
+                    "memory": self.memory,
+                    "rows": self.rows,
+                    "settings": {
+                        "max_total_tokens": self.s["max_total_tokens"],
+                        "max_mamba_cache_size": self.s["max_mamba_cache_size"],
+                    },
+                }
         raise RuntimeError(f"the workload did not finish in {self.max_steps} steps")
 
 

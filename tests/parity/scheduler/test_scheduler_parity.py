@@ -22,32 +22,43 @@ import pytest
 
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
-from kimi_viz.scheduler import event_loop, policy, tree
+from kimi_viz.scheduler import batch, event_loop, policy, radix_cache, tree
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.server_args import resolve_server
 
 from ..lane import record
-from .random_workloads import random_workload
+from .memory_plants import MEMORY_PLANTS
+from .random_workloads import memory_workload, random_workload
 from .workload import View, Workload, kit_schedule, kit_view, real_payload, real_view
 
 SEEDS = range(160)
+MEMORY_SEEDS = range(120)
+
+
+def _real(workloads: list[Workload], release: str) -> list[tuple[Workload, View]]:
+    from .real_scheduler import run_workload
+
+    return [(w, real_view(run_workload(real_payload(w, release)))) for w in workloads]
 
 
 @pytest.fixture(scope="module")
 def real_runs(release) -> list[tuple[Workload, View]]:
     """Every workload with what this venv's SGLang does with it (computed once per run)."""
-    from .real_scheduler import run_workload
+    return _real([random_workload(seed) for seed in SEEDS], release)
 
-    workloads = [random_workload(seed) for seed in SEEDS]
-    return [(w, real_view(run_workload(real_payload(w, release)))) for w in workloads]
+
+@pytest.fixture(scope="module")
+def memory_runs(release) -> list[tuple[Workload, View]]:
+    """Every memory workload with what this venv's SGLang does with it, on its own pools (computed once)."""
+    return _real([memory_workload(seed) for seed in MEMORY_SEEDS], release)
 
 
 def disagreements(runs: list[tuple[Workload, View]], release: str) -> list[str]:
     """Return one line per workload whose kit schedule differs from the real one (the first difference)."""
     found = []
-    for seed, (workload, real) in zip(SEEDS, runs):
+    for seed, (workload, real) in enumerate(runs):
         kit = kit_view(kit_schedule(workload, release))
-        for name, mine, theirs in zip(("pass", "match", "save"), kit, real):
+        for name, mine, theirs in zip(("pass", "match", "save", "memory"), kit, real):
             if mine != theirs:
                 k = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
                 a = mine[k] if k < len(mine) else None
@@ -63,7 +74,7 @@ def _counts(runs: list[tuple[Workload, View]]) -> dict[str, int]:
          "cut_requests", "mixed_decode_rows", "overlap", "no_buffer", "page_16", "page_64", "chunking_off"),
         0,
     )  # fmt: skip
-    for workload, (passes, matches, saves) in runs:
+    for workload, (passes, matches, saves, _) in runs:
         s = workload.settings
         lengths = {r.rid: r.length for r in workload.requests}
         counts["workloads"] += 1
@@ -158,8 +169,14 @@ def _resolve_with(**changes):
     return lambda load, release: replace(real(load, release), **changes)
 
 
+def _plain_match(self, ids):
+    found = _MATCH(self, ids)
+    return replace(found, depth=found.full)  # no cut back to the deepest saved state
+
+
+_MATCH = radix_cache.RadixCache.match_prefix
 PLANTS = {
-    "the plain rule (no cut back to a saved state)": (tree.RadixTree, "state_depth", lambda self, ids, limit: limit),
+    "the plain rule (no cut back to a saved state)": (radix_cache.RadixCache, "match_prefix", _plain_match),
     "decode saves ignored": (event_loop, "resolve_server", _resolve_with(decode_grid=1 << 40)),
     "the overlap delay dropped": (event_loop, "resolve_server", _resolve_with(overlap=False)),
     "budget charge not page-ceiled": (policy, "charged_tokens", lambda extend, page_size: extend),
@@ -177,13 +194,60 @@ def test_a_planted_bug_is_caught(real_runs, release, monkeypatch, plant):
 
 
 def test_inserts_not_cut_to_the_saved_state_are_caught(real_runs, release, monkeypatch):
-    real_insert = event_loop._Scheduler._insert
+    real_insert = batch.ScheduleState.insert
 
     def uncut(self, req, length, *, finished):
         req.mamba_last_track_seqlen = length  # every insert whole, its state at its end
         real_insert(self, req, length, finished=finished)
 
-    monkeypatch.setattr(event_loop._Scheduler, "_insert", uncut)
+    monkeypatch.setattr(batch.ScheduleState, "insert", uncut)
     found = disagreements(real_runs, release)
     record("planted-bug", plant="inserts not cut to the saved state", disagreements=len(found))
+    assert len(found) > 0
+
+
+# --- memory pressure: the real pools, eviction, NO_TOKEN and retraction ------------------------------------------
+def _memory_counts(runs: list[tuple[Workload, View]], release: str) -> dict[str, int]:
+    counts = dict.fromkeys(
+        ("workloads", "passes", "no_token", "retractions", "evicting_steps", "evicted_tokens", "evicted_states",
+         "rows_bound", "mamba_bound", "no_buffer", "overlap", "lpm", "mixed_chunk", "radix_off"),
+        0,
+    )  # fmt: skip
+    for workload, (passes, _, _, pressure) in runs:
+        s = workload.settings
+        counts["workloads"] += 1
+        counts["passes"] += len(passes)
+        counts["no_token"] += sum(1 for p in pressure if p[0] == "no_token")
+        counts["retractions"] += sum(1 for p in pressure if p[0] == "retract")
+        evictions = [p for p in pressure if p[0] == "evicted"]  # SGLang's, step by step
+        counts["evicting_steps"] += len(evictions)
+        counts["evicted_tokens"] += sum(tokens for _, _, tokens, _ in evictions)
+        counts["evicted_states"] += sum(states for _, _, _, states in evictions)
+        counts["rows_bound"] += s.max_running_requests is not None
+        counts["mamba_bound"] += s.max_mamba_cache_size is not None
+        counts["no_buffer"] += s.disable_overlap_schedule and s.mamba_radix_cache_strategy == "auto"
+        counts["overlap"] += not s.disable_overlap_schedule
+        counts["lpm"] += s.schedule_policy == "lpm"
+        counts["mixed_chunk"] += s.enable_mixed_chunk
+        counts["radix_off"] += s.disable_radix_cache
+    return counts
+
+
+def test_memory_pressure_gives_sglangs_passes_evictions_and_retractions(memory_runs, release):
+    """Small pools on the real allocators: every pass, match and save, every NO_TOKEN walk and retraction, and the
+    free and evictable KV and free state slots after every step, as SGLang's own."""
+    found = disagreements(memory_runs, release)
+    counts = _memory_counts(memory_runs, release)
+    record("memory", **counts, disagreements=len(found))
+    assert found == [], "\n".join(found[:10])
+    for what in ("no_token", "retractions", "evicting_steps", "evicted_states", "rows_bound", "mamba_bound"):
+        assert counts[what] > 0, what
+
+
+@pytest.mark.parametrize("plant", list(MEMORY_PLANTS))
+def test_a_planted_memory_bug_is_caught(memory_runs, release, monkeypatch, plant):
+    target, name, value = MEMORY_PLANTS[plant]
+    monkeypatch.setattr(target, name, value)
+    found = disagreements(memory_runs, release)
+    record("planted-bug", plant=f"memory: {plant}", disagreements=len(found))
     assert len(found) > 0

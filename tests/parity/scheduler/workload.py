@@ -40,7 +40,7 @@ def real_payload(workload: Workload, release: str) -> dict[str, Any]:
     return data
 
 
-View = tuple[list[tuple], list[tuple], list[tuple]]
+View = tuple[list[tuple], list[tuple], list[tuple], list[tuple]]
 
 
 def kit_schedule(workload: Workload, release: str) -> Schedule:
@@ -65,7 +65,22 @@ def kit_view(planned: Schedule) -> View:
             m = None if p.formed is None else p.formed.match_of(w.rid)
             if m is not None:
                 matches.append((p.step, w.rid, m.full, m.matched, m.branching))
-    return passes, matches, sorted((s.step, s.rid, s.depth) for s in planned.saves)
+    return passes, matches, sorted((s.step, s.rid, s.depth) for s in planned.saves), kit_pressure(planned)
+
+
+def kit_pressure(planned: Schedule) -> list[tuple]:
+    """Return the kit's retractions, NO_TOKEN steps, memory after each step and what each step evicted, as
+    :func:`real_pressure` does."""
+    memory = planned.server.memory
+    kv, mamba = memory.kv_pool is not None, memory.mamba_pool is not None
+    pressure = [("retract" if not r.aborted else "abort", r.step, r.rid) for r in planned.retractions]
+    pressure += [("no_token", step) for step in planned.no_token]
+    pressure += [
+        ("memory", m.step, int(m.kv_available) if kv else None, m.evictable, int(m.mamba_available) if mamba else None)
+        for m in planned.memory
+    ]
+    pressure += [("evicted", m.step, m.evicted_tokens, m.evicted_states) for m in planned.evictions]
+    return sorted(pressure, key=repr)
 
 
 def real_view(result: dict[str, Any]) -> View:
@@ -85,7 +100,23 @@ def real_view(result: dict[str, Any]) -> View:
         for entry in result["matches"]
         for m in entry["requests"]
     ]
-    return passes, matches, sorted(tuple(s) for s in result["saves"])
+    return passes, matches, sorted(tuple(s) for s in result["saves"]), real_pressure(result)
+
+
+def real_pressure(result: dict[str, Any]) -> list[tuple]:
+    """Return the retractions, NO_TOKEN steps, memory after each step and what each step evicted (KV tokens, mamba
+    states), as ``real_scheduler.run_workload`` reported them."""
+    settings = result.get("settings", {})
+    kv, mamba = settings.get("max_total_tokens") is not None, settings.get("max_mamba_cache_size") is not None
+    pressure = [("retract", step, rid) for step, rid in result.get("retractions", [])]
+    pressure += [("abort", step, rid) for step, rid in result.get("aborted", [])]
+    pressure += [("no_token", step) for step in result.get("no_token", [])]
+    pressure += [
+        ("memory", step, available if kv else None, evictable, free if mamba else None)
+        for step, available, evictable, free in result.get("memory", [])
+    ]
+    pressure += [("evicted", step, tokens, states) for step, tokens, states in result.get("evictions", [])]
+    return sorted(pressure, key=repr)
 
 
 def view_lines(title: str, workload: Workload, view: View) -> list[str]:
@@ -96,7 +127,7 @@ def view_lines(title: str, workload: Workload, view: View) -> list[str]:
         f"strategy={s.mamba_radix_cache_strategy} overlap={not s.disable_overlap_schedule}]",
         "   lengths: " + ", ".join(f"{r.rid}={r.length}" for r in workload.requests),
     ]
-    passes, matches, saves = view
+    passes, matches, saves, _ = view
     for step, windows, chunked, decoding, finished in passes:
         extra = f"  chunked={chunked}" if chunked else ""
         extra += f"  decoding={','.join(decoding)}" if decoding else ""
@@ -110,6 +141,17 @@ def view_lines(title: str, workload: Workload, view: View) -> list[str]:
     if hits:
         out.append("   matches: " + "; ".join(hits))
     out.append("   saves: " + (" ".join(f"{rid}@{step}:{n}" for step, rid, n in saves) or "none"))
+    pressure = view[3]
+    events = [f"{kind} {rid}@{step}" for kind, step, *rest in pressure if kind in ("retract", "abort") for rid in rest]
+    refused = [str(step) for kind, step, *_ in pressure if kind == "no_token"]
+    if refused:
+        events.append("NO_TOKEN at " + " ".join(sorted(refused, key=int)))
+    memory = [p for p in pressure if p[0] == "memory"]
+    if memory:
+        last = max(memory, key=lambda p: p[1])
+        events.append(f"after step {last[1]}: free KV {last[2]}, evictable {last[3]}, free states {last[4]}")
+    if events:
+        out.append("   memory: " + "; ".join(events))
     return out
 
 
