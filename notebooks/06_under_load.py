@@ -44,10 +44,14 @@ chat_tp = 2  # attention-TP size,
 page_size = None  # --page-size (None: the attention backend's, 1 with fa3 on an H200),
 chat_chunked_prefill_size = 1024  # --chunked-prefill-size (a multiple of the page)
 chat_cache_mb = 100  # and SGLANG_VLM_CACHE_SIZE_MB (0: the embedding cache stores nothing)
+memory_sglang_version = "0.5.18"  # section 8, memory pressure: its release,
+memory_tp = 2  # attention-TP size,
+memory_pool = 1555  # --max-total-tokens: the KV pool (a server logs it at start-up, max_total_num_tokens)
 
 # %%
 # %matplotlib inline
 from kimi_viz import (
+    LOAD_SCENARIOS,
     LoadSettings,
     Request,
     Workload,
@@ -346,6 +350,76 @@ Table(
     [[change.flag, change.status.value] for change in turns.flags.changes]
     or [["(none of: " + ", ".join(turns.flags.tried) + ")", turns.status.value]],
 )
+
+# %% [markdown]
+# ## 8. Only at peak hours: memory decides who meets
+#
+# **Three requests are each prefilled alone on a quiet server. At peak hours two of them land in one
+# `get_image_feature` call. How?**
+#
+# A busy server's KV pool is full (`--max-total-tokens`; a server prints its pool at start-up as
+# `max_total_num_tokens=`). The adder then refuses requests whose window and remaining outputs do not fit
+# (`NO_TOKEN`, which also holds prefill back until a running request leaves), every allocation evicts the
+# radix tree's least recently used unlocked leaves, and a decode step that does not fit **retracts** the
+# running request with the fewest outputs: its KV is freed, it goes back to the waiting queue and is
+# prefilled again later — beside whoever is prefilled then. Here r2 is retracted at step 460 and comes
+# back in the same pass as r3, which had been waiting: their two images meet in one call (load scenario
+# S20, `kimi-viz scenario run s20-retraction-meets-requests`). With the pools unbounded (the default when
+# no memory flag is given) the kit says so, and nothing of this happens.
+
+# %%
+peak = LOAD_SCENARIOS["s20-retraction-meets-requests"].build()
+peak_load = LoadSettings(max_total_tokens=memory_pool, cache_mb=0)
+at_peak = whatif(peak, sglang_version=memory_sglang_version, tp_size=memory_tp, load=peak_load, device=device)
+quiet = whatif(
+    peak, sglang_version=memory_sglang_version, tp_size=memory_tp, load=LoadSettings(cache_mb=0), device=device
+)
+Table(
+    ["memory", "status", "which requests share a pass"],
+    [
+        [
+            answer.replay.schedule.server.memory.describe(),
+            answer.status.value,
+            " | ".join(", ".join(w.rid for w in p.windows) for p in answer.replay.plans),
+        ]
+        for answer in (quiet, at_peak)
+    ],
+)
+
+# %% [markdown]
+# What memory did at peak hours: every retraction (the step, the request and the outputs it prefills
+# again), the steps whose walk the KV budget stopped (`NO_TOKEN`), and the steps in which the tree evicted.
+
+# %%
+schedule_at_peak = at_peak.replay.schedule
+Table(
+    ["event", "steps"],
+    [
+        [
+            "retracted",
+            ", ".join(f"{r.rid} at {r.step} ({r.outputs} outputs)" for r in schedule_at_peak.retractions) or "—",
+        ],
+        ["NO_TOKEN", ", ".join(str(step) for step in schedule_at_peak.no_token) or "—"],
+        [
+            "the tree evicted",
+            ", ".join(
+                f"{m.step}: {m.evicted_tokens} tokens, {m.evicted_states} states"
+                for m in schedule_at_peak.evictions[:6]
+            )
+            + (" …" if len(schedule_at_peak.evictions) > 6 else "")
+            or "—",
+        ],
+        ["answer", at_peak.why],
+    ],
+)
+
+# %% [markdown]
+# The pass where they meet: r2's track says it was retracted and is prefilled again (its earlier outputs
+# included); the title's second line says what memory did since the previous pass.
+
+# %%
+meeting = at_peak.replay.passes[at_peak.replay.failing_pass or -1]
+draw_forward_pass(meeting).figure
 
 # %% [markdown]
 # **What to take away:** an intermittent "only under load" report is a batch the server formed, not a

@@ -16,6 +16,9 @@ x axis counts tokens. Per request of the batch, top to bottom:
   image and row numbers); the first pad token that receives another image's row is marked in
   vermillion with both names.
 
+A request retracted before the pass says so in its track's name, and what memory did since the previous
+pass (retractions, evictions, NO_TOKEN) is the title's second line.
+
 Below them the **call**: the items of the one ``get_image_feature`` call in order (``item k`` and the
 request and image it is), laid out by the tokens each should yield, and the items that did **not** go
 into the call: cache hits, duplicates and discarded stale entries, grey and labelled with what they
@@ -25,6 +28,7 @@ Every span carries its text, so colour is never the only signal.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 from matplotlib.axes import Axes
@@ -43,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..forward.trace import CallItem, ForwardTrace, Lookup
 
 OUTSIDE_FILL = "#BBBBBB"
+OUTPUT_FILL = "#F2F2F2"  # a retracted request's earlier outputs, prefilled again
 CACHED_HATCH = "xx"  # the radix prefix: cross-hatched, unlike any span's hatch (none or ///)
 CACHED_WORDS = "radix prefix (cached)"
 CACHED_LEGEND = f"{CACHED_WORDS}: reused from the tree, never prefilled"
@@ -85,7 +90,7 @@ def draw_forward_pass(trace: ForwardTrace, *, ax: Axes | None = None, title: str
     outside = [u for u in trace.lookups if u.outcome != "miss"]
     tokens = {(i.source.request, i.source.image): i.tokens for r in requests for i in r.items}
     width = max(
-        [r.length for r in requests]
+        [max(r.length, r.window[1]) for r in requests]
         + [sum(i.tokens for i in call_items), sum(tokens.get((u.source.request, u.source.image), 0) for u in outside)]
         + [1]
     )
@@ -180,6 +185,8 @@ def _draw_forward_heading(ax: Axes, trace: ForwardTrace, requests: int, title: s
             else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {trace.tp_size}: "
         )
         error_text(ax, -1.2, f"{where}{trace.error.type}: {trace.error.message}", "forward-error")
+    if trace.memory:
+        heading += "\n" + "\n".join(textwrap.wrap(f"memory since the previous pass: {trace.memory}", 130))
     ax.set_title(heading, fontsize=LABEL_FONT + 3, loc="left")
 
 
@@ -202,8 +209,15 @@ def _draw_prompt(ax: Axes, request, styles: dict[tuple[int, int], int], y: float
         cursor = end + 1
     if cursor < request.length:
         runs.append(((cursor, request.length), None, TEXT_FILL, 0))
+    end = request.window[1]
+    if end > request.length:  # a retracted request prefills its earlier outputs again
+        runs.append(((request.length, end), f"its {end - request.length} outputs so far", OUTPUT_FILL, 0))
     spans, labels, colors, indices = run_columns(runs)
-    _track_name(ax, y + GAP * 0.45, f"{request.rid} prompt ({request.length} tokens)")
+    again = ""
+    if request.retracted:
+        steps = ", ".join(str(step) for step in request.retracted)
+        again = f", retracted at step {steps}: prefilled again"
+    _track_name(ax, y + GAP * 0.45, f"{request.rid} prompt ({request.length} tokens{again})")
     draw_row_track(
         ax,
         spans,

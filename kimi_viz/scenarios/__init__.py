@@ -41,7 +41,8 @@ DEMO_SCENARIOS = (
     "s12-hwc",
     "s13-zero-size",
 )
-# The workloads the demo tours after them: one load scenario per class S14-S17, then a chat's second turn (S18, S19).
+# The workloads the demo tours after them: one load scenario per class S14-S17, a chat's second turn (S18, S19),
+# then a meeting only memory pressure brings about (S20).
 DEMO_LOAD_SCENARIOS = (
     "s14-two-requests-one-call",
     "s15-straddling-image",
@@ -49,6 +50,7 @@ DEMO_LOAD_SCENARIOS = (
     "s17-stale-eager-split",
     "s18-prefix-reopens-image",
     "s19-saved-state-reopens-image",
+    "s20-retraction-meets-requests",
 )
 
 __all__ = sorted(_EXPORTS)

@@ -120,6 +120,16 @@ def _s19() -> Workload:
     return Workload((first, Request("t2", (_image("chelsea.png"),), continues="t1", arrival=1)))
 
 
+def _s20() -> Workload:
+    return Workload(
+        (
+            Request("r1", (_image("camera.png"),), output=604),
+            Request("r2", (_image("horse.png"),), after=21, output=445, arrival=38),
+            Request("r3", (_image("rocket.jpg"),), output=178, arrival=383),
+        )
+    )
+
+
 def _s1_across(calls: int, passes: int) -> LoadExpectation:
     """0.5.18's S1 across requests or turns at attention-TP 2: rank 1 raises, 0.5.19 fixes it."""
     return LoadExpectation(
@@ -268,6 +278,24 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         2,
         _s1_across(calls=2, passes=2),
         load=LoadSettings(cache_mb=0),
+    ),
+    LoadScenario(
+        "s20-retraction-meets-requests",
+        "S20: a retraction puts two requests in one call that never meet with ample memory (KV pool 1555 tokens)",
+        "r1 (camera.png) decodes 604 tokens, r2 (horse.png) arrives at step 38 and decodes 445, r3 (rocket.jpg) "
+        "arrives at step 383. With ample memory each is prefilled alone (steps 0, 38, 383) and nothing fails. With a "
+        "KV pool of 1555 tokens (--max-total-tokens 1555; the embedding cache off) the adder refuses r3 (NO_TOKEN), "
+        "and at step 460 the decode step does not fit: retract_decode sends r2, the row with the fewest outputs, "
+        "back to the queue, its KV freed. When r1 finishes, r3 and r2 (re-prefilled from its saved state at 192, "
+        "inside horse.png's pad run 40..219) are prefilled together: one get_image_feature call holds rocket.jpg "
+        "and horse.png, and at attention-TP 2 rank 1 reads rocket.jpg's grid for horse.png (S1 across requests). "
+        "A pool twice as large, the embedding cache holding horse.png, or 0.5.19 avoids it.",
+        ScenarioClass.S20,
+        _s20,
+        "0.5.18",
+        2,
+        _s1_across(calls=3, passes=3),
+        load=LoadSettings(cache_mb=0, max_total_tokens=1555),
     ),
 )
 

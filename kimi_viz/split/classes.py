@@ -1,8 +1,9 @@
 """The scenario classes of pipeline spec §7: one set, used by the findings, the divergence and the catalogue.
 
 ``S1`` … ``S13`` are the ways the deferred split's invariant breaks (``docs/pipeline.md`` §7),
-``S14`` … ``S19`` the cases of the forward pass under load (§10: requests sharing one call, chunks,
-the embedding cache, the splice, the radix prefix, the hybrid tree's cut back to a saved state),
+``S14`` … ``S20`` the cases of the forward pass under load (§10: requests sharing one call, chunks,
+the embedding cache, the splice, the radix prefix, the hybrid tree's cut back to a saved state, memory
+pressure),
 ``skew`` a producer and a consumer on different releases, ``none`` a batch where nothing diverges and
 ``unclassified`` a failure no class of §7 explains (its cause's own text then explains it).
 """
@@ -31,9 +32,8 @@ class ScenarioClass(str, Enum):
     S16 = "S16"  # an embedding-cache entry of another length under the image's hash
     S17 = "S17"  # a stale eager feature followed to the splice (S10 under load)
     S18 = "S18"  # an earlier turn's image back in a later turn's call: its radix prefix ends inside the image's run
-    S19 = (
-        "S19"  # the same, only because Kimi-K3's hybrid tree cut the hit back to a saved state (a plain tree would not)
-    )
+    S19 = "S19"  # the same, only because the hybrid tree cut the hit back to a saved state
+    S20 = "S20"  # two requests that never meet with ample memory meet in one call after a retraction
     SKEW = "skew"  # producer and consumer on different releases
     NONE = "none"
     UNCLASSIFIED = "unclassified"
