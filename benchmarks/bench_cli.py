@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from figures import write_figures
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout, no install needed
 
@@ -262,11 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(results, markdown=True))
     failed = [r["case"] for r in results if r["ok"] is False]
     print(f"\n{'FAIL: ' + ', '.join(failed) if failed else 'PASS: every on-call command within its target'}")
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figures = {"machine": machine, "bare_s": bare, "target_x": TARGET_X, "results": results}
-        path.write_text(json.dumps(figures, indent=2) + "\n")
+    write_figures(args.json, {"machine": machine, "bare_s": bare, "target_x": TARGET_X, "results": results})
     return 1 if args.strict and failed else 0
 
 

@@ -22,7 +22,6 @@ writes the same figures as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
+
+from figures import write_figures
 
 from kimi_viz.data import SAMPLE_PHOTOS
 from kimi_viz.preprocess.config import get_config
@@ -105,7 +106,7 @@ def bench_shapes(runs: int) -> dict[str, Any]:
         "kit_s": kit,
         "baseline_s": base,
         "baseline": "one replay(rank=r) per rank",
-        "rows": sum(sum(row["produced_rows"] for row in r.images) for r in trace.ranks),
+        "rows": sum(sum(row.produced_rows or 0 for row in r.images) for r in trace.ranks),
     }
 
 
@@ -166,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         r["speedup"] = r["baseline_s"] / r["kit_s"]
         r["met_target"] = r["kit_s"] < r["target_s"]
     print(markdown(results, machine))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
+    write_figures(args.json, {"machine": machine, "results": results})
     return 0 if all(r["met_target"] for r in results) else 1
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import platform
 import statistics
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, no install needed
+
+from figures import write_figures
 
 from kimi_viz import sample_images, sweep_pairs, together, whatif
 from kimi_viz._whatif.ask import SWEEP_TP_SIZES, release_groups
@@ -132,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{TARGET_S * 1e3:.0f} | {'yes' if result['met_target'] else 'NO'} |\n\n"
         "baseline: per cell a full whatif(together([a, b])) (headers probed, items built, fix search)"
     )
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    write_figures(args.json, result)
     return 0 if result["met_target"] else 1
 
 
