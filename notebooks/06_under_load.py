@@ -403,7 +403,7 @@ Table(
         [
             "the tree evicted",
             ", ".join(
-                f"{m.step}: {m.evicted_tokens} tokens, {m.evicted_states} states"
+                f"{m.step}: {m.evicted_tokens} tokens, {m.evicted_states} state{'' if m.evicted_states == 1 else 's'}"
                 for m in schedule_at_peak.evictions[:6]
             )
             + (" …" if len(schedule_at_peak.evictions) > 6 else "")
@@ -420,6 +420,44 @@ Table(
 # %%
 meeting = at_peak.replay.passes[at_peak.replay.failing_pass or -1]
 draw_forward_pass(meeting).figure
+
+# %% [markdown]
+# **A chat's second turn fails only at peak hours. Why?** Turn 2 re-sends turn 1's image. On a quiet
+# server it starts from turn 1's saved state, past the image, which never reaches the call. When memory
+# is short the tree evicts turn 1's cached prefix (least recently used, while another request decodes):
+# turn 2 starts at 0 and its image goes back into the call, beside whatever is prefilled with it (load
+# scenario `s20-evicted-turn-meets-request`, its own KV pool of 900 tokens).
+
+# %%
+turn_chat = LOAD_SCENARIOS["s20-evicted-turn-meets-request"]
+turn_answers = [
+    whatif(turn_chat.build(), sglang_version=memory_sglang_version, tp_size=memory_tp, load=load, device=device)
+    for load in (LoadSettings(cache_mb=0), turn_chat.load)
+]
+Table(
+    ["memory", "status", "turn 2 starts at", "images in the call that prefills turn 2"],
+    [
+        [
+            answer.replay.schedule.server.memory.describe(),
+            answer.status.value,
+            answer.replay.matched[2],
+            " | ".join(
+                ", ".join(f"{item.source.rid}: {item.source.label}" for item in call.items)
+                for trace, plan in zip(answer.replay.passes, answer.replay.plans)
+                if any(w.rid == "t2" for w in plan.windows)
+                for call in trace.calls
+            ),
+        ]
+        for answer in turn_answers
+    ],
+)
+
+# %% [markdown]
+# What the answer says at peak hours: which tokens of turn 2's prefix were evicted and when, and where
+# its image went.
+
+# %%
+turn_answers[1].why
 
 # %% [markdown]
 # **What to take away:** an intermittent "only under load" report is a batch the server formed, not a

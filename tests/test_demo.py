@@ -44,10 +44,10 @@ def test_demo_scenarios_are_catalogued_and_cover_the_key_ones():
     assert len(set(DEMO_SCENARIOS)) == len(DEMO_SCENARIOS)
 
 
-def test_demo_tours_one_load_scenario_per_class_and_a_chats_second_turn():
+def test_demo_tours_the_load_scenarios_of_every_class_and_a_chats_second_turn():
     assert set(DEMO_LOAD_SCENARIOS) <= set(LOAD_SCENARIOS)
     classes = [LOAD_SCENARIOS[name].scenario_class.value for name in DEMO_LOAD_SCENARIOS]
-    assert classes == ["S14", "S15", "S16", "S17", "S18", "S19", "S20"]
+    assert classes == ["S14", "S15", "S16", "S17", "S18", "S19", "S20", "S20"]  # S20: a retraction, an eviction
     chat = LOAD_SCENARIOS["s19-saved-state-reopens-image"].build()
     assert [r.continues for r in chat.requests] == [None, "t1"]  # the conversation: turn 2 continues turn 1
 
@@ -94,8 +94,8 @@ def test_demo_index_links_every_report_and_the_gallery(demo):
         assert (out / name / "report.html").is_file() and (out / name / "answer.json").is_file()
     reports = [h for h in hrefs if h.endswith("/report.html")]
     assert (
-        len(reports) == len(set(reports)) == 15 + 4 + 3
-    )  # single calls, S14-S17, the chat's second turn (S18, S19), memory pressure (S20)
+        len(reports) == len(set(reports)) == 15 + 4 + 4
+    )  # single calls, S14-S17, the chat's second turn (S18, S19), memory pressure (S20 twice)
     assert "gallery/index.html" in hrefs
     for href in hrefs:
         assert (out / href).is_file(), href

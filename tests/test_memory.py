@@ -20,6 +20,7 @@ from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.event_loop import schedule
 from kimi_viz.scheduler.flags import FLAG_OF, LoadSettings, alternatives
 from kimi_viz.scheduler.memory import NewTokenRatio, resolve_memory
+from kimi_viz.scheduler.radix_cache import RadixCache, lost_on
 from kimi_viz.scheduler.req import Req
 from kimi_viz.scheduler.server_args import resolve_server
 
@@ -125,6 +126,55 @@ def test_s20_memory_puts_two_requests_in_one_call_that_never_meet_with_ample_mem
     assert "The walk stopped on NO_TOKEN" in admission.note and "Memory since the previous pass: r2 retracted" in (
         admission.note
     )
+
+
+def test_a_second_turn_fails_only_when_memory_evicted_its_prefix():
+    """S20's chat: with ample memory turn 2 starts past horse.png; with 900 KV tokens the tree evicted turn 1's
+    prefix (the steps and tokens SGLang's own tree evicts, tests/parity), so horse.png meets rocket.jpg."""
+    name = "s20-evicted-turn-meets-request"
+    answer = run_load_scenario(name)
+    replay = answer.replay
+    assert answer.status.value == "error-reproduced" and LOAD_SCENARIOS[name].scenario_class.value == "S20"
+    assert [(i.source.rid, i.source.label) for i in replay.failing_call().items] == [
+        ("t2", "horse.png"),
+        ("r2", "rocket.jpg"),
+    ]
+    assert [(m.step, m.evicted_tokens, m.evicted_states) for m in replay.schedule.evictions][:2] == [
+        (231, 64, 1),
+        (295, 192, 1),
+    ]
+    ample = replay.with_ample_memory()
+    third = ample.passes[2]
+    assert [(w.rid, w.prefix_len) for w in third.windows] == [("t2", 256), ("r2", 0)]
+    assert (
+        "Memory pressure (KV pool 900 tokens, 450 request rows, mamba state pool unbounded): t2's cached prefix was "
+        "evicted (tokens 192..255 at step 231, tokens 0..191 at step 295): it starts at 0 where ample memory leaves "
+        "256; horse.png went back into pass 3's call beside r2's rocket.jpg; NO_TOKEN held prefill back at 1 step "
+        "(200) up to pass 3." in answer.why
+    )
+    # the failing pass's figure and stepper say whose prefix the evictions since the previous pass took
+    trace = replay.passes[2]
+    assert trace.memory.startswith("the tree evicted 768 KV tokens and 4 saved states (t2's cached prefix among them)")
+    assert "(t2's cached prefix among them)" in draw_forward_pass(trace).get_title(loc="left")
+    assert trace.steps[1].variables.to_json()["memory"]["prefix_evicted"] == ["t2"]
+    # the plain tree beside never evicts: no cut-back story is told for an evicted prefix
+    assert "cuts a hit back" not in answer.why and replay.prefix_matches()[2].plain is None
+    assert answer.flags is not None and ("--max-total-tokens 1800", "clean") in [
+        (c.flag, c.status.value) for c in answer.flags.changes
+    ]
+
+
+def test_the_tree_logs_what_each_eviction_took_and_a_request_recognises_its_own_path():
+    cache = RadixCache(page_size=1)
+    first, other = tuple(range(100, 140)), tuple(range(500, 520))
+    cache.insert(first, state=True)
+    cache.insert(other, state=False)
+    freed = cache.evict(tokens=50)
+    assert (freed.tokens, freed.states) == (60, 1)  # least recently used first: first's node, then other's
+    assert [(p.kind, p.start, p.end) for p in cache.lost] == [("kv", 0, 40), ("kv", 0, 20)]
+    turn2 = (*first, 7, 8, 9)
+    assert [(p.start, p.end) for p in lost_on(turn2, cache.lost)] == [(0, 40)]
+    assert lost_on(tuple(range(100, 120)), cache.lost) == []  # shorter than the node: not the same path
 
 
 def test_an_unbounded_answer_says_so_and_the_json_carries_the_pools(capsys):

@@ -11,6 +11,7 @@ from kimi_viz.data import sample_path
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_under_load.ipynb"
 GPU_GRIDS = "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+UNBOUNDED = "memory unbounded (no --max-total-tokens, --max-running-requests or --max-mamba-cache-size)"
 
 
 def _row(text: str, request: str, image: str) -> list[str]:
@@ -40,6 +41,21 @@ def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
     row = _row(text, "t2", "camera.png")
     assert row[2:] == ["90..450", "448", "embedding cache (re-opened by the cut back)", "pass 2: embedding cache"]
     assert any(o.get("data", {}).get("image/png") for c in notebook.cells for o in c.get("outputs", []))
+    # Section 8 at its defaults (0.5.18, TP 2, a 1555-token pool): r2 retracted, then prefilled beside r3
+    rows = re.sub(r" {2,}", "  ", text)  # table columns: two spaces apart
+    assert f"{UNBOUNDED}  clean  r1 | r2 | r3" in rows
+    assert (
+        "KV pool 1555 tokens, 777 request rows, mamba state pool unbounded  error-reproduced  r1 | r2 | r3, r2" in rows
+    )
+    assert "retracted  r2 at 460 (421 outputs)" in rows and "NO_TOKEN  383, 461, 607" in rows
+    assert "the tree evicted  607: 640 tokens, 1 state, 698: 384 tokens, 1 state" in rows
+    # and the chat turn whose prefix memory evicted: turn 2 starts at 0 and horse.png meets rocket.jpg
+    assert f"{UNBOUNDED}  clean  256  r2: rocket.jpg" in rows
+    assert (
+        "KV pool 900 tokens, 450 request rows, mamba state pool unbounded  error-reproduced  0  "
+        "t2: horse.png, r2: rocket.jpg" in rows
+    )
+    assert "t2's cached prefix was evicted (tokens 192..255 at step 231, tokens 0..191 at step 295)" in text
 
 
 def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
@@ -50,12 +66,18 @@ def test_the_same_requests_pass_from_0519_with_another_chunk_size(tmp_path):
         sglang_version="0.5.23",
         tp=4,
         chunked_prefill_size=100,
+        memory_sglang_version="0.5.23",
+        memory_pool=3110,
         device="cpu",
     )
     before_the_sweep = text.split("release        code path  TP 1")
     assert len(before_the_sweep) == 2 and "error-reproduced" not in before_the_sweep[0]
     assert "every pad token receives its own image's feature row" in text
     assert "r1 [100, 200)" in text
+    # section 8 with a pool twice as large on 0.5.23: nothing retracted, each request prefilled alone
+    rows = re.sub(r" {2,}", "  ", text)
+    assert "KV pool 3110 tokens, 1555 request rows, mamba state pool unbounded  clean  r1 | r2 | r3" in rows
+    assert "retracted  —" in rows and "NO_TOKEN  —" in rows
 
 
 def test_the_chats_second_turn_re_opens_its_first_image_at_page_16_as_well(tmp_path):

@@ -14,10 +14,15 @@ onto another image's pad tokens, or why every row lands where it should.
 from __future__ import annotations
 
 from ..answer import RequestReplay
+from ..forward.scheduled import no_token_phrase
+from ..forward.supply import ImageSupply
 from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..forward.workload_replay import LoadResult
 from ..releases import FIX_PRS, Release
+from ..request.token_ids import scheduled_requests
 from ..scheduler.event_loop import radix_prefixes
+from ..scheduler.radix_cache import lost_on
+from ..scheduler.tree import padded_ids
 from ..split.verdict import Verdict, build_verdict
 
 
@@ -251,28 +256,49 @@ def _memory(result: LoadResult, deciding: int | None) -> list[str]:
     ample = result.with_ample_memory()
     if ample is None:
         return []
+    # what happened up to the deciding pass's step (the pass's own NO_TOKEN stop and evictions included)
+    until = result.plans[deciding].step if deciding is not None and deciding < len(result.plans) else None
     events = []
     for retraction in schedule.retractions:
+        if until is not None and retraction.step > until:
+            continue
         what = "aborted (out of memory even alone)" if retraction.aborted else "retracted"
         events.append(
             f"{retraction.rid} was {what} at step {retraction.step} (the KV pool ran short while decoding; its "
             f"{retraction.outputs} outputs are prefilled again)"
         )
     ample_prefix = radix_prefixes(ample.passes)
-    evicting = [m.step for m in schedule.evictions if m.evicted_tokens]
+    reqs = None
     for k, (request, prefix) in enumerate(zip(result.workload.requests, result.matched)):
         lost = ample_prefix.get(request.rid, 0)
         if prefix >= lost:
             continue
         admitted = next((p.step for p in result.plans for w in p.windows if w.rid == request.rid), None)
-        before = [step for step in evicting if admitted is None or step < admitted]
-        when = f" at step {before[-1]}" if before else ""
-        reopened = [f"{s.label}" for s in result.image_supplies() if s.request == k and prefix <= s.offsets[0] < lost]
-        back = f", so {', '.join(reopened)} went back into the window" if reopened else ""
-        events.append(
-            f"{request.rid}'s cached prefix was evicted{when}: it starts at {prefix} where ample memory leaves "
-            f"{lost}{back}"
-        )
+        if reqs is None:
+            reqs = scheduled_requests(result.workload, result.prompts, [list(b.images) for b in result.built])
+        ids = padded_ids(reqs[k], result.release.scheduler)  # its prompt as the tree keys it
+        taken = [
+            (m.step, piece)
+            for m in schedule.evictions
+            if admitted is None or m.step < admitted
+            for piece in lost_on(ids, m.lost)
+            if piece.start < lost and piece.end > prefix
+        ]
+        reopened = [
+            _went_back(result, s) for s in result.image_supplies() if s.request == k and prefix <= s.offsets[1] < lost
+        ]
+        back = f"; {'; '.join(reopened)}" if reopened else ""
+        if taken:
+            what = ", ".join(
+                f"tokens {piece.start}..{piece.end - 1} at step {step}"
+                if piece.kind == "kv"
+                else f"the state saved at {piece.end} at step {step}"
+                for step, piece in taken
+            )
+            said = f"{request.rid}'s cached prefix was evicted ({what})"
+        else:
+            said = f"{request.rid} matched less than with ample memory (nothing on its path was evicted)"
+        events.append(f"{said}: it starts at {prefix} where ample memory leaves {lost}{back}")
     if deciding is not None and deciding < len(result.passes):
         plan = result.plans[deciding]
         rids = sorted({w.rid for w in plan.windows})
@@ -282,11 +308,29 @@ def _memory(result: LoadResult, deciding: int | None) -> list[str]:
                 f"with ample memory {', '.join(rids)} never share a pass; memory pressure put them together in "
                 f"pass {deciding + 1}"
             )
-    if schedule.no_token:
-        events.append(f"the KV budget refused a request (NO_TOKEN) in {_count(len(schedule.no_token), 'step')}")
+    refused = [step for step in schedule.no_token if until is None or step <= until]
+    if refused:
+        upto = f" up to pass {deciding + 1}" if deciding is not None and until is not None else ""
+        events.append(no_token_phrase(refused) + upto)
     if not events:
         return [f"Memory ({schedule.server.memory.describe()}) changed no pass here."]
     return [f"Memory pressure ({schedule.server.memory.describe()}): {'; '.join(events)}."]
+
+
+def _went_back(result: LoadResult, supply: ImageSupply) -> str:
+    """Return where an image the cached prefix no longer covers got its rows again: which pass's call, beside whom."""
+    for k, supplier in supply.by_pass:
+        if supplier == "embedding cache":
+            return f"{supply.label} went back into pass {k + 1}'s window, its rows from the embedding cache"
+        if supplier != "call" or k >= len(result.passes):
+            continue
+        beside: list[str] = []
+        for call in result.passes[k].calls:
+            sources = [item.source for item in call.items]
+            if any(src.request == supply.request and src.image == supply.image for src in sources):
+                beside = [f"{src.rid}'s {src.label}" for src in sources if src.request != supply.request]
+        return f"{supply.label} went back into pass {k + 1}'s call" + (f" beside {', '.join(beside)}" if beside else "")
+    return f"{supply.label} went back into the window"
 
 
 def _straddles(result: LoadResult) -> list[str]:

@@ -203,15 +203,22 @@ def memory_sentence(pressure: Pressure) -> str:
     """Return what memory did before a pass, in words ("" when nothing)."""
     parts = [f"{rid} retracted at step {step}" for step, rid in pressure.retracted]
     if pressure.evicted_tokens or pressure.evicted_states:
+        whose = ", ".join(f"{rid}'s" for rid in pressure.prefix_evicted)
+        among = f" ({whose} cached prefix among them)" if whose else ""
         parts.append(
             f"the tree evicted {pressure.evicted_tokens} KV tokens and {pressure.evicted_states} saved "
-            f"state{'' if pressure.evicted_states == 1 else 's'}"
+            f"state{'' if pressure.evicted_states == 1 else 's'}{among}"
         )
     if pressure.refused_steps:
-        steps = pressure.refused_steps
-        shown = ", ".join(str(step) for step in steps[:4]) + (", …" if len(steps) > 4 else "")
-        parts.append(f"NO_TOKEN held prefill back at {len(steps)} step{'s' if len(steps) > 1 else ''} ({shown})")
+        parts.append(no_token_phrase(pressure.refused_steps))
     return "; ".join(parts)
+
+
+def no_token_phrase(steps: Sequence[int]) -> str:
+    """Return the words for the steps whose adder walk stopped on NO_TOKEN ("NO_TOKEN held prefill back at 2 steps
+    (383, 461)"), the first four steps named."""
+    shown = ", ".join(str(step) for step in steps[:4]) + (", …" if len(steps) > 4 else "")
+    return f"NO_TOKEN held prefill back at {len(steps)} step{'s' if len(steps) > 1 else ''} ({shown})"
 
 
 def _pressure(pressure: Pressure) -> JsonObject:
@@ -220,7 +227,8 @@ def _pressure(pressure: Pressure) -> JsonObject:
         "evicted_tokens": pressure.evicted_tokens,
         "evicted_states": pressure.evicted_states,
         "no_token_steps": list(pressure.refused_steps),
+        "prefix_evicted": list(pressure.prefix_evicted),
     }
 
 
-__all__ = ["memory_sentence", "scheduler_steps"]
+__all__ = ["memory_sentence", "no_token_phrase", "scheduler_steps"]

@@ -42,7 +42,7 @@ DEMO_SCENARIOS = (
     "s13-zero-size",
 )
 # The workloads the demo tours after them: one load scenario per class S14-S17, a chat's second turn (S18, S19),
-# then a meeting only memory pressure brings about (S20).
+# then meetings only memory pressure brings about (S20: a retraction; a chat turn whose cached prefix was evicted).
 DEMO_LOAD_SCENARIOS = (
     "s14-two-requests-one-call",
     "s15-straddling-image",
@@ -51,6 +51,7 @@ DEMO_LOAD_SCENARIOS = (
     "s18-prefix-reopens-image",
     "s19-saved-state-reopens-image",
     "s20-retraction-meets-requests",
+    "s20-evicted-turn-meets-request",
 )
 
 __all__ = sorted(_EXPORTS)

@@ -130,12 +130,24 @@ def _s20() -> Workload:
     )
 
 
-def _s1_across(calls: int, passes: int) -> LoadExpectation:
-    """0.5.18's S1 across requests or turns at attention-TP 2: rank 1 raises, 0.5.19 fixes it."""
+def _s20_evicted() -> Workload:
+    first = Request("t1", (_image("horse.png"),), output=8)
+    return Workload(
+        (
+            first,
+            Request("r1", (_image("camera.png"),), output=300, arrival=20),
+            Request("t2", (), continues="t1", arrival=200),
+            Request("r2", (_image("rocket.jpg"),), output=8, arrival=200),
+        )
+    )
+
+
+def _s1_across(calls: int, passes: int, rank: int = 1) -> LoadExpectation:
+    """0.5.18's S1 across requests or turns at attention-TP 2: ``rank`` raises, 0.5.19 fixes it."""
     return LoadExpectation(
         Status.ERROR_REPRODUCED,
         ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
-        (1,),
+        (rank,),
         fixed_in="0.5.19",
         calls=calls,
         passes=passes,
@@ -296,6 +308,25 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         2,
         _s1_across(calls=3, passes=3),
         load=LoadSettings(cache_mb=0, max_total_tokens=1555),
+    ),
+    LoadScenario(
+        "s20-evicted-turn-meets-request",
+        "S20: a chat's second turn whose cached prefix memory evicted sends its image back into a call (KV pool 900)",
+        "Turn 1 (t1) sends horse.png (pad run 40..219) and gets 8 tokens back; r1 (camera.png) arrives at step 20 "
+        "and decodes 300 tokens; turn 2 (t2, no image of its own) and r2 (rocket.jpg) arrive at step 200. With "
+        "ample memory t2 starts from turn 1's saved state at 256, past horse.png, and the pass that prefills t2 and "
+        "r2 together calls get_image_feature with rocket.jpg alone. With a KV pool of 900 tokens "
+        "(--max-total-tokens 900; the embedding cache off) r1's decode needs the room: the tree evicts turn 1's "
+        "cached prefix, least recently used, at steps 231 and 295, so t2 starts at 0 and horse.png goes back into "
+        "the call beside r2's rocket.jpg; at attention-TP 2 rank 0 takes rocket.jpg (the larger image) and reads "
+        "horse.png's grid for it (S1 across requests) — the second turn fails only when memory is short. A larger "
+        "pool, the embedding cache holding horse.png, or 0.5.19 avoids it.",
+        ScenarioClass.S20,
+        _s20_evicted,
+        "0.5.18",
+        2,
+        _s1_across(calls=3, passes=3, rank=0),
+        load=LoadSettings(cache_mb=0, max_total_tokens=900),
     ),
 )
 

@@ -31,7 +31,7 @@ from typing import NamedTuple
 from .._records import frozen
 from ..releases import Release
 from .memory import CLIP_MAX_NEW_TOKENS, MAMBA_SLOTS_PER_REQ, KVBudget, NewTokenRatio, Pools
-from .radix_cache import Node, RadixCache
+from .radix_cache import Lost, Node, RadixCache
 from .req import Req, Window
 from .server_args import ServerConfig
 from .tree import PlainTree, PrefixMatch, page_floor, prefix_match
@@ -71,6 +71,7 @@ class MemoryStep(NamedTuple):
     evicted_tokens: int
     evicted_states: int
     ratio: float
+    lost: tuple[Lost, ...] = ()  # the pieces of the tree those evictions took
 
 
 @dataclass(eq=False)
@@ -142,7 +143,9 @@ class ScheduleState:
             req.working_slot = True
             self.pools.slots += 1
         key = 0 if self.tree.disabled else page_floor(len(capped), self.server.page_size)
-        plain = prefix_match(self.plain, fill).matched
+        plain: int | None = prefix_match(self.plain, fill).matched
+        if plain is not None and plain > found.full and self.tree.kv_lost:
+            plain = None  # the plain tree beside never evicts: what one would hold after evictions is not known
         return PrefixMatch(
             len(fill), key, found.shared, found.depth, found.full, req.mamba_branching_seqlen, plain, found.states
         )
@@ -362,9 +365,11 @@ class ScheduleState:
                 evicted.tokens,
                 evicted.states,
                 self.ratio.current,
+                tuple(self.tree.lost),
             )
         )
         evicted.tokens = evicted.states = 0
+        self.tree.lost.clear()
 
 
 __all__ = ["Batch", "MemoryStep", "Retraction", "Save", "ScheduleState"]

@@ -49,6 +49,7 @@ from .batch import Batch, MemoryStep, Retraction, Save, ScheduleState
 from .flags import LoadSettings
 from .memory import KVBudget, NewTokenRatio
 from .policy import NO_TOKEN, PassForm, active_policy, form_pass, mixed_decode_rows, policy_order, start_budget
+from .radix_cache import lost_on
 from .req import Req, Window
 from .server_args import ServerConfig, resolve_server
 from .tree import PrefixMatch, padded_ids
@@ -60,13 +61,15 @@ REFRESH_FIRST = 128  # WAITING_QUEUE_PREFIX_MATCH_MAX
 @frozen
 class Pressure:
     """What memory did before a pass (bounded memory): the requests retracted since the previous pass (step, rid),
-    what the tree evicted since then (through this pass's own allocations), and the steps whose walk stopped on
-    ``NO_TOKEN`` without forming a pass."""
+    what the tree evicted since then (through this pass's own allocations), the steps whose walk stopped on
+    ``NO_TOKEN`` without forming a pass, and the requests of the pass whose own cached prefix those evictions
+    took (part of their prompt's path: they start short of it)."""
 
     retracted: tuple[tuple[int, str], ...]
     evicted_tokens: int
     evicted_states: int
     refused_steps: tuple[int, ...]
+    prefix_evicted: tuple[str, ...] = ()  # requests matched for this pass that would have matched more
 
     @property
     def quiet(self) -> bool:
@@ -305,26 +308,30 @@ class _Scheduler(ScheduleState):
             tuple((rid, m) for rid, m in self.matched.items() if rid in offered),
             formed,
             server,
-            self._pressure(),
+            self._pressure([r for r in batch if r.rid in self.matched]),
         )
         decoded = tuple(r.rid for r in decoding)
         self.formed_pass = Pass(self.step_no, tuple(formed.windows), formed.chunked, decoded, (), self.release, step)
         prefill.chunked = self.chunked
         return prefill
 
-    def _pressure(self) -> Pressure | None:
-        """Return what memory did since the previous pass, and start counting again (None: memory unbounded)."""
+    def _pressure(self, matched: list[Req]) -> Pressure | None:
+        """Return what memory did since the previous pass (``matched``: the pass's requests matched by its walk), and
+        start counting again (None: memory unbounded)."""
         if not self.server.memory.bounded:
             return None
         since = self.pools.since_pass
         refused = tuple(step for step in self.no_token_steps[self._refused_from :] if step != self.step_no)
+        lost = self.tree.lost_since_pass
         pressure = Pressure(
             tuple((r.step, r.rid) for r in self.retractions[self._retracted_from :]),
             since.tokens,
             since.states,
             refused,
+            tuple(r.rid for r in matched if any(p.end > r.prefix_len for p in lost_on(r.fill_ids(), lost))),
         )
         since.tokens = since.states = 0
+        lost.clear()
         self._retracted_from, self._refused_from = len(self.retractions), len(self.no_token_steps)
         return pressure
 

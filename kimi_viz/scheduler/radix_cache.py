@@ -27,8 +27,9 @@ nothing is kept.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 from .tree import common_prefix, page_floor
 
@@ -57,6 +58,22 @@ class Evicted:
     states: int = 0
 
 
+class Lost(NamedTuple):
+    """One piece of the tree an eviction took: a node's tokens ``[start, end)`` (``kind`` "kv", its state with
+    it) or only the state saved at ``end`` ("state"), and the hash of the token path from the root to ``end``, so
+    a request's own prefix can be recognised (:func:`lost_on`)."""
+
+    kind: Literal["kv", "state"]
+    start: int
+    end: int
+    path: int
+
+
+def lost_on(ids: Sequence[int], lost: Iterable[Lost]) -> list[Lost]:
+    """Return the pieces of ``lost`` that lay on the path of ``ids`` (a request's fill ids)."""
+    return [piece for piece in lost if piece.end <= len(ids) and hash(tuple(ids[: piece.end])) == piece.path]
+
+
 @dataclass(eq=False)
 class MatchResult:
     """A match: the FULL walk's length, the node the request starts from (the deepest with a state), its depth,
@@ -83,6 +100,9 @@ class RadixCache:
         self.protected = 0  # of them, under a FULL lock
         self.mamba_lru: dict[Node, None] = {}  # nodes holding a state, least recently used first
         self.nodes: set[Node] = set()
+        self.lost: list[Lost] = []  # what evictions took since the scheduler last drained it (every step)
+        self.lost_since_pass: list[Lost] = []  # the same since the last prefill pass was formed
+        self.kv_lost = False  # whether an eviction ever took a node (KV), not only a saved state
 
     # --- sizes ---------------------------------------------------------------------------------------
     @property
@@ -142,6 +162,17 @@ class RadixCache:
     def _drop_state(self, node: Node) -> None:
         node.state = False
         self.mamba_lru.pop(node, None)
+
+    def _log_loss(self, node: Node, kind: Literal["kv", "state"]) -> None:
+        keys = []
+        walk: Node | None = node
+        while walk is not None and walk is not self.root:
+            keys.append(walk.key)
+            walk = walk.parent
+        path = tuple(token for key in reversed(keys) for token in key)
+        piece = Lost(kind, node.depth - len(node.key), node.depth, hash(path))
+        self.lost.append(piece)
+        self.lost_since_pass.append(piece)
 
     # --- match and insert ----------------------------------------------------------------------------
     def match_prefix(self, ids: Sequence[int]) -> MatchResult:
@@ -244,6 +275,8 @@ class RadixCache:
     def _delete(self, node: Node, freed: Evicted) -> None:
         parent = node.parent
         assert parent is not None
+        self._log_loss(node, "kv")
+        self.kv_lost = True
         del parent.children[self._child_key(node.key)]
         self.nodes.discard(node)
         self.total -= len(node.key)
@@ -284,6 +317,7 @@ class RadixCache:
             if self._evictable_leaf(node):
                 self._delete(node, freed)
             else:
+                self._log_loss(node, "state")
                 self._drop_state(node)
                 freed.states += 1
         return freed
@@ -296,4 +330,4 @@ class RadixCache:
         return freed
 
 
-__all__ = ["Evicted", "MatchResult", "Node", "RadixCache"]
+__all__ = ["Evicted", "Lost", "MatchResult", "Node", "RadixCache", "lost_on"]

@@ -33,7 +33,7 @@ class ScenarioClass(str, Enum):
     S17 = "S17"  # a stale eager feature followed to the splice (S10 under load)
     S18 = "S18"  # an earlier turn's image back in a later turn's call: its radix prefix ends inside the image's run
     S19 = "S19"  # the same, only because the hybrid tree cut the hit back to a saved state
-    S20 = "S20"  # two requests that never meet with ample memory meet in one call after a retraction
+    S20 = "S20"  # images ample memory keeps apart meet in one call after a retraction or an eviction
     SKEW = "skew"  # producer and consumer on different releases
     NONE = "none"
     UNCLASSIFIED = "unclassified"

@@ -592,6 +592,7 @@ PLAIN_LOAD_SCENARIOS = (
     "s18-prefix-reopens-image",
     "s19-saved-state-reopens-image",
     "s20-retraction-meets-requests",
+    "s20-evicted-turn-meets-request",
 )
 
 
