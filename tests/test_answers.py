@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kimi_viz import Answer, Status, answer_json, get_scenario, minimize, sweep, sweep_text, whatif
 from kimi_viz.cli import main
 from kimi_viz.message_catalogue.messages import MSG_GPU_WRONG_GRIDS
@@ -64,6 +66,19 @@ def test_whatif_out_writes_the_deciding_calls_report_with_the_forward_pass(tmp_p
     assert "kimi-viz whatif rocket.jpg astronaut.png --together --sglang-version 0.5.18 --tp 2" in report
     issue = (out / "issue.md").read_text()
     assert MSG_GPU_WRONG_GRIDS in issue and "0.5.19" in issue
+    # the server settings name the path the replay ran (0.5.18's), not a default the batch never had
+    assert "- replayed: SGLang 0.5.18 (pre-fix path)" in issue
+    assert "- code path: pre-fix (how it was found: recorded)" in issue
+
+
+@pytest.mark.parametrize(("version", "path"), [("0.5.17", "no-split"), ("0.5.18", "pre-fix"), ("0.5.23", "post-fix")])
+def test_a_one_request_whatif_reports_the_code_path_it_replayed(tmp_path, version, path):
+    out = tmp_path / "out"
+    main(["whatif", "rocket.jpg", "astronaut.png", "--sglang-version", version, "--tp", "2", "--out", str(out)])
+    issue = (out / "issue.md").read_text()
+    assert f"- replayed: SGLang {version} ({path} path)" in issue
+    assert f"- code path: {path} (how it was found: recorded)" in issue
+    assert json.loads((out / "trace.json").read_text())["release"]["code_path"] == path
 
 
 def test_whatif_out_without_a_call_writes_the_answer_alone(tmp_path):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._records import frozen
+from ..releases import PathSource, release_for
 from ..request.sides import BuiltRequest, encoder_preprocesses, local_rows_feature
 from ..split._replay import replay
 from ..split.batch import Batch
@@ -84,6 +85,8 @@ def _batch(built: BuiltRequest, items: list[Any], tp_size: int, version: str) ->
         processor=built.consumer.to_media_proc_cfg(),
         attn_tp_size=tp_size,
         sglang_version=version,
+        code_path=release_for(version)[0].code_path,
+        code_path_source=PathSource.RECORDED,  # the release the kit builds the call for
         created_by="kimi-viz whatif",
         note=f"built by SGLang {built.request_side.label}'s request side ({built.settings.sglang_flags()})",
     )

@@ -45,7 +45,7 @@ from ..message_catalogue.messages import (
     MSG_TOKEN_MISMATCH,
 )
 from ..preprocess.config import get_config
-from ..releases import Release
+from ..releases import PathSource, Release
 from ..scheduler.flags import Platform
 from ..split._replay import replay
 from ..split.batch import Batch, Item
@@ -133,6 +133,8 @@ def call_encoder(
             processor=processor,
             attn_tp_size=tp_size,
             sglang_version=release.version,
+            code_path=release.code_path,
+            code_path_source=PathSource.RECORDED,  # the release the kit replays the pass on
             created_by="kimi-viz forward pass",
         )
         trace = replay(batch, tp_size=tp_size, sglang_version=release.version, mode=mode, device=device)
