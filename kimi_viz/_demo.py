@@ -51,6 +51,7 @@ def run_demo(
     rows = []
     started = time.perf_counter()
     load_names = [name for name in scenarios if name.strip().lower() in LOAD_SCENARIOS]
+    width = max((len(name.strip()) for name in (*scenarios, "gallery")), default=0)
     for name in (name for name in scenarios if name not in load_names):
         scenario = get_scenario(name)
         t0 = time.perf_counter()
@@ -73,18 +74,16 @@ def run_demo(
             None if expected.error is None else expected.error.message
         )
         rows.append((scenario, verdict, matches))
-        say(f"  {scenario.name:<24} {_outcome_text(verdict):<84.84} {time.perf_counter() - t0:5.1f} s")
-    load_rows = [_load_row(name, out, say) for name in load_names]
+        say(_progress_line(scenario.name, _outcome_text(verdict), time.perf_counter() - t0, width))
+    load_rows = [_load_row(name, out, say, width) for name in load_names]
     gallery_index = None
     if gallery:
         from .report.gallery import write_gallery
 
         t0 = time.perf_counter()
         gallery_index = write_gallery(out / "gallery")[-1]
-        say(
-            f"  {'gallery':<24} {len(list((out / 'gallery').glob('*.png')))} figures{'':<72} "
-            f"{time.perf_counter() - t0:5.1f} s"
-        )
+        figures = len(list((out / "gallery").glob("*.png")))
+        say(_progress_line("gallery", f"{figures} figures", time.perf_counter() - t0, width))
     index = write_file(out / "index.html", _index_html(rows, gallery_index, out, load_rows).encode("utf-8"))
     say(f"wrote {len(rows) + len(load_rows)} reports in {time.perf_counter() - started:.1f} s; open {index}")
     return index
@@ -100,7 +99,13 @@ class _LoadRow:
     files: list[str]
 
 
-def _load_row(name: str, out: Path, say: Callable[[str], None]) -> _LoadRow:
+def _progress_line(name: str, text: str, seconds: float, width: int) -> str:
+    """Return one progress line: the name padded to ``width``, the outcome cut to fit 120 columns, the time."""
+    room = max(40, 120 - width - 12)
+    return f"  {name:<{width}} {text:<{room}.{room}} {seconds:5.1f} s"
+
+
+def _load_row(name: str, out: Path, say: Callable[[str], None], width: int) -> _LoadRow:
     """Replay load scenario ``name`` on its own deployment and write its answer and report into ``out/NAME``."""
     from ._whatif.outputs import write_answer
     from ._whatif.under_load import run_load_scenario
@@ -115,7 +120,7 @@ def _load_row(name: str, out: Path, say: Callable[[str], None]) -> _LoadRow:
     expected = scenario.expected
     matches = answer.status is expected.status and answer.error == expected.error
     files = [path.relative_to(out).as_posix() for key, path in written.items() if key not in ("text", "report")]
-    say(f"  {scenario.name:<24} {_status_text(answer.status, answer.error):<84.84} {time.perf_counter() - t0:5.1f} s")
+    say(_progress_line(scenario.name, _status_text(answer.status, answer.error), time.perf_counter() - t0, width))
     return _LoadRow(scenario, answer, matches, files)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from kimi_viz._demo import DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
 from kimi_viz.cli import main
+from kimi_viz.releases import RELEASES
 from kimi_viz.scenarios import LOAD_SCENARIOS, SCENARIOS
 
 KEY_SCENARIOS = {"healthy-tp2", "s1-cpu", "s2-cpu", "s3-mixed-local", "s4-cpu", "s13-zero-size"}
@@ -70,6 +71,11 @@ def test_demo_runs_in_time_and_says_where(demo):
     assert printed.splitlines()[-1] == f"open {(out / 'index.html').resolve()}"
     for name in (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS):
         assert re.search(rf"^  {re.escape(name)} ", printed, re.M)
+    # One column per field: every outcome starts where the longest name ends, every line fits 120 columns.
+    rows = [line for line in printed.splitlines() if line.startswith("  ")]
+    width = max(len(n) for n in (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS))
+    assert {line[2 + width] for line in rows} == {" "} and {line[3 + width] for line in rows} != {" "}
+    assert max(len(line) for line in rows) <= 120
     assert f"wrote {len(DEMO_SCENARIOS) + len(DEMO_LOAD_SCENARIOS)} reports in " in printed
     assert re.search(r"^  s15-straddling-image +✓ CLEAN REPLAY ", printed, re.M)
     # Each line carries its status: a silent mismatch never reads as "ok".
@@ -128,6 +134,7 @@ def test_demo_load_reports_hold_their_forward_pass_and_answer(demo):
     out = demo[0]
     index = (out / "index.html").read_text()
     assert "<h2>Under load: workloads through the scheduler</h2>" in index
+    issues = 0
     for name in DEMO_LOAD_SCENARIOS:
         scenario = LOAD_SCENARIOS[name]
         page = (out / name / "report.html").read_text()
@@ -140,6 +147,14 @@ def test_demo_load_reports_hold_their_forward_pass_and_answer(demo):
         assert document["status"] == expected.status.value, name
         assert document["error"] == (None if expected.error is None else expected.error.to_json()), name
         assert document["sglang_version"] == scenario.sglang_version and document["tp_size"] == scenario.tp_size
+        # The issue body of a deciding call names, in its server settings, the code path the replay ran.
+        if (out / name / "issue.md").is_file():
+            issues += 1
+            issue = (out / name / "issue.md").read_text()
+            path = RELEASES[scenario.sglang_version].code_path
+            assert f"- replayed: SGLang {scenario.sglang_version} ({path} path)" in issue, name
+            assert f"- code path: {path} (how it was found: recorded)" in issue, name
+    assert issues == 5  # S14, S18, S19 and both S20: each fails in its get_image_feature call
     chat = json.loads((out / "s18-prefix-reopens-image" / "answer.json").read_text())
     second = chat["passes"][1]["replay"]["requests"][0]
     assert (second["rid"], second["matched_prefix"]) == ("t2", 448)  # turn 1's saved state, also the page floor
