@@ -101,7 +101,6 @@ LAYERS = [
         "data",
         "files",
         "terminal",
-        "public_paths",
     },
     {"preprocess"},
     {"encoder", "split"},
@@ -260,6 +259,12 @@ def test_every_import_points_down_or_sideways_within_a_layer():
             if _layer(target) > _layer(module):
                 upward.append(f"{module} -> {target}")
     assert upward == []
+
+
+def test_the_package_root_holds_at_most_12_flat_modules():
+    """The root is the ground and the entry points; everything else lives in the sub-package of its stage."""
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(flat) <= 12, flat
 
 
 def test_no_module_is_over_about_600_lines_but_the_encoder_model():

@@ -1,6 +1,6 @@
 """Nothing private in a public issue: ``issue.md`` and the emitted repro name no absolute local path, no user, no host.
 
-The unit tests hold :func:`kimi_viz.public_paths.public_path` to its rule (relative below the current
+The unit tests hold :func:`kimi_viz.report.public_paths.public_path` to its rule (relative below the current
 folder, else the name alone; never ``~``, the home folder, the user or the host). The CLI test runs a
 triage from a folder named like a home directory (``home/alice-smith/work``) on a manifest beside it
 (``home/alice-smith/captures/real-0.5.18-tp4-rank3``), given by its absolute path, and reads every
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_viz.public_paths import UNNAMED, private_names, public_command, public_path, public_text
+from kimi_viz.report.public_paths import UNNAMED, private_names, public_command, public_path, public_text
 
 MANIFEST = "real-0.5.18-tp4-rank3"
 

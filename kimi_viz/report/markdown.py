@@ -18,9 +18,9 @@ Four rules hold for every body written here:
   (:func:`md_code`); control characters are shown as escapes, one line per value;
 - the only raw HTML is ``<details>`` and ``<summary>``;
 - no local path: the commands (replay it, the SGLang repro) name their paths as
-  :func:`~kimi_viz.public_paths.public_command` does (relative to the current folder below it, else
+  :func:`~kimi_viz.report.public_paths.public_command` does (relative to the current folder below it, else
   the name alone), and the environment's and the settings' values as
-  :func:`~kimi_viz.public_paths.public_text` does, so no absolute path, user or host name is pasted;
+  :func:`~kimi_viz.report.public_paths.public_text` does, so no absolute path, user or host name is pasted;
 - the body stays under GitHub's limit of :data:`GITHUB_LIMIT` characters: every value is capped, a
   batch of more than :data:`MAX_IMAGE_ROWS` images shows its flagged images and the first ones and
   says how many it leaves out (a table is never cut in the middle), and a body still over
@@ -33,9 +33,9 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..public_paths import public_command, public_text
 from ..split.verdict import Fixes, Status, image_sentence, release_lines
 from ..terminal import escape_value, safe_text
+from .public_paths import public_command, public_text
 from .rows import ImageLine, image_lines
 
 if TYPE_CHECKING:  # pragma: no cover
