@@ -106,11 +106,16 @@ def _strategy(load: LoadSettings, release: Release) -> tuple[Strategy | None, bo
     if load.disable_radix_cache:
         return None, overlap, []
     asked, page = load.mamba_radix_cache_strategy, load.page_size
+    said: list[str] = []
     if asked == "auto":
-        if overlap or (page is not None and page > 1):
-            return "extra_buffer", overlap, ["--mamba-radix-cache-strategy auto resolved to extra_buffer"]
-        return "no_buffer", False, ["--mamba-radix-cache-strategy auto resolved to no_buffer (overlap schedule off)"]
-    if asked == "no_buffer":
+        if not overlap and (page is None or page == 1):
+            return (
+                "no_buffer",
+                False,
+                ["--mamba-radix-cache-strategy auto resolved to no_buffer (overlap schedule off)"],
+            )
+        said = ["--mamba-radix-cache-strategy auto resolved to extra_buffer"]
+    elif asked == "no_buffer":
         if page is not None and page > 1:
             raise _refuse(release, "no_buffer only supports page_size=1.")
         if overlap:
@@ -118,13 +123,14 @@ def _strategy(load: LoadSettings, release: Release) -> tuple[Strategy | None, bo
                 release, "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."
             )
         return "no_buffer", overlap, []
+    # extra_buffer, asked or resolved from auto, is validated alike (the page given, before any backend snaps it)
     if page is not None and load.mamba_track_interval % page:
         raise _refuse(
             release,
             f"an AssertionError without a message: --mamba-track-interval {load.mamba_track_interval} is not a "
             f"multiple of --page-size {page} (extra_buffer)",
         )
-    return "extra_buffer", overlap, []
+    return "extra_buffer", overlap, said
 
 
 def _backend_and_page(load: LoadSettings, release: Release) -> tuple[str, int, list[str]]:

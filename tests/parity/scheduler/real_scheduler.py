@@ -679,6 +679,7 @@ def resolve_kimi_k3(
     page_size: int | None = None,
     disable_overlap_schedule: bool = False,
     mamba_radix_cache_strategy: str = "auto",
+    mamba_track_interval: int = 256,
     num_kv_heads_per_rank: int = 8,
 ) -> dict:
     """Replay the parts of the release's resolution that decide Kimi-K3's attention backend, page
@@ -695,6 +696,7 @@ def resolve_kimi_k3(
         page_size=page_size,
         disable_overlap_schedule=disable_overlap_schedule,
         mamba_radix_cache_strategy=mamba_radix_cache_strategy,
+        mamba_track_interval=mamba_track_interval,
     )
     hf = _KimiK3HfConfig()
     model_config = types.SimpleNamespace(

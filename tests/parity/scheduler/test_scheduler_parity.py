@@ -128,14 +128,20 @@ def _real_resolution(row: dict) -> tuple:
 
 
 def test_the_flags_resolve_as_the_release_resolves_them_on_every_gpu(release):
-    """Every GPU family × attention backend × page given × strategy × overlap: the backend, page, strategy and
-    overlap the release settles on, or its refusal in its own words."""
+    """Every GPU family × attention backend × page given × strategy × overlap × track interval (one the pages
+    divide, one page 64 does not): the backend, page, strategy and overlap the release settles on, or its
+    refusal in its own words."""
     from .real_scheduler import resolve_kimi_k3
 
     rules = RELEASES[release].scheduler
     found, rows = [], 0
-    for gpu, backend, page, strategy, no_overlap in itertools.product(
-        GPU, (None, *rules.attention_backends), (None, 1, 32, 64), ("auto", "extra_buffer", "no_buffer"), (False, True)
+    for gpu, backend, page, strategy, no_overlap, interval in itertools.product(
+        GPU,
+        (None, *rules.attention_backends),
+        (None, 1, 32, 64),
+        ("auto", "extra_buffer", "no_buffer"),
+        (False, True),
+        (256, 96),
     ):
         load = LoadSettings(
             gpu=gpu,
@@ -143,6 +149,7 @@ def test_the_flags_resolve_as_the_release_resolves_them_on_every_gpu(release):
             page_size=page,
             mamba_radix_cache_strategy=strategy,
             disable_overlap_schedule=no_overlap,
+            mamba_track_interval=interval,
             chunked_prefill_size=None,
         )
         real = _real_resolution(
@@ -152,13 +159,17 @@ def test_the_flags_resolve_as_the_release_resolves_them_on_every_gpu(release):
                 page_size=page,
                 disable_overlap_schedule=no_overlap,
                 mamba_radix_cache_strategy=strategy,
+                mamba_track_interval=interval,
             )
         )
         kit = _kit_resolution(load, release)
         rows += 1
         agree = kit == real or (kit[0] == real[0] == "refused" and (real[1] in kit[1] or "without a message" in kit[1]))
         if not agree:
-            found.append(f"{gpu} {backend} page {page} {strategy} overlap {not no_overlap}: kit {kit} != SGLang {real}")
+            found.append(
+                f"{gpu} {backend} page {page} {strategy} overlap {not no_overlap} interval {interval}: kit {kit} != "
+                f"SGLang {real}"
+            )
     record("resolution", rows=rows, disagreements=len(found))
     assert found == [], "\n".join(found[:10])
 
