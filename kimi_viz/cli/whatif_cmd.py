@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..devices import DEVICES
 from ..errors import WhatIfError
 from ..files import check_output
-from ..releases import RELEASE_RANGE
+from ..releases import RELEASE_RANGE, RELEASES, release_for
 from ..request.settings import (
     DEFAULT_CONFIG,
     DEFAULT_MODE,
@@ -29,11 +29,13 @@ from ..request.settings import (
     TYPED_TOKENS,
     ServerSettings,
 )
-from ..scheduler.flags import FLAGS, LoadSettings
+from ..scheduler.flags import FLAG_OF, FLAGS, LoadSettings
 from . import again, emit
 
 if TYPE_CHECKING:  # pragma: no cover - the sub-command's verb modules load when it runs, not for --help
     from ..answer import Answer
+
+STRATEGY_ALIAS = "--mamba-scheduler-strategy"  # the strategy's second spelling (SchedulerRules.strategy_alias)
 
 
 DESCRIPTION = (
@@ -98,6 +100,13 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
             load.add_argument(flag.option, dest=flag.field, action="store_true", help=flag.help)
         else:
             load.add_argument(flag.option, dest=flag.field, metavar=flag.metavar, help=flag.help)
+    strategy = FLAG_OF["mamba_radix_cache_strategy"]
+    load.add_argument(
+        STRATEGY_ALIAS,
+        dest="strategy_alias",
+        metavar=strategy.metavar,
+        help=f"{strategy.option} as SGLang {_alias_releases()} also spells it",
+    )
 
 
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -207,8 +216,37 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     )
 
 
+def _alias_releases() -> str:
+    """Return the releases that take ``--mamba-scheduler-strategy``, from their entries (e.g. ``0.5.17–0.5.19``)."""
+    having = [v for v, r in RELEASES.items() if r.scheduler.strategy_alias == STRATEGY_ALIAS]
+    return having[0] if len(having) == 1 else f"{having[0]}–{having[-1]}"
+
+
+def _take_strategy_alias(args: argparse.Namespace) -> None:
+    """Read ``--mamba-scheduler-strategy`` as the strategy where the asked release takes that spelling; else refuse."""
+    value = getattr(args, "strategy_alias", None)
+    if value is None:
+        return
+    option = FLAG_OF["mamba_radix_cache_strategy"].option
+    if args.mamba_radix_cache_strategy is not None:
+        raise WhatIfError(f"{STRATEGY_ALIAS} with {option}: they are one flag; give {option} alone")
+    if args.sweep or args.sglang_version is None:
+        raise WhatIfError(
+            f"{STRATEGY_ALIAS} is SGLang {_alias_releases()}'s spelling of {option}, which every release takes: "
+            f"give {option} with --sweep"
+        )
+    release, _ = release_for(args.sglang_version)
+    if release.scheduler.strategy_alias != STRATEGY_ALIAS:
+        raise WhatIfError(
+            f"{STRATEGY_ALIAS}: SGLang {release.version} has no such flag (only {_alias_releases()} spell "
+            f"{option} so); give {option}"
+        )
+    args.mamba_radix_cache_strategy = value
+
+
 def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
     """Return the :class:`~kimi_viz.scheduler.flags.LoadSettings` the load options ask for (defaults: SGLang's)."""
+    _take_strategy_alias(args)
     given: dict[str, Any] = {}
     for flag in FLAGS:
         value = getattr(args, flag.field)
@@ -250,7 +288,10 @@ def _check_load(args: argparse.Namespace) -> None:
         raise WhatIfError("--together: no images; give the IMAGEs, one single-image request each")
     if not _is_workload(args):
         given = _first_given(
-            tuple((flag.option, getattr(args, flag.field) not in (None, False, flag.default)) for flag in FLAGS)
+            (
+                *((flag.option, getattr(args, flag.field) not in (None, False, flag.default)) for flag in FLAGS),
+                (STRATEGY_ALIAS, args.strategy_alias is not None),
+            )
         )
         if given:
             raise WhatIfError(
