@@ -46,7 +46,7 @@ from ..message_catalogue.messages import (
 )
 from ..preprocess.config import get_config
 from ..releases import PathSource, Release
-from ..scheduler.flags import Platform
+from ..scheduler.flags import FLAG_OF, Platform
 from ..split._replay import replay
 from ..split.batch import Batch, Item
 from ..split.trace import Check, ErrorInfo, Step, Trace
@@ -471,7 +471,7 @@ def replay_forward(
     cache: EmbeddingCache,
     encode: Encoder,
     platform: Platform = "cuda",
-    chunked_prefill_size: int = 8192,
+    chunked_prefill_size: int = FLAG_OF["chunked_prefill_size"].default,
     async_assert: bool = False,
     formed_by: Sequence[Step] = (),
 ) -> ForwardTrace:
@@ -526,7 +526,7 @@ def _encoder_path(state: _Pass, requests: list[ForwardRequest], platform: Platfo
 
 
 def adjust_embedding_length(
-    embedding: Rows, count: int, chunked_prefill_size: int = 8192
+    embedding: Rows, count: int, chunked_prefill_size: int = FLAG_OF["chunked_prefill_size"].default
 ) -> tuple[Rows, list[str], ErrorInfo | None]:
     """Return ``_adjust_embedding_length``'s ``(rows kept, warnings, error)`` for ``count`` pad tokens.
 

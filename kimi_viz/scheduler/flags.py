@@ -124,6 +124,8 @@ class Flag:
         return f"{self.changes}. SGLang: {self.sglang.replace('`', '')}; default {self.default_text.replace('`', '')}"
 
 
+_H200_CHUNK = 8192  # the chunk size SGLang picks for an H200's memory (server_args: by GPU memory)
+
 # In the order a deployment's flags are spelled (LoadSettings.flags) and the docs table lists them.
 FLAGS: tuple[Flag, ...] = (
     Flag(
@@ -131,8 +133,8 @@ FLAGS: tuple[Flag, ...] = (
         "--chunked-prefill-size",
         "count",
         "`--chunked-prefill-size`",
-        8192,
-        "8192 on an H200 (by GPU memory); `-1` or `0` off",
+        _H200_CHUNK,
+        f"{_H200_CHUNK} on an H200 (by GPU memory); `-1` or `0` off",
         "the chunk budget; a request past it is cut and continued first; must be a multiple of the page",
         can_be_off=True,
         always_spelled=True,
