@@ -85,9 +85,29 @@ def test_whatif_out_without_a_call_writes_the_answer_alone(tmp_path):
     out = tmp_path / "out"
     argv = ["whatif", "chelsea.png", "--embedding-cache-hit", "0", "--sglang-version", "0.5.23", "--tp", "1"]
     assert main([*argv, "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["answer.json", "answer.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["answer.json", "answer.txt", "issue.md"]
     assert json.loads((out / "answer.json").read_text())["status"] == "no-call"
     assert "∅ NO CALL — nothing reaches get_image_feature" in (out / "answer.txt").read_text()
+    issue = (out / "issue.md").read_text()
+    assert issue.startswith("# Kimi-K3 request reaches no get\\_image\\_feature call (SGLang 0.5.23, attention-TP 1)\n")
+    assert "**∅ NO CALL** (status `no-call`, exit 0)" in issue and "Drag" not in issue  # no figure was written
+
+
+def test_a_workload_failing_in_the_splice_gets_an_issue_body_of_its_own(tmp_path):
+    """S17 fails where the call's rows are split back, not in get_image_feature: its issue body says so."""
+    out = tmp_path / "s17"
+    assert main(["scenario", "run", "s17-stale-eager-split", "--out", str(out)]) == 1
+    issue = (out / "issue.md").read_text()
+    title = issue.splitlines()[0]
+    assert title.startswith("# Kimi-K3 forward pass raises RuntimeError: split\\_with\\_sizes expects split\\_sizes")
+    assert title.endswith("(SGLang 0.5.23, attention-TP 1)")
+    assert "**✗ ERROR REPRODUCED** (status `error-reproduced`, exit 1)" in issue
+    assert "`RuntimeError: split_with_sizes expects split_sizes to sum exactly to 113" in issue
+    assert "- fixed in: no known release runs this clean" in issue
+    assert "r1 image 1 (microaneurysms.png) yields 1 rows for 16 pads" in issue  # the why
+    assert "- replay it: `kimi-viz scenario run s17-stale-eager-split`" in issue
+    assert "Drag `forward.png` (written beside `issue.md`)" in issue and (out / "forward.png").is_file()
+    assert str(tmp_path) not in issue and len(issue) < 60_000
 
 
 def test_scenario_run_out_writes_the_report_of_a_batch_and_of_a_workload(tmp_path):
@@ -99,7 +119,7 @@ def test_scenario_run_out_writes_the_report_of_a_batch_and_of_a_workload(tmp_pat
     # No single call decides a clean workload: its report is the answer with the forward-pass figure.
     assert main(["scenario", "run", "s15-straddling-image", "--out", str(tmp_path / "s15")]) == 0
     names = sorted(p.name for p in (tmp_path / "s15").iterdir())
-    assert names == ["answer.json", "answer.txt", "forward.png", "report.html"]
+    assert names == ["answer.json", "answer.txt", "forward.png", "issue.md", "report.html"]
     page = (tmp_path / "s15" / "report.html").read_text()
     assert "<h2>The forward pass</h2>" in page and 'src="data:image/png;base64,' in page
     assert "s15-straddling-image: S15: an image straddling two prefill chunks" in page

@@ -3,7 +3,8 @@
 :func:`write_answer` writes ``answer.json`` and, where one ``get_image_feature`` call decides the answer,
 that call's ``report.html``, ``summary.png``, ``trace.json`` and ``issue.md`` (with the question's text and,
 for a workload, the forward-pass figure of the pass that decides it); otherwise ``answer.txt`` and, for a
-workload, ``forward.png`` and a ``report.html`` that shows the answer with that figure.
+workload, ``forward.png`` and a ``report.html`` that shows the answer with that figure, and the answer's own
+``issue.md``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..plots.forward import draw_forward_pass
 from ..report.answer_documents import answer_json
 from ..report.answer_views import answer_text
 from ..report.html import ReportFigure
+from ..report.markdown import answer_issue_markdown
 from ..report.page import badge_html, defuse_urls, escape, figure_png, json_for_script, page_css, png_data_uri
 
 
@@ -91,6 +93,8 @@ def write_answer(
             written["forward"] = write_file(out / "forward.png", figure.png)
             page = answer_page(answer, figure, title=title, reproduce=reproduce)
             written["report"] = write_file(out / "report.html", page.encode("utf-8"))
+        issue = answer_issue_markdown(answer, reproduce=reproduce, figure=None if figure is None else "forward.png")
+        written["issue"] = write_file(out / "issue.md", issue.encode("utf-8"))
         return written
     path = trace.release.code_path
     source = f"whatif on SGLang {answer.release.version}"

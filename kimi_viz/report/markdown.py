@@ -39,6 +39,7 @@ from .public_paths import public_command, public_text
 from .rows import ImageLine, image_lines
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..answer import Answer
     from ..split.trace import RankTrace, Step, Trace
     from ..split.verdict import Verdict
 
@@ -386,6 +387,65 @@ def issue_markdown(
     return text
 
 
+MAX_ANSWER_TEXT = 40_000  # characters of the answer as the terminal prints it, in an answer's issue body
+MAX_ANSWER_LINE = 1_000  # of one such line
+
+
+def answer_issue_markdown(answer: Answer, *, reproduce: str = "", figure: str | None = "forward.png") -> str:
+    """Return ``issue.md`` for an answer no single ``get_image_feature`` call decides (a workload that fails in
+    the splice, a request the request side refuses, a pass with no call): its status, the error and where it
+    is raised, why, the fixing release and the answer as the terminal prints it, under :data:`BUDGET`
+    characters; ``figure``: the forward-pass PNG written beside it (``None``: none)."""
+    from .answer_views import answer_text, fix_lines  # the answer's own presenters (they import the answer)
+
+    style, error = answer.style, answer.error
+    where = answer.stage or "forward pass"
+    if error is not None:
+        what = f"{where} raises {error.type}: {error.message}"
+    elif answer.status is Status.NO_CALL:
+        what = f"{answer.kind} reaches no get_image_feature call"
+    else:
+        what = f"{answer.kind} replays clean"
+    head = f"Kimi-K3 {what} (SGLang {answer.release.version}, attention-TP {answer.tp_size})"
+    raised = "nothing" if error is None else f"{md_code(error)} in the {md_text(where)}"
+    out = [
+        "# " + md_text(head, limit=MAX_MESSAGE),
+        "",
+        f"**{style.symbol} {style.badge}** (status `{answer.status.value}`, exit {answer.exit_code}): "
+        f"{md_text(style.wording, limit=MAX_PROSE)}",
+        "",
+        f"SGLang raises {raised}; no single {md_text('get_image_feature')} call decides this answer.",
+        "",
+        f"- replayed: SGLang {md_text(answer.release.version)} at attention-TP {answer.tp_size}",
+        *(f"- {md_text(line, limit=MAX_PROSE)}" for line in fix_lines(answer)),
+        "",
+        "## Why",
+        "",
+        md_text(public_text(answer.why), limit=4 * MAX_PROSE),
+    ]
+    printed = [_cap(public_text(line), MAX_ANSWER_LINE) for line in answer_text(answer).splitlines()]
+    lines: list[str] = []
+    used = 0
+    for line in printed:
+        used += len(line) + 1
+        if used > MAX_ANSWER_TEXT:
+            lines.append(f"… {len(printed) - len(lines)} more lines: answer.txt holds them all")
+            break
+        lines.append(line)
+    out += ["", "<details>", "<summary>The answer as kimi-viz prints it</summary>", "", md_block(lines), ""]
+    if reproduce:
+        out += [f"- replay it: {md_code(public_command(reproduce), limit=MAX_PROSE)}", ""]
+    out.append("</details>")
+    if figure is not None:
+        out += [
+            "",
+            f"Drag {md_code(figure, limit=MAX_TEXT)} (written beside `issue.md`) into this issue: the pass that "
+            "decides the answer, each request's window and the rows spliced onto its pad tokens. `report.html` "
+            "holds the same figure and the whole answer (zip it to attach it).",
+        ]
+    return "\n".join(out) + "\n"
+
+
 class MarkdownView:
     """Markdown a notebook shows rendered (``_repr_markdown_``) and a terminal as its source text."""
 
@@ -401,6 +461,7 @@ class MarkdownView:
 
 __all__ = [
     "BUDGET",
+    "answer_issue_markdown",
     "GITHUB_LIMIT",
     "MAX_IMAGE_ROWS",
     "MarkdownView",
