@@ -75,6 +75,9 @@ DEFERRED_PLACES = {
     ("manifest/sources.py", "kimi_viz.preprocess.images"): "Pillow and numpy; a shapes triage opens no image",
     ("report/context.py", "kimi_viz.plots.call_requests"): "matplotlib; a report draws its figure only with --out",
     ("report/summary.py", "kimi_viz.plots.summary"): "matplotlib; a triage draws summary.png only with --out",
+    ("report/markdown.py", "kimi_viz.report.answer_views"): (
+        "the answer's presenters pull in the workload replay; a triage's issue.md never needs them"
+    ),
     ("request/producer.py", "kimi_viz.preprocess.pixels_torch"): f"the torch pixel path {_TORCH_AT_TOP}",
     ("request/producer.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the checkpoint pixel path {_TORCH_AT_TOP}",
     ("manifest/read.py", "kimi_viz.preprocess.pixels_torch"): f"a gpu-backend image's CHW tensor; {_TORCH_AT_TOP}",
