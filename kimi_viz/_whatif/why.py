@@ -19,7 +19,6 @@ from ..forward.supply import ImageSupply
 from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..forward.workload_replay import LoadResult
 from ..releases import FIX_PRS, Release
-from ..request.token_ids import scheduled_requests
 from ..scheduler.event_loop import radix_prefixes
 from ..scheduler.radix_cache import lost_on
 from ..scheduler.tree import padded_ids
@@ -142,8 +141,7 @@ def load_why(result: LoadResult) -> str:
         return f"The encode server's get_image_feature call for request {rid} raises.{tail}"
     failing = result.failing_pass
     if failing is not None:
-        trace = result.passes[failing]
-        return " ".join([_why_pass(result, trace, failing), *_hits(result), *_memory(result, failing)])
+        return _with_tree_and_memory(result, _why_pass(result, result.passes[failing], failing), failing)
     for k, trace in enumerate(result.passes):
         wrong = trace.misplaced()
         if wrong:
@@ -151,24 +149,16 @@ def load_why(result: LoadResult) -> str:
             last = placement.run.count - 1
             rows = f"rows {placement.run.start}..{placement.run.start + last}"
             cut = _cut_rows(trace)
-            return " ".join(
-                [
-                    f"Nothing raises, but in pass {k + 1} the pad tokens {placement.start}..{placement.start + last} "
-                    f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
-                    f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}",
-                    *_hits(result),
-                    *_memory(result, k),
-                ]
+            said = (
+                f"Nothing raises, but in pass {k + 1} the pad tokens {placement.start}..{placement.start + last} "
+                f"of request {owner.rid}'s image {item.source.image} ({item.source.label}) receive {rows} of "
+                f"{placement.run.source.label}: the image is spliced with another image's features (silent).{cut}"
             )
+            return _with_tree_and_memory(result, said, k)
         for call in trace.calls:
             if call.trace is not None and call.trace.divergence.silent:
-                return " ".join(
-                    [
-                        f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}",
-                        *_hits(result),
-                        *_memory(result, k),
-                    ]
-                )
+                said = f"In pass {k + 1}, get_image_feature raises nothing, but {call.trace.divergence.explanation}"
+                return _with_tree_and_memory(result, said, k)
     calls = sum(len(t.calls) for t in result.passes)
     shared = [t for t in result.passes for c in t.calls if len({i.source.request for i in c.items}) > 1]
     parts = [
@@ -216,6 +206,11 @@ def _cut_rows(trace: ForwardTrace) -> str:
 
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _with_tree_and_memory(result: LoadResult, said: str, deciding: int) -> str:
+    """Return ``said`` of the pass that decides the answer, followed by what the hybrid tree and memory did."""
+    return " ".join([said, *_hits(result), *_memory(result, deciding)])
 
 
 def _hits(result: LoadResult) -> list[str]:
@@ -268,15 +263,12 @@ def _memory(result: LoadResult, deciding: int | None) -> list[str]:
             f"{retraction.outputs} outputs are prefilled again)"
         )
     ample_prefix = radix_prefixes(ample.passes)
-    reqs = None
     for k, (request, prefix) in enumerate(zip(result.workload.requests, result.matched)):
         lost = ample_prefix.get(request.rid, 0)
         if prefix >= lost:
             continue
         admitted = next((p.step for p in result.plans for w in p.windows if w.rid == request.rid), None)
-        if reqs is None:
-            reqs = scheduled_requests(result.workload, result.prompts, [list(b.images) for b in result.built])
-        ids = padded_ids(reqs[k], result.release.scheduler)  # its prompt as the tree keys it
+        ids = padded_ids(result.reqs[k], result.release.scheduler)  # its prompt as the tree keys it
         taken = [
             (m.step, piece)
             for m in schedule.evictions

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..devices import DEVICES
 from ..errors import WhatIfError
 from ..files import check_output
+from ..message_catalogue import release_span
 from ..releases import RELEASE_RANGE, RELEASES, release_for
 from ..request.settings import (
     DEFAULT_CONFIG,
@@ -218,8 +219,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 def _alias_releases() -> str:
     """Return the releases that take ``--mamba-scheduler-strategy``, from their entries (e.g. ``0.5.17–0.5.19``)."""
-    having = [v for v, r in RELEASES.items() if r.scheduler.strategy_alias == STRATEGY_ALIAS]
-    return having[0] if len(having) == 1 else f"{having[0]}–{having[-1]}"
+    return release_span([v for v, r in RELEASES.items() if r.scheduler.strategy_alias == STRATEGY_ALIAS])
 
 
 def _take_strategy_alias(args: argparse.Namespace) -> None:

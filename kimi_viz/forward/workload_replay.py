@@ -18,6 +18,7 @@ the rows as ``precomputed_embeddings`` and takes the precomputed path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 from ..errors import WhatIfError
@@ -31,6 +32,7 @@ from ..request.token_ids import scheduled_requests
 from ..request.workload import Request, Workload
 from ..scheduler.event_loop import Pass, Schedule, radix_prefixes, schedule
 from ..scheduler.flags import LoadSettings
+from ..scheduler.req import Req
 from ..scheduler.tree import PrefixMatch
 from ..split.ranks import check_tp_size
 from ..split.trace import ErrorInfo, Trace
@@ -110,8 +112,13 @@ class LoadResult:
         if not self.schedule.server.memory.bounded:
             return None
         ample = replace(self.load, max_total_tokens=None, max_running_requests=None, max_mamba_cache_size=None)
-        reqs = scheduled_requests(self.workload, self.prompts, [list(b.images) for b in self.built])
-        return schedule(reqs, ample, self.release)
+        return schedule(self.reqs, ample, self.release)
+
+    @cached_property
+    def reqs(self) -> list[Req]:
+        """Return the workload's requests as the scheduler receives them (token ids, image runs; one per request,
+        in workload order), built once: :func:`~kimi_viz.scheduler.event_loop.schedule` copies what it changes."""
+        return scheduled_requests(self.workload, self.prompts, [list(b.images) for b in self.built])
 
     def index(self, rid: str) -> int:
         """Return the workload position of the request ``rid``."""

@@ -328,7 +328,7 @@ class _Scheduler(ScheduleState):
             since.tokens,
             since.states,
             refused,
-            tuple(r.rid for r in matched if any(p.end > r.prefix_len for p in lost_on(r.fill_ids(), lost))),
+            tuple(r.rid for r in matched if lost and any(p.end > r.prefix_len for p in lost_on(r.fill_ids(), lost))),
         )
         since.tokens = since.states = 0
         lost.clear()
