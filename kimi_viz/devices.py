@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from .errors import DeviceError
 
@@ -11,9 +11,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]  # what a command-line --device takes
 DEVICES: tuple[DeviceChoice, ...] = get_args(DeviceChoice)
+#: What every ``device=`` parameter of the kit takes: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a torch device.
+DeviceLike: TypeAlias = "str | torch.device"
 
 
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+def resolve_device(device: DeviceLike | None = "auto") -> torch.device:
     """Return the torch device for ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``."""
     import torch
 

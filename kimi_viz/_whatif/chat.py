@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import field, replace
-from typing import Any
 
 from .._records import frozen
 from ..answer import Answer, ChatReplay, Unit
+from ..devices import DeviceLike
 from ..errors import WhatIfError
 from ..releases import Release
 from ..request.chat import ChatRequest, Renderer, text_tokens
@@ -156,7 +156,7 @@ class PreparedChat:
     outcome: RequestOutcome
     workload: PreparedWorkload | None
 
-    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+    def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the request side's refusal, ``no-call``, or the workload's answer."""
         outcome, release = self.outcome, self.release
         if self.workload is None:
@@ -168,7 +168,7 @@ class PreparedChat:
         result = self.workload.replay(tp_size, mode=mode, device=device)
         return replace(load_answer(result), replay=ChatReplay(outcome, result))
 
-    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+    def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
         """Return the answer's status at ``tp_size`` (the workload's replay alone, no why)."""
         if self.workload is None:
             return self.ask(tp_size, mode=mode, device=device).status

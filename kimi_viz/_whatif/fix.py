@@ -11,9 +11,9 @@ a captured batch the same way.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ..answer import Answer
+from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError
 from ..releases import FixRelease, FixSearch, Release, first_fixing_release
 from ..request.settings import Mode
@@ -22,7 +22,7 @@ from .protocol import Question
 
 
 def answer_on(
-    question: Question, release: Release, tp_size: int, mode: Mode = "shapes", device: Any = "auto"
+    question: Question, release: Release, tp_size: int, mode: Mode = "shapes", device: DeviceLike = "auto"
 ) -> Answer:
     """Return ``question``'s answer on ``release`` at ``tp_size`` (no fix search)."""
     return question.prepare(release, mode).ask(tp_size, mode=mode, device=device)

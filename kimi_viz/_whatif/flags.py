@@ -13,9 +13,9 @@ safe.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ..answer import Answer, FlagChange, FlagSearch
+from ..devices import DeviceLike
 from ..errors import WhatIfError
 from ..releases import Release
 from ..request.settings import Mode
@@ -24,7 +24,7 @@ from ..scheduler.server_args import ServerConfig, resolve_server
 from .protocol import Question
 
 
-def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", device: Any = "auto") -> FlagSearch | None:
+def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", device: DeviceLike = "auto") -> FlagSearch | None:
     """Return the flags that change ``answer``'s status when changed alone (None for a question without a workload)."""
     load = question.load_settings
     if load is None:

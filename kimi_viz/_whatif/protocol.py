@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .._records import frozen
 from ..answer import Answer, Unit, batch_answer
+from ..devices import DeviceLike
 from ..releases import Release
 from ..request.settings import Mode
 from ..scheduler.flags import LoadSettings
@@ -40,11 +41,11 @@ def workload_sees(release: Release, load: LoadSettings) -> Hashable:
 class Prepared(Protocol):
     """A question with what one release builds for it: answered at any attention-TP size."""
 
-    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+    def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the answer at ``tp_size`` (no fix search)."""
         ...
 
-    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+    def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
         """Return only the answer's status at ``tp_size`` (what the flag search compares; no why)."""
         ...
 
@@ -134,11 +135,11 @@ class PreparedBatch:
     question: BatchQuestion
     release: Release
 
-    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+    def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
         """Return the answer's status at ``tp_size``."""
         return self.ask(tp_size, mode=mode, device=device).status
 
-    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+    def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the answer: the batch replayed with the release's code path."""
         batch, release = self.question.batch, self.release
         trace = replay(

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from .._records import frozen
 from ..answer import Answer, RequestReplay, Unit, batch_answer, distinct_errors
+from ..devices import DeviceLike
 from ..forward.call import model_call, replay_call
 from ..forward.workload_replay import LoadResult, build_workload_request, replay_workload, whole_requests
 from ..releases import Release
@@ -72,11 +72,11 @@ class PreparedRequest:
     release: Release
     built: BuiltRequest
 
-    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+    def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
         """Return the answer's status at ``tp_size``."""
         return self.ask(tp_size, mode=mode, device=device).status
 
-    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+    def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
         release = self.release
         call = model_call(self.built, tp_size, release.version)
@@ -141,15 +141,15 @@ class PreparedWorkload:
     built: list[BuiltRequest]
     planned: Schedule | None = field(default=None, repr=False)
 
-    def ask(self, tp_size: int, *, mode: Mode, device: Any) -> Answer:
+    def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the answer: every prefill pass replayed (planned on the first ask)."""
         return load_answer(self.replay(tp_size, mode=mode, device=device))
 
-    def status(self, tp_size: int, *, mode: Mode, device: Any) -> Status:
+    def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
         """Return the replay's status at ``tp_size`` (no why)."""
         return Status(self.replay(tp_size, mode=mode, device=device).status)
 
-    def replay(self, tp_size: int, *, mode: Mode, device: Any) -> LoadResult:
+    def replay(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> LoadResult:
         """Return the workload replayed at ``tp_size`` (its passes planned on the first call)."""
         question = self.question
         result = replay_workload(

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..devices import DEVICES, resolve_device
 from ..errors import CheckpointError
@@ -50,8 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
 
+if TYPE_CHECKING:  # pragma: no cover - torch loads when a command encodes
+    import torch
 
-def _sync(device: Any) -> None:
+
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         import torch
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..devices import DeviceLike
 from ..errors import CheckpointError
 from ..preprocess.config import read_checkpoint_config, read_json_file
 from .config import VisionConfig
@@ -192,7 +193,7 @@ def load_vision_weights(
     """
     folder = Path(folder)
     config: Any = model.config
-    device: Any = model.device
+    device: Any = model.device  # the model's own attribute (its first parameter's device)
     params = dict(model.state_dict(keep_vars=True))
 
     wanted = {k: v for k, v in weight_map.items() if k.startswith(VISION_PREFIXES)}

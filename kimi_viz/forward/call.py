@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._records import frozen
+from ..devices import DeviceLike
 from ..releases import PathSource, release_for
 from ..request.sides import BuiltRequest, encoder_preprocesses, local_rows_feature
 from ..split._replay import replay
@@ -143,7 +144,7 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
     return ModelCall(tp, positions, skipped, batch, rank_batches, owners)
 
 
-def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: Any = "auto") -> Trace | None:
+def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: DeviceLike = "auto") -> Trace | None:
     """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
     if not call.called:
         return None

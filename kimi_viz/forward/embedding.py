@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..devices import DeviceLike
 from ..message_catalogue.messages import (
     MSG_ASYNC_ASSERT,
     MSG_DISCARD,
@@ -117,7 +118,7 @@ def produced_tokens(
 
 
 def call_encoder(
-    *, release: Release, tp_size: int, processor: dict[str, Any] | None, mode: str = "shapes", device: Any = "auto"
+    *, release: Release, tp_size: int, processor: dict[str, Any] | None, mode: str = "shapes", device: DeviceLike = "auto"
 ) -> Encoder:
     """Return the encoder of a pass: one ``get_image_feature`` call replayed on every rank, rows ``h·w/4`` per image.
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
+from ..devices import DeviceLike
 from ..errors import WhatIfError
 from ..preprocess.resize import resize_config
 from ..releases import Release, release_for
@@ -286,7 +287,7 @@ def replay_workload(
     settings: ServerSettings | None = None,
     load: LoadSettings | None = None,
     mode: Literal["pixels", "shapes"] = "shapes",
-    device: Any = "auto",
+    device: DeviceLike = "auto",
     cache: EmbeddingCache | None = None,
     built: list[BuiltRequest] | None = None,
     planned: Schedule | None = None,
@@ -448,7 +449,7 @@ def _encode_server(
     release: Release,
     tp: int,
     mode: str,
-    device: Any,
+    device: DeviceLike,
 ) -> tuple[list[EncoderRun], list[tuple[ForwardItem, ...]]]:
     """Return the encode server's runs and the items with their rows as ``precomputed_embeddings``."""
     runs, out = [], []

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..devices import resolve_device
+from ..devices import DeviceLike, resolve_device
 from ..errors import UnsupportedImageError
 from .config import ProcessorConfig, get_config
 from .images import has_alpha
@@ -149,7 +149,7 @@ def write_rows(
     return out
 
 
-def resized_rgb(chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, device: Any = "auto") -> torch.Tensor:
+def resized_rgb(chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, device: DeviceLike = "auto") -> torch.Tensor:
     """Return the resized, filled ``[1, 3, new_h, new_w]`` float32 image (integer levels) on ``device``."""
     config = get_config(config)
     x = to_chw_uint8(chw_uint8).to(resolve_device(device)).unsqueeze(0)
@@ -158,7 +158,7 @@ def resized_rgb(chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, devi
 
 
 def torch_pixels_and_image(
-    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: Any = "auto"
+    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: DeviceLike = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(rows [h*w, 3, p, p], resized [1, 3, new_h, new_w])`` of one image through SGLang's torch path."""
     config = get_config(config)
@@ -177,7 +177,7 @@ def torch_pixels_and_image(
 
 
 def torch_pixels(
-    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: Any = "auto"
+    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any = "kimi-k3", device: DeviceLike = "auto"
 ) -> torch.Tensor:
     """Return float32 ``[h*w, 3, p, p]`` rows of one CHW uint8 image through SGLang's torch path.
 

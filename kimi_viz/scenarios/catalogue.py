@@ -18,6 +18,7 @@ from PIL import Image
 
 from .._records import frozen
 from ..data import sample_path
+from ..devices import DeviceLike
 from ..errors import ScenarioError
 from ..message_catalogue.messages import (
     MSG_CHANNEL_COUNT,
@@ -508,7 +509,7 @@ def run_scenario(
     name: str,
     *,
     mode: str = "pixels",
-    device: Any = "auto",
+    device: DeviceLike = "auto",
     sglang_version: str | None = None,
     code_path: str | None = None,
 ) -> Trace:

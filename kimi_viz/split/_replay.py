@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..devices import resolve_device
+from ..devices import DeviceLike, resolve_device
 from ..errors import ConfigError
 from ..message_catalogue.messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
@@ -84,7 +84,7 @@ def replay(
     rank: int | None = None,
     code_path: str | None = None,
     mode: str = "pixels",
-    device: Any = "auto",
+    device: DeviceLike = "auto",
     sglang_version: str | None = None,
 ) -> Trace:
     """Return the :class:`~kimi_viz.split.trace.Trace` of SGLang's ``get_image_feature`` on ``batch``.

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..devices import DeviceLike
 from ..preprocess.config import ProcessorConfig
 from ..releases import CodePath
 from .batch import Batch, Feature
@@ -61,7 +62,7 @@ class ReplayContext:
     batch: Batch
     code_path: CodePath  # post-fix, pre-fix or no-split
     mode: str  # pixels or shapes
-    device: Any
+    device: DeviceLike
     tp_size: int
     consumer: ProcessorConfig | None  # the cpu backend's checkpoint-processor config
     patch_size: int
