@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import Field, FrozenInstanceError, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:  # typing has it from Python 3.11; the checker reads it here, the kit runs on 3.10 too
     from typing_extensions import dataclass_transform
@@ -83,13 +84,30 @@ def _delattr(self: Any, name: str) -> None:
 SHARED = {"__eq__": _eq, "__hash__": _hash, "__repr__": _repr, "__setattr__": _setattr, "__delattr__": _delattr}
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
-def frozen(cls: type[T]) -> type[T]:
-    """Return ``cls`` as a frozen record: a dataclass with the shared methods above (its own ones kept)."""
+def _freeze(cls: type[T], kw_only: bool) -> type[T]:
     own = dict(cls.__dict__)
-    record = dataclass(repr=False, eq=False)(cls)
+    record = dataclass(repr=False, eq=False, kw_only=kw_only)(cls)
     for name, method in SHARED.items():
         # __hash__: none written, or the None Python sets beside an own __eq__ (a frozen dataclass hashes then too)
         if own.get(name) is None if name == "__hash__" else name not in own:
             setattr(record, name, method)
     return record
+
+
+@overload
+def frozen(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def frozen(*, kw_only: bool = ...) -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
+def frozen(cls: type[T] | None = None, /, *, kw_only: bool = False) -> Any:
+    """Return ``cls`` as a frozen record: a dataclass with the shared methods above (its own ones kept).
+
+    ``@frozen(kw_only=True)`` makes a wide record's fields keyword-only, so that every call names what it sets.
+    """
+    if cls is None:
+        return lambda decorated: _freeze(decorated, kw_only)
+    return _freeze(cls, kw_only)

@@ -53,7 +53,7 @@ CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TriageResult:
     """The replay of one batch: the primary code path's verdict, every path's trace, and the files written."""
 
@@ -276,14 +276,14 @@ def triage_batch(
         if answer.fix is not None:
             fixes[name] = answer.fix
     result = TriageResult(
-        batch,
-        source,
-        names[0],
-        traces,
-        tp_size,
-        replay_rank,
-        traces[names[0]].mode,
-        fixes,
+        batch=batch,
+        source=source,
+        code_path=names[0],
+        traces=traces,
+        tp_size=tp_size,
+        rank=replay_rank,
+        mode=traces[names[0]].mode,
+        fixes=fixes,
         assumptions=assumptions,
         manifest=None if manifest is None else str(manifest),
         reproduce=reproduce,

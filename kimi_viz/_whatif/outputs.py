@@ -98,7 +98,16 @@ def write_answer(
         return written
     path = trace.release.code_path
     source = f"whatif on SGLang {answer.release.version}"
-    result = TriageResult(trace.batch, source, path, {path: trace}, trace.tp_size, None, trace.mode, answer.fixes)
+    result = TriageResult(
+        batch=trace.batch,
+        source=source,
+        code_path=path,
+        traces={path: trace},
+        tp_size=trace.tp_size,
+        rank=None,
+        mode=trace.mode,
+        fixes=answer.fixes,
+    )
     figures = () if figure is None else (figure,)
     text = answer_text(answer)
     deciding = _deciding_pass(answer)

@@ -90,7 +90,7 @@ class ForwardItem:
         return prefix_cut(self.offsets, matched)
 
 
-@frozen
+@frozen(kw_only=True)
 class ForwardRequest:
     """One request of the forward batch: its items and the window this pass computes, ``[prefix, prefix+extend)``."""
 

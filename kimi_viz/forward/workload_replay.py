@@ -365,7 +365,16 @@ def _replay_passes(
             retracted = tuple(r.step for r in result.schedule.retractions if r.rid == w.rid and r.step < plan.step)
             batch.append(
                 ForwardRequest(
-                    k, w.rid, items[k], w.prefix_len, w.extend_input_len, prompt, prefix, shared, states, retracted
+                    index=k,
+                    rid=w.rid,
+                    items=items[k],
+                    prefix=w.prefix_len,
+                    extend=w.extend_input_len,
+                    length=prompt,
+                    matched=prefix,
+                    shared=shared,
+                    states=states,
+                    retracted=retracted,
                 )
             )
         trace = replay_forward(

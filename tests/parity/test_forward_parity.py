@@ -283,12 +283,12 @@ def kit_passes(case: Case) -> list[PassView]:
     for windows in case.passes:
         batch = [
             ForwardRequest(
-                w.request,
-                case.workload.requests[w.request].rid,
-                items[w.request],
-                w.prefix,
-                w.extend,
-                case.prompts[w.request].length,
+                index=w.request,
+                rid=case.workload.requests[w.request].rid,
+                items=items[w.request],
+                prefix=w.prefix,
+                extend=w.extend,
+                length=case.prompts[w.request].length,
             )
             for w in windows
         ]
