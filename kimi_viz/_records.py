@@ -20,8 +20,8 @@ generated; the other five are the functions below, shared by every record:
 from __future__ import annotations
 
 import reprlib
-from dataclasses import Field, FrozenInstanceError, dataclass, field, fields
 from collections.abc import Callable
+from dataclasses import Field, FrozenInstanceError, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:  # typing has it from Python 3.11; the checker reads it here, the kit runs on 3.10 too

@@ -191,7 +191,9 @@ def test_more_rows_than_tokens_keep_the_last_ones_with_both_warnings():
 
 def test_a_pass_whose_windows_touch_no_image_calls_nothing():
     src = Source(0, 0, "r1", "a")
-    request = ForwardRequest(index=0, rid="r1", items=(ForwardItem(src, "h", (10, 13), None),), prefix=0, extend=10, length=20)
+    request = ForwardRequest(
+        index=0, rid="r1", items=(ForwardItem(src, "h", (10, 13), None),), prefix=0, extend=10, length=20
+    )
     calls = []
     trace = replay_forward(
         [request],

@@ -24,7 +24,9 @@ from ..scheduler.server_args import ServerConfig, resolve_server
 from .protocol import Question
 
 
-def flag_search(question: Question, answer: Answer, mode: Mode = "shapes", device: DeviceLike = "auto") -> FlagSearch | None:
+def flag_search(
+    question: Question, answer: Answer, mode: Mode = "shapes", device: DeviceLike = "auto"
+) -> FlagSearch | None:
     """Return the flags that change ``answer``'s status when changed alone (None for a question without a workload)."""
     load = question.load_settings
     if load is None:

@@ -50,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
 
+
 if TYPE_CHECKING:  # pragma: no cover - torch loads when a command encodes
     import torch
 

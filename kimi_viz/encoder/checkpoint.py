@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..devices import DeviceLike
 from ..errors import CheckpointError
 from ..preprocess.config import read_checkpoint_config, read_json_file
 from .config import VisionConfig

@@ -144,7 +144,9 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
     return ModelCall(tp, positions, skipped, batch, rank_batches, owners)
 
 
-def replay_call(call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: DeviceLike = "auto") -> Trace | None:
+def replay_call(
+    call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: DeviceLike = "auto"
+) -> Trace | None:
     """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
     if not call.called:
         return None

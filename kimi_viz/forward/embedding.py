@@ -118,7 +118,12 @@ def produced_tokens(
 
 
 def call_encoder(
-    *, release: Release, tp_size: int, processor: dict[str, Any] | None, mode: str = "shapes", device: DeviceLike = "auto"
+    *,
+    release: Release,
+    tp_size: int,
+    processor: dict[str, Any] | None,
+    mode: str = "shapes",
+    device: DeviceLike = "auto",
 ) -> Encoder:
     """Return the encoder of a pass: one ``get_image_feature`` call replayed on every rank, rows ``h·w/4`` per image.
 

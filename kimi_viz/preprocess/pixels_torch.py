@@ -149,7 +149,9 @@ def write_rows(
     return out
 
 
-def resized_rgb(chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, device: DeviceLike = "auto") -> torch.Tensor:
+def resized_rgb(
+    chw_uint8: torch.Tensor, resize: ResizeConfig, config: Any, device: DeviceLike = "auto"
+) -> torch.Tensor:
     """Return the resized, filled ``[1, 3, new_h, new_w]`` float32 image (integer levels) on ``device``."""
     config = get_config(config)
     x = to_chw_uint8(chw_uint8).to(resolve_device(device)).unsqueeze(0)
