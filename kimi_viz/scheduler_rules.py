@@ -1,7 +1,7 @@
 """How each release's scheduler runs Kimi-K3, where releases differ: one :class:`SchedulerRules` entry per change.
 
 Each :class:`~kimi_viz.releases.Release` entry holds one of these (its ``scheduler``); the model's modules
-(:mod:`kimi_viz.scheduler`: ``server_args``, ``tree``, ``policy``, ``event_loop``) read only them; this module sits
+(:mod:`kimi_viz.scheduler`: ``server_config``, ``prefix``, ``policy``, ``event_loop``) read only them; this module sits
 beside the release table, below the model. Which release
 follows which rule is read from each release's own code (``docs/hybrid-tree-notes.md`` §8,
 ``docs/release-rules-0.5.19-0.5.22.md``).

@@ -17,9 +17,9 @@ from parity.scheduler.workload import kit_schedule, kit_view, view_lines
 
 from kimi_viz.releases import RELEASES as TABLE
 from kimi_viz.scheduler.policy import Budget, add_waiting, continue_chunked, form_pass, policy_order
+from kimi_viz.scheduler.prefix import PlainTree, PrefixMatch, pad_values, padded_ids, prefix_match
 from kimi_viz.scheduler.radix_cache import RadixCache
 from kimi_viz.scheduler.req import Image, Req
-from kimi_viz.scheduler.tree import PlainTree, PrefixMatch, pad_values, padded_ids, prefix_match
 
 RELEASES = ("0.5.18", "0.5.23")
 WIDE, ONE = TABLE["0.5.23"].scheduler, TABLE["0.5.18"].scheduler

@@ -18,8 +18,8 @@ from kimi_viz.request.checks import check_request
 from kimi_viz.request.token_ids import scheduled_requests
 from kimi_viz.request.workload import parse_workload
 from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.prefix import page_floor
 from kimi_viz.scheduler.req import Image
-from kimi_viz.scheduler.tree import page_floor
 from kimi_viz.split.cause import ErrorInfo
 from kimi_viz.split.verdict import Status
 

@@ -22,7 +22,7 @@ from kimi_viz.scheduler.flags import FLAG_OF, LoadSettings, alternatives
 from kimi_viz.scheduler.memory import NewTokenRatio, resolve_memory
 from kimi_viz.scheduler.radix_cache import RadixCache, lost_on
 from kimi_viz.scheduler.req import Req
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 S20 = "s20-retraction-meets-requests"
 

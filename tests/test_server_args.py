@@ -13,7 +13,7 @@ from kimi_viz.cli import main
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.flags import LoadSettings
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 
 def _server(release: str, **flags):

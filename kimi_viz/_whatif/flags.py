@@ -20,7 +20,7 @@ from ..errors import WhatIfError
 from ..releases import Release
 from ..request.settings import Mode
 from ..scheduler.flags import LoadSettings, alternatives
-from ..scheduler.server_args import ServerConfig, resolve_server
+from ..scheduler.server_config import ServerConfig, resolve_server
 from .protocol import Question
 
 

@@ -20,8 +20,8 @@ from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrac
 from ..forward.workload_replay import LoadResult
 from ..releases import FIX_PRS, Release
 from ..scheduler.event_loop import radix_prefixes
+from ..scheduler.prefix import padded_ids
 from ..scheduler.radix_cache import lost_on
-from ..scheduler.tree import padded_ids
 from ..split.verdict import Verdict, build_verdict
 
 

@@ -2,7 +2,7 @@
 
 :func:`scheduler_steps` turns the :class:`~kimi_viz.scheduler.event_loop.SchedulerStep` the scheduler's
 model recorded while it formed a pass (each waiting request's
-:class:`~kimi_viz.scheduler.tree.PrefixMatch`, the adder's :class:`~kimi_viz.scheduler.policy.PassForm`:
+:class:`~kimi_viz.scheduler.prefix.PrefixMatch`, the adder's :class:`~kimi_viz.scheduler.policy.PassForm`:
 budgets, offers, the cut) into the two :class:`~kimi_viz.split.trace.Step` s the stepper shows before
 the forward pass's own:
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ..scheduler.event_loop import Pressure, SchedulerStep
 from ..scheduler.policy import Budget, Offer
-from ..scheduler.tree import PrefixMatch
+from ..scheduler.prefix import PrefixMatch
 from ..split.step_records import JsonObject
 from ..split.trace import Step
 from .step_records import PassAdmission, RadixMatches

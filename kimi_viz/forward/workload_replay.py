@@ -33,8 +33,8 @@ from ..request.token_ids import scheduled_requests
 from ..request.workload import Request, Workload
 from ..scheduler.event_loop import Pass, Schedule, radix_prefixes, schedule
 from ..scheduler.flags import LoadSettings
+from ..scheduler.prefix import PrefixMatch
 from ..scheduler.req import Req
-from ..scheduler.tree import PrefixMatch
 from ..split.ranks import check_tp_size
 from ..split.trace import ErrorInfo, Trace
 from ..split.verdict import Status

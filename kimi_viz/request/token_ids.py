@@ -5,7 +5,7 @@ each request's prompt as the ids its radix tree compares (:class:`~kimi_viz.sche
 system prompt is the same ids for every request with the same count, a chat's later turn repeats its
 earlier turn's prompt and generated tokens id for id, every other text token is the request's own, and
 each image's ``<|media_pad|>`` run is an image part under the image's hash (the release's
-``pad_input_ids`` turns it into pad values, :mod:`kimi_viz.scheduler.tree`). Text ids are stand-ins
+``pad_input_ids`` turns it into pad values, :mod:`kimi_viz.scheduler.prefix`). Text ids are stand-ins
 below :data:`~kimi_viz.scheduler.req.OUTPUT_BASE`, generated ids stand-ins above it, both below every
 pad value.
 """

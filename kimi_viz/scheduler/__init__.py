@@ -6,9 +6,10 @@ A map of SGLang's parts (``python/sglang/srt/``, 0.5.17–0.5.23) to the kit's m
 SGLang                                                              kimi-viz
 ==================================================================  =========================================
 ``server_args.py``: the scheduler's flags and their defaults        :mod:`.flags` (``FLAGS``, ``LoadSettings``)
-``arg_groups/``: what a Kimi-K3 server resolves them to           :mod:`.server_args` (``ServerConfig``)
+``arg_groups/``: what a Kimi-K3 server resolves them to           :mod:`.server_config` (``ServerConfig``)
 ``managers/schedule_batch.py`` ``Req``; ``pad_input_ids``           :mod:`.req` (``Req``, image runs, windows)
-``managers/mm_utils.py`` pad values; the match's record            :mod:`.tree` (``padded_ids``, ``PrefixMatch``)
+``managers/mm_utils.py`` pad values; the match's record            :mod:`.prefix` (``padded_ids``, ``PrefixMatch``)
+``mem_cache/unified_cache/`` ``UnifiedTreeNode``                    :mod:`.node` (``Node``)
 ``mem_cache/unified_radix_cache.py`` (FULL + MAMBA), its eviction   :mod:`.radix_cache` (``RadixCache``)
 ``mem_cache/kv_cache_configurator.py`` pools; ``new_token_ratio``   :mod:`.memory` (``MemoryConfig``, ``Pools``)
 ``managers/schedule_batch.py`` batches, ``retract_decode``; inserts :mod:`.batch` (``ScheduleState``)

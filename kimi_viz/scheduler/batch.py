@@ -31,10 +31,11 @@ from typing import NamedTuple
 from .._records import frozen
 from ..releases import Release
 from .memory import CLIP_MAX_NEW_TOKENS, MAMBA_SLOTS_PER_REQ, KVBudget, NewTokenRatio, Pools
-from .radix_cache import Lost, Node, RadixCache
+from .node import Node
+from .prefix import PlainTree, PrefixMatch, page_floor, prefix_match
+from .radix_cache import Lost, RadixCache
 from .req import Req, Window
-from .server_args import ServerConfig
-from .tree import PlainTree, PrefixMatch, page_floor, prefix_match
+from .server_config import ServerConfig
 
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS: tokens per kept row evicted after a retraction
 

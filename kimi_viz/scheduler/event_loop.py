@@ -8,7 +8,7 @@
    last prefill batch's unfinished rows join the running batch (0.5.23 also drops the finished ones
    before the adder counts them); the adder (:mod:`.policy`) forms a pass from the chunked request
    and the waiting queue in the policy's order, each waiting request starting from its match in the
-   hybrid tree (:mod:`.tree`); with ``--enable-mixed-chunk`` the running rows decode inside it; with
+   hybrid tree (:mod:`.radix_cache`); with ``--enable-mixed-chunk`` the running rows decode inside it; with
    no pass the running rows decode alone (``update_running_batch``);
 3. the forward runs; its result — first tokens, finishes, the tree's inserts — is processed in the same
    step by ``event_loop_normal`` (``--disable-overlap-schedule``), or by ``event_loop_overlap`` (the
@@ -30,7 +30,7 @@ running requests with the fewest outputs (their KV freed, not inserted) back to 
 are finite and the tree's saved states are evicted, least recently used first.
 
 Each :class:`Pass` carries the :class:`SchedulerStep` that formed it: the policy, every waiting
-request's :class:`~.tree.PrefixMatch` (with what a plain radix tree would have matched) and the
+request's :class:`~.prefix.PrefixMatch` (with what a plain radix tree would have matched) and the
 adder's :class:`~.policy.PassForm` (its budgets, every offer, the cut), and the depths the tree took a
 state at while the pass's result was processed (``saves``); a :class:`Schedule` also holds every
 retraction and, with bounded memory, each step's pools and evictions (:class:`MemoryStep`).
@@ -49,10 +49,10 @@ from .batch import Batch, MemoryStep, Retraction, Save, ScheduleState
 from .flags import LoadSettings
 from .memory import KVBudget, NewTokenRatio
 from .policy import NO_TOKEN, PassForm, active_policy, form_pass, mixed_decode_rows, policy_order, start_budget
+from .prefix import PrefixMatch, padded_ids
 from .radix_cache import lost_on
 from .req import Req, Window
-from .server_args import ServerConfig, resolve_server
-from .tree import PrefixMatch, padded_ids
+from .server_config import ServerConfig, resolve_server
 
 REFRESH_EVERY = 32  # WAITING_PREFIX_REFRESH_INTERVAL: fcfs refreshes waiting prefixes every 32nd pass (0.5.22+)
 REFRESH_FIRST = 128  # WAITING_QUEUE_PREFIX_MATCH_MAX
@@ -436,7 +436,7 @@ def schedule(reqs: list[Req], load: LoadSettings, release: Release, max_steps: i
     """Return the :class:`Schedule` the kit's model of ``release``'s scheduler forms for ``reqs`` under ``load``:
     each prefill pass with the :class:`SchedulerStep` that formed it. The requests given are not changed.
     ``max_steps`` defaults to enough for every prompt and output token. Raises SettingNotInReleaseError for flags
-    the release refuses for Kimi-K3 (:func:`~.server_args.resolve_server`), WhatIfError for a request the KV pool
+    the release refuses for Kimi-K3 (:func:`~.server_config.resolve_server`), WhatIfError for a request the KV pool
     could never hold."""
     server = resolve_server(load, release)
     pool = server.memory.kv_pool

@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .._records import frozen
-from .radix_cache import Evicted, Node, RadixCache
+from .node import Node
+from .radix_cache import Evicted, RadixCache
 
 CONTEXT_LEN = 262_144  # Kimi-K3's context length as the row estimate reads it (2048 rows below 4x this)
 INIT_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO

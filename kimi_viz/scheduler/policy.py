@@ -30,10 +30,10 @@ from typing import Protocol
 from .._records import frozen
 from ..scheduler_rules import SchedulerRules
 from .memory import CLIP_MAX_NEW_TOKENS, KVBudget
+from .prefix import PlainTree, page_ceil, page_floor
 from .radix_cache import RadixCache
 from .req import Req, Window
-from .server_args import ServerConfig
-from .tree import PlainTree, page_ceil, page_floor
+from .server_config import ServerConfig
 
 CONTINUE = "continue"  # AddReqResult.CONTINUE
 OTHER = "other"  # AddReqResult.OTHER: a budget is spent, the walk stops

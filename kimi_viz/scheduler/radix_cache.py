@@ -28,26 +28,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from .tree import common_prefix, page_floor
+from .node import Node
+from .prefix import common_prefix, page_floor
 
 ANCESTOR_STEP = 0.00001  # each ancestor of a matched node is this much older (_match_post_processor)
-
-
-@dataclass(eq=False)
-class Node:
-    """One node: its run of ids, its children (by their first id or page), its KV and maybe a saved state."""
-
-    key: tuple[int, ...]
-    parent: Node | None
-    depth: int  # tokens from the root to the end of this node
-    last_access: float = 0.0
-    children: dict[object, Node] = field(default_factory=dict)
-    state: bool = False
-    lock: int = 0  # FULL lock_ref
-    mamba_lock: int = 0
 
 
 @dataclass
@@ -330,4 +317,4 @@ class RadixCache:
         return freed
 
 
-__all__ = ["Evicted", "Lost", "MatchResult", "Node", "RadixCache", "lost_on"]
+__all__ = ["Evicted", "Lost", "MatchResult", "RadixCache", "lost_on"]

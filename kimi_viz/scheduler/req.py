@@ -3,7 +3,7 @@
 A :class:`Req`'s prompt is a list of *parts*: a plain token id (``int``), or an :class:`Image` run
 ``(image_hash, length)`` standing for an image's ``length`` ``<|media_pad|>`` tokens. SGLang's
 ``pad_input_ids`` replaces each run by the release's pad values derived from the hash
-(:func:`~.tree.padded_ids`; the real-SGLang lane hands the runs to SGLang's own code), so two images
+(:func:`~.prefix.padded_ids`; the real-SGLang lane hands the runs to SGLang's own code), so two images
 share a radix prefix exactly when SGLang would let them. A prompt that already carries pad values is
 given as plain ints.
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from .._records import frozen
+from .node import Node
 
 # Stand-in ids: text below OUTPUT_BASE, generated ids from it up to 2 * OUTPUT_BASE — all below every pad value.
 OUTPUT_BASE = 500_000
@@ -72,8 +72,8 @@ class Req:
     mamba_branching_seqlen: int | None = field(default=None, init=False, repr=False)
     mamba_last_track_seqlen: int | None = field(default=None, init=False, repr=False)  # where its next insert stops
     # memory (docs/memory-notes.md): what it holds while it runs
-    last_node: Any = field(default=None, init=False, repr=False)  # the tree node its prefix ends at
-    lock: tuple[Any, bool] | None = field(default=None, init=False, repr=False)  # the node it keeps locked
+    last_node: Node | None = field(default=None, init=False, repr=False)  # the tree node its prefix ends at
+    lock: tuple[Node, bool] | None = field(default=None, init=False, repr=False)  # the node it keeps locked
     protected: int = field(default=0, init=False, repr=False)  # cache_protected_len: its prefix in the tree
     owned: int = field(default=0, init=False, repr=False)  # KV tokens it holds outside the tree
     has_row: bool = field(default=False, init=False, repr=False)

@@ -65,10 +65,10 @@ from kimi_viz.request.settings import ServerSettings
 from kimi_viz.request.token_ids import scheduled_requests
 from kimi_viz.request.workload import Request, Workload
 from kimi_viz.scenarios import LOAD_SCENARIOS
-from kimi_viz.scheduler import policy, tree
+from kimi_viz.scheduler import policy, prefix
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.req import Req
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 from .lane import record
 from .scheduler.memory_plants import MEMORY_PLANTS
@@ -579,7 +579,7 @@ def test_a_budget_charged_without_the_page_ceiling_is_caught(release, monkeypatc
 
 
 def test_matching_across_two_different_images_is_caught(release, monkeypatch):
-    monkeypatch.setattr(tree, "pad_values", lambda image_hash, wide: (tree.PAD_SHIFT,))
+    monkeypatch.setattr(prefix, "pad_values", lambda image_hash, wide: (prefix.PAD_SHIFT,))
     found, _ = lane_disagreements(release, range(WORKLOADS))
     record("planted-bug", plant="conversations: pad values ignore the image hash", disagreements=len(found))
     assert found, "the lane did not notice a prefix matched across two different images"

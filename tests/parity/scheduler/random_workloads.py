@@ -29,7 +29,7 @@ from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.req import Image, Part, Req
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 from .workload import Workload, chat_turn
 

@@ -22,9 +22,9 @@ import pytest
 
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
-from kimi_viz.scheduler import batch, event_loop, policy, radix_cache, tree
+from kimi_viz.scheduler import batch, event_loop, policy, prefix, radix_cache
 from kimi_viz.scheduler.flags import LoadSettings
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 from ..lane import record
 from .memory_plants import MEMORY_PLANTS
@@ -191,7 +191,7 @@ PLANTS = {
     "decode saves ignored": (event_loop, "resolve_server", _resolve_with(decode_grid=1 << 40)),
     "the overlap delay dropped": (event_loop, "resolve_server", _resolve_with(overlap=False)),
     "budget charge not page-ceiled": (policy, "charged_tokens", lambda extend, page_size: extend),
-    "pad values ignore the image hash": (tree, "pad_values", lambda image_hash, wide: (tree.PAD_SHIFT,)),
+    "pad values ignore the image hash": (prefix, "pad_values", lambda image_hash, wide: (prefix.PAD_SHIFT,)),
 }
 
 

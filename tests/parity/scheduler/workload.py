@@ -18,7 +18,7 @@ from kimi_viz.request.prompt import MEDIA_PAD_ID
 from kimi_viz.scheduler.event_loop import Pass, Schedule, schedule
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.req import Image, Part, Req, Window
-from kimi_viz.scheduler.server_args import resolve_server
+from kimi_viz.scheduler.server_config import resolve_server
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What a Kimi-K3 server resolves its flags to (``server_args.py``; 0.5.23 ``arg_groups/``): its scheduler's config.
+"""What a Kimi-K3 server resolves its flags to (SGLang's ``server_args.py``, 0.5.23 ``arg_groups/``): its config.
 
 Kimi-K3's text model is hybrid linear attention, so its scheduler builds a ``UnifiedRadixCache`` with a
 FULL and a MAMBA component (``docs/hybrid-tree-notes.md`` §1). :func:`resolve_server` replays, in each
@@ -200,22 +200,22 @@ def resolve_server(load: LoadSettings, release: Release) -> ServerConfig:
     interval = load.mamba_track_interval
     decode_grid = math.lcm(cache_chunk, interval) if rules.decode_track_on_checkpoint_grid else interval
     return ServerConfig(
-        page,
-        backend,
-        strategy,
-        overlap,
-        chunk,
-        load.max_prefill_tokens,
-        load.schedule_policy,
-        load.enable_mixed_chunk,
-        load.disable_radix_cache,
-        interval,
-        cache_chunk,
-        decode_grid,
-        FLA_CHUNK if rules.state_chunk_is_fla else cache_chunk,
-        tree,
-        memory,
-        tuple(said + snapped),
+        page_size=page,
+        attention_backend=backend,
+        strategy=strategy,
+        overlap=overlap,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=load.max_prefill_tokens,
+        schedule_policy=load.schedule_policy,
+        enable_mixed_chunk=load.enable_mixed_chunk,
+        disable_radix_cache=load.disable_radix_cache,
+        track_interval=interval,
+        cache_chunk=cache_chunk,
+        decode_grid=decode_grid,
+        state_chunk=FLA_CHUNK if rules.state_chunk_is_fla else cache_chunk,
+        tree=tree,
+        memory=memory,
+        resolved=tuple(said + snapped),
     )
 
 
