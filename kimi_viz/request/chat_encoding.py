@@ -193,8 +193,11 @@ def _content(content: Any, images: _Images) -> list[ChatSegment]:
 
 
 def _system_note(kind: str, body: str) -> list[ChatSegment]:
-    return _open("message", [("role", "system"), ("type", kind)]) + _text(body.strip()) + _close("message") + _control(
-        END_OF_MSG
+    return (
+        _open("message", [("role", "system"), ("type", kind)])
+        + _text(body.strip())
+        + _close("message")
+        + _control(END_OF_MSG)
     )
 
 
@@ -418,8 +421,8 @@ def build_chat_segments(
 ) -> tuple[ChatSegment, ...]:
     """Return the segments the checkpoint's ``build_chat_segments`` renders for ``messages`` (OpenAI message dicts,
     as SGLang passes them) and ``tools``; ``kwargs`` are the template's (``thinking_effort``, ``tool_choice``,
-    ``response_format``, ``response_schema``; others are ignored, as there). Raises :class:`~kimi_viz.errors.WhatIfError` where
-    the checkpoint's code raises."""
+    ``response_format``, ``response_schema``; others are ignored, as there). Raises
+    :class:`~kimi_viz.errors.WhatIfError` where the checkpoint's code raises."""
     try:
         return _build(messages, tools, add_generation_prompt, thinking, image_prompts, kwargs)
     except (KeyError, TypeError, AttributeError) as exc:  # the checkpoint's code fails the same way on such data

@@ -109,7 +109,8 @@ def _read_bounded(path: Path, limit: int, what: str) -> bytes:
     try:
         info = os.stat(path)
     except (OSError, ValueError) as exc:
-        raise TokenizerError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); check the path") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise TokenizerError(f"{path}: cannot be read ({reason}); check the path") from None
     if not stat.S_ISREG(info.st_mode):
         raise TokenizerError(f"{path}: is {file_kind(info.st_mode)}; expected {what}")
     if info.st_size > limit:
@@ -132,7 +133,7 @@ def _rank_lines(path: Path, data: bytes) -> Iterator[tuple[int, bytes, bytes]]:
             "(a sentencepiece tokenizer.model is another format)"
         )
     if data.count(b"\n") > MAX_RANKS + 1:
-        raise TokenizerError(f"{path}: has more than {MAX_RANKS} lines; expected tiktoken BPE ranks of a Kimi checkpoint")
+        raise TokenizerError(f"{path}: has more than {MAX_RANKS} lines; expected the BPE ranks of a Kimi checkpoint")
     for number, line in enumerate(data.splitlines(), start=1):
         if not line:
             continue
@@ -343,7 +344,7 @@ def split_runs(text: str, longest: int) -> Iterator[str]:
 
 
 def _special_names(base: int, added: Iterable[tuple[int, str]]) -> dict[str, int]:
-    """Return the class's ``special_tokens`` dict: name -> id for the 256 ids after the ranks (a later id wins a name)."""
+    """Return the class's ``special_tokens`` dict: name -> id for the 256 ids after the ranks (a later id wins)."""
     names = dict(added)
     return {names.get(i, reserved_name(i)): i for i in range(base, base + RESERVED_SPECIAL_TOKENS)}
 
@@ -361,7 +362,7 @@ def build_tokenizer(
     base = len(ranks)
     if config is None:
         added: Iterable[tuple[int, str]] = ((base + offset, name) for offset, name in K3_SPECIAL_TOKENS.items())
-        roles = dict(K3_ROLE_TOKENS)
+        roles: dict[str, str | None] = dict(K3_ROLE_TOKENS)
         where = "Kimi-K3's defaults"
     else:
         added = config.added_tokens
@@ -371,8 +372,8 @@ def build_tokenizer(
     for role, name in roles.items():
         if name is None or name not in specials:
             raise TokenizerError(
-                f"{where}: {role}_token {name!r} is not one of the special tokens {base}..{base + 255}; the checkpoint's "
-                "TikTokenTokenizer looks it up there and fails to load — fix tokenizer_config.json"
+                f"{where}: {role}_token {name!r} is not one of the special tokens {base}..{base + 255}; the "
+                "checkpoint's TikTokenTokenizer looks it up there and fails to load — fix tokenizer_config.json"
             )
     encoding = tiktoken.Encoding(
         name=Path(source).name, pat_str=PAT_STR, mergeable_ranks=dict(ranks), special_tokens=specials
