@@ -96,6 +96,13 @@ WORDS = (
     '{"',
     '":',
     '","',
+    # merges across an attribute's segments (' key', '="', value, '"'): a renderer joining them differs here
+    '="_',
+    "_bot",
+    ';"',
+    '="&',
+    "&quot;",
+    "&amp;",
 )
 K25_SPECIAL_TOKENS = {  # Kimi-K2-style names for the K2.5 fake (the K2.5 test sets <|media_pad|> where it needs)
     0: "[BOS]",
