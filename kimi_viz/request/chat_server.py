@@ -1,4 +1,4 @@
-"""How each SGLang release passes a client's chat to the Kimi-K3 tokenizer, as ``serving_chat.py`` hands it on.
+"""How each SGLang release hands a client's chat to the Kimi-K3 tokenizer (``entrypoints/openai/serving_chat.py``).
 
 A ``/v1/chat/completions`` body goes through three layers of SGLang before the checkpoint's renderer sees it
 (:mod:`.chat_encoding`), and :func:`encode_chat_request` replays them for the release asked:
@@ -26,6 +26,7 @@ what reaches it (:class:`ChatRules`). The sampling side (tool-call and output co
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -270,8 +271,6 @@ def _calls(body: _Body, calls: list[Any], where: str) -> list[dict[str, Any]]:
 
 def _parsed_object(text: str) -> Any:
     """Return ``text`` parsed when it is a JSON object, else ``text`` (normalize_assistant_tool_call_arguments)."""
-    import json
-
     try:
         parsed = json.loads(text)
     except (ValueError, RecursionError):
