@@ -54,6 +54,10 @@ class CheckpointError(KimiVizError):
     """A local checkpoint folder is missing files or tensors, or holds tensors of the wrong shape."""
 
 
+class TokenizerError(CheckpointError, ValueError):
+    """A checkpoint's tokenizer files cannot be read the way its own ``TikTokenTokenizer`` reads them."""
+
+
 class DeviceError(KimiVizError, RuntimeError):
     """The requested device (e.g. ``cuda``) is not available."""
 

@@ -36,6 +36,7 @@ DEFERRED_LIBRARIES = {
     "IPython": "optional: only the stepper's notebook display uses it",
     "ipywidgets": "optional: only the stepper's notebook widgets use it",
     "sglang": "present only inside the SGLang process a capture wraps",
+    "tiktoken": "only a checkpoint folder's tokenizer needs it (a chat tokenized as the server does)",
 }
 # A kit or standard-library module that one place imports late on purpose: (file under kimi_viz/, module) -> why.
 _TORCH_AT_TOP = "imports torch at its top"
