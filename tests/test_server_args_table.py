@@ -188,6 +188,11 @@ def test_removed_dests_and_refusing_actions():
     assert args_of("0.5.17").by_dest["prefill_round_robin_balance"].action == "noop"
 
 
+def test_only_the_model_path_is_required():
+    for release in ORDER:
+        assert [spec.dest for spec in args_of(release).by_dest.values() if spec.required] == ["model_path"]
+
+
 def test_a_boolean_optional_flag_has_a_store_false_spelling():
     spec = args_of("0.5.23").by_option["--no-mm-enable-dp-encoder"]
     assert (spec.dest, spec.action, spec.default) == ("mm_enable_dp_encoder", "store_true", None)
@@ -295,6 +300,7 @@ def test_the_generator_folds_identical_releases_into_spans_and_the_loader_reads_
             "const": None,
             "variants": [],
             "default": default,
+            "required": False,
         }
 
     probes = {r: {"args": {"x": spec(1)}} for r in ORDER}

@@ -82,6 +82,7 @@ class ArgSpec:
     default: object  # JSON value the server takes when the flag is absent (a list default stays a list)
     const: object = None
     variants: tuple[OptionForm, ...] = ()  # spellings that parse unlike the main action (``--no-x``, an old alias)
+    required: bool = False  # the parser refuses a command without it (``--model-path``)
 
     def form(self, option: str) -> OptionForm:
         """Return how ``option`` (one of :attr:`options`) parses: its variant's form, else the main action's."""
@@ -104,6 +105,7 @@ class ArgSpec:
                 for v in self.variants
             ],
             "default": self.default,
+            "required": self.required,
         }
 
 

@@ -37,7 +37,8 @@ kind they behave as; ``BooleanOptionalAction`` as ``store_true`` plus a ``store_
 ``DeprecatedAction`` as ``noop`` (accepted, only a warning) or ``error`` (the parser refuses it);
 ``LoRAPathAction`` as ``store`` of ``str`` values (its JSON-object values are not told apart). A
 ``store_const`` with ``nargs`` null takes one value (checked against ``choices``) and stores ``const``.
-``default`` is what ``parse_args([])`` leaves in the namespace (the first action's default for a shared
+``required`` marks a dest the parser requires (``--model-path``). ``default`` is what ``parse_args([])``
+leaves in the namespace (the first action's default for a shared
 dest, a string default passed through ``type``): the value a server takes when the flag is absent.
 ``field_default`` (only where it differs) is the ``ServerArgs`` field's own default, which a server
 built in Python (``sglang.Engine(...)``) takes: no dest of 0.5.17–0.5.23 has one, and the stored table
@@ -164,6 +165,7 @@ def specs(parser: argparse.ArgumentParser, fields: dict) -> dict[str, dict]:
     for action in parser._actions:
         if action.option_strings and action.dest != "help":
             grouped.setdefault(action.dest, []).append(action)
+    required = {action.dest for action in parser._actions if action.required}
     for action in parser._actions:
         action.required = False  # --model-path: the defaults are read without it
     namespace = vars(parser.parse_args([]))
@@ -179,6 +181,7 @@ def specs(parser: argparse.ArgumentParser, fields: dict) -> dict[str, dict]:
             **{key: first[key] for key in PARSE_KEYS},
             "variants": [form for form in forms[1:] if any(form[k] != first[k] for k in PARSE_KEYS)],
             "default": plain(namespace[dest], f"{dest} default") if dest in namespace else None,
+            "required": dest in required,
         }
         if len(set(spec["options"])) != len(spec["options"]):
             raise ProbeError(f"{dest}: an option string is declared twice: {spec['options']}")
@@ -310,7 +313,15 @@ def _span(first: int, last: int) -> str:
 
 
 # Keys left out of a stored spec when they hold their usual value.
-USUAL = {"deprecated": [], "action": "store", "nargs": None, "type": None, "choices": None, "const": None}
+USUAL = {
+    "deprecated": [],
+    "action": "store",
+    "nargs": None,
+    "type": None,
+    "choices": None,
+    "const": None,
+    "required": False,
+}
 
 
 def _lean(spec: dict) -> dict:
