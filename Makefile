@@ -40,13 +40,14 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check kimi_viz tests benchmarks docs notebooks/*.py
 	$(VENV)/bin/mypy
 
-# The real SGLang releases, each in a venv of its own (CPU torch, sglang --no-deps); the lane fails,
-# never skips, when a release does not import. Counts per release: $(PARITY_REPORT).
+# The real SGLang releases, each in a venv of its own (CPU torch, sglang --no-deps), and the sources of
+# the releases each venv hosts (server arguments: $(SGLANG_ENVS)/sources); the lane fails, never skips,
+# when a release does not import or a hosted release's sources are missing. Counts per release: $(PARITY_REPORT).
 parity:
 	bash .ci/sglang-envs.sh $(SGLANG_ENVS)
 	mkdir -p $(dir $(PARITY_REPORT)) && rm -f $(PARITY_REPORT)
 	for release in $(PARITY_RELEASES); do \
-	  KIMI_VIZ_REQUIRE_SGLANG=1 KIMI_VIZ_PARITY_REPORT=$(PARITY_REPORT) \
+	  KIMI_VIZ_REQUIRE_SGLANG=1 KIMI_VIZ_PARITY_REPORT=$(PARITY_REPORT) KIMI_VIZ_SGLANG_SOURCES=$(abspath $(SGLANG_ENVS))/sources \
 	    $(SGLANG_ENVS)/$$release/bin/python -m pytest -q -p no:cacheprovider -W ignore tests/parity || exit 1; \
 	done
 	$(PYTHON) tests/parity/summary.py $(PARITY_REPORT)

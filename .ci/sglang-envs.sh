@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Build the virtual environments of the SGLang parity lane: the REAL sglang 0.5.23 and 0.5.18
 # releases, importable on a CPU-only machine, each with this kit installed (-e) and the test runners.
+# Beside them, the sources of the releases each venv hosts (GUESTS below): the sglang/ folder of each
+# guest's wheel under DIR/sources/<release>/, which the lane puts first on PYTHONPATH to import that
+# release with its host's packages (tests/parity/server_args_probe.py; make parity passes
+# KIMI_VIZ_SGLANG_SOURCES=DIR/sources).
 #
 #   bash .ci/sglang-envs.sh [DIR]        # DIR defaults to .venv-sglang in the repository root
 #   DIR/0.5.23/bin/python -m pytest -q tests/test_sglang_parity.py
@@ -19,7 +23,8 @@
 # the Python build is left alone (a second run costs seconds); only the kit's editable install is
 # redone when the venv was built for a checkout in another folder. Any failure exits non-zero with
 # the step that failed; a half-built venv has no stamp, so the next run rebuilds it from scratch.
-# It never touches the main .venv.
+# A guest's sources are stamped likewise (the wheel they came from): unzipped into a .partial folder,
+# import-checked with the host venv, then moved into place. It never touches the main .venv.
 #
 # Environment: SGLANG_ENVS_PYTHON (default python3.11), SGLANG_ENVS_RELEASES (default
 # "0.5.23 0.5.18"), SGLANG_ENVS_CACHE (where `pip download` keeps the sglang wheels; default
@@ -30,6 +35,8 @@ SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)/$(basename "${BASH_SOUR
 ROOT="$(cd "$(dirname "$SCRIPT")/.." && pwd -P)"
 PYTHON="${SGLANG_ENVS_PYTHON:-python3.11}"
 RELEASES="${SGLANG_ENVS_RELEASES:-0.5.23 0.5.18}"
+# The releases each venv imports besides its own, from their sources (tests/parity/server_args_probe.py HOSTS).
+declare -A GUESTS=([0.5.18]="0.5.17 0.5.19 0.5.20" [0.5.23]="0.5.21 0.5.22")
 STEP="start"
 
 die() {
@@ -50,6 +57,7 @@ esac
 mkdir -p "$DIR" || die "cannot create $DIR"
 CACHE="${SGLANG_ENVS_CACHE:-$DIR/.cache/wheels}"
 mkdir -p "$CACHE"
+SOURCES="$DIR/sources"
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set SGLANG_ENVS_PYTHON to a CPython 3.11)"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
@@ -276,6 +284,18 @@ install_kit() {
   echo "$ROOT" >"$v/.kimi-viz-root"
 }
 
+# The wheel of sglang==$rel in $CACHE (downloaded with the host venv's pip, --no-deps, when missing).
+wheel_of() {
+  local rel="$1" py="$2" wheel
+  wheel="$(ls "$CACHE"/sglang-"$rel"-*.whl 2>/dev/null | head -n1 || true)"
+  if [ -z "$wheel" ]; then
+    "$py" -m pip download -qq --no-deps --only-binary=:all: -d "$CACHE" "sglang==$rel" >&2
+    wheel="$(ls "$CACHE"/sglang-"$rel"-*.whl 2>/dev/null | head -n1 || true)"
+  fi
+  [ -n "$wheel" ] || die "pip download left no sglang-$rel wheel in $CACHE"
+  echo "$wheel"
+}
+
 build() {
   local rel="$1" v="$DIR/$1" cons="$ROOT/constraints/sglang-$1.txt" stamp wheel site start
   [ -f "$cons" ] || die "no constraints file for sglang $rel: $cons"
@@ -305,12 +325,7 @@ build() {
   "${pip[@]}" install -qq --no-compile -c "$cons" -r "$cons"
 
   step "$rel: download sglang==$rel (--no-deps) into $CACHE"
-  wheel="$(ls "$CACHE"/sglang-"$rel"-*.whl 2>/dev/null | head -n1 || true)"
-  if [ -z "$wheel" ]; then
-    "${pip[@]}" download -qq --no-deps --only-binary=:all: -d "$CACHE" "sglang==$rel"
-    wheel="$(ls "$CACHE"/sglang-"$rel"-*.whl 2>/dev/null | head -n1 || true)"
-  fi
-  [ -n "$wheel" ] || die "pip download left no sglang-$rel wheel in $CACHE"
+  wheel="$(wheel_of "$rel" "$v/bin/python")"
 
   step "$rel: install $(basename "$wheel") --no-deps"
   "${pip[@]}" install -qq --no-compile --no-deps --no-warn-conflicts "$wheel"
@@ -333,8 +348,52 @@ build() {
   echo "sglang-envs: built $v in $((SECONDS - start)) s ($(du -sh "$v" | cut -f1))"
 }
 
+# A guest release's sources: only sglang/ of its wheel, in $SOURCES/$rel, import-checked with its host's venv.
+sources() {
+  local host="$1" rel="$2" py="$DIR/$1/bin/python" dest="$SOURCES/$2" wheel stamp
+  [ -x "$py" ] || die "no venv for sglang $host at $DIR/$host, which hosts $rel"
+  step "$rel: sources (hosted by the $host venv)"
+  wheel="$(wheel_of "$rel" "$py")"
+  stamp="sglang==$rel from $(basename "$wheel")"
+  if [ "$(cat "$dest/.sglang-sources-stamp" 2>/dev/null)" = "$stamp" ] && [ -f "$dest/sglang/srt/server_args.py" ]; then
+    echo "sglang-envs: $dest is up to date ($stamp)"
+    return 0
+  fi
+  rm -rf "$dest" "$dest.partial"
+  mkdir -p "$dest.partial"
+  step "$rel: unzip sglang/ of $(basename "$wheel") into $dest"
+  "$py" - "$wheel" "$dest.partial" <<'PY'
+import sys, zipfile
+
+wheel, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as archive:
+    members = [name for name in archive.namelist() if name.startswith("sglang/")]
+    if not any(name == "sglang/srt/server_args.py" for name in members):
+        sys.exit(f"{wheel} holds no sglang/srt/server_args.py")
+    archive.extractall(dest, members)  # ZipFile.extractall keeps every member inside dest
+PY
+  step "$rel: import check with the $host venv (PYTHONPATH=$dest)"
+  PYTHONPATH="$dest.partial" PYTHONDONTWRITEBYTECODE=1 "$py" -c '
+import sys, warnings
+warnings.filterwarnings("ignore")
+import sglang
+from sglang.srt.server_args import ServerArgs
+want = sys.argv[1]
+if sglang.__version__ != want or not sglang.__file__.startswith(sys.argv[2]):
+    sys.exit(f"import sglang gave {sglang.__version__} from {sglang.__file__}, expected {want} from {sys.argv[2]}")
+' "$rel" "$dest.partial"
+  mv "$dest.partial" "$dest"
+  echo "$stamp" >"$dest/.sglang-sources-stamp"
+}
+
 for rel in $RELEASES; do
   build "$rel"
 done
+for rel in $RELEASES; do
+  for guest in ${GUESTS[$rel]:-}; do
+    sources "$rel" "$guest"
+  done
+done
 STEP="done"
 echo "sglang-envs: ready: $(for rel in $RELEASES; do printf '%s ' "$DIR/$rel"; done)"
+echo "sglang-envs: sources: $(for rel in $RELEASES; do for g in ${GUESTS[$rel]:-}; do printf '%s ' "$SOURCES/$g"; done; done)"

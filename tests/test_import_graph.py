@@ -83,6 +83,9 @@ DEFERRED_PLACES = {
     ("request/producer.py", "kimi_viz.preprocess.pixels_checkpoint"): f"the checkpoint pixel path {_TORCH_AT_TOP}",
     ("manifest/read.py", "kimi_viz.preprocess.pixels_torch"): f"a gpu-backend image's CHW tensor; {_TORCH_AT_TOP}",
     ("_whatif/ask.py", "kimi_viz._whatif.chat"): "the chat template and the request side's checks: a chat request only",
+    ("server_args/table.py", "kimi_viz.server_args._handling"): (
+        "the classification (and the TOML parser) loads only for SERVER_ARGS or ENV_VARS; args_of never needs it"
+    ),
     (
         "report/stepper.py",
         "kimi_viz.plots",
@@ -99,6 +102,7 @@ LAYERS = [
         "_records",
         "errors",
         "message_catalogue",
+        "server_args",
         "releases",
         "scheduler_rules",
         "devices",

@@ -30,6 +30,7 @@ SUITES = (
     "triage-repro",
     "messages",
     "messages-gap",
+    "server-args",
 )
 
 
