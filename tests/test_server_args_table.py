@@ -7,7 +7,6 @@ No SGLang is needed here.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections import Counter
@@ -18,7 +17,7 @@ import pytest
 import tomllib
 from parity.server_args_probe import HOSTS, ORDER, compact, render
 
-from kimi_viz.errors import ConfigError
+from kimi_viz.errors import ConfigError, ServerInputError
 from kimi_viz.releases import RELEASES
 from kimi_viz.request.settings import ServerSettings
 from kimi_viz.scheduler.flags import FLAG_OF, LoadSettings
@@ -35,6 +34,7 @@ from kimi_viz.server_args import (
 )
 from kimi_viz.server_args._handling import HANDLING_FILE, check_classified, read_handling
 from kimi_viz.server_args._load import SPECS_FILE, read_specs
+from kimi_viz.server_args.command import parse_command, split_command
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = {"0.5.17": 458, "0.5.18": 472, "0.5.19": 487, "0.5.20": 494, "0.5.21": 512, "0.5.22": 521, "0.5.23": 530}
@@ -321,35 +321,24 @@ def test_the_generator_folds_identical_releases_into_spans_and_the_loader_reads_
     assert rows["y"][0].spec.to_json() == spec(None, ("--y", "--why"))
 
 
-def test_an_equivalent_parser_rebuilt_from_the_table_parses_a_launch_command():
-    types = {"int": int, "float": float, "str": str}
+def test_a_launch_command_is_parsed_as_each_release_parses_it():
+    def parse(release: str, words: str) -> dict[str, object]:
+        parsed = parse_command(split_command(f"python -m sglang.launch_server {words}"), release)
+        return {value.dest: value.value for value in parsed.values}
 
-    def parser(release: str) -> argparse.ArgumentParser:
-        rebuilt = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
-        for spec in args_of(release).by_dest.values():
-            for option in spec.options:
-                form = spec.form(option)
-                if option != form.options[0]:
-                    continue
-                kwargs: dict = {"dest": spec.dest, "default": spec.default}
-                if form.action in ("store", "append"):
-                    kwargs.update(nargs=form.nargs, type=types.get(form.value_type or "str", str), choices=form.choices)
-                    kwargs["action"] = form.action
-                elif form.action in ("store_const", "store_true", "store_false"):
-                    kwargs.update(action="store_const", const=form.const)
-                else:
-                    continue
-                rebuilt.add_argument(*form.options, **kwargs)
-        return rebuilt
-
-    command = ["--model-path", "m", "--tp", "8", "--enable-hicache", "--no-mm-enable-dp-encoder", "--page-size", "16"]
-    parsed = parser("0.5.23").parse_args(command)
-    assert (parsed.tp_size, parsed.enable_hierarchical_cache, parsed.mm_enable_dp_encoder) == (8, True, False)
-    assert (parsed.page_size, parsed.schedule_policy, parsed.mamba_radix_cache_strategy) == (16, "fcfs", "auto")
-    old = parser("0.5.19").parse_args(["--mamba-scheduler-strategy", "extra_buffer", "--tensor-parallel-size", "2"])
-    assert (old.mamba_radix_cache_strategy, old.tp_size) == ("extra_buffer", 2)
-    with pytest.raises(argparse.ArgumentError):
-        parser("0.5.19").parse_args(["--schedule-policy", "hrrn"])  # hrrn arrives in 0.5.20
+    given = parse("0.5.23", "--model-path m --tp 8 --enable-hicache --no-mm-enable-dp-encoder --page-size 16")
+    assert given == {
+        "model_path": "m",
+        "tp_size": 8,
+        "enable_hierarchical_cache": True,
+        "mm_enable_dp_encoder": False,
+        "page_size": 16,
+    }
+    old = parse("0.5.19", "--mamba-scheduler-strategy extra_buffer --tensor-parallel-size 2")
+    assert old == {"mamba_radix_cache_strategy": "extra_buffer", "tp_size": 2}
+    with pytest.raises(ServerInputError, match="invalid choice: 'hrrn'"):
+        parse("0.5.19", "--schedule-policy hrrn")  # hrrn arrives in 0.5.20
+    assert parse("0.5.20", "--schedule-policy hrrn") == {"schedule_policy": "hrrn"}
 
 
 # --- where the files and the lane's sources live --------------------------------------------------------

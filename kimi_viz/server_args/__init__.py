@@ -26,6 +26,8 @@ _EXPORTS = {
     "env_var": "table",
     "nearest_option": "table",
     "releases_with": "table",
+    "printed_fields": "table",
+    "releases_printing": "table",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -22,6 +22,7 @@ from .specs import ACTION_KINDS, ActionKind, ArgSpec, Choice, OptionForm
 ORDER = tuple(RELEASES)  # 0.5.17 ... 0.5.23, oldest first
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SPECS_FILE = os.path.join(DATA, "server_args.json")
+PRINTED_FILE = os.path.join(DATA, "startup_fields.json")
 FORMAT = 1
 
 SPEC_KEYS = frozenset(
@@ -160,3 +161,27 @@ def read_specs(path: str = SPECS_FILE) -> dict[str, tuple[SpecRow, ...]]:
             found.append(SpecRow(releases, _spec(dest, row[1], f"{where}: {dest} {row[0]}")))
         out[dest] = tuple(found)
     return out
+
+
+def read_printed(path: str = PRINTED_FILE) -> dict[str, frozenset[str]]:
+    """Return, per release, the fields its start-up line prints (``startup_fields.json``: per field, the spans of
+    the releases that print it)."""
+    where = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None
+    if type(data) is not dict or data.get("format") != FORMAT or tuple(data.get("releases", ())) != ORDER:
+        raise ValueError(f"{where}: expected format {FORMAT} over the releases {', '.join(ORDER)}")
+    fields = data.get("fields")
+    if type(fields) is not dict:
+        raise ValueError(f"{where}: expected an object of fields")
+    printed: dict[str, set[str]] = {release: set() for release in ORDER}
+    for name, spans in fields.items():
+        if not NAME.fullmatch(name.lstrip("_")) or type(spans) is not list:
+            raise ValueError(f"{where}: {name!r}: expected a field name and a list of release spans")
+        for text in spans:
+            for release in span(text, f"{where}: {name}"):
+                printed[release].add(name)
+    return {release: frozenset(names) for release, names in printed.items()}

@@ -19,11 +19,12 @@ read the first time a name needs them, so importing this module reads no file.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 
 from .._records import frozen
 from ..errors import ConfigError
 from ..releases import RELEASES
-from ._load import ORDER, SpecRow, read_specs
+from ._load import ORDER, SpecRow, read_printed, read_specs
 from .specs import DEPLOYMENT_FIELDS, ActionKind, ArgSpec, Classification, EnvVar, Handling, OptionForm, ReleaseArgs
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "args_of",
     "env_var",
     "nearest_option",
+    "printed_fields",
+    "releases_printing",
     "releases_with",
 ]
 
@@ -112,6 +115,27 @@ def nearest_option(option: str, release: str) -> str | None:
         return option
     close = difflib.get_close_matches(option, list(spellings), n=1, cutoff=0.75)
     return close[0] if close else None
+
+
+_PRINTED: dict[str, frozenset[str]] = {}
+
+
+def printed_fields(release: str) -> frozenset[str]:
+    """Return the fields ``release``'s start-up line prints (``server_args=ServerArgs(...)`` or ``{...}``)."""
+    if not _PRINTED:
+        _PRINTED.update(read_printed())
+    if release not in _PRINTED:
+        raise ConfigError(f"release {release!r}: the table covers {', '.join(ORDER)}; pass one of them")
+    return _PRINTED[release]
+
+
+def releases_printing(fields: Collection[str], *, cut: bool = False) -> tuple[str, ...]:
+    """Return the releases, oldest first, whose start-up line prints exactly ``fields`` (with ``cut``: a line cut
+    short, or only some arguments: the releases that print them all)."""
+    names = frozenset(fields)
+    return tuple(
+        release for release in ORDER if (names <= printed_fields(release) if cut else names == printed_fields(release))
+    )
 
 
 def env_var(name: str) -> EnvVar | None:

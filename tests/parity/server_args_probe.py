@@ -58,6 +58,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "kimi_viz" / "server_args" / "data" / "server_args.json"
+PRINTED = ROOT / "kimi_viz" / "server_args" / "data" / "startup_fields.json"
 #: The lane's venvs and the releases each imports: its own, then its guests (sources on PYTHONPATH).
 HOSTS = {"0.5.18": ("0.5.18", "0.5.17", "0.5.19", "0.5.20"), "0.5.23": ("0.5.23", "0.5.21", "0.5.22")}
 ORDER = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
@@ -240,8 +241,20 @@ def env_defaults(names: list[str]) -> dict:
     return out
 
 
+def printed_fields(server_args: type) -> list[str]:
+    """Return the fields a server's start-up line prints, in order: the dataclass repr's up to 0.5.18
+    (``server_args=ServerArgs(...)``), the keys of ``resolved_dict()`` from 0.5.19 (``server_args={...}``), read
+    from a record built on the CPU (its field set does not depend on the model)."""
+    import dataclasses
+
+    if hasattr(server_args, "resolved_dict"):
+        return list(server_args(model_path="/nonexistent-model", device="cpu").resolved_dict())
+    return [field.name for field in dataclasses.fields(server_args) if field.repr]
+
+
 def probe(release: str | None, env_names: list[str]) -> dict:
-    """Return one release's facts: ``{"release", "args", "env"}`` (run with that release's interpreter)."""
+    """Return one release's facts: ``{"release", "args", "env", "printed"}`` (run with that release's
+    interpreter)."""
     import logging
     import warnings
 
@@ -258,6 +271,7 @@ def probe(release: str | None, env_names: list[str]) -> dict:
         "release": sglang.__version__,
         "args": specs(parser, field_defaults(ServerArgs)),
         "env": env_defaults(env_names),
+        "printed": printed_fields(ServerArgs),
     }
 
 
@@ -341,6 +355,28 @@ def render(table: dict) -> str:
     return head + "\n" + ",\n".join(rows) + "\n}}\n"
 
 
+def compact_printed(probes: dict[str, dict]) -> dict:
+    """Return the stored start-up fields: per field, the spans of the releases whose start-up line prints it."""
+    fields: dict[str, list[str]] = {}
+    for name in sorted({name for facts in probes.values() for name in facts["printed"]}):
+        indices = [i for i, release in enumerate(ORDER) if name in probes[release]["printed"]]
+        runs: list[list[int]] = []
+        for index in indices:
+            if runs and index == runs[-1][-1] + 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        fields[name] = [_span(run[0], run[-1]) for run in runs]
+    return {"format": FORMAT, "releases": list(ORDER), "fields": fields}
+
+
+def render_printed(table: dict) -> str:
+    """Return the stored start-up fields as text: one line per field."""
+    rows = [f"{json.dumps(name)}:{json.dumps(spans)}" for name, spans in table["fields"].items()]
+    head = f'{{"format":{table["format"]},"releases":{json.dumps(table["releases"])},"fields":{{'
+    return head + "\n" + ",\n".join(rows) + "\n}}\n"
+
+
 def write(envs: Path, sources: Path) -> None:
     """Probe every release and write the stored table."""
     probes = {}
@@ -352,7 +388,8 @@ def write(envs: Path, sources: Path) -> None:
             probes[release] = run(str(python), release, None if release == host else sources)
             print(f"sglang {release}: {len(probes[release]['args'])} dests", file=sys.stderr)
     TABLE.write_text(render(compact(probes)), encoding="utf-8")
-    print(f"wrote {TABLE} ({TABLE.stat().st_size} bytes)", file=sys.stderr)
+    PRINTED.write_text(render_printed(compact_printed(probes)), encoding="utf-8")
+    print(f"wrote {TABLE} ({TABLE.stat().st_size} bytes), {PRINTED} ({PRINTED.stat().st_size} bytes)", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_viz.server_args import ENV_VARS, EnvVar, ReleaseArgs, args_of
+from kimi_viz.server_args import ENV_VARS, EnvVar, ReleaseArgs, args_of, printed_fields
 
 from .lane import RELEASE, record
 from .server_args_probe import HOSTS, run
@@ -96,14 +96,25 @@ def compare_env(release: str, probed: dict[str, dict], env_vars: dict[str, EnvVa
     return lines
 
 
+def compare_printed(release: str, probed: list[str]) -> list[str]:
+    """Return one line per field the release's start-up line prints that the table does not say, or the reverse."""
+    ours = printed_fields(release)
+    return [f"{release} start-up line prints {name}, the table does not" for name in sorted(set(probed) - ours)] + [
+        f"{release} start-up line: the table says it prints {name}, SGLang does not"
+        for name in sorted(ours - set(probed))
+    ]
+
+
 def test_the_table_is_each_installed_releases_own_parser(release):
     lines: list[str] = []
-    flags = options = 0
+    flags = options = printed = 0
     for each in releases_here(release):
         facts = probe(each)
         assert facts["release"] == each
         lines += compare(each, facts["args"], args_of(each))
         lines += compare_env(each, facts["env"])
+        lines += compare_printed(each, facts["printed"])
+        printed += len(facts["printed"])
         flags += len(facts["args"])
         options += sum(len(spec["options"]) for spec in facts["args"].values())
     record(
@@ -112,6 +123,7 @@ def test_the_table_is_each_installed_releases_own_parser(release):
         flags=flags,
         options=options,
         env=len(SGLANG_ENV) * len(releases_here(release)),
+        printed=printed,
         disagreements=len(lines),
     )
     assert flags > 400 * len(releases_here(release))  # the probe saw whole parsers
