@@ -42,6 +42,7 @@ _ERRORS = [
     "CaptureError",
     "WhatIfError",
     "SettingNotInReleaseError",
+    "ServerInputError",
     "ArgumentError",
 ]
 

@@ -102,3 +102,8 @@ class WhatIfError(KimiVizError, ValueError):
 
 class SettingNotInReleaseError(WhatIfError):
     """A server setting names a flag or value the chosen SGLang release does not accept."""
+
+
+# --- the user's own deployment as input ------------------------------------------------------------
+class ServerInputError(KimiVizError, ValueError):
+    """A server's launch command (``--server``) or log (``--server-log``) cannot be read: the message names it."""

@@ -44,6 +44,7 @@ CALLS: dict[str, str] = {
             "CaptureError",
             "WhatIfError",
             "SettingNotInReleaseError",
+            "ServerInputError",
         )
     },
     "ManifestError": "assert str(kv.ManifestError('bad', json_path='items[0]')) == 'items[0]: bad'",
