@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 from ._records import frozen
 from .releases import FixRelease, FixSearch, Release
+from .server_args.sources import ServerReport
 from .split.cause import ErrorInfo
 from .split.trace import Trace
 from .split.verdict import Status, StatusStyle, Verdict, build_verdict
@@ -113,6 +114,7 @@ class Answer:
     stage: str | None = None  # where on the path it fails: "request side", "encode server", "forward pass", "call"
     under_load: PairHint | None = None  # clean alone, but fails when prefilled with this partner
     flags: FlagSearch | None = None  # a workload's scheduler flags, each changed alone (None: not searched)
+    server: ServerReport | None = None  # the server replayed: each value and where it came from (None: not said)
 
     @property
     def style(self) -> StatusStyle:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import gc
 import itertools
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..answer import Answer, Cell, Minimized, Sweep
+from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError, WhatIfError
 from ..forward.workload_replay import check_workload_settings
 from ..releases import RELEASES, Release, release_for
@@ -27,6 +28,7 @@ from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.workload import Workload
 from ..scheduler.flags import LoadSettings
+from ..server_args.sources import ServerReport
 from ..split.batch import Batch
 from ..split.ranks import check_tp_size
 from ..split.verdict import Status
@@ -80,10 +82,11 @@ def whatif(
     renderer: Renderer | None = None,
     beside: Workload | None = None,
     mode: Mode = "shapes",
-    device: Any = "auto",
+    device: DeviceLike = "auto",
     find_fix: bool = True,
     under_load: bool = True,
     try_flags: bool = True,
+    server: ServerReport | None = None,
 ) -> Answer:
     """Return the :class:`~kimi_viz.answer.Answer` to a question on SGLang ``sglang_version`` at attention-TP N.
 
@@ -94,7 +97,8 @@ def whatif(
     a failure names the first later release that runs it clean. With ``under_load`` a lone request clean
     alone is also prefilled beside each sample image (smallest first): ``Answer.under_load`` names the
     first partner that makes it fail. With ``try_flags`` a workload's scheduler flags are each changed
-    alone: ``Answer.flags`` names those that change its status.
+    alone: ``Answer.flags`` names those that change its status. ``server`` (what a launch command and a log said,
+    :func:`~.deployment.read_deployment`) is carried on the answer as ``Answer.server``.
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     release, sentence = release_for(sglang_version)
@@ -108,7 +112,7 @@ def whatif(
     if under_load and isinstance(question, RequestQuestion) and answer.status is Status.CLEAN:
         hint = pair_hint(question, release, answer.tp_size, paths=subject)
         answer = answer if hint is None else replace(answer, under_load=hint)
-    return answer
+    return answer if server is None else replace(answer, server=server)
 
 
 @contextmanager
@@ -124,17 +128,30 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def release_groups(question: Question) -> list[tuple[Release, ...]]:
+def release_groups(question: Question, refused: Mapping[str, str] | None = None) -> list[tuple[Release, ...]]:
     """Return the releases in groups that see ``question`` alike (:meth:`Question.sees`), oldest first: a sweep's
-    rows."""
-    return [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=question.sees)]
+    rows; a release that refuses the server (``refused``) is a group with the others that refuse it alike."""
+    refused = refused or {}
+
+    def seen(release: Release) -> Hashable:
+        reason = refused.get(release.version)
+        return ("refused", reason) if reason is not None else question.sees(release)
+
+    return [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=seen)]
 
 
 def sweep_row(
-    question: Question, group: tuple[Release, ...], tps: tuple[int, ...], prepared: Prepared | None = None
+    question: Question,
+    group: tuple[Release, ...],
+    tps: tuple[int, ...],
+    prepared: Prepared | None = None,
+    refused: str | None = None,
 ) -> list[Cell]:
     """Return one release group's cells: the question prepared once (``prepared`` when the caller already did), then
-    asked at every TP size in shapes mode, without a fix search."""
+    asked at every TP size in shapes mode, without a fix search; ``refused`` (why the group refuses the server's
+    launch command) makes every cell n/a."""
+    if refused is not None:
+        return [Cell(group, tp, None, refused) for tp in tps]
     if prepared is None:
         try:
             prepared = question.prepare(group[0], "shapes")
@@ -151,16 +168,23 @@ def sweep(
     renderer: Renderer | None = None,
     beside: Workload | None = None,
     tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
+    refused: Mapping[str, str] | None = None,
 ) -> Sweep:
     """Return the :class:`~kimi_viz.answer.Sweep` of a question over every release group × ``tp_sizes``.
 
     Releases that look alike to the question (:meth:`Question.sees`) share a row; each row builds its
-    items once and replays every TP size in shapes mode, without a fix search.
+    items once and replays every TP size in shapes mode, without a fix search. ``refused`` maps a release to why
+    it refuses the server's launch command: its row is n/a.
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
     tps = tuple(check_tp_size(t, "tp") for t in tp_sizes)
+    refused = refused or {}
     with collector_paused():
-        cells = [cell for group in release_groups(question) for cell in sweep_row(question, group, tps)]
+        cells = [
+            cell
+            for group in release_groups(question, refused)
+            for cell in sweep_row(question, group, tps, refused=refused.get(group[0].version))
+        ]
     return Sweep(question.subject, tps, tuple(cells))
 
 

@@ -18,7 +18,6 @@ from ..files import check_output
 from ..message_catalogue import release_span
 from ..releases import RELEASE_RANGE, RELEASES, release_for
 from ..request.settings import (
-    DEFAULT_CONFIG,
     DEFAULT_MODE,
     DEFERS,
     EPD_BACKENDS,
@@ -32,8 +31,10 @@ from ..request.settings import (
 )
 from ..scheduler.flags import FLAG_OF, FLAGS, LoadSettings
 from . import again, emit
+from .server_input import add_server_input
 
 if TYPE_CHECKING:  # pragma: no cover - the sub-command's verb modules load when it runs, not for --help
+    from .._whatif.deployment import Deployment
     from ..answer import Answer
 
 STRATEGY_ALIAS = "--mamba-scheduler-strategy"  # the strategy's second spelling (SchedulerRules.strategy_alias)
@@ -110,23 +111,26 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_server_input(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "your server", "paste your server's launch command or log; typed options override what they say"
+    )
+    add_server_input(group)
+
+
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
     """Add the server settings of the request side, each worded from its row in ``request/settings.py``."""
-    parser.add_argument("--serving", default=SERVINGS[0], metavar=_choices(SERVINGS), help=_flag_help("serving"))
+    parser.add_argument("--serving", metavar=_choices(SERVINGS), help=_flag_help("serving"))
     parser.add_argument("--epd-backend", metavar=_choices(EPD_BACKENDS), help=_flag_help("epd_backend"))
-    parser.add_argument(
-        "--mm-feature-transport", default=TRANSPORTS[0], metavar=_choices(TRANSPORTS), help=_flag_help("transport")
-    )
-    parser.add_argument("--defer", default=DEFERS[0], metavar=_choices(DEFERS), help=_flag_help("defer"))
+    parser.add_argument("--mm-feature-transport", metavar=_choices(TRANSPORTS), help=_flag_help("transport"))
+    parser.add_argument("--defer", metavar=_choices(DEFERS), help=_flag_help("defer"))
     parser.add_argument("--mm-preprocess-cache-size-mb", metavar="N", help=_flag_help("preprocess_cache_mb"))
     for flag, field in (
         ("--preprocess-cache-hit", "preprocess_cache_hits"),
         ("--embedding-cache-hit", "embedding_cache_hits"),
     ):
         parser.add_argument(flag, action="append", default=[], metavar="I[,J...]", help=_flag_help(field))
-    parser.add_argument(
-        "--producer-config", default=DEFAULT_CONFIG, metavar="PRESET|PATH", help=_flag_help("producer_config")
-    )
+    parser.add_argument("--producer-config", metavar="PRESET|PATH", help=_flag_help("producer_config"))
     parser.add_argument("--consumer-config", metavar="PRESET|PATH", help=_flag_help("consumer_config"))
     parser.add_argument(
         "--mode",
@@ -152,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "one per line. Image positions for the cache-hit options count from 0 in the order given.",
     )
     parser.add_argument("images", nargs="*", metavar="IMAGE", help="the request's images, in order")
+    _add_server_input(parser)
     _add_load_options(parser)
     parser.add_argument("--sglang-version", metavar="V", help=f"the release, {RELEASE_RANGE} (not with --sweep)")
     parser.add_argument(
@@ -200,21 +205,38 @@ def _positions(values: list[str], option: str) -> tuple[int, ...]:
     return tuple(_int(part, option, low=0) for part in parts if part)
 
 
+def typed_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the request side's settings the command line typed, by :class:`ServerSettings` field (raise
+    WhatIfError on bad ones); the others come from --server / --server-log, else SGLang's defaults."""
+    typed: dict[str, Any] = {}
+    for field, option, allowed in (
+        ("serving", "--serving", SERVINGS),
+        ("epd_backend", "--epd-backend", EPD_BACKENDS),
+        ("transport", "--mm-feature-transport", TRANSPORTS),
+        ("defer", "--defer", DEFERS),
+    ):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None:
+            typed[field] = _choice(value, allowed, option)
+    if args.mm_preprocess_cache_size_mb is not None:
+        typed["preprocess_cache_mb"] = _int(args.mm_preprocess_cache_size_mb, "--mm-preprocess-cache-size-mb", low=0)
+    for field, option in (
+        ("preprocess_cache_hits", "--preprocess-cache-hit"),
+        ("embedding_cache_hits", "--embedding-cache-hit"),
+    ):
+        positions = _positions(getattr(args, option[2:].replace("-", "_")), option)
+        if positions:
+            typed[field] = positions
+    if args.producer_config is not None:
+        typed["producer_config"] = args.producer_config
+    if args.consumer_config is not None:
+        typed["consumer_config"] = args.consumer_config
+    return typed
+
+
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     """Return the :class:`ServerSettings` the command-line options ask for (raise WhatIfError on bad ones)."""
-    cache_mb = args.mm_preprocess_cache_size_mb
-    backend = args.epd_backend
-    return ServerSettings(
-        serving=_choice(args.serving, SERVINGS, "--serving"),  # type: ignore[arg-type]
-        epd_backend=None if backend is None else _choice(backend, EPD_BACKENDS, "--epd-backend"),  # type: ignore[arg-type]
-        transport=_choice(args.mm_feature_transport, TRANSPORTS, "--mm-feature-transport"),  # type: ignore[arg-type]
-        defer=_choice(args.defer, DEFERS, "--defer"),  # type: ignore[arg-type]
-        preprocess_cache_mb=None if cache_mb is None else _int(cache_mb, "--mm-preprocess-cache-size-mb", low=0),
-        preprocess_cache_hits=_positions(args.preprocess_cache_hit, "--preprocess-cache-hit"),
-        embedding_cache_hits=_positions(args.embedding_cache_hit, "--embedding-cache-hit"),
-        producer_config=args.producer_config,
-        consumer_config=args.consumer_config,
-    )
+    return ServerSettings(**typed_settings_from_args(args))
 
 
 def _alias_releases() -> str:
@@ -244,18 +266,25 @@ def _take_strategy_alias(args: argparse.Namespace) -> None:
     args.mamba_radix_cache_strategy = value
 
 
-def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
-    """Return the :class:`~kimi_viz.scheduler.flags.LoadSettings` the load options ask for (defaults: SGLang's)."""
+def typed_load_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the scheduler's flags the command line typed, by :class:`~kimi_viz.scheduler.flags.LoadSettings` field
+    (a switch only when given); the others come from --server / --server-log, else SGLang's defaults."""
     _take_strategy_alias(args)
     given: dict[str, Any] = {}
     for flag in FLAGS:
         value = getattr(args, flag.field)
         if flag.kind == "switch":
-            given[flag.field] = bool(value)
+            if value:
+                given[flag.field] = True
         elif value is not None:
             given[flag.field] = flag.parse(value)
-        elif flag.kind == "megabytes":  # the command line always gives megabytes as a float (its JSON says 100.0)
-            given[flag.field] = float(flag.default)
+    return given
+
+
+def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
+    """Return the :class:`~kimi_viz.scheduler.flags.LoadSettings` the load options ask for (defaults: SGLang's)."""
+    given = typed_load_from_args(args)
+    given.setdefault("cache_mb", float(FLAG_OF["cache_mb"].default))  # megabytes as a float (its JSON says 100.0)
     return LoadSettings(**given)
 
 
@@ -321,17 +350,19 @@ def _check(args: argparse.Namespace) -> None:
         raise WhatIfError(
             "--sweep covers every release and attention-TP 1, 2, 4, 8; drop --sglang-version and --tp (or drop --sweep)"
         )
-    if not args.sweep and (args.sglang_version is None or args.tp is None):
+    from_server = args.server is not None or args.server_log is not None
+    if not args.sweep and not from_server and (args.sglang_version is None or args.tp is None):
         names = (("--sglang-version", args.sglang_version), ("--tp", args.tp))
         missing = " and ".join(n for n, v in names if v is None)
         raise WhatIfError(
-            f"{missing} missing: name the deployment (e.g. --sglang-version 0.5.18 --tp 2), or pass --sweep"
+            f"{missing} missing: name the deployment (e.g. --sglang-version 0.5.18 --tp 2), paste the server's launch "
+            'command (--server "python -m sglang.launch_server …") or log (--server-log FILE), or pass --sweep'
         )
     _choice(args.mode, MODES, "--mode")
     _choice(args.device, DEVICES, "--device")
 
 
-def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+def _subject(args: argparse.Namespace, load: LoadSettings) -> tuple[Any, dict[str, Any]]:
     """Return what is asked (images, a workload or a client's request) and the options that go with it."""
     from ..request.workload import read_workload, together
 
@@ -343,12 +374,30 @@ def _subject(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             typed_tokens=_choice(args.typed_tokens, TYPED_TOKENS, "--typed-tokens") == TYPED_TOKENS[0],
         )
         beside = None if args.requests is None else read_workload(args.requests)
-        return read_request(args.chat), {"load": load_settings_from_args(args), "renderer": renderer, "beside": beside}
+        return read_request(args.chat), {"load": load, "renderer": renderer, "beside": beside}
     if args.requests is not None:
-        return read_workload(args.requests), {"load": load_settings_from_args(args)}
+        return read_workload(args.requests), {"load": load}
     if args.together:
-        return together(args.images), {"load": load_settings_from_args(args)}
+        return together(args.images), {"load": load}
     return list(args.images), {}
+
+
+def deployment_from_args(args: argparse.Namespace) -> Deployment:
+    """Return the deployment the command line describes: typed options over the server's log, over its launch
+    command, over SGLang's defaults (each value with its source)."""
+    from .._whatif.deployment import DeploymentInput, read_deployment
+
+    return read_deployment(
+        DeploymentInput(
+            server=args.server,
+            server_log=args.server_log,
+            sglang_version=args.sglang_version,
+            tp_size=None if args.tp is None else _int(args.tp, "--tp", low=1),
+            typed_load=typed_load_from_args(args),
+            typed_settings=typed_settings_from_args(args),
+            needs_release=not args.sweep,
+        )
+    )
 
 
 def _print(args: argparse.Namespace, document: Callable[[], Any], text: Callable[[], str]) -> None:
@@ -364,26 +413,40 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from ..report.answer_documents import answer_json, cell_json, minimized_json  # JSON only when asked
     _check(args)
-    settings = settings_from_args(args)
-    subject, options = _subject(args)
+    deployment = deployment_from_args(args)
+    settings = deployment.settings
+    subject, options = _subject(args, deployment.load)
     if args.sweep:
-        swept = sweep(subject, settings=settings, **options)
+        swept = sweep(subject, settings=settings, refused=deployment.refusals, **options)
         if args.json:
             for cell in swept.cells:
                 emit(json.dumps(cell_json(cell), default=str))
         else:
             emit(sweep_text(swept))
         return swept.exit_code
-    tp = _int(args.tp, "--tp", low=1)
-    deployment = {"sglang_version": args.sglang_version, "tp_size": tp, "settings": settings}
+    version, tp_size = deployment.sglang_version, deployment.tp_size
+    if tp_size is None:
+        raise WhatIfError(
+            "--tp missing: neither the launch command nor the log gives the attention-TP size; name it (e.g. --tp 2)"
+        )
+    assert version is not None  # read_deployment names a release whenever the question is not a sweep
     if args.minimize:
-        found = minimize(subject, mode=args.mode, **deployment, **options)
+        found = minimize(subject, sglang_version=version, tp_size=tp_size, settings=settings, mode=args.mode, **options)
         _print(args, lambda: minimized_json(found), lambda: minimized_text(found))
         if args.emit_repro and found.target is not None:
             _emit_repro(found, args.emit_repro)
         _write_out(args, found.answer)
         return found.exit_code
-    answer = whatif(subject, mode=args.mode, device=args.device, **deployment, **options)
+    answer = whatif(
+        subject,
+        sglang_version=version,
+        tp_size=tp_size,
+        settings=settings,
+        mode=args.mode,
+        device=args.device,
+        server=deployment.report,
+        **options,
+    )
     _print(args, lambda: answer_json(answer), lambda: answer_text(answer))
     if args.emit_repro:
         _emit_repro(answer, args.emit_repro)

@@ -78,6 +78,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "notes": list(answer.notes),
         "verdict": None if answer.verdict is None else answer.verdict.to_json(answer.fixes),
         "flags": None if answer.flags is None else flags_json(answer.flags),
+        "server": None if answer.server is None else answer.server.to_json(),
         **_replay_json(answer),
     }
 

@@ -394,9 +394,18 @@ def answer_text(answer: Answer) -> str:
     lines.append(f"answer: {answer.why}")
     lines += _look_at(answer, request) if request is not None else fix_lines(answer)
     lines += flag_lines(answer)
+    lines += server_lines(answer)
     if answer.under_load is not None:
         lines += ["", f"⚠ {hint_text(answer.under_load)}"]
     return "\n".join(lines)
+
+
+def server_lines(answer: Answer) -> list[str]:
+    """Return the server read from a launch command or a log (:meth:`ServerReport.lines`), or nothing."""
+    server = answer.server
+    if server is None or not server.from_inputs:
+        return []
+    return ["", *server.lines(clean=not answer.status.failed)]
 
 
 def failing_pass(answer: Answer | None) -> int | None:

@@ -41,6 +41,7 @@ class Flag:
 
     field: str  # the LoadSettings field
     option: str  # the kimi-viz whatif option (SGLang's own spelling where SGLang has one)
+    dest: str | None  # SGLang's ServerArgs field or environment variable it reads (None: no SGLang setting)
     kind: Kind  # a token count, an on/off switch, one of ``choices``, or megabytes
     sglang: str  # the SGLang flag or environment variable it stands for (Markdown: code in backticks)
     default: Any  # SGLang's default (None: off)
@@ -131,6 +132,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "chunked_prefill_size",
         "--chunked-prefill-size",
+        "chunked_prefill_size",
         "count",
         "`--chunked-prefill-size`",
         _H200_CHUNK,
@@ -142,6 +144,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "page_size",
         "--page-size",
+        "page_size",
         "count",
         "`--page-size`",
         None,
@@ -153,6 +156,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "disable_radix_cache",
         "--disable-radix-cache",
+        "disable_radix_cache",
         "switch",
         "`--disable-radix-cache`",
         False,
@@ -163,6 +167,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "schedule_policy",
         "--schedule-policy",
+        "schedule_policy",
         "choice",
         "`--schedule-policy`",
         "fcfs",
@@ -173,6 +178,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "max_prefill_tokens",
         "--max-prefill-tokens",
+        "max_prefill_tokens",
         "count",
         "`--max-prefill-tokens`",
         16384,
@@ -184,6 +190,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "enable_mixed_chunk",
         "--enable-mixed-chunk",
+        "enable_mixed_chunk",
         "switch",
         "`--enable-mixed-chunk`",
         False,
@@ -194,6 +201,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "mamba_radix_cache_strategy",
         "--mamba-radix-cache-strategy",
+        "mamba_radix_cache_strategy",
         "choice",
         "`--mamba-radix-cache-strategy` (up to 0.5.19 also `--mamba-scheduler-strategy`)",
         "auto",
@@ -206,6 +214,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "mamba_track_interval",
         "--mamba-track-interval",
+        "mamba_track_interval",
         "count",
         "`--mamba-track-interval`",
         256,
@@ -218,6 +227,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "disable_overlap_schedule",
         "--disable-overlap-schedule",
+        "disable_overlap_schedule",
         "switch",
         "`--disable-overlap-schedule`",
         False,
@@ -228,6 +238,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "attention_backend",
         "--attention-backend",
+        "attention_backend",
         "choice",
         "`--attention-backend`",
         None,
@@ -240,6 +251,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "gpu",
         "--gpu",
+        None,
         "choice",
         "no flag: the GPU family the server runs on",
         "hopper",
@@ -251,6 +263,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "max_total_tokens",
         "--max-total-tokens",
+        "max_total_tokens",
         "count",
         "`--max-total-tokens`",
         None,
@@ -263,6 +276,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "max_running_requests",
         "--max-running-requests",
+        "max_running_requests",
         "count",
         "`--max-running-requests`",
         None,
@@ -275,6 +289,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "max_mamba_cache_size",
         "--max-mamba-cache-size",
+        "max_mamba_cache_size",
         "count",
         "`--max-mamba-cache-size`",
         None,
@@ -287,6 +302,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "schedule_conservativeness",
         "--schedule-conservativeness",
+        "schedule_conservativeness",
         "ratio",
         "`--schedule-conservativeness`",
         1.0,
@@ -298,6 +314,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "cache_mb",
         "--mm-embedding-cache-size",
+        "SGLANG_VLM_CACHE_SIZE_MB",
         "megabytes",
         "env `SGLANG_VLM_CACHE_SIZE_MB`",
         100,
@@ -308,6 +325,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "platform",
         "--platform",
+        "device",
         "choice",
         "no flag: the device SGLang runs on",
         "cuda",
