@@ -18,16 +18,31 @@ answer for one match, as JSON and as text) and :mod:`.follow` (a live log, ``exp
 
 from __future__ import annotations
 
+from ..server_args.log import LogReader
 from .follow import MAX_INCIDENTS, MAX_LINE, Incident, LiveEvent, LiveExplainer, Tally
 from .known import CAPTURE_KEY, KNOWN_MESSAGES, LINKS, NEXT_BY_STAGE, NEXT_STEP, KnownMessage, pattern_for
-from .matching import MAX_LOG_BYTES, NEEDLES, drop_repeats, explain_stream, needle_of, required_text, scan
+from .matching import (
+    MAX_LOG_BYTES,
+    NEEDLES,
+    drop_repeats,
+    explain_stream,
+    needle_of,
+    read_server_lines,
+    required_text,
+    scan,
+)
 from .numbers import NUMERIC_FORMS, read_numbers
 from .recognised import Recognised, format_explanations
+from .server import ServerContext, replay_option
 
 
-def explain(text: str) -> list[Recognised]:
-    """Return every known message found in ``text`` (a log line, a traceback or a whole log)."""
-    return drop_repeats(scan(text, 1) if text else [])
+def explain(text: str, *, server: LogReader | None = None, replay_with: str | None = None) -> list[Recognised]:
+    """Return every known message found in ``text`` (a log line, a traceback or a whole log), each with the server
+    the text's start-up lines (or ``server``, a reader that already read another log) describe at its line."""
+    found = scan(text, 1) if text else []
+    if text:
+        read_server_lines(server if server is not None else LogReader("the text"), text, 1, found, replay_with)
+    return drop_repeats(found)
 
 
 __all__ = [
@@ -46,6 +61,7 @@ __all__ = [
     "LiveEvent",
     "LiveExplainer",
     "Recognised",
+    "ServerContext",
     "Tally",
     "explain",
     "explain_stream",
@@ -53,5 +69,7 @@ __all__ = [
     "needle_of",
     "pattern_for",
     "read_numbers",
+    "read_server_lines",
+    "replay_option",
     "required_text",
 ]

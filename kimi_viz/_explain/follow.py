@@ -14,7 +14,8 @@ from typing import Any
 
 from .. import message_catalogue
 from .._records import frozen
-from .matching import BLOCK, scan
+from ..server_args.log import LogReader
+from .matching import BLOCK, read_server_lines, scan
 from .recognised import Recognised, format_explanations
 
 TRACEBACK_START = "Traceback (most recent call last):"
@@ -89,7 +90,9 @@ class LiveExplainer:
     to its final line (the lines in between, source lines that may quote a message, are not read).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, replay_with: str | None = None, server: LogReader | None = None) -> None:
+        self.replay_with = replay_with  # the whatif option naming the followed log's server (None: standard input)
+        self.server = server if server is not None else LogReader("the log")  # its start-up and prefill lines
         self.lines = 0  # complete lines read so far
         self.incidents = 0
         self.tallies: dict[str, Tally] = {}
@@ -115,7 +118,7 @@ class LiveExplainer:
         first = self.lines + 1
         events: list[LiveEvent] = []
         if self._traceback_from is None and TRACEBACK_START not in text:
-            events = self._items(scan(text, first))  # most blocks of a long log hold no needle at all
+            events = self._items(self._scan(text, first))  # most blocks of a long log hold no needle at all
         else:
             for index, line in enumerate(text.split("\n")[:-1]):
                 events += self._line(line, first + index)
@@ -132,8 +135,14 @@ class LiveExplainer:
         self._traceback_from = None
         return self.close()
 
+    def _scan(self, text: str, first: int) -> list[Recognised]:
+        """Return the messages in ``text`` (its first line numbered ``first``), each with the server at its line."""
+        found = scan(text, first)
+        read_server_lines(self.server, text, first, found, self.replay_with)
+        return found
+
     def _piece(self, data: bytes) -> list[LiveEvent]:
-        return self._items(scan(data.decode("utf-8", "replace"), self.lines + 1))
+        return self._items(self._scan(data.decode("utf-8", "replace"), self.lines + 1))
 
     def _line(self, line: str, number: int) -> list[LiveEvent]:
         if self._traceback_from is not None:
@@ -143,11 +152,11 @@ class LiveExplainer:
                     self._traceback_from = None
                 return []
             start, self._traceback_from = self._traceback_from, None
-            return self._items(scan(line, number), traceback_from=start)
+            return self._items(self._scan(line, number), traceback_from=start)
         if line.rstrip().endswith(TRACEBACK_START):
             self._traceback_from, self._traceback_lines = number, 0
             return []
-        return self._items(scan(line, number) if line else [])
+        return self._items(self._scan(line, number) if line else [])
 
     def _items(self, found: list[Recognised], traceback_from: int | None = None) -> list[LiveEvent]:
         events = []

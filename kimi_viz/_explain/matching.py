@@ -18,9 +18,11 @@ from typing import Any
 
 from .. import message_catalogue
 from ..errors import KimiVizError
+from ..server_args.log import LogReader
 from .known import CAPTURE_KEY, KNOWN_MESSAGES, KnownMessage
 from .numbers import field_forms, in_words, parse_value, read_numbers
 from .recognised import Recognised
+from .server import ServerContext
 
 # A line can only hold a known message if it holds one of these in the message's own text (every
 # message has one; tests/test_hostile_terminal.py checks it), so a long log is skimmed a block at a
@@ -61,6 +63,16 @@ NEEDLES = (
     "exceeds limit",
     "Timeout!",
     "request state",  # the EPD encoder's "No request state exists while encoding request"
+)
+# The lines that say what the server is (kimi_viz.server_args.log): its start-up, its pools, its passes.
+SERVER_NEEDLES = (
+    "server_args=",
+    "max_total_num_tokens=",
+    "Mamba Cache",
+    "Prefill batch",
+    "Retract requests",
+    "sglang",
+    "SGLang",
 )
 MAX_LOG_BYTES = 1 << 30  # the most explain reads from one log (a file or stdin)
 BLOCK = 1 << 20  # bytes read at a time; a line longer than this is read in pieces
@@ -108,14 +120,14 @@ def _candidates(needles: frozenset[str]) -> list[KnownMessage]:
     return [k for n in NEEDLES if n in needles for k in by_needle[n]]
 
 
-def _hit_lines(text: str) -> dict[int, set[str]]:
-    """Return the index of every line (as ``str.splitlines`` cuts them) holding a needle, with its needles.
+def _hit_lines(text: str, needles: tuple[str, ...] = NEEDLES) -> dict[int, set[str]]:
+    """Return the index of every line (as ``str.splitlines`` cuts them) holding one of ``needles``, with its needles.
 
     The line ends are only worked out once a needle is found: most blocks of a long log hold none.
     """
     ends: list[int] = []
     hits: dict[int, set[str]] = {}
-    for needle in NEEDLES:
+    for needle in needles:
         start = text.find(needle)
         if start >= 0 and not ends:
             ends = list(accumulate(len(line) for line in text.splitlines(keepends=True)))
@@ -163,12 +175,44 @@ def _compatible(one: tuple, other: tuple) -> bool:
     return any(s <= a[0] and a[1] <= e for s, e in other[3]) or any(s <= b[0] and b[1] <= e for s, e in one[3])
 
 
-def explain_stream(stream: Any, *, limit: int = MAX_LOG_BYTES, source: str = "the log") -> list[Recognised]:
+def read_server_lines(
+    reader: LogReader, text: str, first_line: int, found: list[Recognised], replay_with: str | None
+) -> None:
+    """Feed ``text``'s server lines (start-up, pools, prefill passes; its first line numbered ``first_line``) to
+    ``reader`` in line order, giving each message of ``found`` (in that text, in line order) the server in force at
+    its line: :class:`~.server.ServerContext`."""
+    hits = sorted(_hit_lines(text, SERVER_NEEDLES))
+    lines = text.splitlines() if hits else []
+    fed = 0
+    for item in found:
+        while fed < len(hits) and first_line + hits[fed] < item.line:
+            reader.feed(first_line + hits[fed], lines[hits[fed]])
+            fed += 1
+        if not reader.start.empty:
+            item.server = ServerContext(
+                reader.start, reader.prefills[-1] if reader.prefills else None, reader.retractions, replay_with
+            )
+    for index in hits[fed:]:
+        reader.feed(first_line + index, lines[index])
+
+
+def explain_stream(
+    stream: Any,
+    *,
+    limit: int = MAX_LOG_BYTES,
+    source: str = "the log",
+    replay_with: str | None = None,
+    server: LogReader | None = None,
+) -> list[Recognised]:
     """Return the known messages in a binary stream (a log file, stdin), read a block at a time.
 
     Memory stays bounded by the block size whatever the log's size; more than ``limit`` bytes raise
-    :class:`~kimi_viz.errors.KimiVizError` naming ``source``. Bytes that are not UTF-8 are replaced.
+    :class:`~kimi_viz.errors.KimiVizError` naming ``source``. Bytes that are not UTF-8 are replaced. The log's
+    start-up and prefill lines go to ``server`` (a fresh reader by default), and each message found is given the
+    server in force at its line; ``replay_with`` is the whatif option that names this server (``--server-log
+    PATH``; None for standard input).
     """
+    reader = server if server is not None else LogReader(source)
     found: list[Recognised] = []
     line = 1
     carry = b""
@@ -189,10 +233,15 @@ def explain_stream(stream: Any, *, limit: int = MAX_LOG_BYTES, source: str = "th
             continue
         head, carry = (data[: cut + 1], data[cut + 1 :]) if cut >= 0 else (data, b"")
         text = head.decode("utf-8", "replace")
-        found.extend(scan(text, line))
+        block_found = scan(text, line)
+        read_server_lines(reader, text, line, block_found, replay_with)
+        found.extend(block_found)
         line += len(text.splitlines()) - (0 if cut >= 0 else 1)
     if carry:
-        found.extend(scan(carry.decode("utf-8", "replace"), line))
+        text = carry.decode("utf-8", "replace")
+        block_found = scan(text, line)
+        read_server_lines(reader, text, line, block_found, replay_with)
+        found.extend(block_found)
     return drop_repeats(found)
 
 

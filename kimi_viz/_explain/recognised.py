@@ -14,6 +14,7 @@ from typing import Any
 
 from ..message_catalogue.messages import Stage
 from .known import CAPTURE_KEY, KnownMessage
+from .server import ServerContext
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Recognised:
     numbers: dict[str, Any] = field(default_factory=dict)  # each field read as a number or a list of numbers
     notes: tuple[str, ...] = ()  # the fields that hold no number where SGLang prints one ("field X holds ...")
     traceback_from: int | None = None  # the line its traceback starts on, when it ends one (explain --follow)
+    server: ServerContext | None = None  # the server the log's start-up lines describe at this line, and its pass
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready description of this match."""
@@ -54,6 +56,7 @@ class Recognised:
             "after": known.after,
             "template": known.template,
             "origin": known.origin,
+            "server": None if self.server is None else self.server.to_json(),
         }
 
 
@@ -92,6 +95,8 @@ def format_explanations(found: list[Recognised]) -> str:
             lines.append(f"  classes:   {', '.join(known.classes)} (docs/pipeline.md §7, §10)")
         if known.scenarios:
             lines.append("  reproduce: " + "; ".join(f"kimi-viz scenario run {name}" for name in known.scenarios))
+        if item.server is not None:
+            lines += item.server.lines()
         if manifests:
             lines.append(f"  next:      this log names {len(manifests)} captured manifest(s); triage them (below)")
         else:

@@ -17,8 +17,11 @@ from ..files import file_kind
 from ..message_catalogue import STAGE_WHAT, release_span
 from ..message_catalogue.messages import Stage
 from ..releases import RELEASE_RANGE
+from ..server_args.command import command_start
+from ..server_args.log import LogReader, read_server_log
 from ..terminal import escape_value
 from . import emit
+from .server_input import add_server_input
 
 if TYPE_CHECKING:
     from .._explain import LiveEvent, LiveExplainer
@@ -53,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the messages the kit recognises, by stage")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_server_input(parser)
     parser.set_defaults(func=run)
 
 
@@ -69,8 +73,9 @@ def _log_status(name: str, option: str, purpose: str, pipe: str) -> os.stat_resu
     return info
 
 
-def _explain_file(name: str) -> list:
-    """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed."""
+def _explain_file(name: str, server: LogReader | None = None, replay_with: str | None = None) -> list:
+    """Return the known messages in the log file ``name``: a regular file of at most MAX_LOG_BYTES, streamed, each
+    with the server its start-up lines (or ``server``'s) describe."""
     from .._explain import MAX_LOG_BYTES, explain_stream
 
     shown = repr(escape_value(name))
@@ -82,7 +87,7 @@ def _explain_file(name: str) -> list:
         )
     try:
         with open(name, "rb") as handle:
-            return explain_stream(handle, source=f"--file {shown}")
+            return explain_stream(handle, source=f"--file {shown}", server=server, replay_with=replay_with)
     except OSError as exc:
         raise KimiVizError(f"--file {shown}: cannot be read ({exc.strerror or exc}); check its permissions") from None
 
@@ -149,11 +154,14 @@ def _follow_stream(stream: BinaryIO | TextIO, live: LiveExplainer, show: Callabl
 
 def _follow(args: argparse.Namespace) -> int:
     """Explain a live log until it ends or Ctrl-C, then print the summary; return 0 when something was found."""
-    from .._explain import LiveExplainer
+    from .._explain import LiveExplainer, replay_option
 
     if args.text or args.file:
         raise KimiVizError("--follow reads a live log; pass the file as --follow LOG, without TEXT or --file")
-    live = LiveExplainer()
+    server, replay_with = _server(args)
+    if replay_with is None and args.follow != STDIN:
+        replay_with = replay_option("--server-log", args.follow)
+    live = LiveExplainer(replay_with, server)
 
     def show(events: list[LiveEvent]) -> None:
         for event in events:
@@ -177,16 +185,36 @@ def _follow(args: argparse.Namespace) -> int:
     return 0 if live.found else 1
 
 
-def _find(args: argparse.Namespace) -> list:
-    from .._explain import explain, explain_stream
+def _server(args: argparse.Namespace) -> tuple[LogReader | None, str | None]:
+    """Return a log reader holding the server --server-log or --server describes (None: neither given), and the
+    whatif option that names that server."""
+    from .._explain import replay_option
 
+    if args.server_log is not None and args.server is not None:
+        raise KimiVizError("--server-log with --server: give the one that describes the server (the log wins)")
+    if args.server_log is not None:
+        reader = LogReader(args.server_log)
+        reader.start = read_server_log(args.server_log).start
+        return reader, replay_option("--server-log", args.server_log)
+    if args.server is not None:
+        reader = LogReader("--server")
+        reader.start = command_start(args.server)
+        return reader, replay_option("--server", args.server)
+    return None, None
+
+
+def _find(args: argparse.Namespace) -> list:
+    from .._explain import explain, explain_stream, replay_option
+
+    server, replay_with = _server(args)
     if args.text:
-        return explain(" ".join(args.text))
+        return explain(" ".join(args.text), server=server, replay_with=replay_with)
     if args.file:
-        return _explain_file(args.file)
+        return _explain_file(args.file, server, replay_with or replay_option("--server-log", args.file))
     if sys.stdin is None or sys.stdin.isatty():
         raise KimiVizError("no text given; pass the log line as TEXT, use --file LOG, or pipe the log into stdin")
-    return explain_stream(getattr(sys.stdin, "buffer", sys.stdin), source="standard input")
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    return explain_stream(stream, source="standard input", server=server, replay_with=replay_with)
 
 
 def _listed(known) -> dict:
