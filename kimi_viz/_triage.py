@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from ._whatif.fix import with_fix
@@ -43,11 +43,15 @@ from .report.markdown import issue_markdown
 from .report.stepper import Stepper
 from .report.summary import summary_png
 from .repro import emit_repro
+from .server_args.sources import ServerReport
 from .split._replay import replay
 from .split.batch import Batch
 from .split.ranks import check_tp_size
 from .split.trace import Trace
 from .split.verdict import Verdict, build_verdict, format_verdict, trace_document
+
+if TYPE_CHECKING:  # pragma: no cover - the deployment reader loads the scheduler's flags: only with --server-log
+    from ._whatif.deployment import Deployment
 
 CODE_PATH_CHOICES = ("post-fix", "pre-fix", "no-split", "both")
 MODE_CHOICES = ("auto", "pixels", "shapes")
@@ -69,6 +73,7 @@ class TriageResult:
     assumptions: list[str] = field(default_factory=list)  # what the replay had to assume (said in every output)
     manifest: str | None = None  # the manifest read (folder, manifest.json or .zip); None for an in-memory batch
     reproduce: str = ""  # the command that replays it again
+    server: ServerReport | None = None  # the server --server / --server-log describe (None: not given)
 
     @property
     def trace(self) -> Trace:
@@ -97,6 +102,8 @@ class TriageResult:
         data = self.verdict.to_json(self.fixes)
         if self.batch.forward_context is not None:
             data["forward_context"] = self.batch.forward_context.report_json()
+        if self.server is not None:
+            data["server"] = self.server.to_json()
         return data
 
     def describe(self) -> str:
@@ -190,6 +197,8 @@ class TriageResult:
             origin = None if first is None else context.origin(first)
             if origin is not None:
                 blocks.append(f"  the first diverging image, call item {first}, came from {origin}")
+        if self.server is not None:
+            blocks += ["", *self.server.lines(clean=not self.verdict.status.failed)]
         for name, other in verdict.code_paths.items():
             title = f"== the same batch on the {name} code path =="
             blocks += ["", format_verdict(other, title=title, fixes=self.fixes)]
@@ -199,7 +208,9 @@ class TriageResult:
         return "\n".join(blocks)
 
 
-def _pick_paths(code_path: str | None, batch: Batch, sglang_version: str | None) -> list[str]:
+def _pick_paths(
+    code_path: str | None, batch: Batch, sglang_version: str | None, server_version: tuple[str, str] | None = None
+) -> list[str]:
     """Return the code paths to replay, the primary first; ``both`` adds the other side of the S1 fix."""
     if code_path is not None and code_path not in CODE_PATH_CHOICES:
         raise ConfigError(f"code_path: expected one of {list(CODE_PATH_CHOICES)}, got {code_path!r}")
@@ -209,6 +220,7 @@ def _pick_paths(code_path: str | None, batch: Batch, sglang_version: str | None)
         recorded_version=batch.sglang_version,
         recorded_code_path=batch.code_path,
         recorded_source=batch.code_path_source,
+        server_version=server_version,
     )
     names: list[str] = [choice.code_path]
     if code_path == "both":
@@ -241,6 +253,7 @@ def triage_batch(
     title: str | None = None,
     reproduce: str = "",
     manifest: str | os.PathLike | None = None,
+    server: Deployment | None = None,
 ) -> TriageResult:
     """Return the :class:`TriageResult` of replaying ``batch``; write the report files when ``out_dir`` is given.
 
@@ -251,12 +264,17 @@ def triage_batch(
     the capture recorded, else every rank), ``"all"`` or a rank number. ``mode``: ``auto``/``pixels``/
     ``shapes``. ``device``: where gpu-backend items are materialized (``"auto"``: CUDA when present).
     ``manifest``: the manifest ``batch`` was read from (its digest goes in ``issue.md`` and the repro);
-    ``reproduce``: the command that replays it again.
+    ``reproduce``: the command that replays it again. ``server``: the deployment a launch command or log
+    describe: its release replays a batch that recorded none (the capture's own record wins), and the result
+    lists its values, where each came from and the flags the kit does not model.
     """
     if mode not in MODE_CHOICES:
         raise ConfigError(f"mode: expected one of {list(MODE_CHOICES)}, got {mode!r}")
+    server_version = None
+    if server is not None and server.sglang_version is not None:
+        server_version = (server.sglang_version, server.report.release)
     tp_size = check_tp_size(batch.attn_tp_size if tp is None else tp, "--tp")
-    names = _pick_paths(code_path, batch, sglang_version)
+    names = _pick_paths(code_path, batch, sglang_version, server_version)
     replay_rank = _pick_rank(batch, tp_size, rank)
     assumptions = _fill_missing_processor(batch)
     traces = {}
@@ -265,6 +283,7 @@ def triage_batch(
             asked: dict[str, Any] = {
                 "sglang_version": sglang_version,
                 "code_path": code_path if code_path not in (None, "both") else None,
+                "server_version": server_version,
             }
         else:
             asked = {"code_path": name}
@@ -287,6 +306,7 @@ def triage_batch(
         assumptions=assumptions,
         manifest=None if manifest is None else str(manifest),
         reproduce=reproduce,
+        server=None if server is None else server.report,
     )
     if out_dir is not None:
         result.outputs = write_triage_outputs(result, out_dir, title=title)
@@ -318,8 +338,11 @@ def triage(
     rank: int | str | None = "recorded",
     device: str = "auto",
     sglang_version: str | None = None,
+    server: Deployment | None = None,
+    server_words: Sequence[str] = (),
 ) -> TriageResult:
-    """Return the :class:`TriageResult` of a manifest (folder, manifest.json or .zip); see :func:`triage_batch`."""
+    """Return the :class:`TriageResult` of a manifest (folder, manifest.json or .zip); see :func:`triage_batch`
+    (``server_words``: the --server / --server-log options as typed, for the command that replays it again)."""
     batch = read_manifest(manifest_path)
     options = (  # the options given, as the command line that replays it again names them
         ("--sglang-version", shlex.quote(sglang_version) if sglang_version else None),
@@ -331,6 +354,7 @@ def triage(
     )
     args = [f"kimi-viz triage {shlex.quote(str(manifest_path))}"]
     args += [f"{option} {value}" for option, value in options if value is not None]
+    args += [shlex.quote(word) for word in server_words]
     return triage_batch(
         batch,
         out_dir=out_dir,
@@ -343,6 +367,7 @@ def triage(
         source=str(manifest_path),
         reproduce=" ".join(args),
         manifest=manifest_path,
+        server=server,
     )
 
 

@@ -62,6 +62,7 @@ class PathSource(str, Enum):
     CODE_PATH = "code-path"  # --code-path, the lower-level switch
     RECORDED = "recorded"  # the version (or code path) a manifest recorded
     DETECTED = "detected"  # read from SGLang's own source by the capture
+    SERVER = "server"  # read from the server's own log (--server-log): a line naming it, or its arguments
     SCENARIO = "scenario"  # a catalogue scenario's own code path
     ASSUMED = "assumed"  # nobody knew: the newest release
 
@@ -431,6 +432,50 @@ _RECORDED_PATH_WORDS: dict[PathSource, str] = {
 }
 
 
+def _recorded_choice(
+    recorded_version: str | None,
+    recorded_code_path: str | None,
+    recorded_source: PathSource | None,
+    server_version: tuple[str, str] | None,
+) -> ReleaseChoice | None:
+    """Return the choice a manifest's record (else the server's log) makes, or None when neither says a release."""
+    detected = recorded_code_path in CODE_PATHS and recorded_source is PathSource.DETECTED
+    if recorded_version:
+        found: Release | None
+        try:
+            found, sentence = release_for(recorded_version)
+        except ConfigError:
+            found = None
+        prerelease = bool(_PRERELEASE.search(parse_version(recorded_version)[1])) if found else False
+        if found is not None and not (prerelease and detected):
+            return ReleaseChoice(
+                found.code_path,
+                found,
+                PathSource.RECORDED,
+                recorded_version,
+                sentence + " (the version the capture recorded)",
+            )
+    if server_version is not None and not detected:
+        release, sentence = release_for(server_version[0])
+        return ReleaseChoice(
+            release.code_path, release, PathSource.SERVER, server_version[0], f"{sentence} ({server_version[1]})"
+        )
+    if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
+        path = as_code_path(recorded_code_path)
+        release = RELEASES[PATH_RELEASE[path]]
+        how = recorded_source if recorded_source in _RECORDED_PATH_WORDS else PathSource.RECORDED
+        what = _RECORDED_PATH_WORDS[how]
+        unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
+        return ReleaseChoice(
+            path,
+            release,
+            how,
+            recorded_version,
+            f"{unknown}the {path} code path, {what}, as in SGLang {release.version}",
+        )
+    return None
+
+
 def choose_release(
     *,
     sglang_version: str | None = None,
@@ -438,13 +483,15 @@ def choose_release(
     recorded_version: str | None = None,
     recorded_code_path: str | None = None,
     recorded_source: PathSource | None = None,
+    server_version: tuple[str, str] | None = None,
 ) -> ReleaseChoice:
     """Return the :class:`ReleaseChoice` for a replay.
 
     In order: ``code_path`` when given (the lower-level switch, said as such); else ``sglang_version``;
     else the version a manifest recorded; else the code path a manifest recorded, unless it was only
     assumed (``recorded_source`` says how it was found: detected from SGLang's source by the capture,
-    a scenario's own, or recorded by a person or tool); else the newest known release, stated as an
+    a scenario's own, or recorded by a person or tool); else the release the server's log gives
+    (``server_version``: the version and how the log gave it); else the newest known release, stated as an
     assumption.
     """
     asked_path = None if code_path is None else as_code_path(code_path)
@@ -468,35 +515,9 @@ def choose_release(
             None,
             f"the {asked_path} code path, as in SGLang {release.version} (--code-path)",
         )
-    detected = recorded_code_path in CODE_PATHS and recorded_source is PathSource.DETECTED
-    if recorded_version:
-        found: Release | None
-        try:
-            found, sentence = release_for(recorded_version)
-        except ConfigError:
-            found = None
-        prerelease = bool(_PRERELEASE.search(parse_version(recorded_version)[1])) if found else False
-        if found is not None and not (prerelease and detected):
-            return ReleaseChoice(
-                found.code_path,
-                found,
-                PathSource.RECORDED,
-                recorded_version,
-                sentence + " (the version the capture recorded)",
-            )
-    if recorded_code_path in CODE_PATHS and recorded_source is not PathSource.ASSUMED:
-        path = as_code_path(recorded_code_path)
-        release = RELEASES[PATH_RELEASE[path]]
-        how = recorded_source if recorded_source in _RECORDED_PATH_WORDS else PathSource.RECORDED
-        what = _RECORDED_PATH_WORDS[how]
-        unknown = f"SGLang {recorded_version} is not a release kimi-viz knows; " if recorded_version else ""
-        return ReleaseChoice(
-            path,
-            release,
-            how,
-            recorded_version,
-            f"{unknown}the {path} code path, {what}, as in SGLang {release.version}",
-        )
+    recorded = _recorded_choice(recorded_version, recorded_code_path, recorded_source, server_version)
+    if recorded is not None:
+        return recorded
     release = RELEASES[NEWEST]
     return ReleaseChoice(
         release.code_path,

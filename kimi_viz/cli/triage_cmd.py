@@ -16,6 +16,7 @@ from ..files import check_folder
 from ..releases import CODE_PATHS, RELEASE_RANGE
 from ..request.settings import MODES
 from . import emit
+from .server_input import add_server_input
 
 # kimi_viz._triage's CODE_PATH_CHOICES and MODE_CHOICES, from the tables that define them so that building
 # the parser does not import the replay (and torch); tests/test_hostile_scale.py checks they agree.
@@ -118,6 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "release and attention-TP size replayed: it fails on a release with the bug and passes on the fix "
         "(no pixels: every image is rebuilt from its shape)",
     )
+    add_server_input(parser)
     parser.set_defaults(func=run)
 
 
@@ -151,6 +153,21 @@ def run(args: argparse.Namespace) -> int:
     check_manifest(args.manifest)  # every check, before the replay and torch are imported: a bad manifest fails fast
     from .._triage import triage
 
+    server = None
+    if args.server is not None or args.server_log is not None:
+        from .._whatif.deployment import DeploymentInput, read_deployment
+
+        server = read_deployment(
+            DeploymentInput(
+                server=args.server, server_log=args.server_log, sglang_version=args.sglang_version, needs_release=False
+            )
+        )
+    words = [
+        w
+        for option in ("--server", "--server-log")
+        if getattr(args, option[2:].replace("-", "_")) is not None
+        for w in (option, getattr(args, option[2:].replace("-", "_")))
+    ]
     result = triage(
         args.manifest,
         out_dir=args.out,
@@ -160,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
         rank=args.rank,
         device=args.device,
         sglang_version=args.sglang_version,
+        server=server,
+        server_words=words,
     )
     if output == "json":
         emit(json.dumps(result.to_json(), indent=2, default=str))

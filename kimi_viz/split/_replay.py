@@ -86,13 +86,15 @@ def replay(
     mode: str = "pixels",
     device: DeviceLike = "auto",
     sglang_version: str | None = None,
+    server_version: tuple[str, str] | None = None,
 ) -> Trace:
     """Return the :class:`~kimi_viz.split.trace.Trace` of SGLang's ``get_image_feature`` on ``batch``.
 
     ``tp_size`` is the attention-TP size (default ``batch.attn_tp_size``); ``rank`` replays one
     rank only (default: every rank). ``sglang_version`` replays that release's code path; with
     neither it nor ``code_path`` the batch's recorded version, then its recorded code path, then the
-    newest release decide, and ``Trace.release`` says which and how. ``code_path`` is the lower-level
+    newest release decide (``server_version``, the release a server's log gives and how, comes before the
+    newest), and ``Trace.release`` says which and how. ``code_path`` is the lower-level
     switch: ``"post-fix"`` (0.5.19 and later), ``"pre-fix"`` (0.5.18, which read ``grid_thws_host``
     with shard-local positions) or ``"no-split"`` (0.5.17). ``mode`` is ``"pixels"`` (materialize
     with the kit's processors), ``"shapes"`` (row counts from sizes and resize configs only) or
@@ -110,6 +112,7 @@ def replay(
         recorded_version=batch.sglang_version,
         recorded_code_path=batch.code_path,
         recorded_source=batch.code_path_source,
+        server_version=server_version,
     )
     tp = check_tp_size(batch.attn_tp_size if tp_size is None else tp_size)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp):
