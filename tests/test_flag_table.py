@@ -85,3 +85,25 @@ def test_the_flag_search_tries_each_row_s_alternatives_and_skips_what_sglang_ref
     assert not any("mixed" in label for label in off)
     odd = [label for label, _ in alternatives(LoadSettings(chunked_prefill_size=48, page_size=16))]
     assert "--page-size 64" not in odd  # 48 is no multiple of 64: SGLang refuses it, the search does not offer it
+
+
+def test_each_flag_is_declared_once_and_sglangs_facts_come_from_its_table():
+    from dataclasses import fields
+
+    from kimi_viz.releases import RELEASES
+    from kimi_viz.server_args import ENV_VARS, SERVER_ARGS, args_of
+
+    assert [f.name for f in fields(LoadSettings)] == [flag.field for flag in FLAGS]  # the rows are the fields
+    for flag in FLAGS:
+        if flag.dest is None:
+            continue
+        if flag.dest in ENV_VARS:
+            assert flag.changes == ENV_VARS[flag.dest].effect
+            continue
+        row = SERVER_ARGS[flag.dest]
+        assert row.sets == f"load.{flag.field}" and flag.changes == row.effect
+        defaults = {args_of(release).by_dest[flag.dest].default for release in RELEASES if release in row.releases}
+        assert len(defaults) == 1, f"{flag.dest}: SGLang's default differs between releases: {defaults}"
+        if flag.field != "chunked_prefill_size":  # the one value SGLang sizes from the machine: the kit's H200 value
+            assert flag.default == defaults.pop(), flag.field
+    assert FLAG_OF["cache_mb"].default == float(ENV_VARS["SGLANG_VLM_CACHE_SIZE_MB"].default)

@@ -31,7 +31,7 @@ from ..request.settings import (
 )
 from ..scheduler.flags import FLAG_OF, FLAGS, LoadSettings
 from . import again, emit
-from .server_input import add_server_input
+from .server_input import add_server_input, model_from_args
 
 if TYPE_CHECKING:  # pragma: no cover - the sub-command's verb modules load when it runs, not for --help
     from .._whatif.deployment import Deployment
@@ -283,9 +283,7 @@ def typed_load_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_settings_from_args(args: argparse.Namespace) -> LoadSettings:
     """Return the :class:`~kimi_viz.scheduler.flags.LoadSettings` the load options ask for (defaults: SGLang's)."""
-    given = typed_load_from_args(args)
-    given.setdefault("cache_mb", float(FLAG_OF["cache_mb"].default))  # megabytes as a float (its JSON says 100.0)
-    return LoadSettings(**given)
+    return LoadSettings(**typed_load_from_args(args))
 
 
 def _is_workload(args: argparse.Namespace) -> bool:
@@ -391,6 +389,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         DeploymentInput(
             server=args.server,
             server_log=args.server_log,
+            model=model_from_args(args),
             sglang_version=args.sglang_version,
             tp_size=None if args.tp is None else _int(args.tp, "--tp", low=1),
             typed_load=typed_load_from_args(args),
@@ -416,6 +415,8 @@ def run(args: argparse.Namespace) -> int:
     deployment = deployment_from_args(args)
     settings = deployment.settings
     subject, options = _subject(args, deployment.load)
+    if deployment.model is not None and args.chat is not None:
+        options["model"] = deployment.model
     if args.sweep:
         swept = sweep(subject, settings=settings, refused=deployment.refusals, **options)
         if args.json:

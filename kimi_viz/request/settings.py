@@ -5,8 +5,9 @@ EPD encoder (and its cpu/gpu preprocessing backend), ``--mm-feature-transport``,
 preprocessing applies at all, the preprocessing cache and which images hit it or the embedding
 cache, and which ``preprocessor_config.json`` the producer and the consumer loaded. The attention-TP
 size is not a setting here: the sweep varies it. :data:`OPTIONS` lists every setting with its
-command-line option and the SGLang flag or environment variable it stands for (the CLI and
-``docs/whatif.md`` are written from it).
+command-line option and the SGLang flag or environment variable it stands for, a view of the one table of
+SGLang's server arguments (:mod:`kimi_viz.server_args`: the spelling, the releases and what it changes come from
+there); the CLI and ``docs/whatif.md`` are written from it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, Literal, get_args
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..message_catalogue import release_span
+from ..releases import FIRST_KIMI_K3, RELEASES
+from ..server_args.table import ENV_VARS, SERVER_ARGS, args_of
 
 Serving = Literal["normal", "epd-encoder"]
 EpdBackend = Literal["cpu", "gpu"]
@@ -43,41 +47,69 @@ def choices_metavar(choices: tuple[str, ...]) -> str:
 
 @frozen
 class Option:
-    """One setting: its field, its ``kimi-viz whatif`` option, the SGLang flag it stands for, and what it does."""
+    """One setting: its field, its ``kimi-viz whatif`` option and the SGLang setting it stands for (``dest``: a
+    server argument or environment variable of :mod:`kimi_viz.server_args`, whose table says what it changes), with
+    what the kit adds (``note``); a setting with no SGLang flag says both itself (``meaning``)."""
 
     field: str
     option: str
-    sglang: str
-    meaning: str
+    dest: str | None
+    note: str
+    own_meaning: str = ""  # what a setting with no SGLang flag (dest None) changes
+
+    @property
+    def sglang(self) -> str:
+        """Return the SGLang flag or environment variable (from the table) and what the kit adds."""
+        if self.dest is None:
+            return self.note
+        if self.dest in ENV_VARS:
+            return f"env {self.dest} {self.note}".strip()
+        releases = SERVER_ARGS[self.dest].releases
+        main = args_of(releases[-1]).by_dest[self.dest].options[0]
+        since = "" if releases[0] == FIRST_KIMI_K3 else f"{release_span(list(releases))}; "
+        return f"{main} ({since}{self.note})" if self.note or since else main
+
+    @property
+    def meaning(self) -> str:
+        """Return what the setting changes: the table's one line for an SGLang setting, else the kit's own."""
+        if self.dest is None:
+            return self.own_meaning
+        return (ENV_VARS[self.dest] if self.dest in ENV_VARS else SERVER_ARGS[self.dest]).effect
+
+
+def _auto_transport() -> str:
+    """Return what an unset --mm-feature-transport resolves to, release by release (from the release table)."""
+    by_value: dict[str, list[str]] = {}
+    for release in RELEASES.values():
+        by_value.setdefault(release.request_side.auto_transport, []).append(release.version)
+    return ", ".join(f"{release_span(versions)} to {value}" for value, versions in by_value.items())
 
 
 OPTIONS: tuple[Option, ...] = (
     Option(
         "serving",
         f"--serving {choices_metavar(SERVINGS)}",
-        "normal: a plain `python -m sglang.launch_server`; epd-encoder: the encode server of an EPD "
-        "deployment (`--encoder-only`, with a `--language-only` server beside it)",
-        "who builds the items: the request side (multimodal/processors/kimi_k3.py) or the EPD encoder "
-        "(prepare_kimi_k3_encoder_inputs)",
+        "encoder_only",
+        "normal: a plain `python -m sglang.launch_server`; epd-encoder: that flag, with a `--language-only` server "
+        "beside it",
     ),
     Option(
         "epd_backend",
         f"--epd-backend {choices_metavar(EPD_BACKENDS)}",
-        "env SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU (0: cpu, the default; 1: gpu, unless "
-        "--image-processor-backend pil)",
-        "the EPD encoder's deferred backend: cpu keeps the PIL image and preprocesses each rank's own "
-        "images on the encoder; gpu stages CHW uint8 for SGLang's torch path",
+        "SGLANG_ENCODER_IMAGE_PROCESSOR_USE_GPU",
+        "(0: cpu, the default; 1: gpu, unless --image-processor-backend pil)",
     ),
     Option(
         "transport",
         f"--mm-feature-transport {choices_metavar(TRANSPORTS)}",
-        "--mm-feature-transport (auto: the flag unset; 0.5.17 resolves it to cuda_ipc on a one-node CUDA "
-        "server, 0.5.18 and later to cpu; --encoder-only always to cpu)",
-        "only the cpu transport lets the request side defer GPU preprocessing",
+        "mm_feature_transport",
+        f"auto: the flag unset, which a one-node CUDA server resolves in {_auto_transport()}; --encoder-only "
+        "always to cpu",
     ),
     Option(
         "defer",
         f"--defer {choices_metavar(DEFERS)}",
+        None,
         "no flag: `sglang.srt.utils.is_cuda()` (auto: a CUDA server, where SGLang defers an image when its "
         "raw bytes are at most its processed float32 bytes; off: a non-CUDA server, which never defers)",
         "whether _should_defer_gpu_preprocessing can say yes",
@@ -85,18 +117,20 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "preprocess_cache_mb",
         "--mm-preprocess-cache-size-mb N",
-        "--mm-preprocess-cache-size-mb (0.5.18 and later; unset: 256 MiB for Kimi-K3; 0 disables it)",
-        "on: the cached path decides per image; 0: the uncached path decides for all images together",
+        "mm_preprocess_cache_size_mb",
+        "unset: 256 MiB for Kimi-K3; 0 disables it",
     ),
     Option(
         "preprocess_cache_hits",
         "--preprocess-cache-hit I[,J...]",
+        None,
         "images an earlier request already sent while the preprocessing cache was on",
         "a hit returns the cached artifact (the same feature, form and hash as a miss would build)",
     ),
     Option(
         "embedding_cache_hits",
         "--embedding-cache-hit I[,J...]",
+        None,
         "images whose vision embedding is cached: the scheduler's cache (env SGLANG_VLM_CACHE_SIZE_MB) in "
         "normal serving, the encoder's `--enable-mm-global-cache` in EPD",
         "hits skip get_image_feature; in EPD the encoder still preprocessed them for their owner rank",
@@ -104,13 +138,15 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "producer_config",
         "--producer-config PRESET|preprocessor_config.json",
+        None,
         "the preprocessor_config.json the tokenizer manager (or the EPD encoder) loads: `--tokenizer-path`, "
-        "else `--model-path`",
+        "else `--model-path` (the kit's --model-path DIR reads it from the folder)",
         "the limits the items' grids and resize_config come from",
     ),
     Option(
         "consumer_config",
         "--consumer-config PRESET|preprocessor_config.json",
+        None,
         "the preprocessor_config.json the model process loads: `--model-path` (a mismatch: --tokenizer-path "
         "pointing at another checkpoint's processor)",
         "the limits the consumer's checkpoint processor (cpu backend) applies; default: the producer's",

@@ -1,24 +1,30 @@
-"""The server flags a workload replay takes: one table (:data:`FLAGS`), one settings record (:class:`LoadSettings`).
+"""The server flags a workload replay takes, each declared once: the fields of :class:`LoadSettings`.
 
-Each :class:`Flag` row is one option of ``kimi-viz whatif``: the SGLang flag or environment variable it
-stands for, SGLang's default (the same in every release the kit knows; ``docs/scheduler-notes.md`` §7),
-the values it accepts and the one-line refusal of any other, what it changes, and the values the flag
-search tries. The CLI's options, :class:`LoadSettings` (its fields and defaults), the words that spell a
-deployment (:meth:`LoadSettings.flags`), the flag search's alternatives (:func:`alternatives`), the JSON
+Each field of :class:`LoadSettings` is one flag, declared as SGLang declares its own server arguments: a typed
+field whose metadata (:func:`flag`) holds what the kit adds — how the flag search treats it, the values the kit
+replays, the one-line refusal of any other. What SGLang says of it comes from the one table of SGLang's server
+arguments, :mod:`kimi_viz.server_args`: its spelling (the newest release's, and the others' where they differ),
+its default (the same in every release, which ``tests/test_flag_table.py`` checks), and the one line saying what
+it changes. :data:`FLAGS` is the view of those fields as :class:`Flag` rows: the CLI's options, the words that
+spell a deployment (:meth:`LoadSettings.flags`), the flag search's alternatives (:func:`alternatives`), the JSON
 ``load`` object and the defaults table of ``docs/whatif.md`` (:func:`defaults_table`) all come from it.
 
-One convention for "off": a count the flag turns off (``--chunked-prefill-size -1``) is ``None`` in the
+Where SGLang sizes a value from the machine (the chunk size by GPU memory), the field says the kit's stand-in and
+why. One convention for "off": a count the flag turns off (``--chunked-prefill-size -1``) is ``None`` in the
 record; the CLI and JSON take SGLang's ``-1`` (and ``0``) for it, and the JSON writes ``-1`` back.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import Field, field, fields, replace
 from typing import Any, Literal
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..message_catalogue import release_span
+from ..releases import NEWEST, RELEASES
 from ..scheduler_rules import ATTENTION_BACKENDS
+from ..server_args.table import ENV_VARS, SERVER_ARGS, args_of
 
 SchedulePolicy = Literal["fcfs", "lpm"]
 SCHEDULE_POLICIES: tuple[SchedulePolicy, ...] = ("fcfs", "lpm")  # --schedule-policy values the kit models
@@ -126,258 +132,189 @@ class Flag:
 
 
 _H200_CHUNK = 8192  # the chunk size SGLang picks for an H200's memory (server_args: by GPU memory)
+_SGLANG = object()  # a field's default is SGLang's own, read from the table
 
-# In the order a deployment's flags are spelled (LoadSettings.flags) and the docs table lists them.
-FLAGS: tuple[Flag, ...] = (
-    Flag(
-        "chunked_prefill_size",
-        "--chunked-prefill-size",
-        "chunked_prefill_size",
-        "count",
-        "`--chunked-prefill-size`",
-        _H200_CHUNK,
-        f"{_H200_CHUNK} on an H200 (by GPU memory); `-1` or `0` off",
-        "the chunk budget; a request past it is cut and continued first; must be a multiple of the page",
-        can_be_off=True,
-        always_spelled=True,
-    ),
-    Flag(
-        "page_size",
-        "--page-size",
-        "page_size",
-        "count",
-        "`--page-size`",
-        None,
-        "unset: the attention backend's (1 with fa3 on a Hopper, 64 with trtllm_mla on a Blackwell)",
-        "the radix prefix is floored to a page; budgets are charged page-ceiled; a cut is floored to a page",
-        low=1,
-        tries=PAGE_SIZES,
-    ),
-    Flag(
-        "disable_radix_cache",
-        "--disable-radix-cache",
-        "disable_radix_cache",
-        "switch",
-        "`--disable-radix-cache`",
-        False,
-        "off (the radix cache is on)",
-        "no request starts from a cached prefix",
-        off_words="radix cache on (no --disable-radix-cache)",
-    ),
-    Flag(
-        "schedule_policy",
-        "--schedule-policy",
-        "schedule_policy",
-        "choice",
-        "`--schedule-policy`",
-        "fcfs",
-        "fcfs",
-        "lpm admits the longest cached prefix first (with its in-batch rule)",
-        choices=SCHEDULE_POLICIES,
-    ),
-    Flag(
-        "max_prefill_tokens",
-        "--max-prefill-tokens",
-        "max_prefill_tokens",
-        "count",
-        "`--max-prefill-tokens`",
-        16384,
-        "16384",
-        "the tokens one pass may take; with chunking off a later request is refused past it",
-        low=1,
-        searched=False,
-    ),
-    Flag(
-        "enable_mixed_chunk",
-        "--enable-mixed-chunk",
-        "enable_mixed_chunk",
-        "switch",
-        "`--enable-mixed-chunk`",
-        False,
-        "off",
-        "decoding requests ride in a chunked pass, taking one token each of its budgets",
-        needs="chunked_prefill_size",
-    ),
-    Flag(
-        "mamba_radix_cache_strategy",
-        "--mamba-radix-cache-strategy",
-        "mamba_radix_cache_strategy",
-        "choice",
-        "`--mamba-radix-cache-strategy` (up to 0.5.19 also `--mamba-scheduler-strategy`)",
-        "auto",
-        "auto: extra_buffer with the overlap schedule on (or a --page-size above 1 given), else no_buffer",
-        "where Kimi-K3's tree saves linear-attention states: extra_buffer at a prefill window's start plus multiples "
-        "of 64 (its branching point instead when that lies inside) and at decode lengths on the track interval, "
-        "every insert cut to the saved state; no_buffer at every insert (page 1, no overlap schedule)",
-        choices=MAMBA_STRATEGIES,
-    ),
-    Flag(
-        "mamba_track_interval",
-        "--mamba-track-interval",
-        "mamba_track_interval",
-        "count",
-        "`--mamba-track-interval`",
-        256,
-        "256",
-        "extra_buffer: a decoding request saves its state each time its length reaches a multiple of it (from 0.5.19 "
-        "of lcm(64, it)); only the last such save reaches the tree at its finish",
-        low=1,
-        tries=(64,),
-    ),
-    Flag(
-        "disable_overlap_schedule",
-        "--disable-overlap-schedule",
-        "disable_overlap_schedule",
-        "switch",
-        "`--disable-overlap-schedule`",
-        False,
-        "off (the overlap schedule is on)",
-        "a pass's results (first tokens, finishes, tree inserts) are processed before the next pass is formed, not "
-        "after; with auto it also turns the strategy to no_buffer",
-    ),
-    Flag(
-        "attention_backend",
-        "--attention-backend",
-        "attention_backend",
-        "choice",
-        "`--attention-backend`",
-        None,
-        "unset: fa3 on a Hopper, trtllm_mla on a Blackwell (Kimi-K3's own override), triton on ROCm",
-        "the page size: flashmla, trtllm_mla and cutedsl_mla force 64 (trtllm_mla and cutedsl_mla keep 32), "
-        "cutlass_mla (up to 0.5.19) 128",
-        choices=ATTENTION_BACKENDS,
-        searched=False,
-    ),
-    Flag(
-        "gpu",
-        "--gpu",
-        None,
-        "choice",
-        "no flag: the GPU family the server runs on",
-        "hopper",
-        "hopper (an H200, as the chunk size's default assumes)",
-        "the default attention backend, hence the page size",
-        choices=GPUS,
-        searched=False,
-    ),
-    Flag(
-        "max_total_tokens",
-        "--max-total-tokens",
-        "max_total_tokens",
-        "count",
-        "`--max-total-tokens`",
-        None,
-        "unset: sized from the GPU's free memory; a server prints it at start-up as `max_total_num_tokens=` (the "
-        "kit: unbounded)",
-        "the KV pool in tokens: the adder's budgets (NO_TOKEN), the tree's eviction and decode retraction",
-        low=1,
-        grows=True,
-    ),
-    Flag(
-        "max_running_requests",
-        "--max-running-requests",
-        "max_running_requests",
-        "count",
-        "`--max-running-requests`",
-        None,
-        "unset: 2048, at most half the KV pool and the mamba pool over a request's state slots (the kit: "
-        "unbounded without a pool)",
-        "the request rows: a pass stops admitting when they are taken",
-        low=1,
-        grows=True,
-    ),
-    Flag(
-        "max_mamba_cache_size",
-        "--max-mamba-cache-size",
-        "max_mamba_cache_size",
-        "count",
-        "`--max-mamba-cache-size`",
-        None,
-        "unset: 0.9/1.9 of the memory left after the weights; a server prints it at start-up as "
-        "`max_mamba_cache_size:` (the kit: unbounded)",
-        "the linear-attention state slots: running requests' and the tree's saved states, evicted when short",
-        low=1,
-        grows=True,
-    ),
-    Flag(
-        "schedule_conservativeness",
-        "--schedule-conservativeness",
-        "schedule_conservativeness",
-        "ratio",
-        "`--schedule-conservativeness`",
-        1.0,
-        "1.0: new_token_ratio starts at 0.7, decays by 0.001 a decode step to 0.098",
-        "how much of its remaining outputs a running request reserves (new_token_ratio = 0.7 x it, at most 1)",
-        tries=(2.0,),
-        needs="max_total_tokens",
-    ),
-    Flag(
-        "cache_mb",
-        "--mm-embedding-cache-size",
-        "SGLANG_VLM_CACHE_SIZE_MB",
-        "megabytes",
-        "env `SGLANG_VLM_CACHE_SIZE_MB`",
-        100,
-        "100; `0` stores nothing",
-        "which images a later pass finds cached",
-        always_spelled=True,
-    ),
-    Flag(
-        "platform",
-        "--platform",
-        "device",
-        "choice",
-        "no flag: the device SGLang runs on",
-        "cuda",
-        "cuda",
-        "cuda and cpu take the per-image path, one call for every request of the pass; hip/npu/xpu encode per request",
-        choices=PLATFORMS,
-        searched=False,
-    ),
-)
-FLAG_OF = {flag.field: flag for flag in FLAGS}
-#: The order the flag search tries and lists the flags in.
-SEARCH_ORDER = (
-    "disable_radix_cache",
-    "page_size",
-    "chunked_prefill_size",
-    "enable_mixed_chunk",
-    "schedule_policy",
-    "mamba_radix_cache_strategy",
-    "mamba_track_interval",
-    "disable_overlap_schedule",
-    "max_total_tokens",
-    "max_running_requests",
-    "max_mamba_cache_size",
-    "schedule_conservativeness",
-)
-_DEFAULT = {flag.field: flag.default for flag in FLAGS}
+
+@frozen
+class _Row:
+    """What the kit adds to one flag (a :class:`LoadSettings` field's metadata): see :class:`Flag`."""
+
+    kind: Kind
+    dest: str | None
+    option: str | None
+    default_text: str | None
+    changes: str | None
+    sglang: str | None
+    low: int
+    choices: tuple[str, ...]
+    can_be_off: bool
+    always_spelled: bool
+    tries: tuple[Any, ...]
+    searched: bool
+    needs: str | None
+    off_words: str | None
+    grows: bool
+
+
+def _sglang_default(dest: str) -> Any:
+    """Return SGLang's default for ``dest`` (a server argument, or an environment variable the table knows)."""
+    if dest in ENV_VARS:
+        return ENV_VARS[dest].default
+    spec = args_of(NEWEST).by_dest[dest]
+    return spec.default
+
+
+def flag(
+    kind: Kind,
+    *,
+    dest: str | None,
+    option: str | None = None,
+    default: Any = _SGLANG,
+    default_text: str | None = None,
+    changes: str | None = None,
+    sglang: str | None = None,
+    low: int = 0,
+    choices: tuple[str, ...] = (),
+    can_be_off: bool = False,
+    always_spelled: bool = False,
+    tries: tuple[Any, ...] = (),
+    searched: bool = True,
+    needs: str | None = None,
+    off_words: str | None = None,
+    grows: bool = False,
+) -> Any:
+    """Return the :class:`LoadSettings` field of one flag: its default SGLang's own (the table's) unless the kit's
+    stand-in is given, and what the kit adds as its metadata (``option``, ``changes`` and ``sglang`` only where
+    the flag is no SGLang server argument; the table says them otherwise)."""
+    value = _sglang_default(dest) if default is _SGLANG and dest is not None else default
+    if kind == "megabytes" and value is not None:
+        value = float(value)
+    row = _Row(
+        kind,
+        dest,
+        option,
+        default_text,
+        changes,
+        sglang,
+        low,
+        choices,
+        can_be_off,
+        always_spelled,
+        tries,
+        searched,
+        needs,
+        off_words,
+        grows,
+    )
+    return field(default=value, metadata={"flag": row})
 
 
 @frozen
 class LoadSettings:
-    """The server flags of a workload replay, one field per row of :data:`FLAGS` (SGLang's names and defaults).
+    """The server flags of a workload replay: one field per flag, declared once (:func:`flag`); :data:`FLAGS` is
+    their view. The fields are in the order a deployment's flags are spelled and the docs table lists them."""
 
-    The fields are in the order of the JSON ``load`` object.
-    """
-
-    chunked_prefill_size: int | None = _DEFAULT["chunked_prefill_size"]  # None: chunked prefill off
-    cache_mb: float = _DEFAULT["cache_mb"]  # SGLANG_VLM_CACHE_SIZE_MB in MB (0 stores nothing)
-    platform: Platform = _DEFAULT["platform"]
-    page_size: int | None = _DEFAULT["page_size"]  # None: the attention backend's page
-    disable_radix_cache: bool = _DEFAULT["disable_radix_cache"]
-    schedule_policy: SchedulePolicy = _DEFAULT["schedule_policy"]
-    max_prefill_tokens: int = _DEFAULT["max_prefill_tokens"]
-    enable_mixed_chunk: bool = _DEFAULT["enable_mixed_chunk"]
-    mamba_radix_cache_strategy: MambaStrategy = _DEFAULT["mamba_radix_cache_strategy"]
-    mamba_track_interval: int = _DEFAULT["mamba_track_interval"]
-    disable_overlap_schedule: bool = _DEFAULT["disable_overlap_schedule"]
-    attention_backend: str | None = _DEFAULT["attention_backend"]
-    gpu: Gpu = _DEFAULT["gpu"]
-    max_total_tokens: int | None = _DEFAULT["max_total_tokens"]  # None: unbounded
-    max_running_requests: int | None = _DEFAULT["max_running_requests"]
-    max_mamba_cache_size: int | None = _DEFAULT["max_mamba_cache_size"]
-    schedule_conservativeness: float = _DEFAULT["schedule_conservativeness"]
+    chunked_prefill_size: int | None = flag(
+        "count",
+        dest="chunked_prefill_size",
+        default=_H200_CHUNK,
+        default_text=f"{_H200_CHUNK} on an H200 (SGLang sizes it by GPU memory when unset); `-1` or `0` off",
+        can_be_off=True,
+        always_spelled=True,
+    )  # None: chunked prefill off
+    page_size: int | None = flag(
+        "count",
+        dest="page_size",
+        default_text="unset: the attention backend's (1 with fa3 on a Hopper, 64 with trtllm_mla on a Blackwell)",
+        low=1,
+        tries=PAGE_SIZES,
+    )  # None: the attention backend's page
+    disable_radix_cache: bool = flag(
+        "switch",
+        dest="disable_radix_cache",
+        default_text="off (the radix cache is on)",
+        off_words="radix cache on (no --disable-radix-cache)",
+    )
+    schedule_policy: SchedulePolicy = flag("choice", dest="schedule_policy", choices=SCHEDULE_POLICIES)
+    max_prefill_tokens: int = flag("count", dest="max_prefill_tokens", low=1, searched=False)
+    enable_mixed_chunk: bool = flag("switch", dest="enable_mixed_chunk", needs="chunked_prefill_size")
+    mamba_radix_cache_strategy: MambaStrategy = flag(
+        "choice",
+        dest="mamba_radix_cache_strategy",
+        default_text="auto: extra_buffer with the overlap schedule on (or a --page-size above 1 given), else no_buffer",
+        choices=MAMBA_STRATEGIES,
+    )
+    mamba_track_interval: int = flag("count", dest="mamba_track_interval", low=1, tries=(64,))
+    disable_overlap_schedule: bool = flag(
+        "switch", dest="disable_overlap_schedule", default_text="off (the overlap schedule is on)"
+    )
+    attention_backend: str | None = flag(
+        "choice",
+        dest="attention_backend",
+        default_text="unset: fa3 on a Hopper, trtllm_mla on a Blackwell (Kimi-K3's own override), triton on ROCm",
+        choices=ATTENTION_BACKENDS,
+        searched=False,
+    )
+    gpu: Gpu = flag(
+        "choice",
+        dest=None,
+        option="--gpu",
+        default="hopper",
+        default_text="hopper (an H200, as the chunk size's default assumes)",
+        changes="the default attention backend, hence the page size",
+        sglang="no flag: the GPU family the server runs on",
+        choices=GPUS,
+        searched=False,
+    )
+    max_total_tokens: int | None = flag(
+        "count",
+        dest="max_total_tokens",
+        default_text="unset: sized from the GPU's free memory; a server prints it at start-up as "
+        "`max_total_num_tokens=` (the kit: unbounded)",
+        low=1,
+        grows=True,
+    )  # None: unbounded
+    max_running_requests: int | None = flag(
+        "count",
+        dest="max_running_requests",
+        default_text="unset: 2048, at most half the KV pool and the mamba pool over a request's state slots (the "
+        "kit: unbounded without a pool)",
+        low=1,
+        grows=True,
+    )
+    max_mamba_cache_size: int | None = flag(
+        "count",
+        dest="max_mamba_cache_size",
+        default_text="unset: 0.9/1.9 of the memory left after the weights; a server prints it at start-up as "
+        "`max_mamba_cache_size:` (the kit: unbounded)",
+        low=1,
+        grows=True,
+    )
+    schedule_conservativeness: float = flag(
+        "ratio",
+        dest="schedule_conservativeness",
+        default_text="1.0: new_token_ratio starts at 0.7, decays by 0.001 a decode step to 0.098",
+        tries=(2.0,),
+        needs="max_total_tokens",
+    )
+    cache_mb: float = flag(
+        "megabytes",
+        dest="SGLANG_VLM_CACHE_SIZE_MB",
+        option="--mm-embedding-cache-size",
+        default_text="100; `0` stores nothing",
+        always_spelled=True,
+    )  # SGLANG_VLM_CACHE_SIZE_MB in MB (0 stores nothing)
+    platform: Platform = flag(
+        "choice",
+        dest=None,
+        option="--platform",
+        default="cuda",
+        changes="cuda and cpu take the per-image path, one call for every request of the pass; hip/npu/xpu encode "
+        "per request",
+        sglang="`--device` (no flag for ROCm: its CUDA build runs hip)",
+        choices=PLATFORMS,
+        searched=False,
+    )
 
     def __post_init__(self) -> None:
         chunk = self.chunked_prefill_size
@@ -420,6 +357,81 @@ class LoadSettings:
     def to_json(self) -> dict[str, Any]:
         """Return every field by name, as the JSON ``load`` object holds it (chunking off as ``-1``)."""
         return {f.name: FLAG_OF[f.name].to_json(getattr(self, f.name)) for f in fields(self)}
+
+
+def _spellings(dest: str) -> tuple[str, str]:
+    """Return ``dest``'s main spelling in the newest release that has it, and the Markdown naming it with the other
+    releases' spellings: ``"`--x` (0.5.17–0.5.19 also `--y`)"``."""
+    releases = SERVER_ARGS[dest].releases
+    main = args_of(releases[-1]).by_dest[dest].options[0]
+    others: dict[str, list[str]] = {}
+    for release in releases:
+        for option in args_of(release).by_dest[dest].options:
+            if option != main:
+                others.setdefault(option, []).append(release)
+    also = "".join(
+        f" ({release_span(seen)} also `{option}`)" for option, seen in others.items() if len(seen) < len(RELEASES)
+    )
+    return main, f"`{main}`{also}"
+
+
+def _default_text(value: Any) -> str:
+    return (
+        "unset"
+        if value is None
+        else ("off" if value is False else f"{value:g}" if isinstance(value, float) else str(value))
+    )
+
+
+def _view(declared: Field[Any]) -> Flag:
+    """Return the :class:`Flag` row of one :class:`LoadSettings` field: the kit's metadata and SGLang's table."""
+    row: _Row = declared.metadata["flag"]
+    if row.dest is not None and row.dest in ENV_VARS:
+        option, sglang = row.option or row.dest, f"env `{row.dest}`"
+        changes = ENV_VARS[row.dest].effect
+    elif row.dest is not None:
+        option, sglang = _spellings(row.dest)
+        changes = SERVER_ARGS[row.dest].effect
+    else:
+        option, sglang, changes = row.option or "", row.sglang or "", row.changes or ""
+    return Flag(
+        declared.name,
+        row.option or option,
+        row.dest,
+        row.kind,
+        row.sglang or sglang,
+        declared.default,
+        row.default_text or _default_text(declared.default),
+        row.changes or changes,
+        low=row.low,
+        choices=row.choices,
+        can_be_off=row.can_be_off,
+        always_spelled=row.always_spelled,
+        tries=row.tries,
+        searched=row.searched,
+        needs=row.needs,
+        off_words=row.off_words,
+        grows=row.grows,
+    )
+
+
+FLAGS: tuple[Flag, ...] = tuple(_view(declared) for declared in fields(LoadSettings))
+FLAG_OF = {flag.field: flag for flag in FLAGS}
+#: The order the flag search tries and lists the flags in.
+SEARCH_ORDER = (
+    "disable_radix_cache",
+    "page_size",
+    "chunked_prefill_size",
+    "enable_mixed_chunk",
+    "schedule_policy",
+    "mamba_radix_cache_strategy",
+    "mamba_track_interval",
+    "disable_overlap_schedule",
+    "max_total_tokens",
+    "max_running_requests",
+    "max_mamba_cache_size",
+    "schedule_conservativeness",
+)
 
 
 def alternatives(load: LoadSettings) -> list[tuple[str, LoadSettings]]:
