@@ -52,6 +52,8 @@ DEFERRED_PLACES = {
     ("cli/*.py", "kimi_viz.split.verdict"): "scenario run's verdict: the trace, the divergence and the diagnosis",
     ("cli/*.py", "kimi_viz.request.chat"): "whatif --chat's request reader: the chat template and its checks",
     ("cli/*.py", "kimi_viz.request.workload"): "whatif --requests and --together: the workload reader",
+    ("cli/*.py", "kimi_viz.request.model_folder"): "--model-path's folder reader: the tokenizer, only with a folder",
+    ("cli/*.py", "kimi_viz._whatif.deployment"): "--server / --server-log read into a deployment",
     ("cli/*.py", "kimi_viz.repro"): "--emit-repro's writer, loaded only when a repro is asked for",
     ("cli/*.py", "kimi_viz.scenarios.catalogue"): f"the scenario catalogue {_TORCH_AT_TOP} (and Pillow)",
     ("cli/*.py", "kimi_viz.scenarios.under_load"): "the load scenarios import Pillow and numpy (the request side)",

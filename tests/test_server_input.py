@@ -111,19 +111,30 @@ def test_each_value_says_where_it_came_from_and_typed_options_win(tmp_path):
         DeploymentInput(
             server_log=str(log),
             server="python -m sglang.launch_server --model-path /m --tp 2 --page-size 16",
-            typed_load={"schedule_policy": "lpm"},
+            typed_load={"schedule_policy": "lpm", "page_size": 16},
         )
     )
     report = deployment.report
-    assert report.value("page_size").text == "page_size 1 (server log line 1)"  # the log wins over the command
+    assert report.value("page_size").text == "page_size 16 (--page-size (typed, over server log line 1: 1))"
     assert report.value("max_total_tokens").text == "max_total_tokens 7000 (server log line 3)"
     assert report.value("chunked_prefill_size").text == "chunked_prefill_size 2048 (server log line 3)"
-    assert report.value("schedule_policy").text == "schedule_policy lpm (--schedule-policy (typed))"
+    assert report.value("disable_overlap_schedule").text == "disable_overlap_schedule on (server log line 1)"
+    assert report.value("schedule_policy").text == (
+        "schedule_policy lpm (--schedule-policy (typed, over server log line 1: fcfs))"
+    )
+    without_typed = read_deployment(
+        DeploymentInput(server_log=str(log), server="python -m sglang.launch_server --model-path /m --page-size 16")
+    )
+    assert without_typed.report.value("page_size").text == "page_size 1 (server log line 1)"  # the log over the command
     assert report.value("max_mamba_cache_size").text == "max_mamba_cache_size 96 (server log line 2)"
     assert report.release == "SGLang 0.5.18: the arguments of server log line 1 are 0.5.18's"
     assert report.tp == "attention-TP 2 = tp_size 2 (server log line 1)"
     assert deployment.load.schedule_policy == "lpm" and deployment.load.max_total_tokens == 7000
-    assert report.to_json()["sources"]["page_size"] == {"value": 1, "source": "server log line 1", "from": "log"}
+    assert report.to_json()["sources"]["max_total_tokens"] == {
+        "value": 7000,
+        "source": "server log line 3",
+        "from": "log",
+    }
     plain = read_deployment(
         DeploymentInput(server="python -m sglang.launch_server --model-path /m", sglang_version="0.5.23")
     )
@@ -245,3 +256,44 @@ def test_triage_takes_the_release_from_the_servers_log_when_the_capture_recorded
     assert main(["triage", str(manifest), "--server-log", str(LOGS / "kimi-k3-0.5.18.log")]) == 1
     out = capsys.readouterr().out
     assert "server (--server-log " in out and "  max_total_tokens 7000 (server log line 3)" in out
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_the_answer_from_a_start_up_line_and_from_its_launch_command_is_the_answer_typed(tmp_path, release):
+    from kimi_viz import whatif
+    from kimi_viz.request.workload import together
+
+    flags = {"page_size": 16, "chunked_prefill_size": 512, "disable_overlap_schedule": True, "tp_size": 2}
+    log = tmp_path / "server.log"
+    log.write_text(start_up_line(release, flags) + "\n")
+    words = " ".join(option_of(release, dest, value) for dest, value in flags.items())
+    inputs = {
+        "log": DeploymentInput(server_log=str(log)),
+        "command": DeploymentInput(
+            server=f"python -m sglang.launch_server --model-path /m {words}", sglang_version=release
+        ),
+        "typed": DeploymentInput(
+            sglang_version=release,
+            tp_size=2,
+            typed_load={"page_size": 16, "chunked_prefill_size": 512, "disable_overlap_schedule": True},
+        ),
+    }
+    answers = {}
+    for name, given in inputs.items():
+        deployment = read_deployment(given)
+        answer = whatif(
+            together(["rocket.jpg", "astronaut.png", "chelsea.png"]),
+            sglang_version=deployment.sglang_version,
+            tp_size=deployment.tp_size,
+            settings=deployment.settings,
+            load=deployment.load,
+            server=deployment.report,
+        )
+        answers[name] = answer
+    typed = answers["typed"]
+    assert typed.workload is not None
+    first = typed.workload.passes[0]
+    assert sum(request.extend for request in first.batch) <= 512  # the chunk the three inputs give took effect
+    for name in ("log", "command"):
+        answer = answers[name]
+        assert dataclasses.replace(answer, server=None) == dataclasses.replace(typed, server=None), (release, name)

@@ -40,8 +40,15 @@ from .questions import RequestQuestion, WorkloadQuestion
 
 if TYPE_CHECKING:  # pragma: no cover - the chat template loads only for a client's request
     from ..request.chat import Renderer
+    from ..request.model_folder import ModelFolder
 
 SWEEP_TP_SIZES = (1, 2, 4, 8)
+K25 = "kimi-k25"
+K25_LIMITS_NOTE = (
+    "--producer-config / --consumer-config kimi-k25: this replays Kimi-K3's code (models/kimi_k3.py, its deferred "
+    "split) with Kimi-K2.5's image limits; a Kimi-K2.5 or K2.7 server runs models/kimi_k25.py, its own processor "
+    "and no deferred split, which the kit does not replay"
+)
 MAX_ORDERS = 120  # every order of up to 5 kept images
 
 
@@ -52,9 +59,10 @@ def as_question(
     load: LoadSettings | None = None,
     renderer: Renderer | None = None,
     beside: Workload | None = None,
+    model: ModelFolder | None = None,
 ) -> Question:
     """Return the question ``subject`` asks: images (paths, bytes, PIL images), a Workload, a ChatRequest (with the
-    requests ``beside`` it), a Batch."""
+    requests ``beside`` it; tokenized by ``model``'s tokenizer when a checkpoint folder is given), a Batch."""
     settings = settings if settings is not None else ServerSettings()
     load = load if load is not None else LoadSettings()
     if isinstance(subject, Workload):
@@ -63,7 +71,7 @@ def as_question(
     if chat is not None and isinstance(subject, chat.ChatRequest):
         from .chat import ChatQuestion  # the chat template and the request side's checks: only for a chat request
 
-        return ChatQuestion(subject, check_workload_settings(settings), load, renderer, beside)
+        return ChatQuestion(subject, check_workload_settings(settings), load, renderer, beside, model)
     if isinstance(subject, Batch):
         return BatchQuestion(subject)
     if isinstance(subject, Question):
@@ -87,6 +95,7 @@ def whatif(
     under_load: bool = True,
     try_flags: bool = True,
     server: ServerReport | None = None,
+    model: ModelFolder | None = None,
 ) -> Answer:
     """Return the :class:`~kimi_viz.answer.Answer` to a question on SGLang ``sglang_version`` at attention-TP N.
 
@@ -100,11 +109,14 @@ def whatif(
     alone: ``Answer.flags`` names those that change its status. ``server`` (what a launch command and a log said,
     :func:`~.deployment.read_deployment`) is carried on the answer as ``Answer.server``.
     """
-    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
+    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
     release, sentence = release_for(sglang_version)
     answer = answer_on(question, release, tp_size, mode, device)
     if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
         answer = replace(answer, notes=(sentence, *answer.notes))
+    borrowed = [] if settings is None else [c for c in (settings.producer_config, settings.consumer) if c == K25]
+    if borrowed:  # a K2.5 preset on a K3 replay: say which code runs
+        answer = replace(answer, notes=(*answer.notes, K25_LIMITS_NOTE))
     if find_fix:
         answer = with_fix(question, answer)
     if try_flags:
@@ -169,6 +181,7 @@ def sweep(
     beside: Workload | None = None,
     tp_sizes: Sequence[int] = SWEEP_TP_SIZES,
     refused: Mapping[str, str] | None = None,
+    model: ModelFolder | None = None,
 ) -> Sweep:
     """Return the :class:`~kimi_viz.answer.Sweep` of a question over every release group × ``tp_sizes``.
 
@@ -176,7 +189,7 @@ def sweep(
     items once and replays every TP size in shapes mode, without a fix search. ``refused`` maps a release to why
     it refuses the server's launch command: its row is n/a.
     """
-    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside)
+    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
     tps = tuple(check_tp_size(t, "tp") for t in tp_sizes)
     refused = refused or {}
     with collector_paused():

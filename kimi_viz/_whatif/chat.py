@@ -20,8 +20,11 @@ from ..answer import Answer, ChatReplay, Unit
 from ..devices import DeviceLike
 from ..errors import WhatIfError
 from ..releases import Release
-from ..request.chat import ChatRequest, Renderer, text_tokens
+from ..request.chat import ChatRequest, Rendered, Renderer, rendered_from_ids, text_tokens
+from ..request.chat_encoding import RenderedChat
+from ..request.chat_server import encode_chat_request
 from ..request.checks import RequestOutcome, check_request
+from ..request.model_folder import ModelFolder
 from ..request.producer import Mode
 from ..request.settings import ServerSettings
 from ..request.sides import build_request
@@ -34,19 +37,58 @@ from .questions import PreparedWorkload, WorkloadQuestion, load_answer
 ANSWER_END_TOKENS = 1  # <|im_end|>: the model generates it after the answer's text
 
 
+def _sliced(request: ChatRequest, messages: int) -> ChatRequest:
+    """Return the body the client sent with only its first ``messages`` messages (and their images)."""
+    earlier = request.messages[:messages]
+    images = sum(1 for msg in earlier for part in msg.parts if part.kind == "image")
+    body = None if request.body is None else {**request.body, "messages": list(request.body["messages"][:messages])}
+    return replace(request, messages=earlier, images=request.images[:images], body=body)
+
+
 def chat_turns(request: ChatRequest) -> list[tuple[ChatRequest, int]]:
     """Return every turn of a chat body as the body the client sent then, with the tokens its answer took
-    (the assistant message's text and its end token); the last turn is the body itself, generating 1 token."""
+    (the assistant message's text and its end token, counted); the last turn is the body itself, generating 1."""
     turns: list[tuple[ChatRequest, int]] = []
     if request.entry == "chat":
         for m, message in enumerate(request.messages):
             if m and message.role == "assistant" and request.messages[m - 1].role != "assistant":
-                earlier = request.messages[:m]
-                images = sum(1 for msg in earlier for part in msg.parts if part.kind == "image")
                 answer = sum(text_tokens(part.text) for part in message.parts if part.kind == "text")
-                body = replace(request, messages=earlier, images=request.images[:images])
-                turns.append((body, answer + ANSWER_END_TOKENS))
+                turns.append((_sliced(request, m), answer + ANSWER_END_TOKENS))
     return [*turns, (request, 1)]
+
+
+def _common(one: tuple[int, ...], other: tuple[int, ...]) -> int:
+    """Return the length of the ids' common prefix."""
+    return next((k for k, (a, b) in enumerate(zip(one, other)) if a != b), min(len(one), len(other)))
+
+
+def tokenized_turns(
+    request: ChatRequest, model: ModelFolder, release: Release
+) -> tuple[list[tuple[ChatRequest, int]], list[RenderedChat]]:
+    """Return every turn of a chat body with the tokens its answer took, and each turn's ids, as ``release`` hands
+    the body to the checkpoint's tokenizer: an answer's tokens are what the next turn holds after this turn's
+    prompt, up to where it starts its own (the ids the body through that answer shares with the next turn).
+    Raise WhatIfError when a later turn does not start with an earlier turn's ids (the kit replays a later turn
+    that repeats its earlier turn id for id, as the radix tree would then match)."""
+    counted = chat_turns(request)
+    bodies = [body for body, _ in counted]
+    encode = lambda body: encode_chat_request(
+        model.tokenizer, body.body, release=release.version, source=request.source
+    )
+    renderings = [encode(body) for body in bodies]
+    turns: list[tuple[ChatRequest, int]] = []
+    for k, body in enumerate(bodies[:-1]):
+        prompt, following = renderings[k].input_ids, renderings[k + 1].input_ids
+        if following[: len(prompt)] != prompt:
+            raise WhatIfError(
+                f"--chat with --model-path: turn {k + 2}'s ids do not start with turn {k + 1}'s (they part at token "
+                f"{_common(prompt, following)} of {len(prompt)}: the checkpoint's renderer writes the earlier turn "
+                "otherwise); the kit replays a later turn that repeats the earlier one id for id: send the last turn "
+                "alone, or drop --model-path to count"
+            )
+        through_answer = encode(_sliced(request, len(body.messages) + 1)).input_ids
+        turns.append((body, max(1, _common(through_answer, following) - len(prompt))))
+    return [*turns, (request, 1)], renderings
 
 
 def chat_workload(
@@ -99,6 +141,7 @@ class ChatQuestion:
     load: LoadSettings = field(default_factory=LoadSettings)
     renderer: Renderer | None = None
     beside: Workload | None = None  # other requests, arriving with the chat's last turn
+    model: ModelFolder | None = None  # a checkpoint folder: its tokenizer renders every turn (else text is counted)
     permutable = False
 
     @property
@@ -125,10 +168,22 @@ class ChatQuestion:
         every turn's images, the workload with its items."""
         if not self.settings.epd:  # a flag or value the release refuses is refused first, as for any request
             build_request([], self.settings, release.request_side)
-        turns = chat_turns(self.request)
+        renderings: list[Rendered | None]
+        if self.model is None or self.request.entry != "chat" or self.request.body is None:
+            turns = chat_turns(self.request)
+            renderings = [None] * len(turns)
+        else:
+            turns, chats = tokenized_turns(self.request, self.model, release)
+            by = f"tokenized by {self.model.asked}"
+            renderings = [
+                rendered_from_ids(c.input_ids, origin="apply_chat_template ids", by=by, tokens=c.tokens, notes=c.notes)
+                for c in chats
+            ]
         outcomes = []
-        for body, _ in turns:
-            outcome = check_request(body, release.version, renderer=self.renderer, settings=self.settings)
+        for (body, _), rendered in zip(turns, renderings):
+            outcome = check_request(
+                body, release.version, renderer=self.renderer, settings=self.settings, rendered=rendered
+            )
             if outcome.error is not None:
                 return PreparedChat(release, outcome, None)
             outcomes.append(outcome)
@@ -175,4 +230,4 @@ class PreparedChat:
         return self.workload.status(tp_size, mode=mode, device=device)
 
 
-__all__ = ["ChatQuestion", "PreparedChat", "chat_turns", "chat_workload"]
+__all__ = ["ChatQuestion", "PreparedChat", "chat_turns", "chat_workload", "tokenized_turns"]

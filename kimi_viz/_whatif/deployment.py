@@ -19,6 +19,7 @@ attention-TP size is ``tp_size // attention-DP // attention-CP``, as SGLang deri
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -27,11 +28,12 @@ from .._records import frozen
 from ..errors import KimiVizError, ServerInputError, WhatIfError
 from ..message_catalogue import release_span
 from ..releases import NEWEST, RELEASES, release_for
+from ..request.model_folder import ModelFolder
 from ..request.settings import ServerSettings
 from ..scheduler.flags import FLAGS, Flag, LoadSettings
 from ..server_args.command import ParsedCommand, parse_command, split_command
 from ..server_args.log import ServerLog, read_server_log
-from ..server_args.sources import NotModelled, ServerReport, ServerValue, Source, SourceKind
+from ..server_args.sources import NotModelled, ServerReport, ServerValue, Source, SourceKind, show_value
 from ..server_args.startup import attention_tp, startup_facts
 from ..server_args.table import ENV_VARS, SERVER_ARGS, Handling, args_of
 
@@ -56,6 +58,7 @@ class DeploymentInput:
     typed_load: Mapping[str, Any] | None = None  # LoadSettings fields typed
     typed_settings: Mapping[str, Any] | None = None  # ServerSettings fields typed
     needs_release: bool = True  # a sweep asks every release: it needs none
+    model: ModelFolder | None = None  # --model-path: its preprocessor_config.json is the producer's config
 
 
 @frozen
@@ -68,6 +71,7 @@ class Deployment:
     settings: ServerSettings
     report: ServerReport
     refusals: Mapping[str, str]  # release -> the one line on which it refuses the launch command (a sweep's n/a)
+    model: ModelFolder | None = None  # the checkpoint folder read (--model-path)
 
 
 def _given_log(log: ServerLog | None, dest: str) -> tuple[bool, Any, Source | None]:
@@ -224,7 +228,11 @@ def _load_settings(
         name = flag.dest or flag.field
         if flag.field in typed:
             load_kwargs[flag.field] = typed[flag.field]
-            values.append(ServerValue(name, typed[flag.field], _typed(flag.option)))
+            found, value, source = (False, None, None) if flag.dest is None else _given(log, command, flag.dest)
+            overridden = f", over {source}: {show_value(value)}" if found and value != typed[flag.field] else ""
+            values.append(
+                ServerValue(name, typed[flag.field], Source(SourceKind.TYPED, f"{flag.option} (typed{overridden})"))
+            )
             continue
         found, value, source = (False, None, None) if flag.dest is None else _given(log, command, flag.dest)
         if found and flag.field == "attention_backend" and value not in flag.choices:
@@ -261,20 +269,33 @@ def _tp_size(given: DeploymentInput, log: ServerLog | None, command: ParsedComma
 def read_deployment(given: DeploymentInput) -> Deployment:
     """Return the :class:`Deployment` the typed options, the launch command and the log describe; raise
     ServerInputError or WhatIfError (one line) for input that cannot be read or that the kit does not model."""
+    model = given.model
+    if model is not None and not model.is_k3:
+        raise WhatIfError(
+            f"--model-path {model.asked}: config.json names {model.architecture}. {model.facts.note}. The kit "
+            "replays Kimi-K3's code only; to see Kimi-K3's deferred split under Kimi-K2.5's limits pass "
+            "--producer-config kimi-k25 instead"
+        )
     log = None if given.server_log is None else read_server_log(given.server_log)
     version, release_sentence = _release(given, log)
     release = None if version is None else release_for(version)[0].version
     command, refusals = _read_command(given, release)
     load, values, notes = _load_settings(given.typed_load or {}, log, command, release)
-    settings, setting_values = _settings(dict(given.typed_settings or {}), log, command)
+    settings, setting_values = _settings(dict(given.typed_settings or {}), log, command, given.model)
     tp_size, tp_sentence = _tp_size(given, log, command)
     found, context, source = _given(log, command, "context_length")
     context_value = [ServerValue("context_length", int(context), source)] if found and source is not None else []
     inputs = tuple(
         text
-        for text, present in (("--server", command is not None), (f"--server-log {given.server_log}", log is not None))
+        for text, present in (
+            ("--server", command is not None),
+            (f"--server-log {given.server_log}", log is not None),
+            (f"--model-path {model.asked if model else ''}", model is not None),
+        )
         if present
     )
+    if model is not None and model.placeholder.mismatch is not None:
+        notes.append(f"--model-path {model.asked}: {model.placeholder.mismatch}")
     report = ServerReport(
         (*values, *setting_values, *context_value),
         _not_modelled(release or NEWEST, log, command),
@@ -283,7 +304,7 @@ def read_deployment(given: DeploymentInput) -> Deployment:
         inputs,
         (*_log_notes(log), *notes),
     )
-    return Deployment(version, tp_size, load, settings, report, refusals)
+    return Deployment(version, tp_size, load, settings, report, refusals, model)
 
 
 def _megabytes(text: str, source: Source) -> float:
@@ -294,11 +315,17 @@ def _megabytes(text: str, source: Source) -> float:
 
 
 def _settings(
-    typed: dict[str, Any], log: ServerLog | None, command: ParsedCommand | None
+    typed: dict[str, Any], log: ServerLog | None, command: ParsedCommand | None, model: ModelFolder | None = None
 ) -> tuple[ServerSettings, list[ServerValue]]:
-    """Return the request side's settings from what was typed, the log and the command, with their sources."""
+    """Return the request side's settings from what was typed, the log, the command and the checkpoint folder,
+    with their sources."""
     kwargs: dict[str, Any] = dict(typed)
     values: list[ServerValue] = []
+    if model is not None and "producer_config" not in typed:
+        config = os.path.join(model.path, "preprocessor_config.json")
+        kwargs["producer_config"] = config
+        folder = Source(SourceKind.TYPED, f"--model-path {model.asked}")
+        values.append(ServerValue("preprocessor_config.json", config, folder))
     for field_name, dest in SETTING_DESTS.items():
         if field_name in typed:
             values.append(ServerValue(dest, typed[field_name], Source(SourceKind.TYPED, f"{field_name} (typed)")))

@@ -21,7 +21,7 @@ from ..server_args.command import command_start
 from ..server_args.log import LogReader, read_server_log
 from ..terminal import escape_value
 from . import emit
-from .server_input import add_server_input
+from .server_input import add_server_input, model_from_args
 
 if TYPE_CHECKING:
     from .._explain import LiveEvent, LiveExplainer
@@ -266,11 +266,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_list(rows)
         return 0
+    model = model_from_args(args)
     if args.follow is not None:
         return _follow(args)
     found = _find(args)
+    note = None if model is None else f"{model.architecture} ({model.asked}): {model.facts.note}"
     if args.json:
-        emit(json.dumps([item.to_json() for item in found], indent=2))
+        emit(json.dumps([{**item.to_json(), "model": note} for item in found], indent=2))
     else:
-        emit(format_explanations(found))
+        emit(("" if note is None else f"model: {note}\n\n") + format_explanations(found))
     return 0 if found else 1

@@ -16,7 +16,7 @@ from ..files import check_folder
 from ..releases import CODE_PATHS, RELEASE_RANGE
 from ..request.settings import MODES
 from . import emit
-from .server_input import add_server_input
+from .server_input import add_server_input, model_from_args
 
 # kimi_viz._triage's CODE_PATH_CHOICES and MODE_CHOICES, from the tables that define them so that building
 # the parser does not import the replay (and torch); tests/test_hostile_scale.py checks they agree.
@@ -154,19 +154,23 @@ def run(args: argparse.Namespace) -> int:
     from .._triage import triage
 
     server = None
-    if args.server is not None or args.server_log is not None:
+    if args.server is not None or args.server_log is not None or args.model_path is not None:
         from .._whatif.deployment import DeploymentInput, read_deployment
 
         server = read_deployment(
             DeploymentInput(
-                server=args.server, server_log=args.server_log, sglang_version=args.sglang_version, needs_release=False
+                server=args.server,
+                server_log=args.server_log,
+                sglang_version=args.sglang_version,
+                needs_release=False,
+                model=model_from_args(args),
             )
         )
     words = [
-        w
-        for option in ("--server", "--server-log")
+        word
+        for option in ("--server", "--server-log", "--model-path")
         if getattr(args, option[2:].replace("-", "_")) is not None
-        for w in (option, getattr(args, option[2:].replace("-", "_")))
+        for word in (option, getattr(args, option[2:].replace("-", "_")))
     ]
     result = triage(
         args.manifest,

@@ -60,7 +60,8 @@ def draw_prompt(prompt: Prompt | RequestOutcome, *, ax: Axes | None = None, titl
     ylim = (-0.6 if len(blocks) <= rows else -1.2, top + 0.4)
     track_axes(ax, width, ylim, "token position (the top track; the rows below are not to scale)")
     y = top - TRACK - GAP + 0.2
-    track_name(ax, y + GAP * 0.45, f"the prompt ({drawn.length} tokens, text counted)", "track-prompt")
+    how = "text counted" if outcome is None else f"text {outcome.rendered.by}"
+    track_name(ax, y + GAP * 0.45, f"the prompt ({drawn.length} tokens, {how})", "track-prompt")
     runs: list[TrackRun] = []
     for kind, start, end, image, token in _runs(drawn, blocks):
         if kind == "text":
@@ -157,7 +158,7 @@ def _draw_refused(outcome: RequestOutcome, *, ax: Axes | None, title: str | None
     track_name(
         ax,
         y + GAP * 0.45,
-        f"the ids received ({rendered.length}, text counted): {rendered.placeholders} <|media_pad|> id(s) "
+        f"the ids received ({rendered.length}, {rendered.by}): {rendered.placeholders} <|media_pad|> id(s) "
         f"for {len(outcome.request.images)} image(s)",
         "track-ids",
     )

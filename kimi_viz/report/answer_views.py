@@ -339,7 +339,7 @@ def prompt_table(outcome: RequestOutcome) -> Table:
         ["image", "source", "size text", "<|media_begin|>", "<|media_content|>", "<|media_pad|> run", "pads"]
         + ["<|media_end|>"],
         rows,
-        caption=f"the prompt the request side builds ({length}; text counted, media tokens exact)",
+        caption=f"the prompt the request side builds ({length}; text {outcome.rendered.by}, media tokens exact)",
     )
 
 
@@ -355,7 +355,7 @@ def _chat_lines(answer: Answer, replayed: ChatReplay) -> list[str]:
     if request.entry == "chat":
         lines.append(f"renderer (the checkpoint's tokenizer code): {outcome.renderer.describe()}")
     lines.append(
-        f"ids handed to process_mm_data_async: {rendered.length} (text counted), "
+        f"ids handed to process_mm_data_async: {rendered.length} ({rendered.by}), "
         f"{rendered.placeholders} <|media_pad|> id(s)"
         + (f" from {', '.join(rendered.pad_origins())}" if rendered.placeholders else "")
     )

@@ -36,7 +36,8 @@ import json
 import math
 import os
 import re
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
@@ -119,6 +120,8 @@ class ChatRequest:
     audios: int = 0
     mm_hashes: bool = False  # /generate's mm_hashes was given
     ignored: tuple[str, ...] = ()  # keys of the body that change nothing on the request side
+    body: Mapping[str, Any] | None = field(default=None, compare=False)  # a chat's JSON body as sent (tokenized by a
+    # checkpoint's tokenizer; derived from the same JSON as the fields above, so not compared)
 
     @property
     def endpoint(self) -> str:
@@ -300,6 +303,7 @@ def parse_request(data: Any, *, folder: Path | None = None, source: str = "the r
             videos=media["video_url"],
             audios=media["audio_url"],
             ignored=ignored,
+            body=data,
         )
     has_text, has_ids = "text" in data, "input_ids" in data
     if has_text == has_ids:
@@ -393,12 +397,19 @@ class Piece:
     ids: tuple[int, ...] | None = None  # a text run's exact ids (/generate with input_ids)
 
 
+COUNTED = "counted (no --model-path)"
+
+
 @frozen
 class Rendered:
-    """The ids SGLang hands ``process_mm_data_async``, as runs (text counted, media tokens exact)."""
+    """The ids SGLang hands ``process_mm_data_async``, as runs: text counted (media tokens exact), or every id
+    exact when the checkpoint's tokenizer rendered them (``by`` says which, ``input_ids`` and ``tokens`` hold them)."""
 
     pieces: tuple[Piece, ...]
     notes: tuple[str, ...] = ()
+    by: str = COUNTED  # "tokenized by DIR" or COUNTED
+    input_ids: tuple[int, ...] | None = None  # what apply_chat_template returns (tokenized only)
+    tokens: tuple[str, ...] | None = None  # each id as text (tokenized only)
 
     @property
     def length(self) -> int:
@@ -456,6 +467,32 @@ class _Builder:
                 self.text(text_tokens(chunk), origin)
 
 
+def rendered_from_ids(
+    ids: tuple[int, ...],
+    *,
+    origin: str,
+    by: str,
+    tokens: tuple[str, ...] | None = None,
+    notes: tuple[str, ...] = (),
+) -> Rendered:
+    """Return exact ``ids`` (a ``/generate`` body's, or a chat tokenized by the checkpoint's tokenizer) as the runs
+    the processor receives: media tokens one each, the ids between them as exact text runs."""
+    build = _Builder(Renderer())
+    run: list[int] = []
+    for k, token in enumerate(ids):
+        if token in MEDIA_TOKEN_IDS.values():
+            if run:
+                build.pieces.append(Piece("text", len(run), origin, ids=tuple(run)))
+                run = []
+            build.token(token, f"{origin}[{k}]")
+        else:
+            run.append(token)
+    if run:
+        build.pieces.append(Piece("text", len(run), origin, ids=tuple(run)))
+    exact = by != "as sent (input_ids)"
+    return Rendered(tuple(build.pieces), notes, by, ids if exact else None, tokens)
+
+
 def render_request(request: ChatRequest, renderer: Renderer | None = None) -> Rendered:
     """Return the ids SGLang's request side hands ``process_mm_data_async`` for ``request`` (text counted).
 
@@ -465,19 +502,7 @@ def render_request(request: ChatRequest, renderer: Renderer | None = None) -> Re
     renderer = renderer if renderer is not None else Renderer()
     build = _Builder(renderer)
     if request.entry == "generate-ids":
-        ids = request.input_ids or ()
-        run: list[int] = []
-        for k, token in enumerate(ids):
-            if token in MEDIA_TOKEN_IDS.values():
-                if run:
-                    build.pieces.append(Piece("text", len(run), "input_ids", ids=tuple(run)))
-                    run = []
-                build.token(token, f"input_ids[{k}]")
-            else:
-                run.append(token)
-        if run:
-            build.pieces.append(Piece("text", len(run), "input_ids", ids=tuple(run)))
-        return Rendered(tuple(build.pieces), tuple(build.notes))
+        return rendered_from_ids(request.input_ids or (), origin="input_ids", by="as sent (input_ids)")
     if request.entry == "generate-text":
         build.written(request.text or "", "text", chat=False)
         return Rendered(tuple(build.pieces), tuple(build.notes))
@@ -525,5 +550,7 @@ __all__ = [
     "Renderer",
     "Piece",
     "Rendered",
+    "COUNTED",
     "render_request",
+    "rendered_from_ids",
 ]

@@ -241,7 +241,10 @@ class RequestOutcome:
             "request_side": self.release.request_side.version,
             "renderer": self.renderer.to_json(),
             "rendered": {
-                "tokens": self.rendered.length,
+                "by": self.rendered.by,
+                "length": self.rendered.length,
+                "tokens": None if self.rendered.tokens is None else list(self.rendered.tokens),
+                "input_ids": None if self.rendered.input_ids is None else list(self.rendered.input_ids),
                 "placeholders": self.rendered.placeholders,
                 "placeholder_origins": self.rendered.pad_origins(),
             },
