@@ -111,9 +111,17 @@ def whatif(
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
     release, sentence = release_for(sglang_version)
-    answer = answer_on(question, release, tp_size, mode, device)
+    try:
+        answer = answer_on(question, release, tp_size, mode, device)
+    except SettingNotInReleaseError as exc:
+        if sglang_version.strip() == release.version:
+            raise
+        raise SettingNotInReleaseError(f"{exc} ({sentence})") from None
     if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
         answer = replace(answer, notes=(sentence, *answer.notes))
+    idle = [] if question.load_settings is None else question.load_settings.idle_flags()
+    if idle:
+        answer = replace(answer, notes=(*answer.notes, *idle))
     borrowed = [] if settings is None else [c for c in (settings.producer_config, settings.consumer) if c == K25]
     if borrowed:  # a K2.5 preset on a K3 replay: say which code runs
         answer = replace(answer, notes=(*answer.notes, K25_LIMITS_NOTE))
