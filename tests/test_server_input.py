@@ -276,3 +276,15 @@ def test_the_answer_from_a_start_up_line_and_from_its_launch_command_is_the_answ
     for name in ("log", "command"):
         answer = answers[name]
         assert dataclasses.replace(answer, server=None) == dataclasses.replace(typed, server=None), (release, name)
+
+
+def test_a_sweep_shows_na_in_the_rows_whose_release_refuses_the_launch_command(capsys):
+    from kimi_viz.cli import main
+
+    command = "python -m sglang.launch_server --model-path m --mamba-scheduler-strategy auto"
+    assert main(["whatif", "--together", "rocket.jpg", "astronaut.png", "--sweep", "--server", command]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("0.5.20–0.5.23"))
+    assert row.split()[1:] == ["post-fix", "–", "n/a", "–", "n/a", "–", "n/a", "–", "n/a"]
+    assert "0.5.20–0.5.23 refuses these settings (--server: --mamba-scheduler-strategy:" in out
+    assert next(line for line in out.splitlines() if line.startswith("0.5.19")).count("✓ clean") == 4
