@@ -20,25 +20,30 @@ model, the three things the kit models of it:
   are spliced back);
 * its **scheduler** (:class:`~kimi_viz.scheduler_rules.SchedulerRules`: how it resolves Kimi-K3's
   flags, its hybrid tree, its event loop and its ``PrefillAdder``; the entries live beside this table,
-  in :mod:`kimi_viz.scheduler_rules`).
+  in :mod:`kimi_viz.scheduler_rules`);
+* what it **shipped** over the release before (:class:`~kimi_viz.release_changes.Change`: each change of
+  these rules with the SGLang pull requests that made it; the changes live beside this table, in
+  :mod:`kimi_viz.release_changes`).
 
 Every rule a release runs lives in its entry, and nowhere else: adding a release is one
 :class:`Release` entry (plus its tests); :data:`NEWEST`, :data:`RELEASE_RANGE` and every derived
-table follow. :func:`choose_release` turns what the user asked for (``sglang_version``,
-``code_path``) and what a manifest recorded into a :class:`ReleaseChoice`: the path to replay, the
-release it stands for and a sentence saying how it was chosen, which every verdict repeats.
+table follow; :func:`release_span` writes a set of releases as ranges, wherever the kit names them.
+:func:`choose_release` turns what the user asked for (``sglang_version``, ``code_path``) and what a
+manifest recorded into a :class:`ReleaseChoice`: the path to replay, the release it stands for and a
+sentence saying how it was chosen, which every verdict repeats.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import fields, replace
 from enum import Enum
 from typing import Literal, Protocol, TypeVar
 
 from ._records import frozen
 from .errors import ConfigError
+from .release_changes import SHIPPED_0_5_18, SHIPPED_0_5_19, SHIPPED_0_5_20, SHIPPED_0_5_22, SHIPPED_0_5_23, Change
 from .scheduler_rules import (
     SCHEDULER_0_5_17,
     SCHEDULER_0_5_19,
@@ -50,9 +55,6 @@ from .scheduler_rules import (
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
-
-FIX_PRS = ("#35305", "#36265")
-FIX_PRS_TEXT = "SGLang PRs " + " / ".join(FIX_PRS)
 
 
 class PathSource(str, Enum):
@@ -91,9 +93,8 @@ class RequestSide:
 
     @property
     def label(self) -> str:
-        """Return e.g. ``"0.5.19–0.5.22"``."""
-        releases = self.releases
-        return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+        """Return e.g. ``"0.5.19–0.5.22"`` (:func:`release_span`)."""
+        return release_span(self.releases)
 
 
 @frozen
@@ -125,7 +126,8 @@ class ForwardRules:
 
 @frozen
 class Release:
-    """One SGLang release: its Kimi-K3 code path, its request side, its forward pass and its scheduler."""
+    """One SGLang release: its Kimi-K3 code path, its request side, its forward pass, its scheduler, and the changes
+    of these it shipped over the release before."""
 
     version: str
     code_path: CodePath
@@ -133,6 +135,7 @@ class Release:
     forward: ForwardRules
     scheduler: SchedulerRules
     summary: str
+    shipped: tuple[Change, ...] = ()  # one per change of the rules above (rule_differences), with its pull requests
 
     def to_json(self) -> dict[str, str]:
         """Return ``{"version", "code_path", "request_side", "forward", "scheduler", "summary"}`` (rules: versions)."""
@@ -154,7 +157,7 @@ _PRE_FIX = (
     "the deferred split without global_indices: the backend groups read grid_thws_host[indices] "
     "with shard-local positions (the S1 bug)"
 )
-_POST_FIX = f"the deferred split with global_indices ({FIX_PRS_TEXT})"
+_POST_FIX = "the deferred split with global_indices: the backend groups read grid_thws_host at global positions"
 _WITH_XPU = ("hip", "npu", "xpu")
 
 SIDE_0_5_17 = RequestSide(
@@ -253,9 +256,9 @@ RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
         Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, SCHEDULER_0_5_17, _NO_SPLIT),
-        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX),
-        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_19, _POST_FIX),
-        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
+        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX, SHIPPED_0_5_18),
+        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_19, _POST_FIX, SHIPPED_0_5_19),
+        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX, SHIPPED_0_5_20),
         Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
         Release(
             "0.5.22",
@@ -264,8 +267,9 @@ RELEASES: dict[str, Release] = {
             FORWARD_0_5_22,
             SCHEDULER_0_5_22,
             _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome",
+            SHIPPED_0_5_22,
         ),
-        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),
+        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX, SHIPPED_0_5_23),
     )
 }
 
@@ -281,20 +285,45 @@ def _key(version: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3])
 
 
-#: What each code path changed when it first shipped (for "fixed in ...").
-PATH_CHANGES: dict[CodePath, str] = {
-    "no-split": "the first Kimi-K3 model",
-    "pre-fix": "deferred preprocessing in get_image_feature",
-    "post-fix": FIX_PRS_TEXT,
-}
+def release_span(releases: Iterable[str]) -> str:
+    """Return releases as ranges of consecutive ones in the table: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``.
+
+    The one way the kit writes a set of releases (help, answers, the message catalogue): a run is closed at the
+    newest release it reaches, so it names only releases the kit knows; none is ``none of 0.5.17–0.5.23``.
+    """
+    order = sorted(RELEASES, key=_key)
+    indices = sorted({order.index(r) for r in releases if r in RELEASES})
+    if not indices:
+        return f"none of {release_span(order)}"
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(order[run[0]] if len(run) == 1 else f"{order[run[0]]}–{order[run[-1]]}" for run in runs)
+
+
 _ORDERED = sorted(RELEASES.values(), key=lambda r: _key(r.version))
 NEWEST = _ORDERED[-1].version
 FIRST_KIMI_K3 = _ORDERED[0].version
 #: Every release with a Kimi-K3 model, as help texts and answers name them.
-RELEASE_RANGE = f"{FIRST_KIMI_K3}–{NEWEST}"
+RELEASE_RANGE = release_span(RELEASES)
+
+
+def path_change(path: CodePath) -> Change | None:
+    """Return the change that brought code path ``path`` (None for the first release's path: nothing before it)."""
+    first = next(r for r in _ORDERED if r.code_path == path)
+    return next((change for change in first.shipped if "code_path" in change.rules), None)
+
+
 #: The release each code path first shipped in, and what changed there.
 PATH_INTRODUCED: dict[CodePath, tuple[str, str]] = {
-    path: (next(r.version for r in _ORDERED if r.code_path == path), PATH_CHANGES[path]) for path in CODE_PATHS
+    path: (
+        next(r.version for r in _ORDERED if r.code_path == path),
+        "the first Kimi-K3 model" if (change := path_change(path)) is None else change.text,
+    )
+    for path in CODE_PATHS
 }
 #: The release whose code a path stands for when only the path is known: the newest that runs it.
 PATH_RELEASE: dict[CodePath, str] = {
@@ -343,11 +372,14 @@ class ReleaseChoice:
 
 @frozen
 class FixRelease:
-    """The first later release whose code replays a failing batch clean, and what changed there."""
+    """The first later release whose code runs a failing question clean, and the changes that make the difference:
+    each alone runs it clean on the failing release, or (``together``) none alone does and these are every change
+    in between that the question sees."""
 
     release: str
-    change: str
     code_path: CodePath
+    changes: tuple[Change, ...]
+    together: bool = False
 
     @property
     def summary(self) -> str:
@@ -355,13 +387,34 @@ class FixRelease:
         return RELEASES[self.release].summary
 
     @property
+    def change(self) -> str:
+        """Return the changes as one phrase, e.g. ``"SGLang PR #35305 (Fix ...; models/kimi_k3.py ...)"``; a change
+        an earlier release shipped says which."""
+        texts = []
+        for change in self.changes:
+            release = shipped_in(change)
+            texts.append(change.text if release == self.release else f"{change.text}, shipped in {release}")
+        if self.together:
+            return f"{' and '.join(texts)}, together"
+        return " or ".join(texts) + (", each alone" if len(texts) > 1 else "")
+
+    @property
     def text(self) -> str:
-        """Return e.g. ``"fixed in 0.5.19: SGLang PRs #35305 / #36265"``."""
+        """Return e.g. ``"fixed in 0.5.19: SGLang PR #36595 (Re-encode multimodal embeddings after cache mismatch;
+        managers/mm_schedule.py ...)"``."""
         return f"fixed in {self.release}: {self.change}"
 
-    def to_json(self) -> dict[str, str]:
-        """Return ``{"release", "change", "code_path", "summary"}``."""
-        return {"release": self.release, "change": self.change, "code_path": self.code_path, "summary": self.summary}
+    def to_json(self) -> dict[str, object]:
+        """Return ``{"release", "change", "code_path", "summary", "changes", "together"}`` (each change as
+        :meth:`~kimi_viz.release_changes.Change.to_json` writes it, with the ``release`` that shipped it)."""
+        return {
+            "release": self.release,
+            "change": self.change,
+            "code_path": self.code_path,
+            "summary": self.summary,
+            "changes": [{**change.to_json(), "release": shipped_in(change)} for change in self.changes],
+            "together": self.together,
+        }
 
 
 @frozen
@@ -371,7 +424,7 @@ class FixSearch:
 
     found: FixRelease | None
 
-    def to_json(self) -> dict[str, str] | None:
+    def to_json(self) -> dict[str, object] | None:
         """Return the release found as :meth:`FixRelease.to_json` writes it, or None."""
         return None if self.found is None else self.found.to_json()
 
@@ -529,25 +582,94 @@ def choose_release(
     )
 
 
-def what_changed(old: Release, new: Release) -> str:
-    """Return what ``new`` changed over ``old``: its code path, else its request side, else its forward pass."""
-    if new.code_path != old.code_path:
-        return PATH_INTRODUCED[new.code_path][1]
-    if new.request_side is not old.request_side:
-        return f"its request side builds other items ({new.request_side.changes})"
-    return new.forward.changes
+#: The rule records of a release, each a group of rules named ``"<group>.<field>"``.
+RULE_GROUPS = ("request_side", "forward", "scheduler")
+_NOT_RULES = ("version", "changes")  # a record's first release and its sentence: not rules it runs
+
+
+def rule_names() -> tuple[str, ...]:
+    """Return every rule a release entry holds: ``"code_path"``, then ``"<group>.<field>"`` of each rule record."""
+    records = RELEASES[NEWEST]
+    return ("code_path",) + tuple(
+        f"{group}.{f.name}"
+        for group in RULE_GROUPS
+        for f in fields(getattr(records, group))
+        if f.name not in _NOT_RULES
+    )
+
+
+def rule_value(release: Release, rule: str) -> object:
+    """Return the value ``release`` runs for ``rule`` (``"code_path"`` or ``"<group>.<field>"``)."""
+    group, _, name = rule.partition(".")
+    return getattr(getattr(release, group), name) if name else getattr(release, group)
+
+
+def rule_differences(old: Release, new: Release) -> tuple[str, ...]:
+    """Return the rules ``new`` runs otherwise than ``old``, in :func:`rule_names` order."""
+    return tuple(rule for rule in rule_names() if rule_value(old, rule) != rule_value(new, rule))
+
+
+def first_release_with(rule: str, value: object = True) -> str | None:
+    """Return the first release that runs ``rule`` with ``value`` (e.g. ``"forward.discards_stale_cache"``), or None."""
+    return next((r.version for r in _ORDERED if rule_value(r, rule) == value), None)
+
+
+def with_rules(release: Release, rules: Sequence[str], source: Release) -> Release:
+    """Return ``release`` running ``source``'s value of each of ``rules`` and its own of the others: what
+    ``release`` would be with one change alone (the records replaced, the table untouched)."""
+    grouped: dict[str, dict[str, object]] = {}
+    for rule in rules:
+        group, _, name = rule.partition(".")
+        grouped.setdefault(group, {})
+        if name:
+            grouped[group][name] = rule_value(source, rule)
+    changed: dict[str, object] = {}
+    for group, values in grouped.items():
+        changed[group] = replace(getattr(release, group), **values) if values else getattr(source, group)
+    return replace(release, **changed)  # type: ignore[arg-type]
+
+
+def shipped_in(change: Change) -> str:
+    """Return the release whose entry shipped ``change``."""
+    return next(r.version for r in _ORDERED if any(c is change for c in r.shipped))
+
+
+def _fixing_changes(
+    current: Release,
+    fixed: Release,
+    runs_clean: Callable[[Release], bool],
+    seen_as: Callable[[Release], Hashable],
+) -> tuple[tuple[Change, ...], bool]:
+    """Return the changes shipped after ``current`` up to ``fixed`` that each alone run the question clean on
+    ``current``, and False; else every one of them the question sees (it changes what ``seen_as`` returns), and
+    True: they end the failure together."""
+    between = _ORDERED[_ORDERED.index(current) + 1 : _ORDERED.index(fixed) + 1]
+    seen = seen_as(current)
+    candidates = [
+        (change, alone)
+        for release in between
+        for change in release.shipped
+        if seen_as(alone := with_rules(current, change.rules, release)) != seen
+    ]
+    clean = tuple(change for change, alone in candidates if runs_clean(alone))
+    if clean:
+        return clean, False
+    return tuple(change for change, _ in candidates), True
 
 
 def first_fixing_release(
     current: Release, runs_clean: Callable[[Release], bool], seen_as: Callable[[Release], Hashable]
 ) -> FixRelease | None:
-    """Return the first release after ``current`` on which ``runs_clean`` holds, with what changed there, or None.
+    """Return the first release after ``current`` on which ``runs_clean`` holds, with the changes that end the
+    failure, or None.
 
     The one fix search every question uses (:func:`kimi_viz._whatif.fix.with_fix`). ``seen_as`` says what of a
-    release the question sees
-    (its code path for a captured batch; request side, code path and forward pass for a workload):
-    a release that looks like one already tried, or like ``current``, is not asked again.
-    ``runs_clean`` returns False for a release that refuses the question's settings.
+    release the question sees (its code path for a captured batch; request side, code path, forward pass and
+    scheduler rules for a workload): a release that looks like one already tried, or like ``current``, is not
+    asked again. ``runs_clean`` returns False for a release that refuses the question's settings. Once a release
+    runs clean, each change shipped since ``current`` that the question sees is applied alone to ``current``
+    (:func:`with_rules`) and asked the same way: the changes that alone run it clean are named; when none does,
+    every one of them is, together.
     """
     tried = {seen_as(current)}
     for release in _ORDERED[_ORDERED.index(current) + 1 :]:
@@ -556,7 +678,8 @@ def first_fixing_release(
             continue
         tried.add(key)
         if runs_clean(release):
-            return FixRelease(release.version, what_changed(current, release), release.code_path)
+            changes, together = _fixing_changes(current, release, runs_clean, seen_as)
+            return FixRelease(release.version, release.code_path, changes, together)
     return None
 
 
@@ -577,14 +700,21 @@ __all__ = [
     "SchedulerRules",
     "PATH_INTRODUCED",
     "as_code_path",
-    "FIX_PRS",
-    "FIX_PRS_TEXT",
+    "Change",
     "ReleaseChoice",
     "FixRelease",
     "FixSearch",
     "choose_release",
     "release_for",
-    "what_changed",
+    "release_span",
+    "path_change",
+    "RULE_GROUPS",
+    "rule_names",
+    "rule_value",
+    "rule_differences",
+    "first_release_with",
+    "with_rules",
+    "shipped_in",
     "first_fixing_release",
     "parse_version",
 ]

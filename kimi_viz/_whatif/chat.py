@@ -128,7 +128,7 @@ class ChatQuestion:
         turns = chat_turns(self.request)
         outcomes = []
         for body, _ in turns:
-            outcome = check_request(body, release.version, renderer=self.renderer, settings=self.settings)
+            outcome = check_request(body, release, renderer=self.renderer, settings=self.settings)
             if outcome.error is not None:
                 return PreparedChat(release, outcome, None)
             outcomes.append(outcome)

@@ -429,15 +429,19 @@ def _expand_prompt(run: _Checking, path: BuildPath) -> RequestOutcome:
 
 def check_request(
     request: ChatRequest,
-    sglang_version: str,
+    sglang_version: str | Release,
     *,
     renderer: Renderer | None = None,
     settings: ServerSettings | None = None,
     rendered: Rendered | None = None,
 ) -> RequestOutcome:
     """Return the :class:`RequestOutcome` of ``request`` on one release's request side: each check in order,
-    SGLang's exact exception and message when one raises, else the expanded prompt with its media spans."""
-    release, sentence = release_for(sglang_version)
+    SGLang's exact exception and message when one raises, else the expanded prompt with its media spans.
+    ``sglang_version`` is a version, or a release entry (a question's own, which the fix search may have changed)."""
+    if isinstance(sglang_version, Release):
+        release, sentence, asked = sglang_version, "", sglang_version.version
+    else:
+        (release, sentence), asked = release_for(sglang_version), sglang_version.strip()
     renderer = renderer if renderer is not None else Renderer()
     settings = settings if settings is not None else ServerSettings()
     if settings.epd:
@@ -449,7 +453,7 @@ def check_request(
     producer = get_config(settings.producer_config)
     tokens = tuple(resize_config(im.width, im.height, producer).tokens for im in request.images)
     notes = list(rendered.notes)
-    if sglang_version.strip() != release.version:
+    if asked != release.version:
         notes.insert(0, sentence)
     run = _Checking(request, release, renderer, rendered, tokens, notes)
     stopped = _stop_before_loading(run)

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from .._records import frozen
+from ..releases import PATH_INTRODUCED
 
 
 @frozen
@@ -118,7 +119,8 @@ CAUSES: dict[CauseKind, CauseText] = {
     ),
     CauseKind.GPU_GRIDS: CauseText(
         "the gpu group's images were resized to grids that differ from the grids SGLang read for them",
-        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang 0.5.19 or later).",
+        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang "
+        f"{PATH_INTRODUCED['post-fix'][0]} or later).",
     ),
     CauseKind.CPU_GRIDS: CauseText(
         "the consumer's checkpoint processor computed grids that differ from the items' grid_thws",
