@@ -388,7 +388,7 @@ class FixRelease:
 
     @property
     def change(self) -> str:
-        """Return the changes as one phrase, e.g. ``"SGLang PR #35305 (Fix ...; models/kimi_k3.py ...)"``; a change
+        """Return the changes as one phrase, e.g. ``"SGLang PR #N (its title; models/kimi_k3.py ...)"``; a change
         an earlier release shipped says which."""
         texts = []
         for change in self.changes:
@@ -400,7 +400,7 @@ class FixRelease:
 
     @property
     def text(self) -> str:
-        """Return e.g. ``"fixed in 0.5.19: SGLang PR #36595 (Re-encode multimodal embeddings after cache mismatch;
+        """Return e.g. ``"fixed in 0.5.19: SGLang PR #N (Re-encode multimodal embeddings after cache mismatch;
         managers/mm_schedule.py ...)"``."""
         return f"fixed in {self.release}: {self.change}"
 
