@@ -285,13 +285,19 @@ def _key(version: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3])
 
 
+def release_order() -> tuple[str, ...]:
+    """Return the table's releases, oldest first, as the table holds them now."""
+    return tuple(sorted(RELEASES, key=_key))
+
+
 def release_span(releases: Iterable[str]) -> str:
     """Return releases as ranges of consecutive ones in the table: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``.
 
     The one way the kit writes a set of releases (help, answers, the message catalogue): a run is closed at the
-    newest release it reaches, so it names only releases the kit knows; none is ``none of 0.5.17–0.5.23``.
+    newest release it reaches, so it names only releases the kit knows (the data that says which releases run
+    something may end open, ``0.5.18+``; what the kit says names them); none is ``none of 0.5.17–0.5.23``.
     """
-    order = sorted(RELEASES, key=_key)
+    order = release_order()
     indices = sorted({order.index(r) for r in releases if r in RELEASES})
     if not indices:
         return f"none of {release_span(order)}"
@@ -707,6 +713,7 @@ __all__ = [
     "choose_release",
     "release_for",
     "release_span",
+    "release_order",
     "path_change",
     "RULE_GROUPS",
     "rule_names",
