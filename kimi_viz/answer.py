@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 from ._records import frozen
-from .releases import FixRelease, FixSearch, Release, release_span
+from .release_changes.fix_search import FixRelease, FixSearch
+from .releases import Release, release_span
 from .server_args.sources import ServerReport
 from .split.cause import ErrorInfo
 from .split.trace import Trace

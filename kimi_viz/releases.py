@@ -21,9 +21,9 @@ model, the three things the kit models of it:
 * its **scheduler** (:class:`~kimi_viz.scheduler_rules.SchedulerRules`: how it resolves Kimi-K3's
   flags, its hybrid tree, its event loop and its ``PrefillAdder``; the entries live beside this table,
   in :mod:`kimi_viz.scheduler_rules`);
-* what it **shipped** over the release before (:class:`~kimi_viz.release_changes.Change`: each change of
-  these rules with the SGLang pull requests that made it; the changes live beside this table, in
-  :mod:`kimi_viz.release_changes`).
+* what it **shipped** over the release before (:class:`~kimi_viz.release_changes.shipped.Change`: each change
+  of these rules with the SGLang pull requests that made it; the changes live beside this table, in
+  :mod:`kimi_viz.release_changes.shipped`, and the fix search that names them in :mod:`kimi_viz.release_changes`).
 
 Every rule a release runs lives in its entry, and nowhere else: adding a release is one
 :class:`Release` entry (plus its tests); :data:`NEWEST`, :data:`RELEASE_RANGE` and every derived
@@ -36,14 +36,21 @@ sentence saying how it was chosen, which every verdict repeats.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import fields, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Literal, Protocol, TypeVar
 
 from ._records import frozen
 from .errors import ConfigError
-from .release_changes import SHIPPED_0_5_18, SHIPPED_0_5_19, SHIPPED_0_5_20, SHIPPED_0_5_22, SHIPPED_0_5_23, Change
+from .release_changes.shipped import (
+    SHIPPED_0_5_18,
+    SHIPPED_0_5_19,
+    SHIPPED_0_5_20,
+    SHIPPED_0_5_22,
+    SHIPPED_0_5_23,
+    Change,
+)
 from .scheduler_rules import (
     SCHEDULER_0_5_17,
     SCHEDULER_0_5_19,
@@ -376,65 +383,6 @@ class ReleaseChoice:
         }
 
 
-@frozen
-class FixRelease:
-    """The first later release whose code runs a failing question clean, and the changes that make the difference:
-    each alone runs it clean on the failing release, or (``together``) none alone does and these are every change
-    in between that the question sees."""
-
-    release: str
-    code_path: CodePath
-    changes: tuple[Change, ...]
-    together: bool = False
-
-    @property
-    def summary(self) -> str:
-        """Return the release's code-path summary."""
-        return RELEASES[self.release].summary
-
-    @property
-    def change(self) -> str:
-        """Return the changes as one phrase, e.g. ``"SGLang PR #N (its title; models/kimi_k3.py ...)"``; a change
-        an earlier release shipped says which."""
-        texts = []
-        for change in self.changes:
-            release = shipped_in(change)
-            texts.append(change.text if release == self.release else f"{change.text}, shipped in {release}")
-        if self.together:
-            return f"{' and '.join(texts)}, together"
-        return " or ".join(texts) + (", each alone" if len(texts) > 1 else "")
-
-    @property
-    def text(self) -> str:
-        """Return e.g. ``"fixed in 0.5.19: SGLang PR #N (Re-encode multimodal embeddings after cache mismatch;
-        managers/mm_schedule.py ...)"``."""
-        return f"fixed in {self.release}: {self.change}"
-
-    def to_json(self) -> dict[str, object]:
-        """Return ``{"release", "change", "code_path", "summary", "changes", "together"}`` (each change as
-        :meth:`~kimi_viz.release_changes.Change.to_json` writes it, with the ``release`` that shipped it)."""
-        return {
-            "release": self.release,
-            "change": self.change,
-            "code_path": self.code_path,
-            "summary": self.summary,
-            "changes": [{**change.to_json(), "release": shipped_in(change)} for change in self.changes],
-            "together": self.together,
-        }
-
-
-@frozen
-class FixSearch:
-    """What the one fix search found for a failing question: the first later release that runs it clean, or None
-    when no release the kit knows does. An answer without one was not searched."""
-
-    found: FixRelease | None
-
-    def to_json(self) -> dict[str, object] | None:
-        """Return the release found as :meth:`FixRelease.to_json` writes it, or None."""
-        return None if self.found is None else self.found.to_json()
-
-
 class _Versioned(Protocol):
     @property
     def version(self) -> str: ...
@@ -588,107 +536,6 @@ def choose_release(
     )
 
 
-#: The rule records of a release, each a group of rules named ``"<group>.<field>"``.
-RULE_GROUPS = ("request_side", "forward", "scheduler")
-_NOT_RULES = ("version", "changes")  # a record's first release and its sentence: not rules it runs
-
-
-def rule_names() -> tuple[str, ...]:
-    """Return every rule a release entry holds: ``"code_path"``, then ``"<group>.<field>"`` of each rule record."""
-    records = RELEASES[NEWEST]
-    return ("code_path",) + tuple(
-        f"{group}.{f.name}"
-        for group in RULE_GROUPS
-        for f in fields(getattr(records, group))
-        if f.name not in _NOT_RULES
-    )
-
-
-def rule_value(release: Release, rule: str) -> object:
-    """Return the value ``release`` runs for ``rule`` (``"code_path"`` or ``"<group>.<field>"``)."""
-    group, _, name = rule.partition(".")
-    return getattr(getattr(release, group), name) if name else getattr(release, group)
-
-
-def rule_differences(old: Release, new: Release) -> tuple[str, ...]:
-    """Return the rules ``new`` runs otherwise than ``old``, in :func:`rule_names` order."""
-    return tuple(rule for rule in rule_names() if rule_value(old, rule) != rule_value(new, rule))
-
-
-def first_release_with(rule: str, value: object = True) -> str | None:
-    """Return the first release that runs ``rule`` with ``value`` (e.g. ``"forward.discards_stale_cache"``), or None."""
-    return next((r.version for r in _ORDERED if rule_value(r, rule) == value), None)
-
-
-def with_rules(release: Release, rules: Sequence[str], source: Release) -> Release:
-    """Return ``release`` running ``source``'s value of each of ``rules`` and its own of the others: what
-    ``release`` would be with one change alone (the records replaced, the table untouched)."""
-    grouped: dict[str, dict[str, object]] = {}
-    for rule in rules:
-        group, _, name = rule.partition(".")
-        grouped.setdefault(group, {})
-        if name:
-            grouped[group][name] = rule_value(source, rule)
-    changed: dict[str, object] = {}
-    for group, values in grouped.items():
-        changed[group] = replace(getattr(release, group), **values) if values else getattr(source, group)
-    return replace(release, **changed)  # type: ignore[arg-type]
-
-
-def shipped_in(change: Change) -> str:
-    """Return the release whose entry shipped ``change``."""
-    return next(r.version for r in _ORDERED if any(c is change for c in r.shipped))
-
-
-def _fixing_changes(
-    current: Release,
-    fixed: Release,
-    runs_clean: Callable[[Release], bool],
-    seen_as: Callable[[Release], Hashable],
-) -> tuple[tuple[Change, ...], bool]:
-    """Return the changes shipped after ``current`` up to ``fixed`` that each alone run the question clean on
-    ``current``, and False; else every one of them the question sees (it changes what ``seen_as`` returns), and
-    True: they end the failure together."""
-    between = _ORDERED[_ORDERED.index(current) + 1 : _ORDERED.index(fixed) + 1]
-    seen = seen_as(current)
-    candidates = [
-        (change, alone)
-        for release in between
-        for change in release.shipped
-        if seen_as(alone := with_rules(current, change.rules, release)) != seen
-    ]
-    clean = tuple(change for change, alone in candidates if runs_clean(alone))
-    if clean:
-        return clean, False
-    return tuple(change for change, _ in candidates), True
-
-
-def first_fixing_release(
-    current: Release, runs_clean: Callable[[Release], bool], seen_as: Callable[[Release], Hashable]
-) -> FixRelease | None:
-    """Return the first release after ``current`` on which ``runs_clean`` holds, with the changes that end the
-    failure, or None.
-
-    The one fix search every question uses (:func:`kimi_viz._whatif.fix.with_fix`). ``seen_as`` says what of a
-    release the question sees (its code path for a captured batch; request side, code path, forward pass and
-    scheduler rules for a workload): a release that looks like one already tried, or like ``current``, is not
-    asked again. ``runs_clean`` returns False for a release that refuses the question's settings. Once a release
-    runs clean, each change shipped since ``current`` that the question sees is applied alone to ``current``
-    (:func:`with_rules`) and asked the same way: the changes that alone run it clean are named; when none does,
-    every one of them is, together.
-    """
-    tried = {seen_as(current)}
-    for release in _ORDERED[_ORDERED.index(current) + 1 :]:
-        key = seen_as(release)
-        if key in tried:
-            continue
-        tried.add(key)
-        if runs_clean(release):
-            changes, together = _fixing_changes(current, release, runs_clean, seen_as)
-            return FixRelease(release.version, release.code_path, changes, together)
-    return None
-
-
 __all__ = [
     "rule_in_force",
     "CodePath",
@@ -706,22 +553,11 @@ __all__ = [
     "SchedulerRules",
     "PATH_INTRODUCED",
     "as_code_path",
-    "Change",
     "ReleaseChoice",
-    "FixRelease",
-    "FixSearch",
     "choose_release",
     "release_for",
     "release_span",
     "release_order",
     "path_change",
-    "RULE_GROUPS",
-    "rule_names",
-    "rule_value",
-    "rule_differences",
-    "first_release_with",
-    "with_rules",
-    "shipped_in",
-    "first_fixing_release",
     "parse_version",
 ]

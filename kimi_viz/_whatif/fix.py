@@ -15,7 +15,8 @@ from dataclasses import replace
 from ..answer import Answer
 from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError
-from ..releases import FixRelease, FixSearch, Release, first_fixing_release
+from ..release_changes.fix_search import FixRelease, FixSearch, first_fixing_release
+from ..releases import Release
 from ..request.settings import Mode
 from ..split.verdict import Status
 from .protocol import Question

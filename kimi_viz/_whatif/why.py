@@ -18,7 +18,8 @@ from ..forward.scheduled import no_token_phrase
 from ..forward.supply import ImageSupply
 from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..forward.workload_replay import LoadResult
-from ..releases import Release, first_release_with, path_change
+from ..release_changes.rules import releases_where
+from ..releases import Release, path_change
 from ..scheduler.event_loop import radix_prefixes
 from ..scheduler.prefix import padded_ids
 from ..scheduler.radix_cache import lost_on
@@ -399,7 +400,7 @@ def _why_pass(result: LoadResult, trace: ForwardTrace, k: int) -> str:
                 if trace.path == "precomputed"
                 else "a cached embedding of another length was used as it is (this release keys the cache by "
                 "item.hash alone and never checks the length; "
-                f"{first_release_with('forward.discards_stale_cache')} discards it with a warning)"
+                f"{releases_where('forward.discards_stale_cache')[0]} discards it with a warning)"
             )
             + f". {error.type}: {error.message}"
         )

@@ -41,6 +41,7 @@ from ..message_catalogue.messages import (
 )
 from ..preprocess.config import get_config
 from ..preprocess.resize import resize_config
+from ..release_changes.rules import releases_where
 from ..releases import RELEASES, Release, release_for
 from ..split.cause import ErrorInfo
 from .chat import KIMI_IMAGE_PLACEHOLDER, ChatRequest, Rendered, Renderer, render_request
@@ -359,7 +360,8 @@ def _stop_before_loading(run: _Checking) -> RequestOutcome | None:
         run.checks.append(Check("caller identities", identity_where, "passed", "no mm_hashes and no dict image items"))
     elif request.mm_hashes:
         run.notes.append(
-            f"SGLang {release.version} has no reject_caller_image_identity (it came in 0.5.23): the mm_hashes are "
+            f"SGLang {release.version} has no reject_caller_image_identity (it came in "
+            f"{releases_where('request_side.rejects_caller_identity')[0]}): the mm_hashes are "
             "taken as the items' hashes"
         )
     one_to_one = f"{_K3_FILE}:{side.one_to_one_line} KimiK3ImageProcessor.process_mm_data_async"

@@ -16,6 +16,8 @@ from typing import Any, Literal, get_args
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..release_changes.rules import releases_where
+from ..releases import release_span
 
 Serving = Literal["normal", "epd-encoder"]
 EpdBackend = Literal["cpu", "gpu"]
@@ -51,6 +53,9 @@ class Option:
     meaning: str
 
 
+# What an unset --mm-feature-transport resolves to on a one-node CUDA server, by release (the table's).
+_AUTO_IPC = releases_where("request_side.auto_transport", lambda transport: transport == "cuda_ipc")
+_AUTO_CPU = releases_where("request_side.auto_transport", lambda transport: transport == "cpu")
 OPTIONS: tuple[Option, ...] = (
     Option(
         "serving",
@@ -71,8 +76,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "transport",
         f"--mm-feature-transport {choices_metavar(TRANSPORTS)}",
-        "--mm-feature-transport (auto: the flag unset; 0.5.17 resolves it to cuda_ipc on a one-node CUDA "
-        "server, 0.5.18 and later to cpu; --encoder-only always to cpu)",
+        f"--mm-feature-transport (auto: the flag unset; {release_span(_AUTO_IPC)} resolves it to cuda_ipc on a "
+        f"one-node CUDA server, {_AUTO_CPU[0]} and later to cpu; --encoder-only always to cpu)",
         "only the cpu transport lets the request side defer GPU preprocessing",
     ),
     Option(
@@ -85,7 +90,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "preprocess_cache_mb",
         "--mm-preprocess-cache-size-mb N",
-        "--mm-preprocess-cache-size-mb (0.5.18 and later; unset: 256 MiB for Kimi-K3; 0 disables it)",
+        f"--mm-preprocess-cache-size-mb ({releases_where('request_side.preprocess_cache')[0]} and later; unset: "
+        "256 MiB for Kimi-K3; 0 disables it)",
         "on: the cached path decides per image; 0: the uncached path decides for all images together",
     ),
     Option(

@@ -2,8 +2,8 @@
 
 Each :class:`Scenario` builds a :class:`~kimi_viz.split.batch.Batch` from the sample images the way
 SGLang's producer (``prepare_kimi_k3_encoder_inputs``) would, then bends one thing, and states the
-outcome SGLang 0.5.23 gives: ``ok``, or the exception type and exact message (per rank where
-the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
+outcome SGLang gives on the scenario's code path: ``ok``, or the exception type and exact message (per rank
+where the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from .._records import frozen
 from ..errors import ScenarioError
 from ..forward.workload_replay import LoadSettings
 from ..message_catalogue.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
-from ..releases import PATH_INTRODUCED, first_release_with
+from ..release_changes.rules import releases_where
+from ..releases import PATH_INTRODUCED
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
 from ..request.workload import CacheSeed, Request, Workload
@@ -157,7 +158,7 @@ def _s1_across(calls: int, passes: int, rank: int = 1) -> LoadExpectation:
 
 EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
 _POST_FIX = PATH_INTRODUCED["post-fix"][0]  # the first release that reads the grids at global positions
-_DISCARDS = first_release_with("forward.discards_stale_cache")  # the first that drops a cached entry of another length
+_DISCARDS = releases_where("forward.discards_stale_cache")[0]  # the first that drops a cached entry of another length
 
 
 # The load scenarios, one row each, in the order they are listed.

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from .._records import frozen
 from ..errors import WhatIfError
+from ..release_changes.rules import releases_where
 from ..scheduler_rules import ATTENTION_BACKENDS
 
 SchedulePolicy = Literal["fcfs", "lpm"]
@@ -128,6 +129,9 @@ class Flag:
 _H200_CHUNK = 8192  # the chunk size SGLang picks for an H200's memory (server_args: by GPU memory)
 
 # In the order a deployment's flags are spelled (LoadSettings.flags) and the docs table lists them.
+# The last releases with the flag's old spelling and with cutlass_mla (the release table's scheduler rules).
+_ALIAS_UNTIL = releases_where("scheduler.strategy_alias")[-1]
+_CUTLASS_UNTIL = releases_where("scheduler.attention_backends", lambda backends: "cutlass_mla" in backends)[-1]
 FLAGS: tuple[Flag, ...] = (
     Flag(
         "chunked_prefill_size",
@@ -203,7 +207,7 @@ FLAGS: tuple[Flag, ...] = (
         "--mamba-radix-cache-strategy",
         "mamba_radix_cache_strategy",
         "choice",
-        "`--mamba-radix-cache-strategy` (up to 0.5.19 also `--mamba-scheduler-strategy`)",
+        f"`--mamba-radix-cache-strategy` (up to {_ALIAS_UNTIL} also `--mamba-scheduler-strategy`)",
         "auto",
         "auto: extra_buffer with the overlap schedule on (or a --page-size above 1 given), else no_buffer",
         "where Kimi-K3's tree saves linear-attention states: extra_buffer at a prefill window's start plus multiples "
@@ -219,8 +223,9 @@ FLAGS: tuple[Flag, ...] = (
         "`--mamba-track-interval`",
         256,
         "256",
-        "extra_buffer: a decoding request saves its state each time its length reaches a multiple of it (from 0.5.19 "
-        "of lcm(64, it)); only the last such save reaches the tree at its finish",
+        "extra_buffer: a decoding request saves its state each time its length reaches a multiple of it (from "
+        f"{releases_where('scheduler.decode_track_on_checkpoint_grid')[0]} of lcm(64, it)); only the last such save "
+        "reaches the tree at its finish",
         low=1,
         tries=(64,),
     ),
@@ -244,7 +249,7 @@ FLAGS: tuple[Flag, ...] = (
         None,
         "unset: fa3 on a Hopper, trtllm_mla on a Blackwell (Kimi-K3's own override), triton on ROCm",
         "the page size: flashmla, trtllm_mla and cutedsl_mla force 64 (trtllm_mla and cutedsl_mla keep 32), "
-        "cutlass_mla (up to 0.5.19) 128",
+        f"cutlass_mla (up to {_CUTLASS_UNTIL}) 128",
         choices=ATTENTION_BACKENDS,
         searched=False,
     ),

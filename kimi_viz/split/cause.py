@@ -11,7 +11,8 @@ from enum import Enum
 from typing import Any
 
 from .._records import frozen
-from ..releases import PATH_INTRODUCED
+from ..release_changes.rules import releases_where
+from ..releases import PATH_INTRODUCED, release_span
 
 
 @frozen
@@ -81,7 +82,7 @@ CAUSES: dict[CauseKind, CauseText] = {
     ),
     CauseKind.FEATURE_TYPE: CauseText(
         "an item's feature is not a torch.Tensor where SGLang needs one (an eager or local item, or any item on "
-        "0.5.17's code)",
+        f"{release_span(releases_where('code_path', lambda path: path == 'no-split'))}'s code)",
         "Send eager items as [h*w, 3, 14, 14] tensors, and deferred items only to a consumer with the deferred split.",
     ),
     CauseKind.MISSING_BACKEND: CauseText(

@@ -2,21 +2,22 @@
 
 Each :class:`~kimi_viz.releases.Release` entry holds the changes it shipped (its ``shipped``); this module holds
 them, beside the table, as :mod:`kimi_viz.scheduler_rules` holds the scheduler's rules. Every rule that differs
-between two consecutive releases (:func:`kimi_viz.releases.rule_differences`: the code path, a field of the request
-side, of the forward pass or of the scheduler) is covered by exactly one change of the later release, and a change
-names only rules that differ there (``tests/test_fix_changes.py``). The fix search names the changes that end a
-failure from here (:func:`kimi_viz.releases.first_fixing_release`).
+between two consecutive releases (:func:`~kimi_viz.release_changes.rules.rule_differences`: the code path, a field
+of the request side, of the forward pass or of the scheduler) is covered by exactly one change of the later
+release, and a change names only rules that differ there (``tests/test_fix_changes.py``). The fix search names the
+changes that end a failure from here (:func:`~kimi_viz.release_changes.fix_search.first_fixing_release`).
 
 Which change shipped where is read from the releases' own code (the diff of each release's files against the one
 before) and SGLang's pull requests: a change names the pull requests that made it, or none where none was
-identified, and then the file and function that changed say what it is. PR titles drop their ``[tag]``.
+identified, and then the file and function that changed say what it is. A change ships in the first release
+whose code has it (the pull requests' threads give no merge dates). PR titles drop their ``[tag]``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._records import frozen
+from .._records import frozen
 
 
 @frozen
