@@ -25,8 +25,7 @@ from typing import Any
 
 from .._records import frozen
 from ..errors import KimiVizError, ServerInputError, WhatIfError
-from ..message_catalogue import release_span
-from ..releases import NEWEST, RELEASES, release_for
+from ..releases import NEWEST, RELEASES, release_for, release_span
 from ..request.settings import ServerSettings
 from ..scheduler.flags import FLAGS, Flag, LoadSettings
 from ..server_args.command import ParsedCommand, parse_command, split_command
