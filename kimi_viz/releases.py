@@ -297,6 +297,11 @@ def release_order() -> tuple[str, ...]:
     return tuple(sorted(RELEASES, key=_key))
 
 
+def ordered_releases() -> tuple[Release, ...]:
+    """Return the table's entries, oldest first, as the table holds them now."""
+    return tuple(RELEASES[version] for version in release_order())
+
+
 def release_span(releases: Iterable[str]) -> str:
     """Return releases as ranges of consecutive ones in the table: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``.
 
@@ -558,6 +563,7 @@ __all__ = [
     "release_for",
     "release_span",
     "release_order",
+    "ordered_releases",
     "path_change",
     "parse_version",
 ]

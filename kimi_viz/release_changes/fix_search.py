@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 from .._records import frozen
-from ..releases import RELEASES, CodePath, Release, release_order
+from ..releases import RELEASES, CodePath, Release, ordered_releases
 from .rules import shipped_in, with_rules
 from .shipped import Change
 
@@ -37,6 +37,8 @@ class FixRelease:
     def change(self) -> str:
         """Return the changes as one phrase, e.g. ``"SGLang PR #N (its title; models/kimi_k3.py ...)"``; a change
         an earlier release shipped says which."""
+        if not self.changes:
+            return f"its {self.code_path} path (no change of the release table identified)"
         texts = []
         for change in self.changes:
             release = shipped_in(change)
@@ -53,7 +55,7 @@ class FixRelease:
 
     def to_json(self) -> dict[str, object]:
         """Return ``{"release", "change", "code_path", "summary", "changes", "together"}`` (each change as
-        :meth:`~kimi_viz.release_changes.Change.to_json` writes it, with the ``release`` that shipped it)."""
+        :meth:`~kimi_viz.release_changes.shipped.Change.to_json` writes it, with the ``release`` that shipped it)."""
         return {
             "release": self.release,
             "change": self.change,
@@ -85,7 +87,7 @@ def _fixing_changes(
     """Return the changes shipped after ``current`` up to ``fixed`` that each alone run the question clean on
     ``current``, and False; else every one of them the question sees (it changes what ``seen_as`` returns), and
     True: they end the failure together."""
-    ordered = [RELEASES[version] for version in release_order()]
+    ordered = ordered_releases()
     between = ordered[ordered.index(current) + 1 : ordered.index(fixed) + 1]
     seen = seen_as(current)
     candidates = [
@@ -97,6 +99,8 @@ def _fixing_changes(
     clean = tuple(change for change, alone in candidates if runs_clean(alone))
     if clean:
         return clean, False
+    if not candidates:  # no change alone looks different to the question: every change in between, together
+        return tuple(change for release in between for change in release.shipped), True
     return tuple(change for change, _ in candidates), True
 
 
@@ -111,11 +115,11 @@ def first_fixing_release(
     scheduler rules for a workload): a release that looks like one already tried, or like ``current``, is not
     asked again. ``runs_clean`` returns False for a release that refuses the question's settings. Once a release
     runs clean, each change shipped since ``current`` that the question sees is applied alone to ``current``
-    (:func:`with_rules`) and asked the same way: the changes that alone run it clean are named; when none does,
-    every one of them is, together.
+    (:func:`~kimi_viz.release_changes.rules.with_rules`) and asked the same way: the changes that alone run it
+    clean are named; when none does, every one of them is, together.
     """
     tried = {seen_as(current)}
-    ordered = [RELEASES[version] for version in release_order()]
+    ordered = ordered_releases()
     for release in ordered[ordered.index(current) + 1 :]:
         key = seen_as(release)
         if key in tried:

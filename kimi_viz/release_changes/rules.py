@@ -13,14 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
-from ..releases import NEWEST, RELEASES, Release, release_order
+from ..releases import NEWEST, RELEASES, Release, ordered_releases
 from .shipped import Change
-
-
-def _ordered() -> list[Release]:
-    """Return the table's entries, oldest first."""
-    return [RELEASES[version] for version in release_order()]
-
 
 #: The rule records of a release, each a group of rules named ``"<group>.<field>"``.
 RULE_GROUPS = ("request_side", "forward", "scheduler")
@@ -53,7 +47,7 @@ def releases_where(rule: str, holds: Callable[[Any], bool] = bool) -> tuple[str,
     """Return the releases, oldest first, whose value of ``rule`` ``holds`` (by default: is true); e.g. those that
     discard a cached embedding of another length, ``releases_where("forward.discards_stale_cache")``. Help and
     messages take the releases they name from here, never from a written number."""
-    return tuple(r.version for r in _ordered() if holds(rule_value(r, rule)))
+    return tuple(r.version for r in ordered_releases() if holds(rule_value(r, rule)))
 
 
 def with_rules(release: Release, rules: Sequence[str], source: Release) -> Release:
@@ -73,7 +67,7 @@ def with_rules(release: Release, rules: Sequence[str], source: Release) -> Relea
 
 def shipped_in(change: Change) -> str:
     """Return the release whose entry shipped ``change``."""
-    return next(r.version for r in _ordered() if any(c is change for c in r.shipped))
+    return next(r.version for r in ordered_releases() if any(c is change for c in r.shipped))
 
 
 __all__ = [
