@@ -37,7 +37,8 @@ from .forward.trace import ForwardTrace
 from .manifest import read_manifest
 from .manifest.digest import manifest_digest
 from .preprocess.config import get_config
-from .releases import FixSearch, choose_release
+from .release_changes.fix_search import FixSearch
+from .releases import choose_release
 from .report.html import ReportFigure, write_report
 from .report.markdown import issue_markdown
 from .report.stepper import Stepper

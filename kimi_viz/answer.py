@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 from ._records import frozen
-from .releases import FixRelease, FixSearch, Release
+from .release_changes.fix_search import FixRelease, FixSearch
+from .releases import Release, release_span
 from .server_args.sources import ServerReport
 from .split.cause import ErrorInfo
 from .split.trace import Trace
@@ -219,9 +220,8 @@ class Cell:
 
     @property
     def label(self) -> str:
-        """Return the releases as a row label: ``0.5.18`` or ``0.5.19–0.5.22``."""
-        first, last = self.releases[0].version, self.releases[-1].version
-        return first if first == last else f"{first}–{last}"
+        """Return the releases as a row label: ``0.5.18`` or ``0.5.19–0.5.22`` (:func:`release_span`)."""
+        return release_span(r.version for r in self.releases)
 
 
 @frozen

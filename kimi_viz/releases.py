@@ -20,25 +20,37 @@ model, the three things the kit models of it:
   are spliced back);
 * its **scheduler** (:class:`~kimi_viz.scheduler_rules.SchedulerRules`: how it resolves Kimi-K3's
   flags, its hybrid tree, its event loop and its ``PrefillAdder``; the entries live beside this table,
-  in :mod:`kimi_viz.scheduler_rules`).
+  in :mod:`kimi_viz.scheduler_rules`);
+* what it **shipped** over the release before (:class:`~kimi_viz.release_changes.shipped.Change`: each change
+  of these rules with the SGLang pull requests that made it; the changes live beside this table, in
+  :mod:`kimi_viz.release_changes.shipped`, and the fix search that names them in :mod:`kimi_viz.release_changes`).
 
 Every rule a release runs lives in its entry, and nowhere else: adding a release is one
 :class:`Release` entry (plus its tests); :data:`NEWEST`, :data:`RELEASE_RANGE` and every derived
-table follow. :func:`choose_release` turns what the user asked for (``sglang_version``,
-``code_path``) and what a manifest recorded into a :class:`ReleaseChoice`: the path to replay, the
-release it stands for and a sentence saying how it was chosen, which every verdict repeats.
+table follow; :func:`release_span` writes a set of releases as ranges, wherever the kit names them.
+:func:`choose_release` turns what the user asked for (``sglang_version``, ``code_path``) and what a
+manifest recorded into a :class:`ReleaseChoice`: the path to replay, the release it stands for and a
+sentence saying how it was chosen, which every verdict repeats.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from enum import Enum
 from typing import Literal, Protocol, TypeVar
 
 from ._records import frozen
 from .errors import ConfigError
+from .release_changes.shipped import (
+    SHIPPED_0_5_18,
+    SHIPPED_0_5_19,
+    SHIPPED_0_5_20,
+    SHIPPED_0_5_22,
+    SHIPPED_0_5_23,
+    Change,
+)
 from .scheduler_rules import (
     SCHEDULER_0_5_17,
     SCHEDULER_0_5_19,
@@ -50,9 +62,6 @@ from .scheduler_rules import (
 
 CodePath = Literal["no-split", "pre-fix", "post-fix"]
 CODE_PATHS: tuple[CodePath, ...] = ("no-split", "pre-fix", "post-fix")
-
-FIX_PRS = ("#35305", "#36265")
-FIX_PRS_TEXT = "SGLang PRs " + " / ".join(FIX_PRS)
 
 
 class PathSource(str, Enum):
@@ -91,9 +100,8 @@ class RequestSide:
 
     @property
     def label(self) -> str:
-        """Return e.g. ``"0.5.19–0.5.22"``."""
-        releases = self.releases
-        return releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+        """Return e.g. ``"0.5.19–0.5.22"`` (:func:`release_span`)."""
+        return release_span(self.releases)
 
 
 @frozen
@@ -125,7 +133,8 @@ class ForwardRules:
 
 @frozen
 class Release:
-    """One SGLang release: its Kimi-K3 code path, its request side, its forward pass and its scheduler."""
+    """One SGLang release: its Kimi-K3 code path, its request side, its forward pass, its scheduler, and the changes
+    of these it shipped over the release before."""
 
     version: str
     code_path: CodePath
@@ -133,6 +142,7 @@ class Release:
     forward: ForwardRules
     scheduler: SchedulerRules
     summary: str
+    shipped: tuple[Change, ...] = ()  # one per change of the rules above (rule_differences), with its pull requests
 
     def to_json(self) -> dict[str, str]:
         """Return ``{"version", "code_path", "request_side", "forward", "scheduler", "summary"}`` (rules: versions)."""
@@ -154,7 +164,7 @@ _PRE_FIX = (
     "the deferred split without global_indices: the backend groups read grid_thws_host[indices] "
     "with shard-local positions (the S1 bug)"
 )
-_POST_FIX = f"the deferred split with global_indices ({FIX_PRS_TEXT})"
+_POST_FIX = "the deferred split with global_indices: the backend groups read grid_thws_host at global positions"
 _WITH_XPU = ("hip", "npu", "xpu")
 
 SIDE_0_5_17 = RequestSide(
@@ -253,9 +263,9 @@ RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
         Release("0.5.17", "no-split", SIDE_0_5_17, FORWARD_0_5_17, SCHEDULER_0_5_17, _NO_SPLIT),
-        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX),
-        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_19, _POST_FIX),
-        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
+        Release("0.5.18", "pre-fix", SIDE_0_5_18, FORWARD_0_5_18, SCHEDULER_0_5_17, _PRE_FIX, SHIPPED_0_5_18),
+        Release("0.5.19", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_19, _POST_FIX, SHIPPED_0_5_19),
+        Release("0.5.20", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX, SHIPPED_0_5_20),
         Release("0.5.21", "post-fix", SIDE_0_5_19, FORWARD_0_5_19, SCHEDULER_0_5_20, _POST_FIX),
         Release(
             "0.5.22",
@@ -264,8 +274,9 @@ RELEASES: dict[str, Release] = {
             FORWARD_0_5_22,
             SCHEDULER_0_5_22,
             _POST_FIX + "; drops the CUDA-IPC consumer count, which changes no outcome",
+            SHIPPED_0_5_22,
         ),
-        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),
+        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX, SHIPPED_0_5_23),
     )
 }
 
@@ -281,20 +292,56 @@ def _key(version: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3])
 
 
-#: What each code path changed when it first shipped (for "fixed in ...").
-PATH_CHANGES: dict[CodePath, str] = {
-    "no-split": "the first Kimi-K3 model",
-    "pre-fix": "deferred preprocessing in get_image_feature",
-    "post-fix": FIX_PRS_TEXT,
-}
+def release_order() -> tuple[str, ...]:
+    """Return the table's releases, oldest first, as the table holds them now."""
+    return tuple(sorted(RELEASES, key=_key))
+
+
+def ordered_releases() -> tuple[Release, ...]:
+    """Return the table's entries, oldest first, as the table holds them now."""
+    return tuple(RELEASES[version] for version in release_order())
+
+
+def release_span(releases: Iterable[str]) -> str:
+    """Return releases as ranges of consecutive ones in the table: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``.
+
+    The one way the kit writes a set of releases (help, answers, the message catalogue): a run is closed at the
+    newest release it reaches, so it names only releases the kit knows (the data that says which releases run
+    something may end open, ``0.5.18+``; what the kit says names them); none is ``none of 0.5.17–0.5.23``.
+    """
+    order = release_order()
+    indices = sorted({order.index(r) for r in releases if r in RELEASES})
+    if not indices:
+        return f"none of {release_span(order)}"
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(order[run[0]] if len(run) == 1 else f"{order[run[0]]}–{order[run[-1]]}" for run in runs)
+
+
 _ORDERED = sorted(RELEASES.values(), key=lambda r: _key(r.version))
 NEWEST = _ORDERED[-1].version
 FIRST_KIMI_K3 = _ORDERED[0].version
 #: Every release with a Kimi-K3 model, as help texts and answers name them.
-RELEASE_RANGE = f"{FIRST_KIMI_K3}–{NEWEST}"
+RELEASE_RANGE = release_span(RELEASES)
+
+
+def path_change(path: CodePath) -> Change | None:
+    """Return the change that brought code path ``path`` (None for the first release's path: nothing before it)."""
+    first = next(r for r in _ORDERED if r.code_path == path)
+    return next((change for change in first.shipped if "code_path" in change.rules), None)
+
+
 #: The release each code path first shipped in, and what changed there.
 PATH_INTRODUCED: dict[CodePath, tuple[str, str]] = {
-    path: (next(r.version for r in _ORDERED if r.code_path == path), PATH_CHANGES[path]) for path in CODE_PATHS
+    path: (
+        next(r.version for r in _ORDERED if r.code_path == path),
+        "the first Kimi-K3 model" if (change := path_change(path)) is None else change.text,
+    )
+    for path in CODE_PATHS
 }
 #: The release whose code a path stands for when only the path is known: the newest that runs it.
 PATH_RELEASE: dict[CodePath, str] = {
@@ -339,41 +386,6 @@ class ReleaseChoice:
             "asked": self.asked,
             "note": self.note,
         }
-
-
-@frozen
-class FixRelease:
-    """The first later release whose code replays a failing batch clean, and what changed there."""
-
-    release: str
-    change: str
-    code_path: CodePath
-
-    @property
-    def summary(self) -> str:
-        """Return the release's code-path summary."""
-        return RELEASES[self.release].summary
-
-    @property
-    def text(self) -> str:
-        """Return e.g. ``"fixed in 0.5.19: SGLang PRs #35305 / #36265"``."""
-        return f"fixed in {self.release}: {self.change}"
-
-    def to_json(self) -> dict[str, str]:
-        """Return ``{"release", "change", "code_path", "summary"}``."""
-        return {"release": self.release, "change": self.change, "code_path": self.code_path, "summary": self.summary}
-
-
-@frozen
-class FixSearch:
-    """What the one fix search found for a failing question: the first later release that runs it clean, or None
-    when no release the kit knows does. An answer without one was not searched."""
-
-    found: FixRelease | None
-
-    def to_json(self) -> dict[str, str] | None:
-        """Return the release found as :meth:`FixRelease.to_json` writes it, or None."""
-        return None if self.found is None else self.found.to_json()
 
 
 class _Versioned(Protocol):
@@ -529,37 +541,6 @@ def choose_release(
     )
 
 
-def what_changed(old: Release, new: Release) -> str:
-    """Return what ``new`` changed over ``old``: its code path, else its request side, else its forward pass."""
-    if new.code_path != old.code_path:
-        return PATH_INTRODUCED[new.code_path][1]
-    if new.request_side is not old.request_side:
-        return f"its request side builds other items ({new.request_side.changes})"
-    return new.forward.changes
-
-
-def first_fixing_release(
-    current: Release, runs_clean: Callable[[Release], bool], seen_as: Callable[[Release], Hashable]
-) -> FixRelease | None:
-    """Return the first release after ``current`` on which ``runs_clean`` holds, with what changed there, or None.
-
-    The one fix search every question uses (:func:`kimi_viz._whatif.fix.with_fix`). ``seen_as`` says what of a
-    release the question sees
-    (its code path for a captured batch; request side, code path and forward pass for a workload):
-    a release that looks like one already tried, or like ``current``, is not asked again.
-    ``runs_clean`` returns False for a release that refuses the question's settings.
-    """
-    tried = {seen_as(current)}
-    for release in _ORDERED[_ORDERED.index(current) + 1 :]:
-        key = seen_as(release)
-        if key in tried:
-            continue
-        tried.add(key)
-        if runs_clean(release):
-            return FixRelease(release.version, what_changed(current, release), release.code_path)
-    return None
-
-
 __all__ = [
     "rule_in_force",
     "CodePath",
@@ -577,14 +558,12 @@ __all__ = [
     "SchedulerRules",
     "PATH_INTRODUCED",
     "as_code_path",
-    "FIX_PRS",
-    "FIX_PRS_TEXT",
     "ReleaseChoice",
-    "FixRelease",
-    "FixSearch",
     "choose_release",
     "release_for",
-    "what_changed",
-    "first_fixing_release",
+    "release_span",
+    "release_order",
+    "ordered_releases",
+    "path_change",
     "parse_version",
 ]

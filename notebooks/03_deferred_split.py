@@ -63,7 +63,7 @@ plots.draw_step(healthy_trace, -1, rank=0).figure
 # %% [markdown]
 # ## 2. S1 — a shard-local index into the global grid list (SGLang 0.5.18)
 #
-# Before SGLang PRs #35305 / #36265 (first released in 0.5.19), the backend groups read
+# Before SGLang PR #35305 (first released in 0.5.19), the backend groups read
 # `grid_thws_host[indices]` with the rank's *local* positions instead of `global_indices`. At
 # attention-TP ≥ 2, a rank whose images are not a prefix of the batch reads another image's grid.
 # Three images on two ranks, cpu backend, replayed as SGLang 0.5.18:

@@ -52,7 +52,10 @@ def test_triage_and_whatif_name_the_same_fix_for_a_silent_mismatch(silent_batch)
     assert asked.fixed_in == triaged.answer.fixed_in and asked.fixed_in.release == "0.5.19"
     # every presenter of the triage says it, from the one search
     assert triaged.to_json()["release"]["fixed_in"]["release"] == "0.5.19"
-    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in triaged.text()
+    assert (
+        'fixed in 0.5.19: SGLang PR #35305 (Fix "wrong grids" crash in DP-sharded vision preprocessing; '
+        "models/kimi_k3.py materialize_item_features)"
+    ) in triaged.text()
     assert json.dumps(triaged.verdict.to_json(triaged.fixes)) == json.dumps(triaged.to_json())
 
 

@@ -106,6 +106,7 @@ LAYERS = [
         "message_catalogue",
         "server_args",
         "releases",
+        "release_changes",
         "scheduler_rules",
         "devices",
         "data",

@@ -9,12 +9,14 @@ and the entry.
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
+from dataclasses import replace
 
 import pytest
 
-from kimi_viz.message_catalogue import CATALOGUE, STAGE_FILES
+from kimi_viz.message_catalogue import CATALOGUE, STAGE_FILES, where
 from kimi_viz.message_catalogue._load import DATA, load, span
 from kimi_viz.message_catalogue.messages import MSG_LENGTH, Message, Site, Stage
 
@@ -28,6 +30,7 @@ sites = [["MODEL", "MATERIALIZE", "ValueError", "0.5.18-0.5.23"]]
 fields = ["rows:n"]
 after = "{SCHEDULER_FAILS} And more."
 """
+NEWEST = "0.5.23"
 
 
 def test_every_data_file_is_read():
@@ -106,6 +109,8 @@ def test_a_named_template_and_a_moved_site_are_read(tmp_path):
         ("{SCHEDULER_FAILS}", "{SCHEDULER_FAIL}", "unknown text {SCHEDULER_FAIL}"),
         ("0.5.18-0.5.23", "0.5.23-0.5.18", "runs backwards"),
         ("0.5.18-0.5.23", "0.5.16-0.5.23", "'0.5.16' is none of"),
+        ("0.5.18-0.5.23", "0.5.16+", "'0.5.16' is none of"),
+        ("0.5.18-0.5.23", "0.5.18+0.5.23", "'0.5.18+0.5.23' is none of"),
         ('"ValueError", "0.5.18-0.5.23"]', '"ValueError"]', "a site is [FILE, FUNCTION, KIND, RELEASES]"),
         ('fields = ["rows:n"]', "", "has 1 fields"),
         ('fields = ["rows:n"]', 'fields = ["rows:n"]\nstage = "the split"', "stage 'the split' is none of"),
@@ -138,3 +143,47 @@ def test_a_planted_mistake_in_a_file_names_the_file(tmp_path, old, new, said):
     with pytest.raises(ValueError, match=r"^planted\.toml: ") as raised:
         _load_planted(tmp_path, PLANTED.replace(old, new, 1))
     assert said in str(raised.value)
+
+
+def test_a_span_ends_open_closed_or_at_one_release():
+    assert span("0.5.18+") == span("0.5.18-0.5.23") == ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+    assert span(f"{NEWEST}+") == span(NEWEST) == (NEWEST,)
+    assert span("0.5.17-0.5.18") == ("0.5.17", "0.5.18")
+
+
+def test_the_data_writes_every_span_that_reaches_the_newest_release_open():
+    """A site SGLang's newest release still has is written ``A+``: no span of the data names the newest release."""
+    closed = [
+        f"{path.name}:{number}"
+        for path in sorted(DATA.glob("*.toml"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(rf'"(0\.5\.\d+-)?{re.escape(NEWEST)}"', line)
+    ]
+    assert closed == []
+
+
+def test_a_new_release_is_one_entry_in_the_table_and_the_open_spans_take_it(monkeypatch):
+    """Appending 0.5.24 to the release table alone: every site that reached 0.5.23 now reaches 0.5.24 (the open
+    spans and the moved sites' new halves), every other site keeps its releases, and none of the data changed."""
+    from kimi_viz import releases
+
+    before = {path.name: path.read_bytes() for path in DATA.glob("*.toml")}
+    monkeypatch.setitem(releases.RELEASES, "0.5.24", replace(releases.RELEASES[NEWEST], version="0.5.24"))
+    catalogue = load(STAGE_FILES)
+    assert len(catalogue) == len(CATALOGUE)
+    grown = 0
+    for old, new in zip(CATALOGUE, catalogue):
+        assert (new.key, len(new.sites)) == (old.key, len(old.sites))
+        for was, now in zip(old.sites, new.sites):
+            if NEWEST in was.releases:
+                assert now.releases == (*was.releases, "0.5.24"), (old.key, was)
+                grown += 1
+            else:
+                assert now.releases == was.releases, (old.key, was)
+    assert grown == 183 + 44  # the open spans of the data and the moved sites' new halves
+    length = next(m for m in catalogue if m.key == "feature-length")
+    assert where(length) == [
+        "sglang/srt/models/kimi_k3.py, KimiK3ForConditionalGeneration.get_image_feature.materialize_item_features "
+        "(ValueError 0.5.18–0.5.24)"
+    ]
+    assert {path.name: path.read_bytes() for path in DATA.glob("*.toml")} == before

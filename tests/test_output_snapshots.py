@@ -47,6 +47,8 @@ def compute(name: str, workdir: Path) -> dict:
 
 S1_FIX_BEFORE = "(0.5.23 or later)"
 S1_FIX_NOW = "(0.5.19 or later)"
+S1_PRS_BEFORE = "a version with PRs #35305 / #36265 ("
+S1_PRS_NOW = "a version with SGLang PR #35305 ("
 # Verdict fields added by verdict version 2 (docs/outputs.md, changes 1 and 4-6).
 NEW_VERDICT_KEYS = (
     "release",
@@ -69,6 +71,8 @@ def _undo_verdict(verdict: dict) -> dict:
     # 2. S1's fix names the first fixed release, 0.5.19, where it said 0.5.23.
     if divergence.get("fix"):
         divergence["fix"] = divergence["fix"].replace(S1_FIX_NOW, S1_FIX_BEFORE)
+        # 16. S1's fix names its own change from the release table (the backport #36265 is in no known release).
+        divergence["fix"] = divergence["fix"].replace(S1_PRS_NOW, S1_PRS_BEFORE)
     # 7. "unknown" is now "unclassified" (always explained by the cause's own text).
     if divergence["scenario_class"] == "unclassified":
         divergence["scenario_class"] = "unknown"

@@ -124,7 +124,10 @@ def test_triage_notebook_defaults_follow_the_recorded_release(tmp_path):
 
     assert "code_path = None" in notebook.cells[1].source and "sglang_version = None" in notebook.cells[1].source
     assert "replayed: SGLang 0.5.18 (pre-fix path)" in text
-    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in text
+    assert (
+        'fixed in 0.5.19: SGLang PR #35305 (Fix "wrong grids" crash in DP-sharded vision preprocessing; '
+        "models/kimi_k3.py materialize_item_features)"
+    ) in text
     assert f"rank 1: images [1, 2] -> ValueError: {LENGTH_MESSAGE}" in text
 
 

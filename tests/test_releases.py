@@ -14,16 +14,9 @@ from kimi_viz import whatif
 from kimi_viz.errors import ConfigError
 from kimi_viz.manifest import read_manifest, write_manifest
 from kimi_viz.message_catalogue.messages import MSG_FEATURE_TYPE, MSG_LENGTH
-from kimi_viz.releases import (
-    FORWARD_RULES,
-    NEWEST,
-    RELEASES,
-    REQUEST_SIDES,
-    PathSource,
-    choose_release,
-    first_fixing_release,
-    release_for,
-)
+from kimi_viz.release_changes.fix_search import first_fixing_release
+from kimi_viz.release_changes.rules import rule_differences
+from kimi_viz.releases import FORWARD_RULES, NEWEST, RELEASES, REQUEST_SIDES, PathSource, choose_release, release_for
 from kimi_viz.scenarios import SCENARIOS
 from kimi_viz.split._replay import replay
 from kimi_viz.split.verdict import build_verdict, format_verdict
@@ -38,6 +31,12 @@ TABLE = {
     "0.5.23": ("post-fix", "0.5.23"),
 }
 PIL_TYPE = MSG_FEATURE_TYPE.format("<class 'PIL.Image.Image'>")
+# What fixes S1: the grid-index fix, as the release table names it.
+S1_CHANGE = (
+    'SGLang PR #35305 (Fix "wrong grids" crash in DP-sharded vision preprocessing; '
+    "models/kimi_k3.py materialize_item_features)"
+)
+S1_FIXED = f"fixed in 0.5.19: {S1_CHANGE}"
 
 
 FORWARD = {
@@ -72,7 +71,8 @@ def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
     import importlib.util
 
     source = Path(releases_module.__file__).read_text(encoding="utf-8")
-    entry = '        Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX),\n'
+    row = 'Release("0.5.23", "post-fix", SIDE_0_5_23, FORWARD_0_5_23, SCHEDULER_0_5_23, _POST_FIX, SHIPPED_0_5_23)'
+    entry = f"        {row},\n"
     assert source.count(entry) == 1
     added = source.replace(
         entry,
@@ -82,6 +82,7 @@ def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
     for relative in (
         "._records",
         ".errors",
+        ".release_changes.shipped",
         ".scheduler_rules",
     ):  # the copy lives outside the package: its imports point back in
         added = added.replace(f"from {relative} import", f"from kimi_viz{relative} import")
@@ -94,7 +95,12 @@ def test_a_new_release_is_one_entry_in_the_table(tmp_path, monkeypatch):
     release, sentence = module.release_for("0.5.24")
     assert release.version == "0.5.24" and sentence == "SGLang 0.5.24: post-fix path"
     assert module.REQUEST_SIDES["0.5.23"].releases == ("0.5.23", "0.5.24")
-    assert module.PATH_INTRODUCED["post-fix"] == ("0.5.19", "SGLang PRs #35305 / #36265")
+    assert module.PATH_INTRODUCED["post-fix"] == ("0.5.19", S1_CHANGE)
+    assert (
+        module.RELEASES["0.5.24"].shipped == ()
+        and rule_differences(module.RELEASES["0.5.23"], module.RELEASES["0.5.24"]) == ()
+    )
+    assert module.RELEASE_RANGE == "0.5.17–0.5.24" and module.REQUEST_SIDES["0.5.23"].label == "0.5.23–0.5.24"
     assert "newer than the newest release kimi-viz knows (0.5.24)" in module.release_for("0.5.25")[1]
 
 
@@ -134,16 +140,19 @@ def test_a_release_without_kimi_k3_or_garbage_is_a_one_line_error(text, words):
 
 
 def test_the_fix_search_names_the_first_later_release_that_looks_different_and_runs_clean():
-    """A question that only sees the code path: 0.5.18's is first fixed where the path changes, 0.5.19."""
+    """A question that only sees the code path: 0.5.17's is first fixed where the path changes, 0.5.19; of the
+    changes in between it sees (the two code-path changes), the one that alone runs it clean is named."""
     tried = []
 
     def clean_on(release):
-        tried.append(release.version)
+        tried.append((release.version, release.code_path))
         return release.code_path == "post-fix"
 
     found = first_fixing_release(RELEASES["0.5.17"], clean_on, lambda release: release.code_path)
-    assert (found.release, found.change, found.code_path) == ("0.5.19", "SGLang PRs #35305 / #36265", "post-fix")
-    assert tried == ["0.5.18", "0.5.19"]  # 0.5.20-0.5.23 run the same path: not asked
+    assert (found.release, found.change, found.code_path, found.together) == ("0.5.19", S1_CHANGE, "post-fix", False)
+    assert found.changes == tuple(c for c in RELEASES["0.5.19"].shipped if c.rules == ("code_path",))
+    # 0.5.20-0.5.23 run the same path: not asked; then 0.5.17 with 0.5.18's path alone, with 0.5.19's alone.
+    assert tried == [("0.5.18", "pre-fix"), ("0.5.19", "post-fix"), ("0.5.17", "pre-fix"), ("0.5.17", "post-fix")]
     assert first_fixing_release(RELEASES["0.5.23"], clean_on, lambda release: release.code_path) is None
 
 
@@ -216,9 +225,20 @@ def test_s1_on_every_release(version, backend):
         assert verdict["divergence"]["scenario_class"] == "S1"
         assert verdict["release"]["fixed_in"] == {
             "release": "0.5.19",
-            "change": "SGLang PRs #35305 / #36265",
+            "change": S1_CHANGE,
             "code_path": "post-fix",
             "summary": RELEASES["0.5.19"].summary,
+            "changes": [
+                {
+                    "rules": ["code_path"],
+                    "prs": [35305],
+                    "title": 'Fix "wrong grids" crash in DP-sharded vision preprocessing',
+                    "where": "models/kimi_k3.py materialize_item_features",
+                    "note": "#36265 backports the same fix to release/v0.5.18 only: no release the kit knows ships it",
+                    "release": "0.5.19",
+                }
+            ],
+            "together": False,
         }
     else:
         assert outcomes == [("ok", None), ("ok", None)]
@@ -261,7 +281,7 @@ def test_triage_of_a_0_5_18_capture_names_the_release_and_the_fix(manifest_from_
     assert (
         "replayed: SGLang 0.5.18 (pre-fix path) — SGLang 0.5.18: pre-fix path (the version the capture recorded)"
     ) in out
-    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in out
+    assert S1_FIXED in out
     code, out, _ = _kimi_viz("triage", str(manifest_from_0_5_18), "--json")
     release = json.loads(out)["release"]
     assert (release["sglang_version"], release["chosen_by"], release["fixed_in"]["release"]) == (
@@ -283,7 +303,7 @@ def test_the_release_is_in_the_report(manifest_from_0_5_18, tmp_path):
     code, _, _ = _kimi_viz("triage", str(manifest_from_0_5_18), "--out", str(tmp_path / "out"))
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert code == 1
-    assert "SGLang 0.5.18 (pre-fix path)" in html and "fixed in 0.5.19: SGLang PRs #35305 / #36265" in html
+    assert "SGLang 0.5.18 (pre-fix path)" in html and S1_FIXED.replace('"', "&quot;") in html
 
 
 def test_manifests_keep_how_the_code_path_was_found(manifest_from_0_5_18):

@@ -243,7 +243,10 @@ def test_the_s1_capture_renders_as_an_issue(tmp_path):
     assert f"raises ValueError: {MSG_LENGTH}" in title and "SGLang 0.5.18, attention-TP 2, S1" in title
     assert "✗ ERROR REPRODUCED (status error-reproduced, exit 1)" in words
     assert "rank 1 fails" in words and f"rank 1 (images 1, 2): ValueError: {MSG_LENGTH}" in words
-    assert "fixed in 0.5.19: SGLang PRs #35305 / #36265" in words
+    assert (
+        'fixed in 0.5.19: SGLang PR #35305 (Fix "wrong grids" crash in DP-sharded vision preprocessing; '
+        "models/kimi_k3.py materialize_item_features)"
+    ) in words
     (table,) = [t for t in page.tables if t[0] == COLUMNS]
     assert table[1] == ["0", "chelsea.png", "451×300 RGB", "cpu", "", "", "", "", "", "not replayed"]
     assert table[2] == [
@@ -260,7 +263,7 @@ def test_the_s1_capture_renders_as_an_issue(tmp_path):
     ]
     assert "SGLang read the grid of image 0 for image 1." in words
     assert "The check that fails: expected 812, produced 68." in words
-    assert "Fix. Upgrade SGLang to a version with PRs #35305 / #36265 (0.5.19 or later)" in words
+    assert "Fix. Upgrade SGLang to a version with SGLang PR #35305 (0.5.19 or later)" in words
     digest = hashlib.sha256((manifest / "manifest.json").read_bytes()).hexdigest()
     details = words[words.index("Step trace (rank 1) and environment") :]
     assert f"manifest: s1-rank1, sha256 {digest}" in details

@@ -16,7 +16,8 @@ from typing import Any
 from .. import message_catalogue
 from .._records import frozen
 from ..message_catalogue.messages import FIELD_FORMS, Message, Stage
-from ..releases import RELEASE_RANGE
+from ..release_changes.rules import releases_where
+from ..releases import RELEASE_RANGE, release_span
 
 CAPTURE_KEY = "capture-manifest"  # the kit's own capture line, so explain can point at its manifests
 NEXT_STEP = (
@@ -24,8 +25,9 @@ NEXT_STEP = (
     "`kimi-viz triage DIR/<capture>` to name the image, both counts and the cause"
 )
 NEXT_SPLIT = (
-    NEXT_STEP + "; when it appears only under load, requests prefilled together may share one call (on 0.5.18 "
-    "at attention-TP >= 2 two single-image requests whose grids differ fail like S1): check with "
+    NEXT_STEP + "; when it appears only under load, requests prefilled together may share one call (on "
+    f"{release_span(releases_where('code_path', lambda path: path == 'pre-fix'))} at attention-TP >= 2 two "
+    "single-image requests whose grids differ fail like S1): check with "
     "`kimi-viz whatif IMAGE... --together --sglang-version V --tp N`"
 )
 NEXT_LOAD = (

@@ -22,8 +22,7 @@ from ..answer import Answer, Cell, Minimized, Sweep
 from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError, WhatIfError
 from ..forward.workload_replay import check_workload_settings
-from ..message_catalogue import release_span
-from ..releases import RELEASES, Release, release_for
+from ..releases import RELEASES, Release, release_for, release_span
 from ..request.images import probe_images
 from ..request.producer import Mode
 from ..request.settings import ServerSettings

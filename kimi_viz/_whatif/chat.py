@@ -181,9 +181,7 @@ class ChatQuestion:
             ]
         outcomes = []
         for (body, _), rendered in zip(turns, renderings):
-            outcome = check_request(
-                body, release.version, renderer=self.renderer, settings=self.settings, rendered=rendered
-            )
+            outcome = check_request(body, release, renderer=self.renderer, settings=self.settings, rendered=rendered)
             if outcome.error is not None:
                 return PreparedChat(release, outcome, None)
             outcomes.append(outcome)

@@ -26,8 +26,7 @@ from typing import Any
 
 from .._records import frozen
 from ..errors import KimiVizError, ServerInputError, WhatIfError
-from ..message_catalogue import release_span
-from ..releases import NEWEST, RELEASES, release_for
+from ..releases import NEWEST, RELEASES, release_for, release_span
 from ..request.model_folder import ModelFolder
 from ..request.settings import ServerSettings
 from ..scheduler.flags import FLAGS, Flag, LoadSettings

@@ -2,7 +2,8 @@
 
 Every question (a request, a workload, a chat request, a captured batch) is asked the same way:
 :func:`answer_on` one release, :func:`fixing_release` walks the later releases that look different
-to the question (:func:`~kimi_viz.releases.first_fixing_release`), :func:`with_fix` puts what it found
+to the question and names the changes that end its failure, each applied alone to the failing release
+(:func:`~kimi_viz.release_changes.fix_search.first_fixing_release`), :func:`with_fix` puts what it found
 in the answer (:attr:`~kimi_viz.answer.Answer.fix`, its one home). A question needs a fix when SGLang
 raises or an image is encoded wrongly; a release fixes it when neither happens there. ``triage`` asks
 a captured batch the same way.
@@ -15,7 +16,8 @@ from dataclasses import replace
 from ..answer import Answer
 from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError
-from ..releases import FixRelease, FixSearch, Release, first_fixing_release
+from ..release_changes.fix_search import FixRelease, FixSearch, first_fixing_release
+from ..releases import Release
 from ..request.settings import Mode
 from ..split.verdict import Status
 from .protocol import Question

@@ -143,7 +143,13 @@ class PreparedBatch:
         """Return the answer: the batch replayed with the release's code path."""
         batch, release = self.question.batch, self.release
         trace = replay(
-            batch, tp_size=tp_size, rank=self.question.rank, sglang_version=release.version, mode=mode, device=device
+            batch,
+            tp_size=tp_size,
+            rank=self.question.rank,
+            sglang_version=release.version,
+            code_path=release.code_path,
+            mode=mode,
+            device=device,
         )
         return batch_answer(trace, release)
 

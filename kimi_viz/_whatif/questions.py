@@ -79,8 +79,8 @@ class PreparedRequest:
     def ask(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Answer:
         """Return the answer: the model's call at ``tp_size``, replayed on every rank."""
         release = self.release
-        call = model_call(self.built, tp_size, release.version)
-        trace = replay_call(call, release.version, mode=mode, device=device)
+        call = model_call(self.built, tp_size, release)
+        trace = replay_call(call, release, mode=mode, device=device)
         replayed = RequestReplay(self.built, call, trace)
         if trace is None:
             why = request_why(replayed, None, release, call.tp_size)
@@ -162,6 +162,7 @@ class PreparedWorkload:
             device=device,
             built=self.built,
             planned=self.planned,
+            release=self.release,
         )
         self.planned = result.schedule
         return result

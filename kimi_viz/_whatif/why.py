@@ -18,7 +18,8 @@ from ..forward.scheduled import no_token_phrase
 from ..forward.supply import ImageSupply
 from ..forward.trace import CallRecord, ForwardItem, ForwardRequest, ForwardTrace
 from ..forward.workload_replay import LoadResult
-from ..releases import FIX_PRS, Release
+from ..release_changes.rules import releases_where
+from ..releases import Release, path_change
 from ..scheduler.event_loop import radix_prefixes
 from ..scheduler.prefix import padded_ids
 from ..scheduler.radix_cache import lost_on
@@ -114,8 +115,10 @@ def request_why(replayed: RequestReplay, verdict: Verdict | None, release: Relea
             "and every deferred image is checked against its own grid (the S1 bug needs TP ≥ 2)."
         )
     if release.code_path == "post-fix":
+        change = path_change("post-fix")
+        prs = "" if change is None else f" ({change.pr_text})"
         return (
-            f"SGLang {release.version} reads grid_thws_host at global_indices (PRs {' / '.join(FIX_PRS)}), so "
+            f"SGLang {release.version} reads grid_thws_host at global_indices{prs}, so "
             "every rank checks its deferred images against their own grids."
         )
     return (
@@ -396,7 +399,8 @@ def _why_pass(result: LoadResult, trace: ForwardTrace, k: int) -> str:
                 + "; a stale eager feature on the encoder: class S10 on the EPD path)"
                 if trace.path == "precomputed"
                 else "a cached embedding of another length was used as it is (this release keys the cache by "
-                "item.hash alone and never checks the length; 0.5.19 discards it with a warning)"
+                "item.hash alone and never checks the length; "
+                f"{releases_where('forward.discards_stale_cache')[0]} discards it with a warning)"
             )
             + f". {error.type}: {error.message}"
         )

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from ..errors import KimiVizError
 from ..files import file_kind
-from ..message_catalogue import STAGE_WHAT, release_span
+from ..message_catalogue import STAGE_WHAT
 from ..message_catalogue.messages import Stage
-from ..releases import RELEASE_RANGE
+from ..releases import RELEASE_RANGE, release_span
 from ..server_args.command import command_start
 from ..server_args.log import LogReader, read_server_log
 from ..terminal import escape_value

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "scenario",
         help="list the reproducible scenarios, or replay one and print its verdict",
         description="Named batches built from the sample images, one per way SGLang's deferred split breaks "
-        "(S1 ... S13) plus healthy batches, each with the outcome SGLang 0.5.23 gives; and workloads under "
+        "(S1 ... S13) plus healthy batches, each with the outcome SGLang gives on its code path; and workloads under "
         "load (S14 ...: requests prefilled together, chunked prefill, the embedding cache, the splice).",
     )
     actions = parser.add_subparsers(dest="scenario_action", metavar="ACTION")

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..devices import DEVICES
 from ..errors import WhatIfError
 from ..files import check_output, prepare_folder
-from ..message_catalogue import release_span
-from ..releases import RELEASE_RANGE, RELEASES, release_for
+from ..releases import RELEASE_RANGE, RELEASES, release_for, release_span
 from ..request.settings import (
     DEFAULT_MODE,
     DEFERS,

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._records import frozen
 from ..devices import DeviceLike
-from ..releases import PathSource, release_for
+from ..releases import PathSource, Release, release_for
 from ..request.sides import BuiltRequest, encoder_preprocesses, local_rows_feature
 from ..split._replay import replay
 from ..split.batch import Batch
@@ -80,22 +80,29 @@ class ModelCall:
         }
 
 
-def _batch(built: BuiltRequest, items: list[Any], tp_size: int, version: str) -> Batch:
+def _entry(release: Release | str) -> Release:
+    """Return ``release`` itself, or the table's entry of a version string."""
+    return release if isinstance(release, Release) else release_for(release)[0]
+
+
+def _batch(built: BuiltRequest, items: list[Any], tp_size: int, release: Release) -> Batch:
     return Batch(
         items=items,
         processor=built.consumer.to_media_proc_cfg(),
         attn_tp_size=tp_size,
-        sglang_version=version,
-        code_path=release_for(version)[0].code_path,
+        sglang_version=release.version,
+        code_path=release.code_path,
         code_path_source=PathSource.RECORDED,  # the release the kit builds the call for
         created_by="kimi-viz whatif",
         note=f"built by SGLang {built.request_side.label}'s request side ({built.settings.sglang_flags()})",
     )
 
 
-def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelCall:
-    """Return the :class:`ModelCall` SGLang makes for ``built`` at attention-TP ``tp_size`` on ``sglang_version``."""
+def model_call(built: BuiltRequest, tp_size: int, release: Release | str) -> ModelCall:
+    """Return the :class:`ModelCall` SGLang makes for ``built`` at attention-TP ``tp_size`` on ``release`` (an entry
+    of the release table, one the fix search changed, or a version); its batches record that release's code path."""
     tp = check_tp_size(tp_size, "tp")
+    entry = _entry(release)
     hits = set(built.settings.embedding_cache_hits)
     skipped: list[Skipped] = []
     positions: list[int] = []
@@ -119,7 +126,7 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
                 positions.append(k)
     if not positions:
         return ModelCall(tp, [], skipped, None)
-    batch = _batch(built, [built.items[k] for k in positions], tp, sglang_version)
+    batch = _batch(built, [built.items[k] for k in positions], tp, entry)
     if not encoder_preprocesses(built.settings, built.request_side):
         return ModelCall(tp, positions, skipped, batch)
     # materialize_for_rank: the owner assignment over the whole encode batch, before the cache lookup.
@@ -140,25 +147,31 @@ def model_call(built: BuiltRequest, tp_size: int, sglang_version: str) -> ModelC
                     local_rows[k] = local_rows_feature(built.images[k], built.producer, built.mode)
                 item = replace(item, feature=local_rows[k], local_preprocessed=True)
             items.append(item)
-        rank_batches.append(_batch(built, items, tp, sglang_version))
+        rank_batches.append(_batch(built, items, tp, entry))
     return ModelCall(tp, positions, skipped, batch, rank_batches, owners)
 
 
 def replay_call(
-    call: ModelCall, sglang_version: str, *, mode: str = "shapes", device: DeviceLike = "auto"
+    call: ModelCall, release: Release | str, *, mode: str = "shapes", device: DeviceLike = "auto"
 ) -> Trace | None:
-    """Return the trace of ``call`` on every rank (None when nothing is called); each rank replays its own batch."""
+    """Return the trace of ``call`` on every rank with ``release``'s code path (None when nothing is called); each
+    rank replays its own batch."""
     if not call.called:
         return None
     assert call.batch is not None
+    entry = _entry(release)
+    version, path = entry.version, entry.code_path
     if call.rank_batches is None:
-        return replay(call.batch, tp_size=call.tp_size, sglang_version=sglang_version, mode=mode, device=device)
+        return replay(
+            call.batch, tp_size=call.tp_size, sglang_version=version, code_path=path, mode=mode, device=device
+        )
     traces = [
         replay(
             call.rank_batches[r],
             tp_size=call.tp_size,
             rank=r,
-            sglang_version=sglang_version,
+            sglang_version=version,
+            code_path=path,
             mode=mode,
             device=device,
         )

@@ -143,7 +143,8 @@ def call_encoder(
             code_path_source=PathSource.RECORDED,  # the release the kit replays the pass on
             created_by="kimi-viz forward pass",
         )
-        trace = replay(batch, tp_size=tp_size, sglang_version=release.version, mode=mode, device=device)
+        version, path = release.version, release.code_path  # a release the fix search changed replays as built
+        trace = replay(batch, tp_size=tp_size, sglang_version=version, code_path=path, mode=mode, device=device)
         record = CallRecord([CallItem(i.source, i.key, i.tokens) for i in items], trace)
         if trace.error is not None:
             return None, record

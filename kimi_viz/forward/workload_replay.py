@@ -291,16 +291,20 @@ def replay_workload(
     cache: EmbeddingCache | None = None,
     built: list[BuiltRequest] | None = None,
     planned: Schedule | None = None,
+    release: Release | None = None,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
     ``cache`` is the embedding cache the workload starts with (a fresh one of ``load.cache_mb`` MB by
     default; it is copied, never changed); ``built`` are the requests' items when the caller already
     built them with this release's request side (a sweep builds each once); ``planned`` the schedule already
-    planned for these requests and ``load`` on this release (they do not depend on the TP size). Raises
-    :class:`~kimi_viz.errors.WhatIfError` for settings the release refuses or contradictory ones.
+    planned for these requests and ``load`` on this release (they do not depend on the TP size); ``release`` the
+    release entry to run when the caller holds one (a question's: the fix search changes one change's rules of
+    it), else the one ``sglang_version`` names. Raises :class:`~kimi_viz.errors.WhatIfError` for settings the
+    release refuses or contradictory ones.
     """
-    release, sentence = release_for(sglang_version)
+    named, sentence = release_for(sglang_version)
+    release = named if release is None else release
     tp = check_tp_size(tp_size, "tp")
     settings = settings if settings is not None else ServerSettings()
     load = load if load is not None else LoadSettings()
@@ -463,8 +467,8 @@ def _encode_server(
     """Return the encode server's runs and the items with their rows as ``precomputed_embeddings``."""
     runs, out = [], []
     for k, b in enumerate(built):
-        call = model_call(b, tp, release.version)
-        trace = replay_call(call, release.version, mode=mode, device=device)
+        call = model_call(b, tp, release)
+        trace = replay_call(call, release, mode=mode, device=device)
         tokens = [0] * len(b.items)
         if trace is not None and trace.error is None:
             for position, n in zip(call.positions, produced_tokens(trace, call.batch_for(0).items)):

@@ -1,4 +1,4 @@
-"""Every message SGLang raises or logs on the Kimi vision path, 0.5.17–0.5.23: the catalogue.
+"""Every message SGLang raises or logs on the Kimi vision path, in every release the kit knows: the catalogue.
 
 The entries are data: one TOML file per part of the pipeline in ``data/``, listed in pipeline order
 by :data:`STAGE_FILES` (``request``, ``processor``, ``call``, ``split``, ``encoder``, ``splice``, and
@@ -15,8 +15,8 @@ wrong; ``docs/pipeline.md`` §11 is :func:`markdown`.
 
 from __future__ import annotations
 
-from ..releases import RELEASE_RANGE
-from ._load import ORDER, load
+from ..releases import release_span
+from ._load import load
 from .messages import Message, Stage
 
 # The stage files of data/ (data/<name>.toml), in pipeline order: their entries, file after file, are the catalogue.
@@ -72,20 +72,6 @@ def by_stage(messages: tuple[Message, ...] | None = None) -> dict[Stage, list[Me
     for message in _catalogue() if messages is None else messages:
         grouped[message.stage].append(message)
     return grouped
-
-
-def release_span(releases: tuple[str, ...] | list[str]) -> str:
-    """Return releases as ranges of consecutive ones: ``0.5.18–0.5.23``, ``0.5.17, 0.5.19–0.5.23``."""
-    if not releases:
-        return f"none of {RELEASE_RANGE}"
-    indices = sorted(ORDER.index(r) for r in releases if r in ORDER)
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ", ".join(ORDER[run[0]] if len(run) == 1 else f"{ORDER[run[0]]}–{ORDER[run[-1]]}" for run in runs)
 
 
 def where(message: Message) -> list[str]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..releases import RELEASES
+from ..releases import release_order
 from . import messages
 from .messages import Message, Site, Stage
 
@@ -23,7 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: tomli, tomllib's own code as published before it joined the standard library
     import tomli as tomllib
 
-ORDER = tuple(RELEASES)  # 0.5.17 ... 0.5.23, oldest first
 DATA = Path(__file__).resolve().parent / "data"
 
 NAME = re.compile(r"[A-Z][A-Z0-9_]*")  # a site's FILE or FUNCTION in capitals: a name of [names]
@@ -47,16 +46,27 @@ MOVED_KEYS = ("old_file", "new_file", "new_since")
 
 
 def span(text: str) -> tuple[str, ...]:
-    """Return the releases of ``"0.5.18-0.5.23"`` (inclusive) or of a single ``"0.5.17"``."""
-    first, _, last = text.partition("-")
+    """Return the releases of ``"0.5.18+"`` (0.5.18 and every later release of the table), of ``"0.5.17-0.5.18"``
+    (both included) or of a single ``"0.5.17"``.
+
+    A site SGLang still has in the newest release is written open, so a new release is one entry of the table;
+    the releases are those of the table when the catalogue is read."""
+    order = release_order()
+    first, dash, last = text.partition("-")
+    if not dash and first.endswith("+"):
+        first = last = first[:-1]
+        if first in order:
+            last = order[-1]
     last = last or first
     for release in (first, last):
-        if release not in ORDER:
-            raise ValueError(f"release span {text!r}: {release!r} is none of {', '.join(ORDER)}")
-    start, end = ORDER.index(first), ORDER.index(last)
+        if release not in order:
+            raise ValueError(
+                f"release span {text!r}: {release!r} is none of {', '.join(order)} (a span is A+, A-B or A)"
+            )
+    start, end = order.index(first), order.index(last)
     if end < start:
         raise ValueError(f"release span {text!r} runs backwards")
-    return ORDER[start : end + 1]
+    return order[start : end + 1]
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -91,9 +101,10 @@ class _StageFile:
         self.names = self.extend(names, _table(data.get("names", {}), f"{self.file}: [names]"), "names")
         self.texts = self.extend(texts, _table(data.get("texts", {}), f"{self.file}: [texts]"), "texts")
         self.moved = _table(data.get("moved", {}), f"{self.file}: [moved]", names=False)
-        if self.moved and (sorted(self.moved) != sorted(MOVED_KEYS) or self.moved["new_since"] not in ORDER[1:]):
+        order = release_order()
+        if self.moved and (sorted(self.moved) != sorted(MOVED_KEYS) or self.moved["new_since"] not in order[1:]):
             raise ValueError(
-                f"{self.file}: [moved] has {', '.join(MOVED_KEYS)}, new_since one of {', '.join(ORDER[1:])}; "
+                f"{self.file}: [moved] has {', '.join(MOVED_KEYS)}, new_since one of {', '.join(order[1:])}; "
                 f"not {self.moved}"
             )
 
@@ -151,13 +162,14 @@ class _StageFile:
                 f"maybe with since and new_file, in a file with a [moved] table; not {value!r}"
             )
         old, new = (value["function"],) * 2 if "function" in value else (value["old"], value["new"])
+        order = release_order()
         new_since = self.moved["new_since"]
-        until = ORDER[ORDER.index(new_since) - 1]
+        until = order[order.index(new_since) - 1]
         old_file, new_file = self.moved["old_file"], value.get("new_file", self.moved["new_file"])
-        kind, since = value["kind"], value.get("since", ORDER[0])
+        kind, since = value["kind"], value.get("since", order[0])
         return (
             Site(self.name(old_file, where), self.name(old, where), kind, self.span(f"{since}-{until}", where)),
-            Site(self.name(new_file, where), self.name(new, where), kind, self.span(f"{new_since}-{ORDER[-1]}", where)),
+            Site(self.name(new_file, where), self.name(new, where), kind, self.span(f"{new_since}+", where)),
         )
 
     @staticmethod

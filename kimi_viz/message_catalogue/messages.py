@@ -3,10 +3,10 @@
 The replay raises these texts, :mod:`kimi_viz._explain` recognises them in logs, and the tests
 compare them with what the real SGLang raises. ``{}`` marks a part SGLang formats in. The comment
 above each names the file and function that raises it. The split's texts (the first block) are the
-same in 0.5.18 to 0.5.23; 0.5.17 raises the grid-loop, tensor-type and ``mm_utils`` ones only. The
+same from 0.5.18 on; 0.5.17 raises the grid-loop, tensor-type and ``mm_utils`` ones only. The
 releases of every text are in the catalogue.
 
-Every message SGLang raises or logs on the Kimi vision path in 0.5.17–0.5.23 — these and the rest —
+Every message SGLang raises or logs on the Kimi vision path in the releases the kit knows — these and the rest —
 is an entry of the catalogue :data:`kimi_viz.message_catalogue.CATALOGUE`, typed by :class:`Message`
 and :class:`Site` below: its template, the stage, and each file, function, exception type or log
 level and the releases that have it. The entries are data, a ``[[message]]`` table each in one TOML
@@ -56,11 +56,11 @@ MSG_TRAILING_SHAPES = "multimodal feature tensors must have matching trailing sh
 MSG_LEADING_DIM = "multimodal feature tensors must have a leading dimension"
 MSG_EXPECTED_TENSOR = "expected torch.Tensor, got {}"
 
-# Raised by 0.5.18-0.5.23 at two sites the replayed split does not run (ValueError): the request side's
+# Raised from 0.5.18 on at two sites the replayed split does not run (ValueError): the request side's
 # processors/kimi_k3.py, KimiK3GPUProcessorWrapper.prepare_image_features (eager images of an artifact-cache
 # miss), and kimi_k3_image_processing.py, materialize_kimi_k3_cpu_item_features (EPD owner-side, cpu backend).
 MSG_PROCESSOR_LENGTH = "Kimi-K3 processor feature length does not match image grids: {} != {}"
-# An older wording of MSG_MIX_LOCAL, kept for logs that hold it: no release 0.5.17-0.5.23 raises it.
+# An older wording of MSG_MIX_LOCAL, kept for logs that hold it: no release the kit knows raises it.
 MSG_MIX_DEFERRED_OLD = "Kimi-K3 cannot mix deferred and preprocessed image features"
 
 # ------------------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ class Message:
 
     ``origin`` is "sglang" when the text is in SGLang's source (the lane checks it against each
     installed release), else the library that raises it when SGLang calls it at the sites ("torch",
-    "python"); an entry without sites is a text no release 0.5.17-0.5.23 has.
+    "python"); an entry without sites is a text no release the kit knows has.
     """
 
     key: str

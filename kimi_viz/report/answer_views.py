@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..answer import Answer, Cell, ChatReplay, Minimized, PairHint, PairSweep, RequestReplay, Sweep
 from ..forward.trace import ForwardTrace
 from ..forward.workload_replay import LoadResult
+from ..release_changes.rules import releases_where
 from ..request.sides import BuiltRequest
 from ..request.workload import Request
 from ..split.verdict import Status, format_verdict
@@ -314,7 +315,8 @@ def advice(outcome: RequestOutcome) -> str | None:
             )
         return f"put one <|media_pad|> where each image goes ({n} in all); on /generate SGLang adds none itself"
     if outcome.raised_check == "caller identities":
-        return "drop mm_hashes: from 0.5.23 the image identities come from the processor only"
+        since = releases_where("request_side.rejects_caller_identity")[0]
+        return f"drop mm_hashes: from {since} the image identities come from the processor only"
     return "send images only: Kimi-K3's request side refuses video and audio data"
 
 

@@ -41,6 +41,7 @@ from ..message_catalogue.messages import (
 )
 from ..preprocess.config import get_config
 from ..preprocess.resize import resize_config
+from ..release_changes.rules import releases_where
 from ..releases import RELEASES, Release, release_for
 from ..split.cause import ErrorInfo
 from .chat import KIMI_IMAGE_PLACEHOLDER, ChatRequest, Rendered, Renderer, render_request
@@ -362,7 +363,8 @@ def _stop_before_loading(run: _Checking) -> RequestOutcome | None:
         run.checks.append(Check("caller identities", identity_where, "passed", "no mm_hashes and no dict image items"))
     elif request.mm_hashes:
         run.notes.append(
-            f"SGLang {release.version} has no reject_caller_image_identity (it came in 0.5.23): the mm_hashes are "
+            f"SGLang {release.version} has no reject_caller_image_identity (it came in "
+            f"{releases_where('request_side.rejects_caller_identity')[0]}): the mm_hashes are "
             "taken as the items' hashes"
         )
     one_to_one = f"{_K3_FILE}:{side.one_to_one_line} KimiK3ImageProcessor.process_mm_data_async"
@@ -432,15 +434,19 @@ def _expand_prompt(run: _Checking, path: BuildPath) -> RequestOutcome:
 
 def check_request(
     request: ChatRequest,
-    sglang_version: str,
+    sglang_version: str | Release,
     *,
     renderer: Renderer | None = None,
     settings: ServerSettings | None = None,
     rendered: Rendered | None = None,
 ) -> RequestOutcome:
     """Return the :class:`RequestOutcome` of ``request`` on one release's request side: each check in order,
-    SGLang's exact exception and message when one raises, else the expanded prompt with its media spans."""
-    release, sentence = release_for(sglang_version)
+    SGLang's exact exception and message when one raises, else the expanded prompt with its media spans.
+    ``sglang_version`` is a version, or a release entry (a question's own, which the fix search may have changed)."""
+    if isinstance(sglang_version, Release):
+        release, sentence, asked = sglang_version, "", sglang_version.version
+    else:
+        (release, sentence), asked = release_for(sglang_version), sglang_version.strip()
     renderer = renderer if renderer is not None else Renderer()
     settings = settings if settings is not None else ServerSettings()
     if settings.epd:
@@ -452,7 +458,7 @@ def check_request(
     producer = get_config(settings.producer_config)
     tokens = tuple(resize_config(im.width, im.height, producer).tokens for im in request.images)
     notes = list(rendered.notes)
-    if sglang_version.strip() != release.version:
+    if asked != release.version:
         notes.insert(0, sentence)
     run = _Checking(request, release, renderer, rendered, tokens, notes)
     stopped = _stop_before_loading(run)

@@ -17,8 +17,7 @@ from typing import Any, Literal, get_args
 
 from .._records import frozen
 from ..errors import WhatIfError
-from ..message_catalogue import release_span
-from ..releases import FIRST_KIMI_K3, RELEASES
+from ..releases import FIRST_KIMI_K3, RELEASES, release_span
 from ..server_args.table import ENV_VARS, SERVER_ARGS, args_of
 
 Serving = Literal["normal", "epd-encoder"]

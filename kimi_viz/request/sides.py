@@ -30,6 +30,7 @@ from .._records import frozen
 from ..errors import SettingNotInReleaseError
 from ..preprocess.config import ProcessorConfig, get_config
 from ..preprocess.resize import ResizeConfig, resize_config
+from ..release_changes.rules import releases_where
 from ..releases import RequestSide, release_for
 from ..split.batch import Feature, Item
 from .images import RequestImage
@@ -206,9 +207,10 @@ def build_request(
     side = side if isinstance(side, RequestSide) else request_side_for(side)
     settings.check_images(len(images))
     if settings.preprocess_cache_mb is not None and not side.preprocess_cache:
+        since = releases_where("request_side.preprocess_cache")[0]
         raise SettingNotInReleaseError(
-            f"--mm-preprocess-cache-size-mb: SGLang {side.label} has no preprocessing cache (it came in 0.5.18); "
-            "drop the option or pick 0.5.18 or later"
+            f"--mm-preprocess-cache-size-mb: SGLang {side.label} has no preprocessing cache (it came in {since}); "
+            f"drop the option or pick {since} or later"
         )
     transport, transport_note = resolve_transport(side, settings)
     producer = get_config(settings.producer_config)

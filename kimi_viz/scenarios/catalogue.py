@@ -2,8 +2,8 @@
 
 Each :class:`Scenario` builds a :class:`~kimi_viz.split.batch.Batch` from the sample images the way
 SGLang's producer (``prepare_kimi_k3_encoder_inputs``) would, then bends one thing, and states the
-outcome SGLang 0.5.23 gives: ``ok``, or the exception type and exact message (per rank where
-the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
+outcome SGLang gives on the scenario's code path: ``ok``, or the exception type and exact message (per rank
+where the ranks differ). :func:`run_scenario` replays one; the CLI is ``kimi-viz scenario``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..message_catalogue.messages import (
 from ..preprocess.config import get_config
 from ..preprocess.images import load_image
 from ..preprocess.resize import resize_config
-from ..releases import CodePath, PathSource
+from ..releases import CodePath, PathSource, path_change
 from ..request.images import as_request_image
 from ..request.producer import CONSUMER, deferred_config, deferred_item, eager_item, grid_row
 from ..request.producer import eager_rows as producer_rows
@@ -298,11 +298,13 @@ def _healthy_scenario(tp: int) -> Scenario:
 
 def _s1_scenario(backend: str, msg: str) -> Scenario:
     """Return the S1 scenario (shard-local grid index, pre-fix, TP 2) on ``backend``, rank 1 raising ``msg``."""
+    fix = path_change("post-fix")
+    before = "the post-fix path" if fix is None else fix.pr_text
     return Scenario(
         f"s1-{backend}",
         f"S1: shard-local grid index, {backend} backend (pre-fix, TP 2)",
         "chelsea.png, microaneurysms.png and astronaut_tiny_20x5.png on two ranks with the code before "
-        "SGLang PRs #35305/#36265: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
+        f"{before}: rank 1 materializes images [1, 2] but reads grid_thws_host rows [0, 1].",
         ScenarioClass.S1,
         _s1(backend),
         2,

@@ -17,6 +17,8 @@ from .._records import frozen
 from ..errors import ScenarioError
 from ..forward.workload_replay import LoadSettings
 from ..message_catalogue.messages import MSG_GPU_WRONG_GRIDS, MSG_INSUFFICIENT, MSG_SPLIT_SIZES, MSG_TOKEN_MISMATCH
+from ..release_changes.rules import releases_where
+from ..releases import PATH_INTRODUCED
 from ..request.images import as_request_image
 from ..request.settings import ServerSettings
 from ..request.workload import CacheSeed, Request, Workload
@@ -143,7 +145,7 @@ def _s20_evicted() -> Workload:
 
 
 def _s1_across(calls: int, passes: int, rank: int = 1) -> LoadExpectation:
-    """0.5.18's S1 across requests or turns at attention-TP 2: ``rank`` raises, 0.5.19 fixes it."""
+    """0.5.18's S1 across requests or turns at attention-TP 2: ``rank`` raises, the post-fix path fixes it."""
     return LoadExpectation(
         Status.ERROR_REPRODUCED,
         ErrorInfo("ValueError", MSG_GPU_WRONG_GRIDS),
@@ -155,6 +157,8 @@ def _s1_across(calls: int, passes: int, rank: int = 1) -> LoadExpectation:
 
 
 EPD_GPU = ServerSettings(serving="epd-encoder", epd_backend="gpu")
+_POST_FIX = PATH_INTRODUCED["post-fix"][0]  # the first release that reads the grids at global positions
+_DISCARDS = releases_where("forward.discards_stale_cache")[0]  # the first that drops a cached entry of another length
 
 
 # The load scenarios, one row each, in the order they are listed.
@@ -190,7 +194,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "S16: an embedding-cache entry of another length",
         "The embedding cache holds 120 rows under chelsea.png's hash (left by a request that sized it "
         "differently); chelsea.png needs 187. 0.5.18 keys the cache by item.hash alone and uses the entry as it "
-        "is: too few rows for the pad tokens. 0.5.19 discards it with a warning and encodes the image.",
+        f"is: too few rows for the pad tokens. {_DISCARDS} discards it with a warning and encodes the image.",
         ScenarioClass.S16,
         _s16,
         "0.5.18",
@@ -301,7 +305,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "back to the queue, its KV freed. When r1 finishes, r3 and r2 (re-prefilled from its saved state at 192, "
         "inside horse.png's pad run 40..219) are prefilled together: one get_image_feature call holds rocket.jpg "
         "and horse.png, and at attention-TP 2 rank 1 reads rocket.jpg's grid for horse.png (S1 across requests). "
-        "A pool twice as large, the embedding cache holding horse.png, or 0.5.19 avoids it.",
+        f"A pool twice as large, the embedding cache holding horse.png, or {_POST_FIX} avoids it.",
         ScenarioClass.S20,
         _s20,
         "0.5.18",
@@ -320,7 +324,7 @@ _LOAD_SCENARIO_ROWS: tuple[LoadScenario, ...] = (
         "cached prefix, least recently used, at steps 231 and 295, so t2 starts at 0 and horse.png goes back into "
         "the call beside r2's rocket.jpg; at attention-TP 2 rank 0 takes rocket.jpg (the larger image) and reads "
         "horse.png's grid for it (S1 across requests) — the second turn fails only when memory is short. A larger "
-        "pool, the embedding cache holding horse.png, or 0.5.19 avoids it.",
+        f"pool, the embedding cache holding horse.png, or {_POST_FIX} avoids it.",
         ScenarioClass.S20,
         _s20_evicted,
         "0.5.18",

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 from .._records import frozen
 from ..errors import WhatIfError
-from ..message_catalogue import release_span
-from ..releases import NEWEST, RELEASES
+from ..releases import NEWEST, RELEASES, release_span
 from ..scheduler_rules import ATTENTION_BACKENDS
 from ..server_args.table import ENV_VARS, SERVER_ARGS, args_of
 

@@ -22,8 +22,7 @@ from typing import Any, NoReturn
 
 from .._records import frozen
 from ..errors import ServerInputError
-from ..message_catalogue import release_span
-from ..releases import RELEASES
+from ..releases import RELEASES, release_span
 from ..terminal import escape_value
 from .literal import Arguments
 from .log import ServerStart, StartupArguments

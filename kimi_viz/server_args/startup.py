@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._records import frozen
-from ..message_catalogue import release_span
+from ..releases import release_span
 from .log import ServerStart
 from .table import releases_printing
 

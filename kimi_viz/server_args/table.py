@@ -23,7 +23,7 @@ from collections.abc import Collection
 
 from .._records import frozen
 from ..errors import ConfigError
-from ..releases import RELEASES
+from ..releases import NEWEST, RELEASES
 from ._load import ORDER, SpecRow, read_printed, read_specs
 from .specs import DEPLOYMENT_FIELDS, ActionKind, ArgSpec, Classification, EnvVar, Handling, OptionForm, ReleaseArgs
 
@@ -95,7 +95,7 @@ def args_of(release: str) -> ReleaseArgs:
     if release not in RELEASES:
         raise ConfigError(
             f"SGLang release {release!r}: the server-argument table has {', '.join(RELEASES)}; "
-            "name one of those (for a build such as 0.5.23.post1, its base release)"
+            f"name one of those (for a build such as {NEWEST}.post1, its base release)"
         )
     by_dest = {dest: row.spec for dest, rows in _rows().items() for row in rows if release in row.releases}
     by_option = {option: spec for spec in by_dest.values() for option in spec.options}

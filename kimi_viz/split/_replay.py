@@ -27,7 +27,8 @@ from ..devices import DeviceLike, resolve_device
 from ..errors import ConfigError
 from ..message_catalogue.messages import MSG_FEATURE_TYPE, MSG_MIX_LOCAL, MSG_UNSUPPORTED_BACKEND
 from ..preprocess.config import get_config
-from ..releases import choose_release
+from ..release_changes.rules import releases_where
+from ..releases import choose_release, release_span
 from .batch import Batch, Item, check_processor_output
 from .cpu_group import preprocess_cpu
 from .divergence import with_divergence
@@ -292,12 +293,13 @@ def _materialize_no_split(ctx: ReplayContext, state: RankState, items: list[Item
     ]
     tensors = [is_tensor(it.feature) for it in items]
     problem = _use_as_is(ctx, state, items)
+    no_split = release_span(releases_where("code_path", lambda path: path == "no-split"))
     step = Step(
         SELECT_ITEMS,
-        "Select this rank's items (0.5.17: no deferred split)",
+        f"Select this rank's items ({no_split}: no deferred split)",
         "§9",
         ItemSelection(state.image_indices, selected),
-        "SGLang 0.5.17 has no deferred split: each item's feature must already be a tensor and is used as "
+        f"SGLang {no_split} has no deferred split: each item's feature must already be a tensor and is used as "
         "is; a deferred config is ignored, and nothing compares rows with grids here.",
         Check("every feature is a torch.Tensor", "all tensors", f"{sum(tensors)} of {len(tensors)}", all(tensors)),
     )

@@ -11,6 +11,8 @@ from enum import Enum
 from typing import Any
 
 from .._records import frozen
+from ..release_changes.rules import releases_where
+from ..releases import PATH_INTRODUCED, release_span
 
 
 @frozen
@@ -80,7 +82,7 @@ CAUSES: dict[CauseKind, CauseText] = {
     ),
     CauseKind.FEATURE_TYPE: CauseText(
         "an item's feature is not a torch.Tensor where SGLang needs one (an eager or local item, or any item on "
-        "0.5.17's code)",
+        f"{release_span(releases_where('code_path', lambda path: path == 'no-split'))}'s code)",
         "Send eager items as [h*w, 3, 14, 14] tensors, and deferred items only to a consumer with the deferred split.",
     ),
     CauseKind.MISSING_BACKEND: CauseText(
@@ -118,7 +120,8 @@ CAUSES: dict[CauseKind, CauseText] = {
     ),
     CauseKind.GPU_GRIDS: CauseText(
         "the gpu group's images were resized to grids that differ from the grids SGLang read for them",
-        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang 0.5.19 or later).",
+        "Make every item's grid agree with its resize_config (and read it at global_indices: SGLang "
+        f"{PATH_INTRODUCED['post-fix'][0]} or later).",
     ),
     CauseKind.CPU_GRIDS: CauseText(
         "the consumer's checkpoint processor computed grids that differ from the items' grid_thws",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..preprocess.config import get_config
-from ..releases import FIX_PRS, PATH_INTRODUCED
+from ..releases import PATH_INTRODUCED, path_change
 from .batch import prod
 from .cause import Cause, CauseKind
 from .classes import ScenarioClass
@@ -29,10 +29,12 @@ UNCLASSIFIED = ScenarioClass.UNCLASSIFIED
 
 _PRE_FIX_RELEASE = PATH_INTRODUCED["pre-fix"][0]  # the first release with the deferred split
 _POST_FIX_RELEASE = PATH_INTRODUCED["post-fix"][0]  # the first with the S1 fix
+_POST_FIX_CHANGE = path_change("post-fix")  # the change that brought it
+assert _POST_FIX_CHANGE is not None
 
 FIXES = {
     ScenarioClass.S1: (
-        f"Upgrade SGLang to a version with PRs {' / '.join(FIX_PRS)} ({_POST_FIX_RELEASE} or later): the backend "
+        f"Upgrade SGLang to a version with {_POST_FIX_CHANGE.pr_text} ({_POST_FIX_RELEASE} or later): the backend "
         "groups must read grid_thws_host at global_indices = [image_indices[i] for i in indices], not at the "
         "shard-local positions."
     ),

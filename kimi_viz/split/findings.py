@@ -14,6 +14,8 @@ from typing import Any
 
 from ..preprocess.config import ProcessorConfig
 from ..preprocess.resize import ResizeConfig, resize_config
+from ..release_changes.rules import releases_where
+from ..releases import release_span
 from .batch import Batch, Feature, Item, prod
 from .classes import ScenarioClass
 
@@ -214,7 +216,8 @@ def no_split_findings(batch: Batch) -> list[Finding]:
             Finding(
                 ScenarioClass.SKEW,
                 i,
-                f"item {i} is deferred (its feature is {what}), but SGLang 0.5.17 has no "
+                f"item {i} is deferred (its feature is {what}), but SGLang "
+                f"{release_span(releases_where('code_path', lambda path: path == 'no-split'))} has no "
                 "deferred split: it takes every feature as already preprocessed rows and "
                 "ignores the deferred config, so the producer runs a newer SGLang than this "
                 "consumer",

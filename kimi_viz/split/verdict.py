@@ -30,7 +30,8 @@ from typing import Any
 
 from .._records import frozen
 from ..errors import ConfigError
-from ..releases import NEWEST, FixSearch, ReleaseChoice
+from ..release_changes.fix_search import FixSearch
+from ..releases import NEWEST, ReleaseChoice
 from .batch import Batch, RecordedOutcome
 from .divergence import Divergence
 from .trace import ErrorInfo, Outcome, Trace
