@@ -132,10 +132,18 @@ _EXPORTS = {
     "parse_request": "kimi_viz.request.chat",
     "read_request": "kimi_viz.request.chat",
     "run_demo": "kimi_viz._demo",
-    # the sample images
+    # the user's own deployment as input: a launch command, a server's log, a checkpoint folder
+    "DeploymentInput": "kimi_viz._whatif.deployment",
+    "Deployment": "kimi_viz._whatif.deployment",
+    "read_deployment": "kimi_viz._whatif.deployment",
+    "ModelFolder": "kimi_viz.request.model_folder",
+    "read_model_folder": "kimi_viz.request.model_folder",
+    "write_demo_checkpoint": "kimi_viz.request.demo_checkpoint",
+    # the sample data: images, a server's log
     "SAMPLE_PHOTOS": "kimi_viz.data",
     "sample_images": "kimi_viz.data",
     "sample_path": "kimi_viz.data",
+    "sample_log": "kimi_viz.data",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
