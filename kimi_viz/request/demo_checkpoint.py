@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -223,9 +224,12 @@ show what tokenizing a chat (`--model-path`) rather than counting its text chang
 """
 
 
-def write_demo_checkpoint(folder: str | os.PathLike) -> Path:
+def write_demo_checkpoint(folder: str | os.PathLike | None = None) -> Path:
     """Write the SYNTHETIC Kimi-K3-shaped checkpoint folder (``--model-path``'s four files and ``SYNTHETIC.md``,
-    no weights) into ``folder`` and return its path; its special ids are Kimi-K3's, its text ids are not."""
+    no weights) into ``folder`` (None: a new temporary folder) and return its path; its special ids are Kimi-K3's,
+    its text ids are not."""
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="kimi-viz-")) / "Kimi-K3-synthetic"
     path = write_checkpoint_folder(folder)
     (path / NOTE_FILE).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     return path
