@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from server_cases import CASES
 
 from kimi_viz._whatif.deployment import DeploymentInput, read_deployment
 from kimi_viz.errors import ServerInputError, WhatIfError
@@ -22,28 +23,6 @@ from kimi_viz.scheduler.flags import FLAG_OF, LoadSettings
 from kimi_viz.server_args import SERVER_ARGS, args_of, printed_fields
 
 LOGS = Path(__file__).resolve().parent / "data" / "server_logs"
-
-# Every modelled flag, with a value other than its default that the kit replays: (dest, value, kit field, kit value).
-CASES = [
-    ("chunked_prefill_size", 4096, "load.chunked_prefill_size", 4096),
-    ("page_size", 16, "load.page_size", 16),
-    ("disable_radix_cache", True, "load.disable_radix_cache", True),
-    ("schedule_policy", "lpm", "load.schedule_policy", "lpm"),
-    ("max_prefill_tokens", 8192, "load.max_prefill_tokens", 8192),
-    ("enable_mixed_chunk", True, "load.enable_mixed_chunk", True),
-    ("mamba_radix_cache_strategy", "extra_buffer", "load.mamba_radix_cache_strategy", "extra_buffer"),
-    ("mamba_track_interval", 128, "load.mamba_track_interval", 128),
-    ("disable_overlap_schedule", True, "load.disable_overlap_schedule", True),
-    ("attention_backend", "flashinfer", "load.attention_backend", "flashinfer"),
-    ("max_total_tokens", 50_000, "load.max_total_tokens", 50_000),
-    ("max_running_requests", 64, "load.max_running_requests", 64),
-    ("max_mamba_cache_size", 40, "load.max_mamba_cache_size", 40),
-    ("schedule_conservativeness", 2.0, "load.schedule_conservativeness", 2.0),
-    ("encoder_only", True, "settings.serving", "epd-encoder"),
-    ("mm_feature_transport", "cuda_ipc", "settings.transport", "cuda_ipc"),
-    ("mm_preprocess_cache_size_mb", 0, "settings.preprocess_cache_mb", 0),
-    ("tp_size", 4, "tp", 4),
-]
 
 
 def start_up_line(release: str, changes: dict[str, object]) -> str:
@@ -297,3 +276,15 @@ def test_the_answer_from_a_start_up_line_and_from_its_launch_command_is_the_answ
     for name in ("log", "command"):
         answer = answers[name]
         assert dataclasses.replace(answer, server=None) == dataclasses.replace(typed, server=None), (release, name)
+
+
+def test_a_sweep_shows_na_in_the_rows_whose_release_refuses_the_launch_command(capsys):
+    from kimi_viz.cli import main
+
+    command = "python -m sglang.launch_server --model-path m --mamba-scheduler-strategy auto"
+    assert main(["whatif", "--together", "rocket.jpg", "astronaut.png", "--sweep", "--server", command]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("0.5.20–0.5.23"))
+    assert row.split()[1:] == ["post-fix", "–", "n/a", "–", "n/a", "–", "n/a", "–", "n/a"]
+    assert "0.5.20–0.5.23 refuses these settings (--server: --mamba-scheduler-strategy:" in out
+    assert next(line for line in out.splitlines() if line.startswith("0.5.19")).count("✓ clean") == 4

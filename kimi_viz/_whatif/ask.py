@@ -22,6 +22,7 @@ from ..answer import Answer, Cell, Minimized, Sweep
 from ..devices import DeviceLike
 from ..errors import SettingNotInReleaseError, WhatIfError
 from ..forward.workload_replay import check_workload_settings
+from ..message_catalogue import release_span
 from ..releases import RELEASES, Release, release_for
 from ..request.images import probe_images
 from ..request.producer import Mode
@@ -111,9 +112,17 @@ def whatif(
     """
     question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
     release, sentence = release_for(sglang_version)
-    answer = answer_on(question, release, tp_size, mode, device)
+    try:
+        answer = answer_on(question, release, tp_size, mode, device)
+    except SettingNotInReleaseError as exc:
+        if sglang_version.strip() == release.version:
+            raise
+        raise SettingNotInReleaseError(f"{exc} ({sentence})") from None
     if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
         answer = replace(answer, notes=(sentence, *answer.notes))
+    idle = [] if question.load_settings is None else question.load_settings.idle_flags()
+    if idle:
+        answer = replace(answer, notes=(*answer.notes, *idle))
     borrowed = [] if settings is None else [c for c in (settings.producer_config, settings.consumer) if c == K25]
     if borrowed:  # a K2.5 preset on a K3 replay: say which code runs
         answer = replace(answer, notes=(*answer.notes, K25_LIMITS_NOTE))
@@ -147,7 +156,7 @@ def release_groups(question: Question, refused: Mapping[str, str] | None = None)
 
     def seen(release: Release) -> Hashable:
         reason = refused.get(release.version)
-        return ("refused", reason) if reason is not None else question.sees(release)
+        return ("refused", reason.replace(release.version, "V")) if reason is not None else question.sees(release)
 
     return [tuple(g) for _, g in itertools.groupby(RELEASES.values(), key=seen)]
 
@@ -170,6 +179,15 @@ def sweep_row(
         except SettingNotInReleaseError as exc:
             return [Cell(group, tp, None, str(exc)) for tp in tps]
     return [Cell(group, tp, prepared.ask(tp, mode="shapes", device="cpu")) for tp in tps]
+
+
+def _refusal(refused: Mapping[str, str], group: tuple[Release, ...]) -> str | None:
+    """Return why a group of releases refuses the server's launch command, said of the whole group."""
+    reason = refused.get(group[0].version)
+    if reason is None:
+        return None
+    span = release_span([r.version for r in group])
+    return reason.replace(f"SGLang {group[0].version}", f"SGLang {span}")
 
 
 def sweep(
@@ -196,7 +214,7 @@ def sweep(
         cells = [
             cell
             for group in release_groups(question, refused)
-            for cell in sweep_row(question, group, tps, refused=refused.get(group[0].version))
+            for cell in sweep_row(question, group, tps, refused=_refusal(refused, group))
         ]
     return Sweep(question.subject, tps, tuple(cells))
 

@@ -342,6 +342,8 @@ def _settings(
         else:
             kwargs[field_name] = None if value is None else int(value)
         values.append(ServerValue(dest, value, source))
+    if "transport" not in typed and "transport" not in kwargs:
+        _old_transport(kwargs, values, log, command)
     if kwargs.get("serving") != "epd-encoder" and "epd_backend" not in typed:
         kwargs.pop("epd_backend", None)  # the encoder's environment variable says nothing of a normal server
     known = {f.name for f in fields(ServerSettings)}
@@ -349,6 +351,23 @@ def _settings(
         return ServerSettings(**{k: v for k, v in kwargs.items() if k in known}), values
     except KimiVizError as exc:
         raise WhatIfError(f"{exc}; as the server's settings give it") from None
+
+
+def _old_transport(
+    kwargs: dict[str, Any], values: list[ServerValue], log: ServerLog | None, command: ParsedCommand | None
+) -> None:
+    """Read the transport's old spellings where --mm-feature-transport is unset: ``--keep-mm-feature-on-device``
+    (up to 0.5.20) and ``SGLANG_USE_CUDA_IPC_TRANSPORT`` (1 picks cuda_ipc, 0 cpu), as the releases resolve them."""
+    for dest in ("keep_mm_feature_on_device", "SGLANG_USE_CUDA_IPC_TRANSPORT"):
+        found, value, source = _given(log, command, dest)
+        if not found or source is None:
+            continue
+        on = value is True or str(value).strip().lower() in ("1", "true", "yes")
+        if dest == "keep_mm_feature_on_device" and not on:
+            continue
+        kwargs["transport"] = "cuda_ipc" if on else "cpu"
+        values.append(ServerValue(dest, value, source))
+        return
 
 
 def _not_modelled(release: str, log: ServerLog | None, command: ParsedCommand | None) -> tuple[NotModelled, ...]:

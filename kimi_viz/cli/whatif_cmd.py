@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..devices import DEVICES
 from ..errors import WhatIfError
-from ..files import check_output
+from ..files import check_output, prepare_folder
 from ..message_catalogue import release_span
 from ..releases import RELEASE_RANGE, RELEASES, release_for
 from ..request.settings import (
@@ -358,6 +358,8 @@ def _check(args: argparse.Namespace) -> None:
         )
     _choice(args.mode, MODES, "--mode")
     _choice(args.device, DEVICES, "--device")
+    if args.out is not None and not args.out.lower().endswith(".zip"):
+        prepare_folder(args.out, what="--out")  # made now: a folder that cannot be made is refused before any work
 
 
 def _subject(args: argparse.Namespace, load: LoadSettings) -> tuple[Any, dict[str, Any]]:

@@ -472,7 +472,7 @@ def sweep_summary(sweep: Sweep) -> str:
             parts.append(f"silent mismatch on {label} at {_tp_text(silent, sweep.tp_sizes)}")
             last_bad = i
         if all(c.status is Status.NOT_APPLICABLE for c in cells):
-            parts.append(f"{label} refuses these settings")
+            parts.append(f"{label} refuses these settings" + (f" ({cells[0].reason})" if cells[0].reason else ""))
     if last_bad < 0:
         return "clean on every release and attention-TP size" + ("; " + "; ".join(parts) if parts else "")
     rows = sweep.rows

@@ -297,7 +297,12 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
 
 def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the workload") -> Workload:
     """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``."""
-    if not isinstance(data, dict) or set(data) - {"requests", "cache"} or not isinstance(data.get("requests"), list):
+    if isinstance(data, dict) and set(data) - {"requests", "cache"}:
+        unknown = ", ".join(repr(key) for key in sorted(set(data) - {"requests", "cache"}, key=str)[:3])
+        raise WhatIfError(
+            f'{source}: unknown key(s) {unknown}; a workload has "requests" (and optionally "cache") at its top'
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
         raise WhatIfError(f'{source}: expected {{"requests": [{{"images": [...]}}, ...]}}, got {_kind(data)}')
     raw = data["requests"]
     if len(raw) > MAX_REQUESTS:

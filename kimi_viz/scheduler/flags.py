@@ -343,6 +343,20 @@ class LoadSettings:
         ``--max-mamba-cache-size``): the replay then budgets, evicts and retracts."""
         return any(v is not None for v in (self.max_total_tokens, self.max_running_requests, self.max_mamba_cache_size))
 
+    def idle_flags(self) -> list[str]:
+        """Return one sentence per flag set to other than its default that changes nothing under these settings (a
+        flag that only acts with another one, e.g. ``--schedule-conservativeness`` without a KV pool)."""
+        idle = []
+        for row in FLAGS:
+            value = getattr(self, row.field)
+            if row.needs is not None and value != row.default and getattr(self, row.needs) is None:
+                needed = FLAG_OF[row.needs]
+                idle.append(
+                    f"{row.spell(value)} changes nothing here: it acts only with {needed.option} "
+                    f"({'unbounded' if row.needs == 'max_total_tokens' else 'off'} here)"
+                )
+        return idle
+
     def flags(self) -> str:
         """Return the SGLang settings these stand for, the flags as SGLang spells them (defaults left out)."""
         words = [

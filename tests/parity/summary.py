@@ -31,6 +31,7 @@ SUITES = (
     "messages",
     "messages-gap",
     "server-args",
+    "server-input",
 )
 
 
