@@ -183,7 +183,7 @@ def _from_server_log(folder: Path) -> tuple[Any, str, str, tuple[Status, str | N
     deployment = read_deployment(DeploymentInput(server_log=str(log)))
     assert deployment.sglang_version is not None and deployment.tp_size is not None  # the log names both
     answer = whatif(
-        together(LOG_IMAGES),
+        together(list(LOG_IMAGES)),
         sglang_version=deployment.sglang_version,
         tp_size=deployment.tp_size,
         settings=deployment.settings,
@@ -214,9 +214,23 @@ def _chat_with_model_path(folder: Path) -> tuple[Any, str, str, tuple[Status, st
             model=model, sglang_version=version, tp_size=tp_size, typed_load={"chunked_prefill_size": chunk}
         )
     )
-    asked = dict(sglang_version=version, tp_size=tp_size, load=deployment.load)
-    answer = whatif(read_request(chat), settings=deployment.settings, model=model, server=deployment.report, **asked)
-    counted = whatif(read_request(chat), find_fix=False, try_flags=False, **asked)
+    answer = whatif(
+        read_request(chat),
+        sglang_version=version,
+        tp_size=tp_size,
+        load=deployment.load,
+        settings=deployment.settings,
+        model=model,
+        server=deployment.report,
+    )
+    counted = whatif(  # the same chat, its text counted: where the chunk cuts it moves
+        read_request(chat),
+        sglang_version=version,
+        tp_size=tp_size,
+        load=deployment.load,
+        find_fix=False,
+        try_flags=False,
+    )
     title = (
         f"a chat of two images tokenized by the synthetic Kimi-K3 checkpoint (its special ids are Kimi-K3's, its text "
         f"ids are made up), SGLang {version} at attention-TP {tp_size}, --chunked-prefill-size {chunk}; counted "

@@ -166,8 +166,8 @@ CALLS: dict[str, str] = {
         "assert kv.run_demo(fresh('demo'), scenarios=['s1-cpu'], gallery=False, progress=None).name == 'index.html'"
     ),
     # the user's own deployment as input
-    "DeploymentInput": "assert replace(kv.DeploymentInput(server_log=str(kv.sample_log()))).server_log.endswith('.log')",
-    "Deployment": "assert replace(kv.read_deployment(kv.DeploymentInput(server_log=str(kv.sample_log())))).tp_size == 2",
+    "DeploymentInput": "assert replace(kv.DeploymentInput(server_log=str(log))).server_log.endswith('.log')",
+    "Deployment": "assert replace(kv.read_deployment(kv.DeploymentInput(server_log=str(log)))).tp_size == 2",
     "read_deployment": (
         "assert kv.read_deployment(kv.DeploymentInput(server='python -m sglang.launch_server --model-path m --tp 4', "
         "sglang_version='0.5.23')).tp_size == 4"
@@ -205,6 +205,7 @@ trace = kv.replay(s1, tp_size=2, mode='shapes')
 verdict = kv.build_verdict(trace)
 manifest = kv.write_manifest(s1, fresh('manifest'))
 checkpoint = kv.write_demo_checkpoint(fresh('checkpoint'))
+log = kv.sample_log()
 workload_file = fresh('workload.json')
 workload_file.write_text('{"requests": [{"images": ["rocket.jpg"]}, {"images": ["astronaut.png"]}]}')
 chat_file = fresh('chat.json')
