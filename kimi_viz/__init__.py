@@ -8,7 +8,10 @@ splice back), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:
 :mod:`.manifest`, :mod:`.plots`, :mod:`.capture` and :mod:`.report`; :mod:`.releases` says which
 release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sweep`,
 :func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here;
-every question they answer gets one :class:`Answer` (:mod:`.answer`).
+every question they answer gets one :class:`Answer` (:mod:`.answer`). The user's own deployment is input
+too: :func:`read_deployment` reads a launch command, a server's log (:func:`sample_log` is the kit's) and
+typed options into the server a question is asked on, each value with its source, and
+:func:`read_model_folder` a checkpoint folder (:func:`write_demo_checkpoint` writes a synthetic one).
 
 One naming rule holds everywhere: no function shares its name with a module beside it. A module
 that implements a verb is private and named after it (``_explain/``, ``split/_replay.py``), so
