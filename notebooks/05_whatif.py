@@ -35,7 +35,7 @@
 # `kimi-viz whatif IMAGE... --server-log server.log` (or `--server "python -m sglang.launch_server …"
 # --sglang-version V`, or `--sglang-version V --tp N`; `--sweep`, `--minimize`).
 #
-# Runs in about 6 s on a 2-core CPU (measured with `pytest --nbmake`: 5.6 s, most of it importing torch and
+# Runs in about 4 s on a 2-core CPU (measured with `pytest --nbmake`: 3.6 s, most of it importing torch and
 # matplotlib; shapes mode reads only the image headers). Made for papermill too:
 # `papermill notebooks/05_whatif.ipynb out.ipynb -p server_log server.log`, or without a log
 # `-p server_log None -p sglang_version 0.5.23 -p tp 4`.

@@ -30,7 +30,7 @@
 # `kimi_viz.whatif` replays that whole path for a workload; on the command line it is
 # `kimi-viz whatif IMAGE... --together` or `--requests FILE`.
 #
-# Runs in about 13 s on a 2-core CPU (measured with `pytest --nbmake`: 12.8 s; shapes mode: only the image
+# Runs in about 6 s on a 2-core CPU (measured with `pytest --nbmake`: 6.2 s; shapes mode: only the image
 # headers are read). Made for papermill too:
 # `papermill notebooks/06_under_load.ipynb out.ipynb -p sglang_version 0.5.23 -p tp 4`.
 
