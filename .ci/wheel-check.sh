@@ -30,6 +30,10 @@ images=$(unzip -l "$wheel" | grep -c 'kimi_viz/_data/images/.*\.\(png\|jpg\)$' |
 echo "the wheel carries $images sample images"
 [ "$images" -eq "$(ls "$repo"/data/images/*.png "$repo"/data/images/*.jpg | wc -l)" ] \
   || { echo "the wheel does not carry every image of data/images" >&2; exit 1; }
+logs=$(unzip -l "$wheel" | grep -c 'kimi_viz/_data/logs/.*\.log$' || true)
+echo "the wheel carries $logs sample server log(s)"
+[ "$logs" -eq "$(ls "$repo"/data/logs/*.log | wc -l)" ] \
+  || { echo "the wheel does not carry every log of data/logs" >&2; exit 1; }
 
 step "install the wheel in a clean venv"
 "$python" -m venv "$work/user-env"
@@ -43,6 +47,9 @@ import kimi_viz, kimi_viz.data as data
 where = data.images_dir()
 assert "site-packages" in str(where), f"sample images read from {where}, not from the installed wheel"
 print(f"kimi_viz {kimi_viz.__version__} from {kimi_viz.__file__}; {len(data.sample_images())} sample images in {where}")
+log = kimi_viz.sample_log()
+assert "site-packages" in str(log), f"sample log read from {log}, not from the installed wheel"
+print(f"sample server log {log}")
 EOF
 
 step "kimi-viz demo from the installed wheel"

@@ -8,7 +8,10 @@ splice back), :mod:`.split` (the deferred split in ``get_image_feature``), :mod:
 :mod:`.manifest`, :mod:`.plots`, :mod:`.capture` and :mod:`.report`; :mod:`.releases` says which
 release runs which code. The verbs — :func:`replay`, :func:`whatif`, :func:`sweep`,
 :func:`minimize`, :func:`explain`, :func:`triage`, :func:`run_demo` — are functions exported here;
-every question they answer gets one :class:`Answer` (:mod:`.answer`).
+every question they answer gets one :class:`Answer` (:mod:`.answer`). The user's own deployment is input
+too: :func:`read_deployment` reads a launch command, a server's log (:func:`sample_log` is the kit's) and
+typed options into the server a question is asked on, each value with its source, and
+:func:`read_model_folder` a checkpoint folder (:func:`write_demo_checkpoint` writes a synthetic one).
 
 One naming rule holds everywhere: no function shares its name with a module beside it. A module
 that implements a verb is private and named after it (``_explain/``, ``split/_replay.py``), so
@@ -132,10 +135,18 @@ _EXPORTS = {
     "parse_request": "kimi_viz.request.chat",
     "read_request": "kimi_viz.request.chat",
     "run_demo": "kimi_viz._demo",
-    # the sample images
+    # the user's own deployment as input: a launch command, a server's log, a checkpoint folder
+    "DeploymentInput": "kimi_viz._whatif.deployment",
+    "Deployment": "kimi_viz._whatif.deployment",
+    "read_deployment": "kimi_viz._whatif.deployment",
+    "ModelFolder": "kimi_viz.request.model_folder",
+    "read_model_folder": "kimi_viz.request.model_folder",
+    "write_demo_checkpoint": "kimi_viz.request.demo_checkpoint",
+    # the sample data: images, a server's log
     "SAMPLE_PHOTOS": "kimi_viz.data",
     "sample_images": "kimi_viz.data",
     "sample_path": "kimi_viz.data",
+    "sample_log": "kimi_viz.data",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

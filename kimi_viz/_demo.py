@@ -1,17 +1,22 @@
 """The kit's tour for a new user: replay the healthy batch and the key failure scenarios, then the load
-scenarios (workloads through the scheduler, a chat's second turn among them), write a report for each plus
-the figure gallery, and one ``index.html`` that links everything.
+scenarios (workloads through the scheduler, a chat's second turn among them), then two answers read from what a
+user has (a server's log, a checkpoint folder); write a report for each plus the figure gallery, and one
+``index.html`` that links everything.
 
 Each single-call scenario folder holds the scenario's manifest (``manifest/``, to practise ``kimi-viz
 triage`` on) and the triage outputs (``report.html``, ``summary.png``, ``trace.json`` and ``issue.md``, the
 issue body to paste). Each load scenario folder holds what ``kimi-viz scenario run NAME --out DIR`` writes:
-``answer.json`` and a ``report.html`` with the forward-pass figure of the pass that decides it. Every page
-is self-contained and opens from disk.
+``answer.json`` and a ``report.html`` with the forward-pass figure of the pass that decides it. Each input folder
+holds its input (``server.log``, the kit's sample log; or ``chat.json`` and ``checkpoint/``, the synthetic demo
+checkpoint) and what ``kimi-viz whatif … --server-log server.log --out DIR`` (or ``--chat chat.json
+--model-path checkpoint``) writes there. Every page is self-contained and opens from disk.
 """
 
 from __future__ import annotations
 
 import html
+import json
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,11 +24,34 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .data import sample_log
 from .files import prepare_folder, write_file
 from .manifest import write_manifest
 from .report.page import badge_html, page_css
-from .scenarios import DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
+from .request.demo_checkpoint import write_demo_checkpoint
+from .request.model_folder import read_model_folder
+from .scenarios import DEMO_INPUTS, DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
 from .split.verdict import STATUS_STYLES, Status, Verdict
+
+# The chat the demo tokenizes with the synthetic checkpoint (--model-path) and counts without it: on 0.5.18 at
+# attention-TP 2 with a chunk of 512, counting puts both images in pass 1 (they meet in one call and the call
+# raises), the tokenized prompt lands rocket.jpg across passes 1-2 and astronaut.png in pass 2 alone (clean).
+DEMO_CHAT = {
+    "model": "kimi-k3",
+    "messages": [
+        {"role": "system", "content": "You are Kimi."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What do these pictures show?"},
+                {"type": "image_url", "image_url": {"url": "rocket.jpg"}},
+                {"type": "image_url", "image_url": {"url": "astronaut.png"}},
+            ],
+        },
+    ],
+}
+LOG_IMAGES = ("chelsea.png", "microaneurysms.png")  # the two requests of the sample log's failing pass
+CHAT_DEPLOYMENT = ("--sglang-version", "0.5.18", "--tp", "2", "--chunked-prefill-size", "512")
 
 
 def _say(message: str) -> None:
@@ -33,14 +61,14 @@ def _say(message: str) -> None:
 def run_demo(
     out_dir: str | Path = "demo-out",
     *,
-    scenarios: Sequence[str] = (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS),
+    scenarios: Sequence[str] = (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS, *DEMO_INPUTS),
     gallery: bool = True,
     progress: Callable[[str], None] | None = _say,
 ) -> Path:
     """Write a report per scenario, the figure gallery and ``index.html`` under ``out_dir``; return the index path.
 
-    ``scenarios`` names single-call scenarios (``kimi_viz.SCENARIOS``) and load scenarios
-    (``kimi_viz.LOAD_SCENARIOS``) alike; the index lists each kind in its own table.
+    ``scenarios`` names single-call scenarios (``kimi_viz.SCENARIOS``), load scenarios (``kimi_viz.LOAD_SCENARIOS``)
+    and the answers read from a user's inputs (``DEMO_INPUTS``) alike; the index lists each kind in its own table.
     """
     from ._triage import triage_batch
     from .scenarios.catalogue import get_scenario
@@ -51,8 +79,9 @@ def run_demo(
     rows = []
     started = time.perf_counter()
     load_names = [name for name in scenarios if name.strip().lower() in LOAD_SCENARIOS]
+    input_names = [name.strip() for name in scenarios if name.strip() in DEMO_INPUTS]
     width = max((len(name.strip()) for name in (*scenarios, "gallery")), default=0)
-    for name in (name for name in scenarios if name not in load_names):
+    for name in (name for name in scenarios if name not in load_names and name.strip() not in input_names):
         scenario = get_scenario(name)
         t0 = time.perf_counter()
         batch = scenario.build()
@@ -76,6 +105,7 @@ def run_demo(
         rows.append((scenario, verdict, matches))
         say(_progress_line(scenario.name, _outcome_text(verdict), time.perf_counter() - t0, width))
     load_rows = [_load_row(name, out, say, width) for name in load_names]
+    input_rows = [_input_row(name, out, say, width) for name in input_names]
     gallery_index = None
     if gallery:
         from .report.gallery import write_gallery
@@ -84,8 +114,10 @@ def run_demo(
         gallery_index = write_gallery(out / "gallery")[-1]
         figures = len(list((out / "gallery").glob("*.png")))
         say(_progress_line("gallery", f"{figures} figures", time.perf_counter() - t0, width))
-    index = write_file(out / "index.html", _index_html(rows, gallery_index, out, load_rows).encode("utf-8"))
-    say(f"wrote {len(rows) + len(load_rows)} reports in {time.perf_counter() - started:.1f} s; open {index}")
+    page = _index_html(rows, gallery_index, out, load_rows, input_rows)
+    index = write_file(out / "index.html", page.encode("utf-8"))
+    reports = len(rows) + len(load_rows) + len(input_rows)
+    say(f"wrote {reports} reports in {time.perf_counter() - started:.1f} s; open {index}")
     return index
 
 
@@ -122,6 +154,109 @@ def _load_row(name: str, out: Path, say: Callable[[str], None], width: int) -> _
     files = [path.relative_to(out).as_posix() for key, path in written.items() if key not in ("text", "report")]
     say(_progress_line(scenario.name, _status_text(answer.status, answer.error), time.perf_counter() - t0, width))
     return _LoadRow(scenario, answer, matches, files)
+
+
+@dataclass
+class _InputRow:
+    """An answer read from a user's inputs: what was asked, the answer, whether it is as expected, the files."""
+
+    name: str
+    title: str
+    command: str  # the kimi-viz command that asks it again, from the folder the demo ran in
+    answer: Any
+    matches: bool
+    files: list[str]
+
+
+def _quoted(*words: str | Path) -> str:
+    return " ".join(shlex.quote(str(word)) for word in words)
+
+
+def _from_server_log(folder: Path) -> tuple[Any, str, str, tuple[Status, str | None]]:
+    """Ask the sample log's server whether its failing pass's two requests fail: copy the log into ``folder`` and
+    replay them on the deployment it describes; return the answer, its title, its command and what is expected."""
+    from ._whatif.ask import whatif
+    from ._whatif.deployment import DeploymentInput, read_deployment
+    from .request.workload import together
+
+    log = write_file(folder / "server.log", sample_log().read_bytes())
+    deployment = read_deployment(DeploymentInput(server_log=str(log)))
+    assert deployment.sglang_version is not None and deployment.tp_size is not None  # the log names both
+    answer = whatif(
+        together(list(LOG_IMAGES)),
+        sglang_version=deployment.sglang_version,
+        tp_size=deployment.tp_size,
+        settings=deployment.settings,
+        load=deployment.load,
+        server=deployment.report,
+    )
+    title = (
+        f"the kit's sample server log ({deployment.report.release}; {deployment.report.tp}): "
+        f"{' and '.join(LOG_IMAGES)} as the two requests of its failing pass, on the server it describes"
+    )
+    command = f"kimi-viz whatif {_quoted(*LOG_IMAGES)} --together --server-log {_quoted(log)}"
+    return answer, title, command, (Status.ERROR_REPRODUCED, "Kimi-K3 deferred GPU preprocessing produced wrong grids")
+
+
+def _chat_with_model_path(folder: Path) -> tuple[Any, str, str, tuple[Status, str | None]]:
+    """Ask whether a chat fails when the synthetic checkpoint tokenizes it, and say what counting would have said;
+    return the answer, its title, its command and what is expected."""
+    from ._whatif.ask import whatif
+    from ._whatif.deployment import DeploymentInput, read_deployment
+    from .request.chat import read_request
+
+    chat = write_file(folder / "chat.json", (json.dumps(DEMO_CHAT, indent=1) + "\n").encode("utf-8"))
+    checkpoint = write_demo_checkpoint(folder / "checkpoint")
+    version, tp_size, chunk = CHAT_DEPLOYMENT[1], int(CHAT_DEPLOYMENT[3]), int(CHAT_DEPLOYMENT[5])
+    model = read_model_folder(checkpoint)
+    deployment = read_deployment(
+        DeploymentInput(
+            model=model, sglang_version=version, tp_size=tp_size, typed_load={"chunked_prefill_size": chunk}
+        )
+    )
+    answer = whatif(
+        read_request(chat),
+        sglang_version=version,
+        tp_size=tp_size,
+        load=deployment.load,
+        settings=deployment.settings,
+        model=model,
+        server=deployment.report,
+    )
+    counted = whatif(  # the same chat, its text counted: where the chunk cuts it moves
+        read_request(chat),
+        sglang_version=version,
+        tp_size=tp_size,
+        load=deployment.load,
+        find_fix=False,
+        try_flags=False,
+    )
+    title = (
+        f"a chat of two images tokenized by the synthetic Kimi-K3 checkpoint (its special ids are Kimi-K3's, its text "
+        f"ids are made up), SGLang {version} at attention-TP {tp_size}, --chunked-prefill-size {chunk}; counted "
+        f"instead of tokenized, the same chat is {_status_text(counted.status, counted.error)}"
+    )
+    command = f"kimi-viz whatif --chat {_quoted(chat)} --model-path {_quoted(checkpoint)} {' '.join(CHAT_DEPLOYMENT)}"
+    return answer, title, command, (Status.CLEAN, None)
+
+
+INPUT_ANSWERS = {"from-server-log": _from_server_log, "chat-model-path": _chat_with_model_path}
+
+
+def _input_row(name: str, out: Path, say: Callable[[str], None], width: int) -> _InputRow:
+    """Ask the question ``name`` reads from a user's input and write its answer and report into ``out/NAME``."""
+    from ._whatif.outputs import write_answer
+
+    t0 = time.perf_counter()
+    folder = prepare_folder(out / name)
+    answer, title, command, (status, message) = INPUT_ANSWERS[name](folder)
+    written = write_answer(answer, folder, reproduce=f"{command} --out {_quoted(folder)}", title=f"{name}: {title}")
+    matches = answer.status is status and (None if answer.error is None else answer.error.message) == message
+    inputs = sorted(p.name for p in folder.iterdir() if p.name in ("server.log", "chat.json"))
+    files = [(folder / p).relative_to(out).as_posix() for p in inputs]
+    files += [path.relative_to(out).as_posix() for key, path in written.items() if key not in ("text", "report")]
+    say(_progress_line(name, _status_text(answer.status, answer.error), time.perf_counter() - t0, width))
+    return _InputRow(name, title, command, answer, matches, files)
 
 
 def _outcome_text(verdict: Verdict) -> str:
@@ -163,7 +298,41 @@ def _load_html(load_rows: Sequence[_LoadRow]) -> str:
     )
 
 
-def _index_html(rows, gallery_index: Path | None, root: Path, load_rows: Sequence[_LoadRow] = ()) -> str:
+def _input_html(input_rows: Sequence[_InputRow]) -> str:
+    """Return the index's third table: the answers read from a server's log and a checkpoint folder."""
+    body = []
+    for row in input_rows:
+        answer = row.answer
+        links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f.rpartition("/")[2])}</a>' for f in row.files)
+        body.append(
+            f'<tr class="{"" if row.matches else "kv-mismatch"}" data-status="{answer.status.value}">'
+            f'<td><a href="{html.escape(row.name)}/report.html">{html.escape(row.name)}</a></td>'
+            f"<td>{html.escape(row.title)}<br><code>{html.escape(row.command)}</code></td>"
+            f"<td>{badge_html(answer.status)}</td><td>{answer.tp_size}</td>"
+            f"<td>{html.escape(answer.release.version)}</td>"
+            f"<td><code>{html.escape('—' if answer.error is None else str(answer.error))}</code></td>"
+            f"<td>{'yes' if row.matches else 'NO'}</td><td>{links}</td></tr>"
+        )
+    return (
+        "<h2>Your deployment as input: a server's log, a checkpoint folder</h2>\n"
+        "<p>Paste your server's command or log: <code>kimi-viz whatif IMAGE... --server-log server.log</code> reads "
+        "the release, the attention-TP size and the scheduler's flags and pools from the log's start-up lines "
+        "(each value with the line it came from; typed options win over the log, the log over the launch command "
+        "<code>--server</code>), and <code>--model-path DIR</code> tokenizes a <code>--chat</code> body with the "
+        "checkpoint's own tokenizer instead of counting its text. Each folder holds its input beside the answer.</p>\n"
+        "<table><thead><tr><th>answer</th><th>what (the command)</th><th>status</th><th>TP</th><th>release</th>"
+        "<th>SGLang raises</th><th>as expected</th><th>files</th></tr></thead>\n"
+        "<tbody>\n" + "\n".join(body) + "\n</tbody></table>\n"
+    )
+
+
+def _index_html(
+    rows,
+    gallery_index: Path | None,
+    root: Path,
+    load_rows: Sequence[_LoadRow] = (),
+    input_rows: Sequence[_InputRow] = (),
+) -> str:
     body = []
     for scenario, verdict, matches in rows:
         div = verdict.divergence
@@ -204,6 +373,7 @@ def _index_html(rows, gallery_index: Path | None, root: Path, load_rows: Sequenc
         + "\n".join(body)
         + "\n</tbody></table>\n"
         + (_load_html(load_rows) if load_rows else "")
+        + (_input_html(input_rows) if input_rows else "")
         + gallery
         + f"\n<p>Written by kimi-viz {html.escape(__version__)}; every page opens from disk.</p>\n</body>\n</html>\n"
     )

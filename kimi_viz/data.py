@@ -1,11 +1,11 @@
-"""Where the sample images live, found from the package rather than the working directory."""
+"""Where the sample data lives (images, a server log), found from the package rather than the working directory."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .errors import ImageNotFoundError
+from .errors import ImageNotFoundError, ServerInputError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 
@@ -20,6 +20,12 @@ def data_dir() -> Path:
     env = os.environ.get("KIMI_VIZ_DATA")
     if env:
         return Path(env)
+    return kit_data_dir()
+
+
+def kit_data_dir() -> Path:
+    """Return the kit's own data folder: an installed wheel's ``kimi_viz/_data``, else the checkout's ``data/``
+    (``$KIMI_VIZ_DATA`` is not read: it names other images, never the kit's sample log)."""
     here = Path(__file__).resolve().parent
     installed = here / "_data"
     if (installed / "images").is_dir():
@@ -41,6 +47,22 @@ def sample_images() -> list[Path]:
             "(set KIMI_VIZ_DATA to the folder holding images/ if you installed the kit elsewhere)"
         )
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def sample_logs() -> list[Path]:
+    """Return the paths of the kit's sample server logs (``data/logs/*.log``), sorted by file name."""
+    folder = kit_data_dir() / "logs"
+    return sorted(folder.glob("*.log")) if folder.is_dir() else []
+
+
+def sample_log(name: str = "kimi-k3-0.5.18.log") -> Path:
+    """Return the path of one of the kit's sample server logs by file name (``data/logs/PROVENANCE.md`` says how it
+    was made): a Kimi-K3 server on SGLang 0.5.18 at attention-TP 2 whose get_image_feature raised."""
+    path = kit_data_dir() / "logs" / name
+    if Path(name).name != name or not path.is_file() or path.suffix != ".log":
+        names = ", ".join(p.name for p in sample_logs()) or "none (the kit's data/logs/ is missing)"
+        raise ServerInputError(f"no sample server log named {name!r}; expected one of: {names}")
+    return path
 
 
 # Each sample image's (width, height), as its header gives it: the under-load hint orders the samples by pixels

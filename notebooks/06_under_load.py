@@ -30,8 +30,9 @@
 # `kimi_viz.whatif` replays that whole path for a workload; on the command line it is
 # `kimi-viz whatif IMAGE... --together` or `--requests FILE`.
 #
-# Runs in about 10 s on a 2-core CPU (shapes mode: only the image headers are read). Made for
-# papermill too: `papermill notebooks/06_under_load.ipynb out.ipynb -p sglang_version 0.5.23 -p tp 4`.
+# Runs in about 6 s on a 2-core CPU (measured with `pytest --nbmake`: 6.2 s; shapes mode: only the image
+# headers are read). Made for papermill too:
+# `papermill notebooks/06_under_load.ipynb out.ipynb -p sglang_version 0.5.23 -p tp 4`.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -39,12 +40,13 @@ images = ["rocket.jpg", "astronaut.png"]  # one single-image request each: file 
 sglang_version = "0.5.18"
 tp = 2
 chunked_prefill_size = 150  # for section 5: small enough that the first image straddles two chunks
-chat_sglang_version = "0.5.23"  # section 7, the second turn of a chat: its release,
+tokenized_chunk = 512  # section 7: a --chunked-prefill-size at which the counted and the tokenized chat cut apart
+chat_sglang_version = "0.5.23"  # section 8, the second turn of a chat: its release,
 chat_tp = 2  # attention-TP size,
 page_size = None  # --page-size (None: the attention backend's, 1 with fa3 on an H200),
 chat_chunked_prefill_size = 1024  # --chunked-prefill-size (a multiple of the page)
 chat_cache_mb = 100  # and SGLANG_VLM_CACHE_SIZE_MB (0: the embedding cache stores nothing)
-memory_sglang_version = "0.5.18"  # section 8, memory pressure: its release,
+memory_sglang_version = "0.5.18"  # section 9, memory pressure: its release,
 memory_tp = 2  # attention-TP size,
 memory_pool = 1555  # --max-total-tokens: the KV pool (a server logs it at start-up, max_total_num_tokens)
 
@@ -52,6 +54,7 @@ memory_pool = 1555  # --max-total-tokens: the KV pool (a server logs it at start
 # %matplotlib inline
 from kimi_viz import (
     LOAD_SCENARIOS,
+    DeploymentInput,
     LoadSettings,
     Request,
     Workload,
@@ -61,12 +64,15 @@ from kimi_viz import (
     parse_workload,
     pass_table,
     prompt_table,
+    read_deployment,
+    read_model_folder,
     sweep,
     sweep_pairs,
     sweep_table,
     together,
     whatif,
     workload_table,
+    write_demo_checkpoint,
 )
 from kimi_viz.plots import draw_forward_pass, draw_prompt
 from kimi_viz.report import Stepper, Table
@@ -170,7 +176,7 @@ draw_forward_pass(chunked.replay.passes[min(1, len(chunked.replay.passes) - 1)])
 # per image and frames each pad as `<|media_begin|>image WxH<|media_content|>`, the image's token count
 # of `<|media_pad|>` and `<|media_end|>`. On the command line: `kimi-viz whatif --chat REQUEST.json
 # --sglang-version V --tp N`. Text tokens are counted (approximately), the media tokens and their ids
-# are exact.
+# are exact; section 7 tokenizes the same chat with a checkpoint folder (`--model-path DIR`).
 
 # %%
 chat_body = {
@@ -223,7 +229,129 @@ Table(["SGLang", "<|media_pad|> ids / images", "request side"], rows)
 draw_prompt(refused[sglang_version]).figure
 
 # %% [markdown]
-# ## 7. The second turn of a chat
+# ## 7. Tokenized by the checkpoint, not counted
+#
+# Without a checkpoint the kit *counts* a chat's text (about one token per 8 letters, the role framing, the
+# generation prompt): the media tokens and their ids are exact, the text's length is not. Given the checkpoint
+# folder (`--model-path DIR`: its `config.json`, `preprocessor_config.json`, `tokenizer_config.json` and
+# `tiktoken.model`, read as data, none of its code run), the chat is *tokenized* as the server tokenizes it:
+# SGLang's `kimi_k3` chat encoding of the release, the checkpoint's own BPE ranks and special ids. Every id is
+# then exact, and so is where each image's `<|media_pad|>` run starts — which decides where a chunked prefill
+# cuts the prompt, which pass each image lands in, and which images meet in one `get_image_feature` call.
+#
+# The folder below is **synthetic** (`kimi_viz.write_demo_checkpoint`): Kimi-K3's files and special ids
+# (`<|media_pad|>` 163605), but a made-up vocabulary in which most words fall apart into single bytes, so its
+# text runs longer than the real tokenizer's would. It shows what tokenizing changes; point `read_model_folder`
+# at your own checkpoint for your real prompt. On the command line: `kimi-viz whatif --chat REQUEST.json
+# --model-path DIR --sglang-version V --tp N --chunked-prefill-size N`.
+
+# %%
+checkpoint = write_demo_checkpoint()  # a new temporary folder
+model = read_model_folder(checkpoint)
+Table(
+    ["checkpoint folder", "architecture", "SGLang runs", "<|media_pad|> id: processor / tokenizer", "tokenizer"],
+    [
+        [
+            checkpoint.name,
+            model.architecture,
+            f"{model.facts.sglang_model} ({model.facts.processor})",
+            f"{model.placeholder.resolved} / {model.placeholder.tokenizer_id}",
+            f"{model.tokenizer_class}: {(checkpoint / 'SYNTHETIC.md').read_text().splitlines()[0].lstrip('# ')}",
+        ]
+    ],
+)
+
+# %% [markdown]
+# The same chat as in section 6, counted and tokenized, on this release with `--chunked-prefill-size` set to
+# `tokenized_chunk`: each prompt's length (after the processor expands each image), where each image's pad run
+# lies, the passes the scheduler cuts it into, and the pass (or passes: it straddles them) each image is encoded
+# in. With the defaults (rocket.jpg and astronaut.png on 0.5.18 at attention-TP 2, a chunk of 512) the counted
+# prompt puts both images in pass 1, where they meet in one call and 0.5.18 raises; the tokenized prompt is longer
+# before the first image (the `kimi_k3` encoding's own system framing, and this vocabulary's short tokens), so the
+# first image straddles passes 1 and 2, the second is encoded in pass 2 beside the first's cached rows, and
+# nothing raises. Counting is close enough for which check fires; where a chunk cuts, it is not.
+
+# %%
+deployment = read_deployment(
+    DeploymentInput(
+        model=model, sglang_version=sglang_version, tp_size=tp, typed_load={"chunked_prefill_size": tokenized_chunk}
+    )
+)
+by_text = {
+    "counted": whatif(parse_request(chat_body), sglang_version=sglang_version, tp_size=tp, load=deployment.load),
+    "tokenized": whatif(
+        parse_request(chat_body),
+        sglang_version=sglang_version,
+        tp_size=tp,
+        load=deployment.load,
+        settings=deployment.settings,
+        model=model,
+    ),
+}
+
+
+landing = {  # each image's pad run, and the passes (1-based) whose window overlaps it
+    name: [
+        (
+            a,
+            b,
+            [
+                k + 1
+                for k, plan in enumerate(answer.replay.load.plans)
+                for w in plan.windows
+                if w.prefix_len <= b and a < w.end
+            ],
+        )
+        for a, b in answer.replay.load.prompts[0].pad_runs
+    ]
+    for name, answer in by_text.items()
+}
+Table(
+    ["prompt", "ids", "passes (windows)", *images, "status"],
+    [
+        [
+            answer.replay.outcome.rendered.by,
+            answer.replay.load.prompts[0].length,
+            ", ".join(f"[{w.prefix_len}, {w.end})" for plan in answer.replay.load.plans for w in plan.windows),
+            *(
+                f"{a}..{b}: pass {passes[0]}" + (f"–{passes[-1]} (straddles)" if len(passes) > 1 else "")
+                for a, b, passes in landing[name]
+            ),
+            answer.status.value + (f": {answer.error}" if answer.error else ""),
+        ]
+        for name, answer in by_text.items()
+    ],
+)
+
+# %% [markdown]
+# The first pass of each, drawn: with the defaults the counted prompt's holds both images (their grids differ,
+# and 0.5.18's call raises at attention-TP 2); the tokenized prompt's holds the first image's head only.
+
+# %%
+draw_forward_pass(by_text["counted"].replay.load.passes[0], title="counted: pass 1").figure
+
+# %%
+draw_forward_pass(by_text["tokenized"].replay.load.passes[0], title="tokenized: pass 1").figure
+
+# %% [markdown]
+# The ids the checkpoint's tokenizer gives the tokenized prompt around the images (`apply_chat_template`'s
+# output: one `<|media_pad|>` per image, which the processor then expands into the image's block); the counted
+# prompt has no ids for its text.
+
+# %%
+rendered = by_text["tokenized"].replay.outcome.rendered
+pads = [k for k, token_id in enumerate(rendered.input_ids) if token_id == model.placeholder.resolved]
+Table(
+    ["position", "id", "token"],
+    [
+        [k, rendered.input_ids[k], rendered.tokens[k]]
+        for k in range(max(0, pads[0] - 8), min(rendered.length, pads[-1] + 3))
+    ],
+    caption=f"{rendered.length} ids, {len(pads)} <|media_pad|> (id {model.placeholder.resolved}); those around them",
+)
+
+# %% [markdown]
+# ## 8. The second turn of a chat
 #
 # **A chat's first turn sends camera.png; the second turn continues it with coffee.png. Which of the
 # second turn's images does SGLang encode again, and which come from what it already holds?**
@@ -352,7 +480,7 @@ Table(
 )
 
 # %% [markdown]
-# ## 8. Only at peak hours: memory decides who meets
+# ## 9. Only at peak hours: memory decides who meets
 #
 # **Three requests are each prefilled alone on a quiet server. At peak hours two of them land in one
 # `get_image_feature` call. How?**

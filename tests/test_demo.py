@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from kimi_viz._demo import DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS
+from kimi_viz._demo import CHAT_DEPLOYMENT, DEMO_CHAT, DEMO_INPUTS, DEMO_LOAD_SCENARIOS, DEMO_SCENARIOS, LOG_IMAGES
 from kimi_viz.cli import main
+from kimi_viz.data import sample_log
 from kimi_viz.releases import RELEASES
 from kimi_viz.scenarios import LOAD_SCENARIOS, SCENARIOS
+
+EVERY = (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS, *DEMO_INPUTS)
 
 KEY_SCENARIOS = {"healthy-tp2", "s1-cpu", "s2-cpu", "s3-mixed-local", "s4-cpu", "s13-zero-size"}
 TIME_LIMIT_S = 120.0
@@ -69,14 +72,16 @@ def test_demo_runs_in_time_and_says_where(demo):
     assert code == 0
     assert elapsed < TIME_LIMIT_S, f"the demo took {elapsed:.1f} s"
     assert printed.splitlines()[-1] == f"open {(out / 'index.html').resolve()}"
-    for name in (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS):
+    for name in EVERY:
         assert re.search(rf"^  {re.escape(name)} ", printed, re.M)
     # One column per field: every outcome starts where the longest name ends, every line fits 120 columns.
     rows = [line for line in printed.splitlines() if line.startswith("  ")]
-    width = max(len(n) for n in (*DEMO_SCENARIOS, *DEMO_LOAD_SCENARIOS))
+    width = max(len(n) for n in EVERY)
     assert {line[2 + width] for line in rows} == {" "} and {line[3 + width] for line in rows} != {" "}
     assert max(len(line) for line in rows) <= 120
-    assert f"wrote {len(DEMO_SCENARIOS) + len(DEMO_LOAD_SCENARIOS)} reports in " in printed
+    assert f"wrote {len(EVERY)} reports in " in printed
+    assert re.search(r"^  from-server-log +✗ ERROR REPRODUCED: ValueError: Kimi-K3 deferred GPU", printed, re.M)
+    assert re.search(r"^  chat-model-path +✓ CLEAN REPLAY ", printed, re.M)
     assert re.search(r"^  s15-straddling-image +✓ CLEAN REPLAY ", printed, re.M)
     # Each line carries its status: a silent mismatch never reads as "ok".
     assert re.search(r"^  s4-gpu +≠ SILENT MISMATCH ", printed, re.M)
@@ -98,10 +103,12 @@ def test_demo_index_links_every_report_and_the_gallery(demo):
     for name in DEMO_LOAD_SCENARIOS:
         assert f"{name}/report.html" in hrefs and f"{name}/answer.json" in hrefs
         assert (out / name / "report.html").is_file() and (out / name / "answer.json").is_file()
+    for name in DEMO_INPUTS:
+        assert f"{name}/report.html" in hrefs and f"{name}/answer.json" in hrefs
+    assert "from-server-log/server.log" in hrefs and "chat-model-path/chat.json" in hrefs  # the inputs, beside
     reports = [h for h in hrefs if h.endswith("/report.html")]
-    assert (
-        len(reports) == len(set(reports)) == 15 + 4 + 4
-    )  # single calls, S14-S17, the chat's second turn (S18, S19), memory pressure (S20 twice)
+    # single calls, S14-S17, the chat's second turn (S18, S19), memory pressure (S20 twice), a log and a checkpoint
+    assert len(reports) == len(set(reports)) == 15 + 4 + 4 + 2
     assert "gallery/index.html" in hrefs
     for href in hrefs:
         assert (out / href).is_file(), href
@@ -126,7 +133,7 @@ def test_demo_reports_match_the_catalogue_and_are_self_contained(demo):
         assert 'class="kv-stepper' in page
         assert not re.search(r'\b(src|href)="(?!data:|#)', page), name
     index = (out / "index.html").read_text()
-    assert index.count(">yes<") == len(DEMO_SCENARIOS) + len(DEMO_LOAD_SCENARIOS)  # every row "as catalogued"
+    assert index.count(">yes<") == len(EVERY)  # every row as catalogued (or, for an input, as expected)
 
 
 @pytest.mark.slow
@@ -188,3 +195,78 @@ def test_demo_subset_without_gallery(tmp_path, capsys):
     assert "gallery" not in (tmp_path / "d" / "index.html").read_text()
     assert main(["demo", "--out", str(tmp_path / "e"), "--scenarios", "no-such-scenario"]) == 2
     assert "unknown scenario 'no-such-scenario'" in capsys.readouterr().err
+
+
+def test_demo_answers_from_the_sample_server_log_and_with_a_checkpoint_folder(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert main(["demo", "--out", str(out), "--scenarios", ",".join(DEMO_INPUTS), "--no-gallery"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"^  from-server-log +✗ ERROR REPRODUCED: ValueError: Kimi-K3 deferred GPU", printed, re.M)
+    assert re.search(r"^  chat-model-path +✓ CLEAN REPLAY ", printed, re.M)
+    assert sorted(p.name for p in out.iterdir()) == ["chat-model-path", "from-server-log", "index.html"]
+    index = html.unescape((out / "index.html").read_text())
+    assert "<h2>Your deployment as input: a server's log, a checkpoint folder</h2>" in index
+    assert index.count(">yes<") == 2 and "<h2>Under load" not in index
+    log_dir, chat_dir = out / "from-server-log", out / "chat-model-path"
+
+    # The log's answer: the two requests of its failing pass, on the server its start-up lines describe.
+    assert sorted(p.name for p in log_dir.iterdir()) == [
+        "answer.json",
+        "issue.md",
+        "report.html",
+        "server.log",
+        "summary.png",
+        "trace.json",
+    ]
+    assert (log_dir / "server.log").read_bytes() == sample_log().read_bytes()
+    log_command = f"kimi-viz whatif {' '.join(LOG_IMAGES)} --together --server-log {log_dir / 'server.log'}"
+    assert f"<code>{log_command}</code>" in index
+    found = json.loads((log_dir / "answer.json").read_text())
+    assert (found["sglang_version"], found["tp_size"], found["status"]) == ("0.5.18", 2, "error-reproduced")
+    assert found["error"]["message"] == "Kimi-K3 deferred GPU preprocessing produced wrong grids"
+    server = found["server"]
+    assert server["inputs"] == [f"--server-log {log_dir / 'server.log'}"]
+    assert server["release"] == "SGLang 0.5.18: the arguments of server log line 1 are 0.5.18's"
+    assert server["tp"] == "attention-TP 2 = tp_size 2 (server log line 1)"
+    assert server["sources"]["max_total_tokens"] == {"value": 7000, "source": "server log line 3", "from": "log"}
+    assert server["sources"]["page_size"] == {"value": 1, "source": "server log line 1", "from": "log"}
+    # a workload's server is one object: what the flags resolve to, and where each value came from
+    assert server["strategy"] == "no_buffer" and server["overlap"] is False and server["memory"]["kv_pool"] == 7000
+    assert (
+        f"Reproduce: <code>{html.escape(log_command)} --out {log_dir}</code>" in (log_dir / "report.html").read_text()
+    )
+
+    # The chat's answer: tokenized by the synthetic checkpoint written beside it, clean; counted, it would fail.
+    assert sorted(p.name for p in chat_dir.iterdir()) == [
+        "answer.json",
+        "answer.txt",
+        "chat.json",
+        "checkpoint",
+        "forward.png",
+        "issue.md",
+        "report.html",
+    ]
+    assert json.loads((chat_dir / "chat.json").read_text()) == DEMO_CHAT
+    assert "synthetic" in (chat_dir / "checkpoint" / "SYNTHETIC.md").read_text()
+    chat_command = (
+        f"kimi-viz whatif --chat {chat_dir / 'chat.json'} --model-path {chat_dir / 'checkpoint'} "
+        f"{' '.join(CHAT_DEPLOYMENT)}"
+    )
+    assert f"<code>{chat_command}</code>" in index
+    assert (
+        "counted instead of tokenized, the same chat is ✗ ERROR REPRODUCED: ValueError: Kimi-K3 deferred GPU" in index
+    )
+    chat = json.loads((chat_dir / "answer.json").read_text())
+    assert (chat["question"], chat["status"], chat["error"]) == ("chat", "clean", None)
+    rendered = chat["request_side"]["rendered"]
+    assert rendered["by"] == f"tokenized by {chat_dir / 'checkpoint'}"
+    assert rendered["input_ids"].count(163605) == rendered["placeholders"] == 2 and rendered["length"] == 219
+    assert chat["server"]["sources"]["preprocessor_config.json"]["source"] == f"--model-path {chat_dir / 'checkpoint'}"
+    pads = [r["pad_runs"] for r in chat["load"]["requests"]]
+    assert pads == [[[211, 578], [588, 948]]]  # tokenized: rocket.jpg straddles the 512 cut, astronaut.png is after it
+
+    # Each printed command asks the same question again.
+    for command, answer in ((log_command, found), (chat_command, chat)):
+        assert main([*command.split()[1:], "--json"]) == (1 if answer["status"] == "error-reproduced" else 0)
+        again = json.loads(capsys.readouterr().out)
+        assert (again["status"], again["error"]) == (answer["status"], answer["error"])

@@ -74,6 +74,8 @@ DEFERRED_PLACES = {
     ("_demo.py", "kimi_viz.report.gallery"): "the gallery imports matplotlib at its top",
     ("_demo.py", "kimi_viz.scenarios.under_load"): "the load scenarios import Pillow and numpy (the request side)",
     ("_demo.py", "kimi_viz._whatif"): "a load scenario's replay and its report with the forward-pass figure",
+    ("_demo.py", "kimi_viz.request.workload"): "the sample log's two requests: the workload reader imports Pillow",
+    ("_demo.py", "kimi_viz.request.chat"): "the demo's chat: the request reader imports Pillow",
     # A module on a light path that reaches, on one branch, a module importing a heavy library at its top.
     ("manifest/sources.py", "kimi_viz.preprocess.images"): "Pillow and numpy; a shapes triage opens no image",
     ("report/context.py", "kimi_viz.plots.call_requests"): "matplotlib; a report draws its figure only with --out",

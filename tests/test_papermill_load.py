@@ -34,6 +34,23 @@ def test_two_requests_fail_together_on_0518_at_tp2(tmp_path):
     assert "get_image_feature receives 2 images from 2 requests in one call" in text
     assert "0.5.18         pre-fix    ✓ clean  ✗ A rank 1 pass 1" in text  # the sweep's row: TP 1, TP 2
     assert "r1 [150, 300)" in text and "cache hit" in text  # the straddling image's second chunk
+    # Section 7: the section-6 chat counted, then tokenized by the synthetic checkpoint, at a chunk of 512: the
+    # counted prompt puts both images in pass 1 (0.5.18 raises); the tokenized one cuts rocket.jpg in two and
+    # encodes astronaut.png in pass 2 alone (clean).
+    cut = re.sub(r" {2,}", "  ", text)
+    assert (
+        "counted (no --model-path)  768  [0, 512), [512, 768)  25..392: pass 1  402..762: pass 1–2 (straddles)  "
+        "error-reproduced: ValueError: Kimi-K3 deferred GPU preprocessing produced wrong grids" in cut
+    )
+    assert re.search(
+        r"tokenized by \S+/Kimi-K3-synthetic  964  \[0, 512\), \[512, 964\)  211\.\.578: pass 1–2 \(straddles\)  "
+        r"588\.\.948: pass 2  clean",
+        cut,
+    )
+    assert (
+        "KimiK3ForConditionalGeneration  models/kimi_k3.py (multimodal/processors/kimi_k3.py)  163605 / 163605" in cut
+    )
+    assert "203  163605  <|media_pad|>" in cut and "219 ids, 2 <|media_pad|> (id 163605)" in cut
     # The second turn of a chat (its own release, 0.5.23, default flags): it shares 503 tokens with turn 1, but the
     # hybrid tree holds turn 1's state only at 448 (484 floored to 64), inside camera.png: the cut re-opens it.
     assert "UnifiedRadixCache (FULL + MAMBA), extra_buffer, overlap schedule; fa3 attention, page 1  t1@448" in text

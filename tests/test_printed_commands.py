@@ -190,3 +190,51 @@ def test_whatif_out_reproduce_line_keeps_the_operands_after_a_double_dash(folder
     assert command == f"kimi-viz whatif {' '.join(DEPLOYMENT)} -- -chelsea.png {IMAGES[1]}"
     ran = _run(folder, command)
     assert ran.returncode == 1, ran.stderr
+
+
+DOCS = Path(__file__).resolve().parent.parent
+SERVER_LOG_DOCS = ("README.md", "docs/whatif.md")
+
+
+def _doc_commands(text: str) -> list[str]:
+    """Return the commands an indented block of ``text`` prints that read your server (``server.log`` or
+    ``--server``): continuation lines joined, a ``$`` prompt and a trailing ``# comment`` dropped. Usage lines
+    (``IMAGE...``, ``…``, ``[options]``) and a followed log (``--follow``, which waits for Ctrl-C) are left out."""
+    commands, current = [], ""
+    for line in text.splitlines():
+        if not line.startswith("    "):
+            current = ""
+            continue
+        word = line.strip()
+        if current:
+            current += " " + word
+        elif word.startswith(("kimi-viz ", "$ kimi-viz ")):
+            current = word.removeprefix("$ ")
+        else:
+            continue
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        command = re.sub(r"\s+#\s.*$", "", current)
+        current = ""
+        if ("server.log" in command or "--server " in command) and not any(
+            mark in command for mark in ("IMAGE", "…", " [", "--follow")
+        ):
+            commands.append(command)
+    return commands
+
+
+def test_the_docs_commands_that_read_a_server_run_on_the_sample_log(folder):
+    """README's and docs/whatif.md's commands on your server's log or launch command run as printed, with the
+    kit's sample log as ``server.log`` (a 0.5.18 server at attention-TP 2 that raised)."""
+    shutil.copyfile(DOCS / "data" / "logs" / "kimi-k3-0.5.18.log", folder / "server.log")
+    commands = [command for doc in SERVER_LOG_DOCS for command in _doc_commands((DOCS / doc).read_text())]
+    assert len(commands) >= 8, commands
+    assert any("--server-log server.log" in c for c in commands) and any('--server "python' in c for c in commands)
+    for command in commands:
+        ran = _run(folder, command)
+        if command.startswith("kimi-viz explain"):
+            assert ran.returncode == 0 and "server:    SGLang 0.5.18" in ran.stdout, f"{command}\n{ran.stderr}"
+        else:  # chelsea.png and microaneurysms.png on a 0.5.18 server at attention-TP >= 2: SGLang raises
+            assert ran.returncode == 1, f"{command}\n{ran.stdout[-2000:]}\n{ran.stderr}"
+            assert "Kimi-K3 deferred GPU preprocessing produced wrong grids" in ran.stdout, command

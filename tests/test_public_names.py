@@ -165,7 +165,18 @@ CALLS: dict[str, str] = {
     "run_demo": (
         "assert kv.run_demo(fresh('demo'), scenarios=['s1-cpu'], gallery=False, progress=None).name == 'index.html'"
     ),
-    # the sample images
+    # the user's own deployment as input
+    "DeploymentInput": "assert replace(kv.DeploymentInput(server_log=str(log))).server_log.endswith('.log')",
+    "Deployment": "assert replace(kv.read_deployment(kv.DeploymentInput(server_log=str(log)))).tp_size == 2",
+    "read_deployment": (
+        "assert kv.read_deployment(kv.DeploymentInput(server='python -m sglang.launch_server --model-path m --tp 4', "
+        "sglang_version='0.5.23')).tp_size == 4"
+    ),
+    "ModelFolder": "assert replace(kv.read_model_folder(checkpoint)).is_k3",
+    "read_model_folder": "assert kv.read_model_folder(checkpoint).placeholder.tokenizer_id == 163605",
+    "write_demo_checkpoint": "assert (kv.write_demo_checkpoint(fresh('ckpt')) / 'SYNTHETIC.md').is_file()",
+    # the sample data
+    "sample_log": "assert kv.sample_log().name == 'kimi-k3-0.5.18.log'",
     "sample_images": "assert len(kv.sample_images()) >= 10",
     "sample_path": "assert kv.sample_path('chelsea.png').is_file()",
 }
@@ -193,6 +204,8 @@ s1 = kv.get_scenario('s1-cpu').build()
 trace = kv.replay(s1, tp_size=2, mode='shapes')
 verdict = kv.build_verdict(trace)
 manifest = kv.write_manifest(s1, fresh('manifest'))
+checkpoint = kv.write_demo_checkpoint(fresh('checkpoint'))
+log = kv.sample_log()
 workload_file = fresh('workload.json')
 workload_file.write_text('{"requests": [{"images": ["rocket.jpg"]}, {"images": ["astronaut.png"]}]}')
 chat_file = fresh('chat.json')

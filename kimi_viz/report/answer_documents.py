@@ -63,8 +63,12 @@ def _replay_json(answer: Answer) -> dict[str, Any]:
 
 
 def answer_json(answer: Answer) -> dict[str, Any]:
-    """Return the answer as JSON: the fields every question shares, then what its question replayed."""
-    return {
+    """Return the answer as JSON: the fields every question shares, then what its question replayed.
+
+    ``server`` is the server read from a launch command or a log (``inputs``, ``release``, ``tp``, ``sources``,
+    ``not_modelled``, ``notes``; null when none was read); a workload's replay has a ``server`` of its own (what the
+    release resolves the flags to: ``tree``, ``strategy``, ``memory``, …), and the two are one object then."""
+    document: dict[str, Any] = {
         "question": answer.kind,
         "sglang_version": answer.release.version,
         "tp_size": answer.tp_size,
@@ -79,8 +83,12 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "verdict": None if answer.verdict is None else answer.verdict.to_json(answer.fixes),
         "flags": None if answer.flags is None else flags_json(answer.flags),
         "server": None if answer.server is None else answer.server.to_json(),
-        **_replay_json(answer),
     }
+    replay = _replay_json(answer)
+    resolved = replay.pop("server", None)
+    if resolved is not None:  # a workload's: the server the flags resolve to, with where its values came from
+        document["server"] = {**resolved, **(document["server"] or {})}
+    return {**document, **replay}
 
 
 def flags_json(search: FlagSearch) -> dict[str, Any]:

@@ -6,7 +6,9 @@ into one ``MultimodalDataItem``: the deferred config, deferred and eager items),
 (which items each release's request side, or its EPD encoder, builds for a request), :mod:`.prompt`
 (where each image's media tokens sit in the prompt), :mod:`.chat` (a client's own request and the ids
 it reaches the image processor as) and :mod:`.checks` (the request side's checks on them, in SGLang's
-order). Names are imported lazily.
+order); :mod:`.model_folder` reads a checkpoint folder (``--model-path``) as data, :mod:`.tokenizer`,
+:mod:`.chat_encoding` and :mod:`.chat_server` tokenize a chat with it as the server does, and
+:mod:`.demo_checkpoint` writes a synthetic one for demos. Names are imported lazily.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ _EXPORTS = {
     "RequestOutcome": "checks",
     "check_request": "checks",
     "check_releases": "checks",
+    "ModelFolder": "model_folder",
+    "read_model_folder": "model_folder",
+    "write_demo_checkpoint": "demo_checkpoint",
 }
 
 __all__ = sorted(_EXPORTS)

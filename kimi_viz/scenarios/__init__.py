@@ -53,6 +53,12 @@ DEMO_LOAD_SCENARIOS = (
     "s20-retraction-meets-requests",
     "s20-evicted-turn-meets-request",
 )
+# Then two answers read from what a user has rather than from a scenario (kimi_viz._demo): the kit's sample server
+# log (--server-log) and a chat tokenized by a checkpoint folder (--model-path, the synthetic demo checkpoint).
+DEMO_INPUTS = (
+    "from-server-log",
+    "chat-model-path",
+)
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
