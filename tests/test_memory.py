@@ -14,7 +14,7 @@ from parity.scheduler.workload import kit_schedule
 
 from kimi_viz import LOAD_SCENARIOS, run_load_scenario, whatif
 from kimi_viz.cli import main
-from kimi_viz.errors import WhatIfError
+from kimi_viz.errors import SettingNotInReleaseError, WhatIfError
 from kimi_viz.plots import draw_forward_pass
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.event_loop import schedule
@@ -60,12 +60,37 @@ def test_the_request_rows_and_the_ratio_as_each_release_derives_them():
     assert not unbounded.bounded and unbounded.describe().startswith("memory unbounded")
 
 
-def test_memory_is_modelled_at_page_1_and_a_request_the_pool_cannot_hold_is_refused():
-    with pytest.raises(WhatIfError, match="the kit models memory pressure at page 1"):
-        resolve_server(LoadSettings(page_size=64, max_total_tokens=5000), RELEASES["0.5.23"])
+def test_memory_at_page_64_pools_whole_pages_and_a_request_the_pool_cannot_hold_is_refused():
+    blackwell = resolve_server(LoadSettings(gpu="blackwell", max_total_tokens=5000), RELEASES["0.5.23"])
+    assert (blackwell.page_size, blackwell.memory.kv_pool) == (64, 4992)  # 78 whole pages of 64
+    assert blackwell.memory.describe() == "KV pool 4992 tokens, 2048 request rows, mamba state pool unbounded"
     req = Req("big", tuple(range(900)), max_new_tokens=200)
     with pytest.raises(WhatIfError, match="request big: its 900 prompt tokens and 200 outputs need 1102 KV tokens"):
         schedule([req], LoadSettings(max_total_tokens=1000), RELEASES["0.5.23"])
+    with pytest.raises(WhatIfError) as refused:
+        schedule([req], LoadSettings(gpu="blackwell", max_total_tokens=1100), RELEASES["0.5.23"])
+    assert str(refused.value) == (
+        "request big: its 900 prompt tokens and 200 outputs need 1228 KV tokens, but the KV pool holds 1088 in whole "
+        "pages of 64 (--max-total-tokens 1100; the trtllm_mla attention backend sets the page to 64); give a larger "
+        "pool (SGLang would cut its outputs short)"
+    )
+
+
+def test_a_server_with_no_request_row_names_the_pool_that_left_none():
+    with pytest.raises(SettingNotInReleaseError) as kv:
+        resolve_server(LoadSettings(max_total_tokens=1), RELEASES["0.5.23"])
+    assert str(kv.value) == (
+        "SGLang 0.5.23 cannot start Kimi-K3 with these flags: --max-total-tokens 1 is a KV pool of 0 request rows (at "
+        "most half of its 1 token); give --max-total-tokens 2 or more"
+    )
+    with pytest.raises(SettingNotInReleaseError, match="its 10 tokens, 0 tokens in whole pages of 64.*128 or more"):
+        resolve_server(LoadSettings(gpu="blackwell", max_total_tokens=10), RELEASES["0.5.18"])
+    with pytest.raises(SettingNotInReleaseError, match="too small .* max_mamba_cache_size=3, mamba_ratio=5"):
+        resolve_server(LoadSettings(max_mamba_cache_size=3), RELEASES["0.5.23"])
+    one = resolve_server(LoadSettings(max_running_requests=1), RELEASES["0.5.23"]).memory
+    assert one.describe() == "KV pool unbounded, 1 request row, mamba state pool unbounded"
+    huge = resolve_server(LoadSettings(max_mamba_cache_size=10**9), RELEASES["0.5.23"]).memory
+    assert huge.describe() == "KV pool unbounded, 4096 request rows, mamba state pool 1000000000 slots"
 
 
 @pytest.mark.parametrize(("release", "step"), [("0.5.18", 607), ("0.5.23", 606)])

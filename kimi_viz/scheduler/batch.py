@@ -32,7 +32,7 @@ from .._records import frozen
 from ..releases import Release
 from .memory import CLIP_MAX_NEW_TOKENS, MAMBA_SLOTS_PER_REQ, KVBudget, NewTokenRatio, Pools
 from .node import Node
-from .prefix import PlainTree, PrefixMatch, page_floor, prefix_match
+from .prefix import PlainTree, PrefixMatch, page_ceil, page_floor, prefix_match
 from .radix_cache import Lost, RadixCache
 from .req import Req, Window
 from .server_config import ServerConfig
@@ -190,18 +190,22 @@ class ScheduleState:
                 req.ping_pong = self._tracking_slots()
                 self.pools.slots += req.ping_pong
 
-    def _alloc_kv(self, reqs: list[Req], tokens: list[int]) -> None:
-        """``alloc_token_slots``: evict the shortfall from the tree, then each request takes its tokens."""
-        self.pools.evict_for(sum(tokens))
-        for req, n in zip(reqs, tokens):
-            req.owned += n
-            self.pools.owned += n
+    def _take_kv(self, req: Req, tokens: int) -> None:
+        """The request takes ``tokens`` KV tokens (whole pages) from the pool."""
+        req.owned += tokens
+        self.pools.owned += tokens
 
     def prepare_for_extend(self, reqs: list[Req], windows: list[Window]) -> Batch:
-        """Return the prefill batch: rows, slots and KV taken, each window's end and save point set."""
+        """Return the prefill batch: rows, slots and KV taken, each window's end and save point set. The KV comes in
+        whole pages (``alloc_extend``: a window ``[prefix, end)`` takes ``ceil(end/P) - ceil(prefix/P)`` pages, its
+        last one maybe partial); the tree first evicts the shortfall of the tokens asked plus a page per request
+        (``alloc_paged_token_slots_extend``'s over-estimate; page 1: the tokens alone)."""
         self._alloc_req_slots(reqs)
-        self._alloc_kv(reqs, [w.extend_input_len for w in windows])
+        page = self.server.page_size
+        extend = sum(w.extend_input_len for w in windows)
+        self.pools.evict_for(extend + (len(reqs) * page if page > 1 else 0))
         for req, window in zip(reqs, windows):
+            self._take_kv(req, page_ceil(window.end, page) - page_ceil(window.prefix_len, page))
             req.extend_end = window.end
             req.kv_committed_len = window.end
             req.retracted = False
@@ -225,9 +229,14 @@ class ScheduleState:
         req.mamba_last_track_seqlen = save
 
     def _decode_rows(self, rows: list[Req], tracked: dict[int, int]) -> None:
-        """``prepare_for_decode``: one more KV token per row, and the decode save points due."""
-        self._alloc_kv(rows, [1] * len(rows))
+        """``prepare_for_decode``: one more KV token per row — a new page for a row whose length is on a page
+        boundary, after the tree evicted the shortfall of a page per row (``alloc_paged_token_slots_decode``'s
+        over-estimate; page 1: a token per row) — and the decode save points due."""
+        page = self.server.page_size
+        self.pools.evict_for(len(rows) * page)
         for req in rows:
+            if req.kv_committed_len % page == 0:
+                self._take_kv(req, page)
             req.kv_committed_len += 1
             if self.extra_buffer and req.kv_committed_len % self.server.decode_grid == 0:
                 tracked[id(req)] = req.kv_committed_len  # a save due at this length, set by the result
@@ -245,10 +254,16 @@ class ScheduleState:
         prefill.decoding = rows
 
     # --- decode memory and retraction ---------------------------------------------------------------------------
+    def decode_need(self, rows: list[Req]) -> int:
+        """Return ``new_tokens_required_next_decode``: a page for every row whose length is on a page boundary."""
+        page = self.server.page_size
+        return page * sum(1 for r in rows if r.kv_committed_len % page == 0)
+
     def check_decode_mem(self, rows: list[Req]) -> bool:
-        """``check_decode_mem``: evict the shortfall of one token per row; return whether they fit."""
-        self.pools.evict_for(len(rows))
-        return self.pools.kv_available() >= len(rows)
+        """``check_decode_mem``: evict the shortfall of the next decode step's pages; return whether they fit."""
+        need = self.decode_need(rows)
+        self.pools.evict_for(need)
+        return self.pools.kv_available() >= need
 
     def retract_decode(self, rows: list[Req]) -> tuple[list[Req], list[Req], list[Req]]:
         """``retract_decode``: release rows from the end of the keep order (most outputs, then shortest prompt,

@@ -432,6 +432,22 @@ class Schedule:
         return [m for m in self.memory if m.evicted_tokens or m.evicted_states]
 
 
+def _too_big(req: Req, need: int, load: LoadSettings, server: ServerConfig) -> str:
+    """Return the refusal of a request the KV pool can never hold: its need, the pool, and the page (with the
+    attention backend that sets it, where one does)."""
+    page = server.page_size
+    pool = server.memory.kv_pool
+    held = f"--max-total-tokens is {pool}"
+    if page > 1:
+        forced = next((said for said in server.resolved if "sets the page" in said), None)
+        why = f"{forced}" if forced is not None else f"--page-size {page}"
+        held = f"the KV pool holds {pool} in whole pages of {page} (--max-total-tokens {load.max_total_tokens}; {why})"
+    return (
+        f"request {req.rid}: its {req.length} prompt tokens and {req.max_new_tokens} outputs need {need} KV tokens, "
+        f"but {held}; give a larger pool (SGLang would cut its outputs short)"
+    )
+
+
 def schedule(reqs: list[Req], load: LoadSettings, release: Release, max_steps: int | None = None) -> Schedule:
     """Return the :class:`Schedule` the kit's model of ``release``'s scheduler forms for ``reqs`` under ``load``:
     each prefill pass with the :class:`SchedulerStep` that formed it. The requests given are not changed.
@@ -444,11 +460,7 @@ def schedule(reqs: list[Req], load: LoadSettings, release: Release, max_steps: i
         for req in reqs:
             need = req.length + req.max_new_tokens + 2 * server.page_size
             if need >= pool:
-                raise WhatIfError(
-                    f"request {req.rid}: its {req.length} prompt tokens and {req.max_new_tokens} outputs need "
-                    f"{need} KV tokens, but --max-total-tokens is {pool}; give a larger pool (SGLang would cut its "
-                    "outputs short)"
-                )
+                raise WhatIfError(_too_big(req, need, load, server))
     limit = max_steps if max_steps is not None else 1000 + 4 * sum(r.max_new_tokens + r.length for r in reqs)
     scheduler = _Scheduler(server, reqs, release)
     while scheduler.step_no < limit:

@@ -33,6 +33,7 @@ from .workload import View, Workload, kit_schedule, kit_view, real_payload, real
 
 SEEDS = range(160)
 MEMORY_SEEDS = range(120)
+PAGED_SEEDS = {16: range(50), 64: range(50)}  # memory workloads at the pages Blackwell backends force
 
 
 def _real(workloads: list[Workload], release: str) -> list[tuple[Workload, View]]:
@@ -50,7 +51,8 @@ def real_runs(release) -> list[tuple[Workload, View]]:
 @pytest.fixture(scope="module")
 def memory_runs(release) -> list[tuple[Workload, View]]:
     """Every memory workload with what this venv's SGLang does with it, on its own pools (computed once)."""
-    return _real([memory_workload(seed) for seed in MEMORY_SEEDS], release)
+    paged = [memory_workload(seed, page) for page, seeds in PAGED_SEEDS.items() for seed in seeds]
+    return _real([memory_workload(seed) for seed in MEMORY_SEEDS] + paged, release)
 
 
 def disagreements(runs: list[tuple[Workload, View]], release: str) -> list[str]:
@@ -221,7 +223,8 @@ def test_inserts_not_cut_to_the_saved_state_are_caught(real_runs, release, monke
 def _memory_counts(runs: list[tuple[Workload, View]], release: str) -> dict[str, int]:
     counts = dict.fromkeys(
         ("workloads", "passes", "no_token", "retractions", "evicting_steps", "evicted_tokens", "evicted_states",
-         "rows_bound", "mamba_bound", "no_buffer", "overlap", "lpm", "mixed_chunk", "radix_off"),
+         "rows_bound", "mamba_bound", "no_buffer", "overlap", "lpm", "mixed_chunk", "radix_off", "page_16",
+         "page_64", "paged_evicting_steps"),
         0,
     )  # fmt: skip
     for workload, (passes, _, _, pressure) in runs:
@@ -241,17 +244,31 @@ def _memory_counts(runs: list[tuple[Workload, View]], release: str) -> dict[str,
         counts["lpm"] += s.schedule_policy == "lpm"
         counts["mixed_chunk"] += s.enable_mixed_chunk
         counts["radix_off"] += s.disable_radix_cache
+        counts["page_16"] += s.page_size == 16
+        counts["page_64"] += s.page_size == 64
+        counts["paged_evicting_steps"] += len(evictions) if s.page_size != 1 else 0
     return counts
 
 
 def test_memory_pressure_gives_sglangs_passes_evictions_and_retractions(memory_runs, release):
-    """Small pools on the real allocators: every pass, match and save, every NO_TOKEN walk and retraction, and the
-    free and evictable KV and free state slots after every step, as SGLang's own."""
+    """Small pools on the real allocators (``TokenToKVPoolAllocator`` at page 1, ``PagedTokenToKVPoolAllocator`` at
+    pages 16 and 64): every pass, match and save, every NO_TOKEN walk and retraction, and the free and evictable KV
+    and free state slots after every step, as SGLang's own."""
     found = disagreements(memory_runs, release)
     counts = _memory_counts(memory_runs, release)
     record("memory", **counts, disagreements=len(found))
     assert found == [], "\n".join(found[:10])
-    for what in ("no_token", "retractions", "evicting_steps", "evicted_states", "rows_bound", "mamba_bound"):
+    for what in (
+        "no_token",
+        "retractions",
+        "evicting_steps",
+        "evicted_states",
+        "rows_bound",
+        "mamba_bound",
+        "page_16",
+        "page_64",
+        "paged_evicting_steps",
+    ):
         assert counts[what] > 0, what
 
 
