@@ -48,7 +48,16 @@ from ..scheduler_rules import SchedulerRules
 from .batch import Batch, MemoryStep, Retraction, Save, ScheduleState
 from .flags import LoadSettings
 from .memory import KVBudget, NewTokenRatio
-from .policy import NO_TOKEN, PassForm, active_policy, form_pass, mixed_decode_rows, policy_order, start_budget
+from .policy import (
+    LPM_MAX_WAITING,
+    NO_TOKEN,
+    PassForm,
+    active_policy,
+    form_pass,
+    mixed_decode_rows,
+    policy_order,
+    start_budget,
+)
 from .prefix import PrefixMatch, padded_ids
 from .radix_cache import lost_on
 from .req import Req, Window
@@ -253,17 +262,28 @@ class _Scheduler(ScheduleState):
         self.drop_cow_slot(req)
 
     def _order(self) -> None:
-        """``calc_priority``: the policy's order (lpm matches every waiting request); 0.5.22+ fcfs refreshes the
-        first 128 waiting prefixes' recency every 32nd call, the queue's head last."""
+        """``calc_priority``: the policy's order (lpm matches every waiting request, up to 128 of them; past that the
+        queue keeps its order, as fcfs); 0.5.22+ with a cache-agnostic policy and a waiting queue, every 32nd such
+        call refreshes the first 128 waiting prefixes' recency, the queue's head last
+        (``_touch_waiting_prefixes``: the call count moves only when the queue is not empty)."""
         server = self.server
-        if active_policy(server.schedule_policy, self.tree) == "lpm":
+        lpm = active_policy(server.schedule_policy, self.tree) == "lpm" and len(self.waiting) <= LPM_MAX_WAITING
+        if lpm:
             order = policy_order(server.schedule_policy, [r.fill_ids() for r in self.waiting], self.tree)
             self.waiting = [self.waiting[k] for k in order]
-        elif self.rules.touches_waiting_prefixes and not self.tree.disabled:
-            if self.refreshes % REFRESH_EVERY == 0:
-                for req in reversed(self.waiting[:REFRESH_FIRST]):
-                    self.tree.match_prefix(req.fill_ids())
-            self.refreshes += 1
+        elif self.rules.touches_waiting_prefixes:
+            self._touch_waiting_prefixes()
+
+    def _touch_waiting_prefixes(self) -> None:
+        """``SchedulePolicy._touch_waiting_prefixes``: with a waiting queue and the tree on, every 32nd call walks the
+        first 128 waiting requests' prefixes, the head last (``touch_prefix``: each walk's end is refreshed in the
+        MAMBA LRU, its path's recency renewed)."""
+        if not self.waiting or self.tree.disabled:
+            return
+        if self.refreshes % REFRESH_EVERY == 0:
+            for req in reversed(self.waiting[:REFRESH_FIRST]):
+                self.tree.match_prefix(req.fill_ids())
+        self.refreshes += 1
 
     def _prefill(self) -> Batch | None:
         """``_get_new_batch_prefill_raw``: the adder's pass, its windows and save points set (None: no pass)."""

@@ -23,12 +23,14 @@ import pytest
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler import batch, event_loop, policy, prefix, radix_cache
+from kimi_viz.scheduler.event_loop import REFRESH_EVERY, REFRESH_FIRST
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.server_config import resolve_server
 
 from ..lane import record
 from .memory_plants import MEMORY_PLANTS
 from .random_workloads import memory_workload, random_workload
+from .recency_workloads import recency_workloads
 from .workload import View, Workload, kit_schedule, kit_view, real_payload, real_view
 
 SEEDS = range(160)
@@ -279,3 +281,43 @@ def test_a_planted_memory_bug_is_caught(memory_runs, release, monkeypatch, plant
     found = disagreements(memory_runs, release)
     record("planted-bug", plant=f"memory: {plant}", disagreements=len(found))
     assert len(found) > 0
+
+
+# --- the waiting requests' prefixes refreshed (0.5.22+): the state a full mamba pool evicts -------------------------
+@pytest.fixture(scope="module")
+def recency_runs(release) -> list[tuple[Workload, View]]:
+    """The recency workloads with what this venv's SGLang does with them (computed once)."""
+    return _real(recency_workloads(), release)
+
+
+def _no_refresh(self):
+    return None  # the waiting prefixes never touched
+
+
+def _counting_an_empty_queue(self):
+    if self.refreshes % REFRESH_EVERY == 0:
+        for req in reversed(self.waiting[:REFRESH_FIRST]):
+            self.tree.match_prefix(req.fill_ids())
+    self.refreshes += 1  # a call without a waiting request counted too (a chunk continued alone)
+
+
+def test_the_waiting_prefix_refresh_decides_the_evictions_sglang_makes(recency_runs, release, monkeypatch):
+    """Chunked prefills under a full mamba pool while the next turns wait: every pass, eviction and match as SGLang's
+    own, where the refresh at the 32nd call decides which state the pool evicts (in 0.5.22+)."""
+    found = disagreements(recency_runs, release)
+    refreshes = RELEASES[release].scheduler.touches_waiting_prefixes
+    with monkeypatch.context() as patch:
+        patch.setattr(event_loop._Scheduler, "_touch_waiting_prefixes", _no_refresh)
+        without = [kit_view(kit_schedule(w, release)) for w, _ in recency_runs]
+    decided = sum(kit_view(kit_schedule(w, release)) != other for (w, _), other in zip(recency_runs, without))
+    record("recency", workloads=len(recency_runs), refresh_decides=decided, disagreements=len(found))
+    assert found == [], "\n".join(found[:10])
+    assert decided == (8 if refreshes else 0)
+    if not refreshes:
+        return
+    for plant, touch in (("no refresh", _no_refresh), ("an empty queue counted", _counting_an_empty_queue)):
+        with monkeypatch.context() as patch:
+            patch.setattr(event_loop._Scheduler, "_touch_waiting_prefixes", touch)
+            caught = len(disagreements(recency_runs, release))
+        record("planted-bug", plant=f"recency: {plant}", disagreements=caught)
+        assert caught > 0, plant
