@@ -35,12 +35,12 @@ from typing import Any
 from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.config import read_json_file
+from ..scheduler.memory import CONTEXT_LEN
 from .images import RequestImage, image_sources, probe_image, resolve_image
 
-MAX_REQUESTS = 256
-MAX_IMAGES = 256  # images in a whole workload
+MAX_REQUESTS = 1000
+MAX_IMAGES = 1000  # images in a whole workload (one per request at the request limit)
 MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + after
-MAX_OUTPUT = 4096  # tokens one request generates (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's clip)
 REQUEST_KEYS = frozenset({"id", "images", "text", "arrival", "stale", "continues", "waits_for", "output", "system"})
 DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
 
@@ -71,8 +71,8 @@ class Request:
             raise WhatIfError(
                 f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system"
             )
-        if not 1 <= self.output <= MAX_OUTPUT:
-            raise WhatIfError(f"request {self.rid}: output {self.output}: expected 1 to {MAX_OUTPUT} generated tokens")
+        if self.output < 1:
+            raise WhatIfError(f"request {self.rid}: output {self.output}: expected at least 1 generated token")
         if self.gaps and len(self.gaps) != len(self.images) - 1:
             raise WhatIfError(
                 f"request {self.rid}: {len(self.gaps)} text gaps for {len(self.images)} images; expected one per gap"
@@ -144,16 +144,24 @@ class CacheSeed:
 
 @frozen
 class Workload:
-    """The requests, in the order they reach the scheduler."""
+    """The requests, in the order they reach the scheduler, and the model's context length their outputs are held to
+    (Kimi-K3's unless a server's log says otherwise: its ``context_len=``)."""
 
     requests: tuple[Request, ...]
     cache: tuple[CacheSeed, ...] = ()
+    context_len: int = CONTEXT_LEN
 
     def __post_init__(self) -> None:
         if not self.requests:
             raise WhatIfError("requests: the workload holds no request; give at least one request with an image")
         if len(self.requests) > MAX_REQUESTS:
             raise WhatIfError(f"requests: {len(self.requests)} requests, over the limit of {MAX_REQUESTS}")
+        for request in self.requests:
+            if request.output > self.context_len:
+                raise WhatIfError(
+                    f"request {request.rid}: output {request.output}: expected 1 to {self.context_len} generated "
+                    "tokens (the model's context length)"
+                )
         images = sum(len(r.images) for r in self.requests)
         if not images:
             raise WhatIfError("requests: no request carries an image; give at least one image")
@@ -230,7 +238,7 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Request:
+def _parse_request(entry: Any, where: str, k: int, folder: Path | None, context_len: int) -> Request:
     """Return the :class:`Request` of one workload entry, read strictly (``where`` names it in errors)."""
     if not isinstance(entry, dict):
         raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
@@ -274,8 +282,10 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
     stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
     output = _count(entry.get("output", 1), f"{where}.output")
     system = _count(entry.get("system", 0), f"{where}.system")
-    if not 1 <= output <= MAX_OUTPUT:
-        raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
+    if not 1 <= output <= context_len:
+        raise WhatIfError(
+            f"{where}.output: expected 1 to {context_len} generated tokens (the model's context length), got {output}"
+        )
     waits_for = entry.get("waits_for")
     if waits_for is not None and not isinstance(waits_for, str):
         raise WhatIfError(f"{where}.waits_for: expected the id of an earlier request, got {waits_for!r}")
@@ -295,14 +305,19 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
     )
 
 
-def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the workload") -> Workload:
-    """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``."""
+def parse_workload(
+    data: Any, *, folder: Path | None = None, source: str = "the workload", context_len: int = CONTEXT_LEN
+) -> Workload:
+    """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``, each
+    request's ``output`` at most ``context_len`` (a server log's ``context_len=``; Kimi-K3's by default)."""
     if not isinstance(data, dict) or set(data) - {"requests", "cache"} or not isinstance(data.get("requests"), list):
         raise WhatIfError(f'{source}: expected {{"requests": [{{"images": [...]}}, ...]}}, got {_kind(data)}')
     raw = data["requests"]
     if len(raw) > MAX_REQUESTS:
         raise WhatIfError(f"{source}: {len(raw)} requests, over the limit of {MAX_REQUESTS}")
-    requests = [_parse_request(entry, f"{source}: requests[{k}]", k, folder) for k, entry in enumerate(raw)]
+    requests = [
+        _parse_request(entry, f"{source}: requests[{k}]", k, folder, context_len) for k, entry in enumerate(raw)
+    ]
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:
@@ -317,14 +332,15 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
                 _count(seed["tokens"], f"{where}.tokens"),
             )
         )
-    return Workload(tuple(requests), tuple(seeds))
+    return Workload(tuple(requests), tuple(seeds), context_len)
 
 
-def read_workload(path: str | os.PathLike) -> Workload:
-    """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits."""
+def read_workload(path: str | os.PathLike, *, context_len: int = CONTEXT_LEN) -> Workload:
+    """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits (outputs
+    up to ``context_len``: a server log's ``context_len=``; Kimi-K3's by default)."""
     path = Path(path)
     data = read_json_file(path, error=WhatIfError, limit=1 << 20)
-    return parse_workload(data, folder=path.parent, source=str(path))
+    return parse_workload(data, folder=path.parent, source=str(path), context_len=context_len)
 
 
 def _kind(value: Any) -> str:
@@ -338,6 +354,7 @@ def _kind(value: Any) -> str:
 __all__ = [
     "MAX_REQUESTS",
     "MAX_IMAGES",
+    "CONTEXT_LEN",
     "DEFAULT_TEXT",
     "Request",
     "CacheSeed",

@@ -104,9 +104,6 @@ class ScheduleState:
         self.step_no = 0
         self.group_free = True  # alloc_group_begin took a slot for every waiting request's match
 
-    def finished(self, req: Req) -> None:
-        """Record a request leaving for good (its finish, or an abort)."""
-
     @property
     def extra_buffer(self) -> bool:
         return self.server.strategy == "extra_buffer"
@@ -121,9 +118,7 @@ class ScheduleState:
         remaining outputs (at most 4096 each) times ``new_token_ratio``, and the mixed decode rows."""
         if self.server.memory.kv_pool is None:
             return None
-        reserve = sum(
-            min(r.max_new_tokens - len(r.output_ids), CLIP_MAX_NEW_TOKENS) * self.ratio.current for r in running
-        )
+        reserve = sum(min(r.max_new_tokens - r.output_len, CLIP_MAX_NEW_TOKENS) * self.ratio.current for r in running)
         return KVBudget(self.pools, self.server.page_size, mixed + reserve, mixed)
 
     def match_waiting(self, req: Req, group_free: bool) -> PrefixMatch:
@@ -270,7 +265,7 @@ class ScheduleState:
         first) until the rest fit, keeping at least one (aborted when even it does not fit); return the rows kept,
         the rows retracted (in that order) and the rows aborted."""
         order = sorted(
-            range(len(rows)), key=lambda i: (len(rows[i].output_ids), -len(rows[i].origin_input_ids)), reverse=True
+            range(len(rows)), key=lambda i: (rows[i].output_len, -len(rows[i].origin_input_ids)), reverse=True
         )
         retracted: list[Req] = []
         first = True
@@ -292,7 +287,7 @@ class ScheduleState:
     def _retract(self, req: Req, remaining: int, aborted: bool = False) -> None:
         """``release_req``: free the request's KV without inserting it, its row and slots; evict 20 tokens per row
         still decoding; the request starts over (its outputs kept) from the waiting queue."""
-        self.retractions.append(Retraction(self.step_no, req.rid, len(req.output_ids), aborted))
+        self.retractions.append(Retraction(self.step_no, req.rid, req.output_len, aborted))
         self.pools.owned -= req.owned
         req.owned = 0
         self._unlock(req)
@@ -318,7 +313,7 @@ class ScheduleState:
         """Put ``req``'s first ``length`` fill ids in the tree, cut to its saved state under ``extra_buffer``. The
         tree takes the KV it lacks; an unfinished request's lock moves to the inserted node and it keeps the rest of
         its KV; at a finish the rest is freed (see the module doc)."""
-        ids = req.fill_ids()[:length]
+        ids = req.fill_ids(length)
         self.plain.insert(ids)
         if self.tree.disabled:  # nothing is kept: a finish frees all the request's KV
             req.mamba_last_track_seqlen = None

@@ -18,8 +18,9 @@
   (``min(1, (Σ outputs + 20·n) / (Σ max_new_tokens + 1))`` over the requests kept) and reset when the
   server is idle.
 
-The context length only enters the request-row estimate, which never binds a workload of at most 256
-requests (it is 2048 up to a pool of four context lengths).
+The context length only enters the request-row estimate, which never binds a workload of at most 1000
+requests (it is 2048 up to a pool of four context lengths); a workload's outputs are held to it
+(:class:`~kimi_viz.request.workload.Workload`).
 """
 
 from __future__ import annotations
@@ -139,6 +140,14 @@ class NewTokenRatio:
     def decay_step(self) -> None:
         """One decode step without retraction: decay towards the minimum."""
         self.current = max(self.current - self.decay, self.low)
+
+    def decay_steps(self, steps: int) -> None:
+        """``steps`` decode steps without retraction, each one's decay as :meth:`decay_step` computes it."""
+        for _ in range(steps):
+            if self.current <= self.low:
+                self.current = self.low
+                return
+            self.decay_step()
 
     def reset(self) -> None:
         """The server is idle: back to the initial value."""

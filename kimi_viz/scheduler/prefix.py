@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from array import array
 from collections.abc import Sequence
 
 from .._records import frozen
@@ -87,8 +88,19 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+class _Run:
+    """A node of :class:`PlainTree`: a run of ids (``array('q')``: 8 bytes an id), its children by their first id."""
+
+    __slots__ = ("ids", "children")
+
+    def __init__(self, ids: array[int]) -> None:
+        self.ids = ids
+        self.children: dict[int, _Run] = {}
+
+
 class PlainTree:
-    """A plain radix tree's memory of what was inserted (``RadixCache`` without eviction): the page-floored keys.
+    """A plain radix tree's memory of what was inserted (``RadixCache`` without eviction): the page-floored keys, kept
+    as a radix tree of id runs (a match walks one path, not every key).
 
     The scheduler keeps one beside Kimi-K3's hybrid tree, given every insert whole, to say what a plain tree
     would have matched; ``lpm`` keeps one of the waiting queue (its in-batch check)."""
@@ -96,15 +108,31 @@ class PlainTree:
     def __init__(self, page_size: int, disabled: bool = False) -> None:
         self.page_size = page_size
         self.disabled = disabled
-        self.keys: list[tuple[int, ...]] = []
+        self.root = _Run(array("q"))
+
+    def _key(self, ids: Sequence[int]) -> array[int]:
+        return array("q", ids[: page_floor(len(ids), self.page_size)])
+
+    def _walk(self, key: array[int]) -> tuple[_Run, int, int]:
+        """Return the deepest node the key's walk reaches, how many ids of it the key shares, and the ids shared."""
+        node, pos = self.root, 0
+        while pos < len(key):
+            child = node.children.get(key[pos])
+            if child is None:
+                return node, len(node.ids), pos
+            common = common_prefix(child.ids, key[pos : pos + len(child.ids)])
+            pos += common
+            if common < len(child.ids):
+                return child, common, pos
+            node = child
+        return node, len(node.ids), pos
 
     def shared(self, ids: Sequence[int]) -> int:
         """Return the most leading tokens any inserted key shares with ``ids`` floored to the page (0 when disabled),
         before the match is floored to the page itself."""
         if self.disabled:
             return 0
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        return max((common_prefix(key, stored) for stored in self.keys), default=0)
+        return self._walk(self._key(ids))[2]
 
     def match(self, ids: Sequence[int]) -> int:
         """Return the longest cached prefix of ``ids`` (page-floored key and match)."""
@@ -114,10 +142,16 @@ class PlainTree:
         """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
         if self.disabled:
             return
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        if key and not any(stored[: len(key)] == key for stored in self.keys):
-            self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
-            self.keys.append(key)
+        key = self._key(ids)
+        node, inside, pos = self._walk(key)
+        if pos == len(key):
+            return
+        if inside < len(node.ids):  # the walk stopped inside a node: split it where the key leaves it
+            lower = _Run(node.ids[inside:])
+            lower.children = node.children
+            node.ids = node.ids[:inside]
+            node.children = {lower.ids[0]: lower}
+        node.children[key[pos]] = _Run(key[pos:])
 
 
 @frozen

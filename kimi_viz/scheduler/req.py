@@ -21,6 +21,7 @@ The real-SGLang lane hands the same records to SGLang's own scheduler (``tests/p
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from .._records import frozen
@@ -61,10 +62,10 @@ class Req:
     arrival: int = 0
     after: str | None = None  # arrive only once this request has finished
     max_new_tokens: int = 1
-    generated_ids: tuple[int, ...] | None = None  # the ids it generates (len == max_new_tokens; None: stand-ins)
+    generated_ids: Sequence[int] | None = None  # the ids it generates (len == max_new_tokens; None: stand-ins)
     # SGLang's state while the scheduler holds it (not part of the request as given)
     origin_input_ids: tuple[int, ...] = field(default=(), init=False, repr=False)  # the padded prompt
-    output_ids: list[int] = field(default_factory=list, init=False, repr=False)
+    output_len: int = field(default=0, init=False, repr=False)  # len(output_ids): the tokens generated so far
     prefix_len: int = field(default=0, init=False, repr=False)
     extend_end: int = field(default=0, init=False, repr=False)
     kv_committed_len: int = field(default=0, init=False, repr=False)
@@ -81,7 +82,7 @@ class Req:
     ping_pong: int = field(default=0, init=False, repr=False)  # its track slots (extra_buffer)
     retracted: bool = field(default=False, init=False, repr=False)  # is_retracted: its in-flight result is dropped
     retractions: int = field(default=0, init=False, repr=False)
-    _outputs: list[int] | None = field(default=None, init=False, repr=False)
+    _stand_ins: tuple[int, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -96,33 +97,47 @@ class Req:
         """Return the prompt length in tokens."""
         return prompt_length(self.parts)
 
+    def _generated(self) -> Sequence[int]:
+        """The ids it generates: as given (a tuple, or a range of stand-ins), else stand-ins made once."""
+        if self.generated_ids is not None:
+            return self.generated_ids
+        if self._stand_ins is None:
+            self._stand_ins = tuple(
+                OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)
+            )
+        return self._stand_ins
+
     def outputs(self) -> list[int]:
         """Return the tokens this request generates, in order."""
-        if self._outputs is None:
-            if self.generated_ids is not None:
-                self._outputs = list(self.generated_ids)
-            else:
-                self._outputs = [
-                    OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)
-                ]
-        return list(self._outputs)
+        return list(self._generated())
 
     # --- while scheduled ------------------------------------------------------------------------
-    def fill_ids(self) -> tuple[int, ...]:
-        """Return ``origin_input_ids + output_ids``: what the radix tree is matched with and inserts."""
-        return self.origin_input_ids + tuple(self.output_ids)
+    @property
+    def output_ids(self) -> Sequence[int]:
+        """Return the tokens generated so far (``output_ids``)."""
+        return self._generated()[: self.output_len]
 
-    def emit(self) -> None:
-        """Append the next generated token."""
-        if self._outputs is None:
-            self.outputs()
-        assert self._outputs is not None
-        self.output_ids.append(self._outputs[len(self.output_ids)])
+    @property
+    def fill_len(self) -> int:
+        """Return ``len(fill_ids())`` without building them."""
+        return len(self.origin_input_ids) + self.output_len
+
+    def fill_ids(self, length: int | None = None) -> tuple[int, ...]:
+        """Return ``origin_input_ids + output_ids`` (their first ``length``): what the tree matches and inserts."""
+        prompt = self.origin_input_ids
+        end = self.fill_len if length is None else min(length, self.fill_len)
+        if end <= len(prompt):
+            return prompt[:end]
+        return prompt + tuple(self._generated()[: end - len(prompt)])
+
+    def emit(self, tokens: int = 1) -> None:
+        """Generate the next ``tokens`` tokens."""
+        self.output_len += tokens
 
     @property
     def finished(self) -> bool:
         """Return True once it has generated ``max_new_tokens`` tokens (the finish by length)."""
-        return len(self.output_ids) >= self.max_new_tokens
+        return self.output_len >= self.max_new_tokens
 
     def given(self) -> Req:
         """Return a fresh copy of the request as given, with no scheduler state."""

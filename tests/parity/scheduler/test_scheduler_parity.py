@@ -297,7 +297,7 @@ def _no_refresh(self):
 def _counting_an_empty_queue(self):
     if self.refreshes % REFRESH_EVERY == 0:
         for req in reversed(self.waiting[:REFRESH_FIRST]):
-            self.tree.match_prefix(req.fill_ids())
+            self.state.tree.match_prefix(req.fill_ids())
     self.refreshes += 1  # a call without a waiting request counted too (a chunk continued alone)
 
 
@@ -307,7 +307,7 @@ def test_the_waiting_prefix_refresh_decides_the_evictions_sglang_makes(recency_r
     found = disagreements(recency_runs, release)
     refreshes = RELEASES[release].scheduler.touches_waiting_prefixes
     with monkeypatch.context() as patch:
-        patch.setattr(event_loop._Scheduler, "_touch_waiting_prefixes", _no_refresh)
+        patch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", _no_refresh)
         without = [kit_view(kit_schedule(w, release)) for w, _ in recency_runs]
     decided = sum(kit_view(kit_schedule(w, release)) != other for (w, _), other in zip(recency_runs, without))
     record("recency", workloads=len(recency_runs), refresh_decides=decided, disagreements=len(found))
@@ -317,7 +317,7 @@ def test_the_waiting_prefix_refresh_decides_the_evictions_sglang_makes(recency_r
         return
     for plant, touch in (("no refresh", _no_refresh), ("an empty queue counted", _counting_an_empty_queue)):
         with monkeypatch.context() as patch:
-            patch.setattr(event_loop._Scheduler, "_touch_waiting_prefixes", touch)
+            patch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", touch)
             caught = len(disagreements(recency_runs, release))
         record("planted-bug", plant=f"recency: {plant}", disagreements=caught)
         assert caught > 0, plant
