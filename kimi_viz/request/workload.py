@@ -29,6 +29,7 @@ entry left by a request that sized the image differently).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,8 @@ class Workload:
 
     def turns(self, k: int) -> list[int]:
         """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` alone)."""
+        if self.requests[k].continues is None:
+            return [k]
         index = {r.rid: j for j, r in enumerate(self.requests)}
         chain = [k]
         while self.requests[chain[0]].continues is not None:
@@ -238,7 +241,7 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _parse_request(entry: Any, where: str, k: int, folder: Path | None, context_len: int) -> Request:
+def _parse_request(entry: Any, where: str, k: int, probed: Callable[[str], RequestImage], context_len: int) -> Request:
     """Return the :class:`Request` of one workload entry, read strictly (``where`` names it in errors)."""
     if not isinstance(entry, dict):
         raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
@@ -268,7 +271,7 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None, context_
         text = {key: value for key, value in text.items() if key != "between"}
     counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
     arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
-    images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
+    images = tuple(probed(name) for name in names)
     stale = entry.get("stale", {})
     if not isinstance(stale, dict):
         raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
@@ -276,7 +279,7 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None, context_
     for key, name in stale.items():
         if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
             raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
-        pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
+        pairs.append((int(key), probed(name)))
     if gaps and len(gaps) != len(images) - 1:
         raise WhatIfError(f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap")
     stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
@@ -315,8 +318,16 @@ def parse_workload(
     raw = data["requests"]
     if len(raw) > MAX_REQUESTS:
         raise WhatIfError(f"{source}: {len(raw)} requests, over the limit of {MAX_REQUESTS}")
+    seen: dict[str, RequestImage] = {}
+
+    def probed(name: str) -> RequestImage:
+        """The image ``name`` names, probed once however many requests send it (one copy of its bytes)."""
+        if name not in seen:
+            seen[name] = probe_image(resolve_image(name, folder), label=name)
+        return seen[name]
+
     requests = [
-        _parse_request(entry, f"{source}: requests[{k}]", k, folder, context_len) for k, entry in enumerate(raw)
+        _parse_request(entry, f"{source}: requests[{k}]", k, probed, context_len) for k, entry in enumerate(raw)
     ]
     seeds = []
     cache = data.get("cache", [])
@@ -328,7 +339,7 @@ def parse_workload(
             raise WhatIfError(f'{where}: expected {{"image": path, "tokens": count}}, got {seed!r}')
         seeds.append(
             CacheSeed(
-                probe_image(resolve_image(seed["image"], folder), label=seed["image"]),
+                probed(seed["image"]),
                 _count(seed["tokens"], f"{where}.tokens"),
             )
         )

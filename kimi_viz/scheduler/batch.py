@@ -125,8 +125,8 @@ class ScheduleState:
         """``init_next_round_input(tree)``: the request starts from the deepest saved state on its match and copies
         it into a working slot (evicting one state, its prefix locked, when no slot is free and the walk's group
         took none); a branching point is kept. Return the match, with what a plain tree would have matched."""
-        fill = req.fill_ids()
-        capped = fill[: max(len(fill) - 1, 0)]
+        fill = req.fill_view(req.fill_len)  # read as the walks go: no copy of a long request's ids
+        capped = req.fill_view(max(req.fill_len - 1, 0))
         found = self.tree.match_prefix(capped)
         req.prefix_len = req.protected = found.depth
         req.last_node = found.node
@@ -313,8 +313,7 @@ class ScheduleState:
         """Put ``req``'s first ``length`` fill ids in the tree, cut to its saved state under ``extra_buffer``. The
         tree takes the KV it lacks; an unfinished request's lock moves to the inserted node and it keeps the rest of
         its KV; at a finish the rest is freed (see the module doc)."""
-        ids = req.fill_ids(length)
-        self.plain.insert(ids)
+        self.plain.insert(req.fill_view(length))
         if self.tree.disabled:  # nothing is kept: a finish frees all the request's KV
             req.mamba_last_track_seqlen = None
             if finished:
@@ -322,7 +321,7 @@ class ScheduleState:
                 req.owned = 0
             return
         cut = min(length, req.mamba_last_track_seqlen or 0) if self.extra_buffer else length
-        key = ids[: page_floor(cut, self.server.page_size)]
+        key = req.fill_view(page_floor(min(cut, length), self.server.page_size))
         if not finished:
             req.mamba_last_track_seqlen = None
             if not key:

@@ -63,8 +63,10 @@ def quiet_decode_steps(rows: Sequence[Req], page: int, kv_available: float, limi
     steps = min([limit, *(r.max_new_tokens - r.output_len - 1 for r in rows)])
     if steps <= 0 or kv_available == float("inf"):
         return max(steps, 0)
-    lengths = [r.kv_committed_len for r in rows]
     keep = len(rows) * page  # evict_for(bs * P) at the allocation; check_decode_mem's need is at most this
+    if page == 1:  # a token per row each step
+        return max(min(steps, int(kv_available // keep)), 0)
+    lengths = [r.kv_committed_len for r in rows]
 
     def fits(i: int) -> bool:  # step i (from 0) evicts nothing
         return kv_available - pages_opened(lengths, i, page) >= keep

@@ -270,7 +270,8 @@ class Scheduler:
         server = self.server
         lpm = active_policy(server.schedule_policy, self.state.tree) == "lpm" and len(self.waiting) <= LPM_MAX_WAITING
         if lpm:
-            order = policy_order(server.schedule_policy, [r.fill_ids() for r in self.waiting], self.state.tree)
+            fills = [r.fill_view(r.fill_len) for r in self.waiting]
+            order = policy_order(server.schedule_policy, fills, self.state.tree)
             self.waiting = [self.waiting[k] for k in order]
         elif self.rules.touches_waiting_prefixes:
             self._touch_waiting_prefixes()
@@ -284,7 +285,7 @@ class Scheduler:
             return
         if self.refreshes % REFRESH_EVERY == 0:
             for req in reversed(self.waiting[:REFRESH_FIRST]):
-                tree.match_prefix(req.fill_ids())
+                tree.match_prefix(req.fill_view(req.fill_len))
         self.refreshes += 1
 
     def _prefill(self) -> Batch | None:
@@ -356,7 +357,11 @@ class Scheduler:
             since.tokens,
             since.states,
             refused,
-            tuple(r.rid for r in matched if lost and any(p.end > r.prefix_len for p in lost_on(r.fill_ids(), lost))),
+            tuple(
+                r.rid
+                for r in matched
+                if lost and any(p.end > r.prefix_len for p in lost_on(r.fill_view(r.fill_len), lost))
+            ),
         )
         since.tokens = since.states = 0
         lost.clear()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import overload
 
 from .._records import frozen
 from .node import Node
@@ -51,6 +52,50 @@ Part = int | Image
 def prompt_length(parts: tuple[Part, ...] | list[Part]) -> int:
     """Return the tokens ``parts`` stand for (an image run counts its pad tokens)."""
     return sum(p.length if isinstance(p, Image) else 1 for p in parts)
+
+
+class FillIds(Sequence[int]):
+    """A request's first ``length`` fill ids (prompt, then generated ids), read on demand: a view that holds no copy,
+    for what keeps a request's ids long after it finished (the plain tree beside the hybrid one)."""
+
+    __slots__ = ("prompt", "generated", "length")
+
+    def __init__(self, prompt: tuple[int, ...], generated: Sequence[int], length: int) -> None:
+        self.prompt = prompt
+        self.generated = generated
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        prompt = self.prompt
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.length)
+            if stop <= len(prompt):
+                return prompt[start:stop]
+            head = prompt[start:] if start < len(prompt) else ()
+            return head + tuple(self.generated[max(start - len(prompt), 0) : stop - len(prompt)])
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        index %= self.length
+        return prompt[index] if index < len(prompt) else self.generated[index - len(prompt)]
+
+
+def same_ids(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Return True when ``a`` and ``b`` read the very same ids (one object, or views of one request's ids), so that
+    they are equal at equal offsets without comparing them."""
+    if a is b:
+        return True
+    if not (isinstance(a, FillIds) and isinstance(b, FillIds)):
+        return False
+    return a.prompt is b.prompt and a.generated is b.generated
 
 
 @dataclass(eq=False)
@@ -130,6 +175,10 @@ class Req:
             return prompt[:end]
         return prompt + tuple(self._generated()[: end - len(prompt)])
 
+    def fill_view(self, length: int) -> FillIds:
+        """Return the first ``length`` fill ids as a :class:`FillIds` view (no copy)."""
+        return FillIds(self.origin_input_ids, self._generated(), min(length, self.fill_len))
+
     def emit(self, tokens: int = 1) -> None:
         """Generate the next ``tokens`` tokens."""
         self.output_len += tokens
@@ -160,9 +209,11 @@ class Window:
 
 __all__ = [
     "OUTPUT_BASE",
+    "FillIds",
     "Image",
     "Part",
     "Req",
     "Window",
     "prompt_length",
+    "same_ids",
 ]
