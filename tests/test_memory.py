@@ -219,3 +219,44 @@ def test_the_flag_search_tries_a_larger_pool_only_where_one_is_set():
     assert "--schedule-conservativeness 2" in tried
     plain = [label for label, _ in alternatives(LoadSettings())]
     assert not any("max-" in label or "conservativeness" in label for label in plain)
+
+
+def test_a_page_64_pool_takes_whole_pages_at_the_prefill_and_on_each_page_boundary():
+    req = Req("r", tuple(range(100)), max_new_tokens=40)
+    planned = schedule([req], LoadSettings(gpu="blackwell", max_total_tokens=1000), RELEASES["0.5.23"], stepwise=True)
+    assert (planned.server.page_size, planned.server.memory.kv_pool) == (64, 960)  # 15 whole pages
+    free = {m.step: m.kv_available for m in planned.memory}
+    # the 100-token prefill takes two pages (its second partial); the insert cut to the save at 64 moves one into
+    # the tree, which counts it, so the free KV stays 960 - 128; the decode that starts position 128 (step 29: the
+    # prefill at 0, the decodes from step 1 at length 100) takes a third page
+    assert free[0] == free[28] == 832 and free[29] == 768
+    assert [(s.step, s.depth) for s in planned.saves] == [(1, 64)]
+
+
+def test_the_waiting_prefixes_are_refreshed_every_32nd_call_that_finds_a_waiting_queue(monkeypatch):
+    from parity.scheduler.recency_workloads import recency_workload
+
+    from kimi_viz.scheduler import event_loop
+
+    workload = recency_workload(64, 36, 34, 5, False)
+    refreshed = kit_schedule(workload, "0.5.23")
+    starts = {w.rid: (p.step, w.prefix_len) for p in refreshed.passes for w in p.windows if w.rid in ("w1", "w2")}
+    # the 32nd call touched w1's and w2's prefixes: the pool then evicts the long prompt's older states, and both
+    # next turns start from their earlier turns' finish states (50 prompt tokens and 4 outputs)
+    assert starts == {"w1": (48, 54), "w2": (48, 54)}
+    monkeypatch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", lambda self: None)
+    unrefreshed = kit_schedule(workload, "0.5.23")
+    # unrefreshed, the pool evicts b's finish state (its oldest) and w2 starts from an earlier one, a pass later
+    starts = {w.rid: (p.step, w.prefix_len) for p in unrefreshed.passes for w in p.windows if w.rid in ("w1", "w2")}
+    assert starts == {"w1": (49, 54), "w2": (50, 43)}
+
+
+@pytest.mark.parametrize(("waiting", "refreshes"), [(128, 0), (129, 1)])
+def test_lpm_past_128_waiting_runs_as_fcfs_and_refreshes(waiting, refreshes):
+    from kimi_viz.scheduler.event_loop import Scheduler
+
+    release = RELEASES["0.5.23"]
+    reqs = [Req(f"q{k}", tuple(range(10 * k, 10 * k + 10)), max_new_tokens=2) for k in range(waiting)]
+    scheduler = Scheduler(resolve_server(LoadSettings(schedule_policy="lpm"), release), reqs, release)
+    scheduler.step()
+    assert scheduler.refreshes == refreshes  # the first call refreshes and counts only under a cache-agnostic policy

@@ -9,12 +9,13 @@ them (``docs/hybrid-tree-notes.md`` §3, ``docs/memory-notes.md`` §3–§4):
   its FULL match; it copies that state into a slot of its own (evicting one state when no slot is free);
 * **prepare_for_extend**: the new rows' request rows and state slots (``alloc_req_slots``: evicting
   states when short: 0.5.18 three per request less the free ones, 0.5.22+ exactly those missing), their
-  windows' KV (the shortfall evicted from the tree's least recently used leaves), the extra-buffer save
-  point of each window;
-* **prepare_for_decode**: one KV token per row (the shortfall evicted), the decode save points;
-  ``check_decode_mem`` (one token per row must fit after evicting) and ``retract_decode`` (the rows with
-  the fewest outputs, then the longest prompts, go back to the waiting queue, their KV freed and not
-  inserted; the last row is kept, or aborted when even it does not fit);
+  windows' KV in whole pages (the shortfall of the tokens plus a page per request evicted from the tree's
+  least recently used leaves first), the extra-buffer save point of each window;
+* **prepare_for_decode**: one more KV token per row, a new page for a row on a page boundary (the
+  shortfall of a page per row evicted), the decode save points; ``check_decode_mem`` (a page for every row
+  on a page boundary must fit after evicting) and ``retract_decode`` (the rows with the fewest outputs,
+  then the longest prompts, go back to the waiting queue, their KV freed and not inserted; the last row
+  is kept, or aborted when even it does not fit);
 * **the inserts** (``cache_unfinished_req`` / ``cache_finished_req``): the key cut to the saved state
   (``extra_buffer``), the KV the tree lacks moved into it, the request's other KV past its protected
   prefix freed at a finish; a state slot donated to the new state (a fresh one replacing it while the

@@ -29,11 +29,14 @@ running requests with the fewest outputs (their KV freed, not inserted) back to 
 ``--max-running-requests`` the request rows bound a pass; with ``--max-mamba-cache-size`` the state slots
 are finite and the tree's saved states are evicted, least recently used first.
 
-Each :class:`Pass` carries the :class:`SchedulerStep` that formed it: the policy, every waiting
-request's :class:`~.prefix.PrefixMatch` (with what a plain radix tree would have matched) and the
-adder's :class:`~.policy.PassForm` (its budgets, every offer, the cut), and the depths the tree took a
-state at while the pass's result was processed (``saves``); a :class:`Schedule` also holds every
-retraction and, with bounded memory, each step's pools and evictions (:class:`MemoryStep`).
+Between events (an arrival, a finish, a prefill attempt, an eviction, a retraction) the loop only decodes;
+:class:`Scheduler` jumps over such runs at once (:mod:`.decode_run`, exactly as stepping one by one;
+``schedule(..., stepwise=True)`` steps every one). Each :class:`Pass` carries the :class:`SchedulerStep`
+that formed it: the policy, every waiting request's :class:`~.prefix.PrefixMatch` (with what a plain radix
+tree would have matched) and the adder's :class:`~.policy.PassForm` (its budgets, every offer, the cut),
+and the depths the tree took a state at while the pass's result was processed (``saves``); a
+:class:`Schedule` also holds every retraction and, with bounded memory, each step's pools and evictions
+(:class:`MemoryStep`, the jumped steps as :class:`~.decode_run.DecodeRun`).
 """
 
 from __future__ import annotations

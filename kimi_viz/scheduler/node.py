@@ -25,7 +25,6 @@ class Node:
     state: bool = False
     lock: int = 0  # FULL lock_ref
     mamba_lock: int = 0
-    key_hash: int | None = None  # hash(key), kept until a split changes the key
 
     @property
     def depth(self) -> int:

@@ -2,7 +2,8 @@
 
 ``mem_cache/unified_radix_cache.py`` with a FULL and a MAMBA component (``docs/hybrid-tree-notes.md``
 §2, ``docs/memory-notes.md`` §3), on the Python tree core's rules (0.5.23's Rust core gives the same
-results). A node holds a run of token ids (its FULL KV: one pool token per id) and maybe a saved
+results). A node (:class:`~.node.Node`) holds a run of token ids (its FULL KV: one pool token per id, in
+whole pages; the ids read from the request they were inserted from, not copied) and maybe a saved
 linear-attention state (one mamba slot). What this module keeps, as SGLang does:
 
 * **the match** (:meth:`RadixCache.match_prefix`): the key walked page by page; a match ending inside
@@ -28,9 +29,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Literal
 
+from .._records import frozen
 from .node import Node
 from .prefix import common_prefix, page_floor
 from .req import same_ids
@@ -46,25 +48,30 @@ class Evicted:
     states: int = 0
 
 
-class Lost(NamedTuple):
+Segment = tuple[Sequence[int], int, int]  # ids[lo:hi] of the ids a node was inserted from
+
+
+@frozen
+class Lost:
     """One piece of the tree an eviction took: a node's tokens ``[start, end)`` (``kind`` "kv", its state with
-    it) or only the state saved at ``end`` ("state"), and the token path from the root to ``end`` as the hash of its
-    nodes' hashes (``cuts``: where each node ended), so a request's own prefix can be recognised (:func:`lost_on`)."""
+    it) or only the state saved at ``end`` ("state"), and the token path from the root to ``end`` (its nodes' ids,
+    read where they were inserted from: no copy), so a request's own prefix can be recognised (:func:`lost_on`)."""
 
     kind: Literal["kv", "state"]
     start: int
     end: int
-    path: int
-    cuts: tuple[int, ...] = ()
-
-
-def _path_hash(ids: Sequence[int], cuts: tuple[int, ...]) -> int:
-    return hash(tuple(hash(tuple(ids[a:b])) for a, b in zip((0, *cuts[:-1]), cuts)))
+    path: tuple[Segment, ...] = field(default=(), compare=False, repr=False)
 
 
 def lost_on(ids: Sequence[int], lost: Iterable[Lost]) -> list[Lost]:
-    """Return the pieces of ``lost`` that lay on the path of ``ids`` (a request's fill ids)."""
-    return [piece for piece in lost if piece.end <= len(ids) and _path_hash(ids, piece.cuts) == piece.path]
+    """Return the pieces of ``lost`` that lay on the path of ``ids`` (a request's fill ids): the same ids from the
+    root to the piece's end (read at once where both are the same request's ids)."""
+    return [
+        piece
+        for piece in lost
+        if piece.end <= len(ids)
+        and all(same_ids(source, ids) or tuple(source[lo:hi]) == tuple(ids[lo:hi]) for source, lo, hi in piece.path)
+    ]
 
 
 @dataclass(eq=False)
@@ -142,7 +149,6 @@ class RadixCache:
         upper.lock = child.lock
         parent.children[upper.child_key] = upper
         child.lo += at
-        child.key_hash = None
         child.child_key = self._child_key_at(child.source, child.lo)
         child.parent = upper
         upper.children[child.child_key] = child
@@ -162,16 +168,12 @@ class RadixCache:
         self.mamba_lru.pop(node, None)
 
     def _log_loss(self, node: Node, kind: Literal["kv", "state"]) -> None:
-        hashes, cuts = [], []
+        path: list[Segment] = []
         walk: Node | None = node
         while walk is not None and walk is not self.root:
-            if walk.key_hash is None:
-                walk.key_hash = hash(walk.key)
-            hashes.append(walk.key_hash)
-            cuts.append(walk.depth)
+            path.append((walk.source, walk.lo, walk.hi))
             walk = walk.parent
-        path = hash(tuple(reversed(hashes)))
-        piece = Lost(kind, node.lo, node.hi, path, tuple(reversed(cuts)))
+        piece = Lost(kind, node.lo, node.hi, tuple(reversed(path)))
         self.lost.append(piece)
         self.lost_since_pass.append(piece)
 
