@@ -11,9 +11,11 @@ Time is counted in scheduler *steps* (one event-loop iteration: one forward pass
 decode). A request joins the waiting queue at step ``arrival``, or — with ``after`` — at the first
 step not before ``arrival`` that follows the finish of request ``after`` (a chat's next turn). It
 generates ``max_new_tokens`` tokens (``generated_ids`` when given, else distinct stand-ins below the
-pad range), the first one by its last prefill pass, one more per decode step. While the scheduler
-holds it, a :class:`Req` also carries SGLang's own state: its padded prompt, the ids generated so
-far, its prefix and extend end, and its committed KV.
+pad range; a ``range`` costs no memory however long the answer), the first one by its last prefill pass,
+one more per decode step. While the scheduler holds it, a :class:`Req` also carries SGLang's own state:
+its padded prompt, how many ids it generated so far (``output_len``; ``output_ids`` reads them), its prefix
+and extend end, and its committed KV. :class:`FillIds` reads a request's fill ids where they are (its prompt,
+then its generated ids) for what keeps them after it finished: the trees' nodes.
 
 The real-SGLang lane hands the same records to SGLang's own scheduler (``tests/parity/scheduler/``).
 """

@@ -44,9 +44,11 @@ extra-buffer track point) / ``prepare_for_decode`` (the decode track mask) / ``f
 Stand-ins: the scheduler loop (``event_loop_overlap`` by default, ``event_loop_normal`` with
 ``disable_overlap_schedule``, and ``get_next_batch_to_run`` / ``_get_new_batch_prefill_raw`` /
 ``update_running_batch`` / 0.5.23 ``_reqs_finishing_inflight``, written out below in each release's
-order, without request-slot limits, retraction, priority preemption, LoRA, grammar, HiCache, PP or
-DP); the KV allocator (:class:`LargeKVAllocator`, on ``BaseTokenToKVPoolAllocator``: never short,
-fresh indices); the forward (``run_batch`` only counts; a request's next token is its workload
+order, with the request-slot check and SGLang's own ``retract_decode``, without priority preemption, LoRA,
+grammar, HiCache, PP or DP); the KV allocator when no pool is given (:class:`LargeKVAllocator`, on
+``BaseTokenToKVPoolAllocator``: never short, fresh indices; with ``max_total_tokens`` the release's own
+``TokenToKVPoolAllocator`` at page 1 or ``PagedTokenToKVPoolAllocator`` above it, over a tiny MLA pool
+floored to whole pages); the forward (``run_batch`` only counts; a request's next token is its workload
 output, committed when the result is processed); metrics / streaming / worker sinks. A request with
 ``after`` arrives at the first step after the one whose processed result finished its predecessor.
 
@@ -54,6 +56,9 @@ Patches and seeds (all scoped to a call):
 - ``torch.Tensor.pin_memory`` returns the tensor and ``torch.tensor(..., pin_memory=True)`` builds an
   ordinary tensor (:func:`_patches`): CPU-only torch has no pinned allocator, and 0.5.18 pins
   unconditionally in ``set_mamba_track_indices_from_reqs``, both releases in ``prepare_for_decode``.
+- 0.5.18's ``PagedTokenToKVPoolAllocator`` always launches its Triton kernels; ``alloc_extend_kernel`` /
+  ``alloc_decode_kernel`` are routed to the module's own ``alloc_extend_naive`` and the same decode rule in
+  PyTorch (:func:`_paged_kernels_on_cpu`; 0.5.23 takes its PyTorch path itself without Triton).
 - The mamba pass sees a CUDA machine: 0.5.18 ``sglang.srt.server_args.is_cuda`` returns True; 0.5.23
   ``runtime_context.override_platform(is_cuda=True)`` (SGLang's own override). 0.5.23 also
   ``configs.linear_attn_model_registry.get_linear_attn_spec`` returns None (Kimi-K3 has no spec; the

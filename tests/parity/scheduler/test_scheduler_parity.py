@@ -11,6 +11,10 @@ The server flags the kit resolves for Kimi-K3 (attention backend, page size, mam
 schedule, or SGLang's refusal) must be the release's own, on every GPU family. Planted bugs show each
 comparison can fail: the plain rule (no cut back), decode saves ignored, inserts not cut, the
 overlap delay dropped, budgets charged without the page ceiling, pad values blind to the image hash.
+
+Memory pressure (``memory_workload``, pages 1, 16 and 64 on the release's own token and paged allocators) and
+0.5.22+'s refresh of the waiting prefixes (``recency_workloads``) are held to the same comparisons, with the
+pools after every step; their planted bugs are in ``memory_plants.py`` and below.
 """
 
 from __future__ import annotations
