@@ -69,6 +69,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_conversation_sweep.py
 	if [ -x $(SGLANG_ENVS)/0.5.23/bin/python ]; then KIMI_VIZ_SGLANG_ENV=$(SGLANG_ENVS)/0.5.23 $(PY) benchmarks/bench_memory.py; \
 	else $(PY) benchmarks/bench_memory.py; fi
+	if [ -x $(SGLANG_ENVS)/0.5.23/bin/python ]; then KIMI_VIZ_SGLANG_ENV=$(SGLANG_ENVS)/0.5.23 $(PY) benchmarks/bench_peak_hours.py; \
+	else $(PY) benchmarks/bench_peak_hours.py; fi
 	$(PY) benchmarks/bench_encoder.py --device cpu --preset tiny --quick
 
 clean:

@@ -16,7 +16,7 @@ from parity.scheduler.examples import example, examples
 from parity.scheduler.workload import kit_schedule, kit_view, view_lines
 
 from kimi_viz.releases import RELEASES as TABLE
-from kimi_viz.scheduler.policy import Budget, add_waiting, continue_chunked, form_pass, policy_order
+from kimi_viz.scheduler.policy import AddReqResult, Budget, PrefillAdder, policy_order
 from kimi_viz.scheduler.prefix import PlainTree, PrefixMatch, pad_values, padded_ids, prefix_match
 from kimi_viz.scheduler.radix_cache import RadixCache
 from kimi_viz.scheduler.req import Image, Req
@@ -142,15 +142,19 @@ def test_a_match_is_page_floored_capped_and_stops_at_a_different_image():
 
 def test_a_waiting_request_is_cut_at_the_page_ceiled_budget():
     # chunk 32 at page 16 less 3 mixed decode rows: 29 left; a 20-token request (charged 32) is cut at 16.
-    outcome = add_waiting(Budget(16, 16384 - 3, 29), _req("r", 20, 0), admitted=0)
+    adder = PrefillAdder(Budget(16, 16384 - 3, 29), WIDE)
+    outcome = adder.add_one_req(_req("r", 20, 0))
     assert outcome.cut and outcome.window is not None and outcome.window.extend_input_len == 16
+    assert adder.new_chunked_req == "r" and adder.budget == Budget(16, 16384 - 3 - 16, 13)
     # a continued chunk is not floored: 29 tokens, charged 32.
-    again = continue_chunked(Budget(16, 16384 - 3, 29), _req("r", 100, 16))
+    again = PrefillAdder(Budget(16, 16384 - 3, 29), WIDE).add_chunked_req(_req("r", 100, 16))
     assert again.window is not None and again.window.extend_input_len == 29 and again.budget.rem_chunk == -3
+    assert again.result is AddReqResult.CONTINUE and f"{again.result}" == "continue"
 
 
 def test_three_ten_token_requests_do_not_share_a_32_token_chunk_at_page_16():
-    formed = form_pass(Budget(16, 16384, 32), None, [_req(f"r{k}", 10, 0) for k in range(3)], WIDE)
+    adder = PrefillAdder(Budget(16, 16384, 32), WIDE)
+    formed = adder.form(None, [_req(f"r{k}", 10, 0) for k in range(3)])
     assert [w.rid for w in formed.windows] == ["r0", "r1"] and formed.chunked is None
     # what the walk did: each offer charged 16 (10 page-ceiled), the chunk budget spent, r2 never offered
     assert formed.start == Budget(16, 16384, 32) and formed.budget == Budget(16, 16384 - 32, 0)
@@ -158,7 +162,7 @@ def test_three_ten_token_requests_do_not_share_a_32_token_chunk_at_page_16():
         ("r0", False, 16, "continue"),
         ("r1", False, 16, "other"),
     ]
-    assert formed.unoffered == ("r2",)
+    assert formed.unoffered == ("r2",) and formed.stop is AddReqResult.OTHER and adder.budget_state() == "other"
 
 
 def test_a_prefix_match_records_the_key_the_shared_tokens_and_the_page_floored_match():

@@ -199,7 +199,7 @@ def test_a_workload_file_with_conversations_round_trips_and_refuses_what_cannot_
             "repeats its conversation's system prompt",
         ),
         ({"requests": [{"continues": None, "images": []}]}, "no images; give at least one"),
-        ({"requests": [{"images": ["camera.png"], "output": 5000}]}, "expected 1 to 4096 generated tokens"),
+        ({"requests": [{"images": ["camera.png"], "output": 262145}]}, r"expected 1 to 262144 generated tokens \(the"),
     ):
         with pytest.raises(WhatIfError, match=words):
             parse_workload(bad)

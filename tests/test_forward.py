@@ -215,7 +215,7 @@ def test_a_workload_file_is_read_strictly():
         ({"requests": []}, "holds no request"),
         ({"requests": [{"images": []}]}, "no images; give at least one, or continue an earlier request"),
         ({"requests": [{"images": ["chelsea.png"], "continues": "r9"}]}, "continues 'r9', which is not an earlier"),
-        ({"requests": [{"images": ["chelsea.png"], "output": 0}]}, "expected 1 to 4096 generated tokens"),
+        ({"requests": [{"images": ["chelsea.png"], "output": 0}]}, "expected 1 to 262144 generated tokens"),
         ({"requests": [{"images": ["chelsea.png"], "colour": 1}]}, "unknown key 'colour'"),
         (
             {"requests": [{"id": "x", "images": ["chelsea.png"]}, {"id": "x", "images": ["chelsea.png"]}]},

@@ -14,7 +14,7 @@ from parity.scheduler.workload import kit_schedule
 
 from kimi_viz import LOAD_SCENARIOS, run_load_scenario, whatif
 from kimi_viz.cli import main
-from kimi_viz.errors import WhatIfError
+from kimi_viz.errors import SettingNotInReleaseError, WhatIfError
 from kimi_viz.plots import draw_forward_pass
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.event_loop import schedule
@@ -60,12 +60,37 @@ def test_the_request_rows_and_the_ratio_as_each_release_derives_them():
     assert not unbounded.bounded and unbounded.describe().startswith("memory unbounded")
 
 
-def test_memory_is_modelled_at_page_1_and_a_request_the_pool_cannot_hold_is_refused():
-    with pytest.raises(WhatIfError, match="the kit models memory pressure at page 1"):
-        resolve_server(LoadSettings(page_size=64, max_total_tokens=5000), RELEASES["0.5.23"])
+def test_memory_at_page_64_pools_whole_pages_and_a_request_the_pool_cannot_hold_is_refused():
+    blackwell = resolve_server(LoadSettings(gpu="blackwell", max_total_tokens=5000), RELEASES["0.5.23"])
+    assert (blackwell.page_size, blackwell.memory.kv_pool) == (64, 4992)  # 78 whole pages of 64
+    assert blackwell.memory.describe() == "KV pool 4992 tokens, 2048 request rows, mamba state pool unbounded"
     req = Req("big", tuple(range(900)), max_new_tokens=200)
     with pytest.raises(WhatIfError, match="request big: its 900 prompt tokens and 200 outputs need 1102 KV tokens"):
         schedule([req], LoadSettings(max_total_tokens=1000), RELEASES["0.5.23"])
+    with pytest.raises(WhatIfError) as refused:
+        schedule([req], LoadSettings(gpu="blackwell", max_total_tokens=1100), RELEASES["0.5.23"])
+    assert str(refused.value) == (
+        "request big: its 900 prompt tokens and 200 outputs need 1228 KV tokens, but the KV pool holds 1088 in whole "
+        "pages of 64 (--max-total-tokens 1100; the trtllm_mla attention backend sets the page to 64); give a larger "
+        "pool (SGLang would cut its outputs short)"
+    )
+
+
+def test_a_server_with_no_request_row_names_the_pool_that_left_none():
+    with pytest.raises(SettingNotInReleaseError) as kv:
+        resolve_server(LoadSettings(max_total_tokens=1), RELEASES["0.5.23"])
+    assert str(kv.value) == (
+        "SGLang 0.5.23 cannot start Kimi-K3 with these flags: --max-total-tokens 1 is a KV pool of 0 request rows (at "
+        "most half of its 1 token); give --max-total-tokens 2 or more"
+    )
+    with pytest.raises(SettingNotInReleaseError, match="its 10 tokens, 0 tokens in whole pages of 64.*128 or more"):
+        resolve_server(LoadSettings(gpu="blackwell", max_total_tokens=10), RELEASES["0.5.18"])
+    with pytest.raises(SettingNotInReleaseError, match="too small .* max_mamba_cache_size=3, mamba_ratio=5"):
+        resolve_server(LoadSettings(max_mamba_cache_size=3), RELEASES["0.5.23"])
+    one = resolve_server(LoadSettings(max_running_requests=1), RELEASES["0.5.23"]).memory
+    assert one.describe() == "KV pool unbounded, 1 request row, mamba state pool unbounded"
+    huge = resolve_server(LoadSettings(max_mamba_cache_size=10**9), RELEASES["0.5.23"]).memory
+    assert huge.describe() == "KV pool unbounded, 4096 request rows, mamba state pool 1000000000 slots"
 
 
 @pytest.mark.parametrize(("release", "step"), [("0.5.18", 607), ("0.5.23", 606)])
@@ -194,3 +219,44 @@ def test_the_flag_search_tries_a_larger_pool_only_where_one_is_set():
     assert "--schedule-conservativeness 2" in tried
     plain = [label for label, _ in alternatives(LoadSettings())]
     assert not any("max-" in label or "conservativeness" in label for label in plain)
+
+
+def test_a_page_64_pool_takes_whole_pages_at_the_prefill_and_on_each_page_boundary():
+    req = Req("r", tuple(range(100)), max_new_tokens=40)
+    planned = schedule([req], LoadSettings(gpu="blackwell", max_total_tokens=1000), RELEASES["0.5.23"], stepwise=True)
+    assert (planned.server.page_size, planned.server.memory.kv_pool) == (64, 960)  # 15 whole pages
+    free = {m.step: m.kv_available for m in planned.memory}
+    # the 100-token prefill takes two pages (its second partial); the insert cut to the save at 64 moves one into
+    # the tree, which counts it, so the free KV stays 960 - 128; the decode that starts position 128 (step 29: the
+    # prefill at 0, the decodes from step 1 at length 100) takes a third page
+    assert free[0] == free[28] == 832 and free[29] == 768
+    assert [(s.step, s.depth) for s in planned.saves] == [(1, 64)]
+
+
+def test_the_waiting_prefixes_are_refreshed_every_32nd_call_that_finds_a_waiting_queue(monkeypatch):
+    from parity.scheduler.recency_workloads import recency_workload
+
+    from kimi_viz.scheduler import event_loop
+
+    workload = recency_workload(64, 36, 34, 5, False)
+    refreshed = kit_schedule(workload, "0.5.23")
+    starts = {w.rid: (p.step, w.prefix_len) for p in refreshed.passes for w in p.windows if w.rid in ("w1", "w2")}
+    # the 32nd call touched w1's and w2's prefixes: the pool then evicts the long prompt's older states, and both
+    # next turns start from their earlier turns' finish states (50 prompt tokens and 4 outputs)
+    assert starts == {"w1": (48, 54), "w2": (48, 54)}
+    monkeypatch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", lambda self: None)
+    unrefreshed = kit_schedule(workload, "0.5.23")
+    # unrefreshed, the pool evicts b's finish state (its oldest) and w2 starts from an earlier one, a pass later
+    starts = {w.rid: (p.step, w.prefix_len) for p in unrefreshed.passes for w in p.windows if w.rid in ("w1", "w2")}
+    assert starts == {"w1": (49, 54), "w2": (50, 43)}
+
+
+@pytest.mark.parametrize(("waiting", "refreshes"), [(128, 0), (129, 1)])
+def test_lpm_past_128_waiting_runs_as_fcfs_and_refreshes(waiting, refreshes):
+    from kimi_viz.scheduler.event_loop import Scheduler
+
+    release = RELEASES["0.5.23"]
+    reqs = [Req(f"q{k}", tuple(range(10 * k, 10 * k + 10)), max_new_tokens=2) for k in range(waiting)]
+    scheduler = Scheduler(resolve_server(LoadSettings(schedule_policy="lpm"), release), reqs, release)
+    scheduler.step()
+    assert scheduler.refreshes == refreshes  # the first call refreshes and counts only under a cache-agnostic policy

@@ -361,9 +361,12 @@ def _check(args: argparse.Namespace) -> None:
         prepare_folder(args.out, what="--out")  # made now: a folder that cannot be made is refused before any work
 
 
-def _subject(args: argparse.Namespace, load: LoadSettings) -> tuple[Any, dict[str, Any]]:
-    """Return what is asked (images, a workload or a client's request) and the options that go with it."""
+def _subject(args: argparse.Namespace, load: LoadSettings, context_len: int | None) -> tuple[Any, dict[str, Any]]:
+    """Return what is asked (images, a workload or a client's request) and the options that go with it; a workload's
+    outputs may reach ``context_len`` (the server's, from its log or launch command; Kimi-K3's when None)."""
     from ..request.workload import read_workload, together
+
+    limit = {} if context_len is None else {"context_len": context_len}
 
     if args.chat is not None:
         from ..request.chat import Renderer, read_request  # the chat template: for a client's request only
@@ -372,10 +375,10 @@ def _subject(args: argparse.Namespace, load: LoadSettings) -> tuple[Any, dict[st
             image_prompts=_choice(args.image_prompts, IMAGE_PROMPTS, "--image-prompts") == IMAGE_PROMPTS[0],
             typed_tokens=_choice(args.typed_tokens, TYPED_TOKENS, "--typed-tokens") == TYPED_TOKENS[0],
         )
-        beside = None if args.requests is None else read_workload(args.requests)
+        beside = None if args.requests is None else read_workload(args.requests, **limit)
         return read_request(args.chat), {"load": load, "renderer": renderer, "beside": beside}
     if args.requests is not None:
-        return read_workload(args.requests), {"load": load}
+        return read_workload(args.requests, **limit), {"load": load}
     if args.together:
         return together(args.images), {"load": load}
     return list(args.images), {}
@@ -415,7 +418,8 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     deployment = deployment_from_args(args)
     settings = deployment.settings
-    subject, options = _subject(args, deployment.load)
+    context = deployment.report.value("context_length")
+    subject, options = _subject(args, deployment.load, None if context is None else int(context.value))
     if deployment.model is not None and args.chat is not None:
         options["model"] = deployment.model
     if args.sweep:

@@ -353,10 +353,17 @@ def _replay_passes(
     first that raises (it kills the scheduler process)."""
     load = result.load
     admitted: dict[str, PrefixMatch] = {}  # each request's latest admission (a retracted one is matched again)
+    index = {r.rid: k for k, r in enumerate(result.workload.requests)}
+    saves: dict[str, list[int]] = {}
+    retractions: dict[str, list[int]] = {}
+    for save in result.schedule.saves:
+        saves.setdefault(save.rid, []).append(save.depth)
+    for retraction in result.schedule.retractions:
+        retractions.setdefault(retraction.rid, []).append(retraction.step)
     for plan in result.plans:
         batch = []
         for w in plan.windows:
-            k = result.index(w.rid)
+            k = index[w.rid]
             prompt = result.prompts[k].length
             now = None if plan.formed is None else plan.formed.match_of(w.rid)
             if now is not None:
@@ -365,8 +372,8 @@ def _replay_passes(
             prefix = 0 if match is None else match.matched
             shared = prefix if match is None else max(match.full, match.plain or 0, prefix)
             held = () if match is None else match.states
-            states = tuple(sorted({*held, *(d for d in result.schedule.saves_of(w.rid) if d <= prompt)}))
-            retracted = tuple(r.step for r in result.schedule.retractions if r.rid == w.rid and r.step < plan.step)
+            states = tuple(sorted({*held, *(d for d in saves.get(w.rid, ()) if d <= prompt)}))
+            retracted = tuple(step for step in retractions.get(w.rid, ()) if step < plan.step)
             batch.append(
                 ForwardRequest(
                     index=k,

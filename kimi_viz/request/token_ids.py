@@ -21,11 +21,22 @@ from .workload import Workload
 
 
 class _Ids:
-    """Hands out stand-in text ids: a fresh block per text, the same block for the same shared text."""
+    """Hands out stand-in ids: a fresh block per text, the same block for the same shared text; generated ids from
+    their own count, each request's as one run (a ``range``: a long answer costs no memory)."""
 
     def __init__(self) -> None:
         self.next = 0
+        self.next_output = 0
         self.shared: dict[str, tuple[int, ...]] = {}
+
+    def outputs(self, count: int) -> range:
+        """Return a fresh run of ``count`` generated ids in ``[OUTPUT_BASE, 2 * OUTPUT_BASE)`` (starting over from
+        the bottom when the run would pass the top)."""
+        if self.next_output + count > OUTPUT_BASE:
+            self.next_output = 0
+        start = OUTPUT_BASE + self.next_output
+        self.next_output += count
+        return range(start, start + count)
 
     def fresh(self, count: int) -> tuple[int, ...]:
         ids = tuple((self.next + k) % OUTPUT_BASE for k in range(count))
@@ -81,7 +92,7 @@ def scheduled_requests(
         else:
             parts = list(ids.named(f"system:{request.system}", request.system)) if request.system else []
         parts += _own_parts(prompt, images[k], prompt_length(parts), ids)
-        outputs = tuple(OUTPUT_BASE + t for t in ids.fresh(request.output))
+        outputs = ids.outputs(request.output)
         out.append(
             Req(
                 request.rid,

@@ -29,18 +29,19 @@ entry left by a request that sized the image differently).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._records import frozen
 from ..errors import WhatIfError
 from ..preprocess.config import read_json_file
+from ..scheduler.memory import CONTEXT_LEN
 from .images import RequestImage, image_sources, probe_image, resolve_image
 
-MAX_REQUESTS = 256
-MAX_IMAGES = 256  # images in a whole workload
+MAX_REQUESTS = 1000
+MAX_IMAGES = 1000  # images in a whole workload (one per request at the request limit)
 MAX_TEXT_TOKENS = 1 << 20  # text tokens of one request, before + between + after
-MAX_OUTPUT = 4096  # tokens one request generates (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's clip)
 REQUEST_KEYS = frozenset({"id", "images", "text", "arrival", "stale", "continues", "waits_for", "output", "system"})
 DEFAULT_TEXT = {"before": 32, "between": 8, "after": 32}
 
@@ -71,8 +72,8 @@ class Request:
             raise WhatIfError(
                 f"request {self.rid}: a continuing turn repeats its conversation's system prompt; drop system"
             )
-        if not 1 <= self.output <= MAX_OUTPUT:
-            raise WhatIfError(f"request {self.rid}: output {self.output}: expected 1 to {MAX_OUTPUT} generated tokens")
+        if self.output < 1:
+            raise WhatIfError(f"request {self.rid}: output {self.output}: expected at least 1 generated token")
         if self.gaps and len(self.gaps) != len(self.images) - 1:
             raise WhatIfError(
                 f"request {self.rid}: {len(self.gaps)} text gaps for {len(self.images)} images; expected one per gap"
@@ -144,16 +145,24 @@ class CacheSeed:
 
 @frozen
 class Workload:
-    """The requests, in the order they reach the scheduler."""
+    """The requests, in the order they reach the scheduler, and the model's context length their outputs are held to
+    (Kimi-K3's unless a server's log says otherwise: its ``context_len=``)."""
 
     requests: tuple[Request, ...]
     cache: tuple[CacheSeed, ...] = ()
+    context_len: int = CONTEXT_LEN
 
     def __post_init__(self) -> None:
         if not self.requests:
             raise WhatIfError("requests: the workload holds no request; give at least one request with an image")
         if len(self.requests) > MAX_REQUESTS:
             raise WhatIfError(f"requests: {len(self.requests)} requests, over the limit of {MAX_REQUESTS}")
+        for request in self.requests:
+            if request.output > self.context_len:
+                raise WhatIfError(
+                    f"request {request.rid}: output {request.output}: expected 1 to {self.context_len} generated "
+                    "tokens (the model's context length)"
+                )
         images = sum(len(r.images) for r in self.requests)
         if not images:
             raise WhatIfError("requests: no request carries an image; give at least one image")
@@ -173,6 +182,8 @@ class Workload:
 
     def turns(self, k: int) -> list[int]:
         """Return the indices of request ``k``'s conversation up to it, first turn first (``[k]`` alone)."""
+        if self.requests[k].continues is None:
+            return [k]
         index = {r.rid: j for j, r in enumerate(self.requests)}
         chain = [k]
         while self.requests[chain[0]].continues is not None:
@@ -230,7 +241,7 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Request:
+def _parse_request(entry: Any, where: str, k: int, probed: Callable[[str], RequestImage], context_len: int) -> Request:
     """Return the :class:`Request` of one workload entry, read strictly (``where`` names it in errors)."""
     if not isinstance(entry, dict):
         raise WhatIfError(f"{where}: expected an object with images, got {_kind(entry)}")
@@ -260,7 +271,7 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
         text = {key: value for key, value in text.items() if key != "between"}
     counts = {key: _count(text.get(key, default), f"{where}.text.{key}") for key, default in DEFAULT_TEXT.items()}
     arrival = _count(entry.get("arrival", 0), f"{where}.arrival")
-    images = tuple(probe_image(resolve_image(name, folder), label=name) for name in names)
+    images = tuple(probed(name) for name in names)
     stale = entry.get("stale", {})
     if not isinstance(stale, dict):
         raise WhatIfError(f'{where}.stale: expected {{"image index": "image path"}}, got {stale!r}')
@@ -268,14 +279,16 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
     for key, name in stale.items():
         if not (isinstance(key, str) and key.isdigit() and int(key) < len(images)) or not isinstance(name, str):
             raise WhatIfError(f"{where}.stale: {key!r}: expected an image index of this request and an image path")
-        pairs.append((int(key), probe_image(resolve_image(name, folder), label=name)))
+        pairs.append((int(key), probed(name)))
     if gaps and len(gaps) != len(images) - 1:
         raise WhatIfError(f"{where}.text.between: {len(gaps)} counts for {len(images)} images; expected one per gap")
     stale_pairs = tuple(sorted(pairs, key=lambda p: p[0]))
     output = _count(entry.get("output", 1), f"{where}.output")
     system = _count(entry.get("system", 0), f"{where}.system")
-    if not 1 <= output <= MAX_OUTPUT:
-        raise WhatIfError(f"{where}.output: expected 1 to {MAX_OUTPUT} generated tokens, got {output}")
+    if not 1 <= output <= context_len:
+        raise WhatIfError(
+            f"{where}.output: expected 1 to {context_len} generated tokens (the model's context length), got {output}"
+        )
     waits_for = entry.get("waits_for")
     if waits_for is not None and not isinstance(waits_for, str):
         raise WhatIfError(f"{where}.waits_for: expected the id of an earlier request, got {waits_for!r}")
@@ -295,8 +308,11 @@ def _parse_request(entry: Any, where: str, k: int, folder: Path | None) -> Reque
     )
 
 
-def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the workload") -> Workload:
-    """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``."""
+def parse_workload(
+    data: Any, *, folder: Path | None = None, source: str = "the workload", context_len: int = CONTEXT_LEN
+) -> Workload:
+    """Return the :class:`Workload` a parsed JSON document describes; image paths are relative to ``folder``, each
+    request's ``output`` at most ``context_len`` (a server log's ``context_len=``; Kimi-K3's by default)."""
     if isinstance(data, dict) and set(data) - {"requests", "cache"}:
         unknown = ", ".join(repr(key) for key in sorted(set(data) - {"requests", "cache"}, key=str)[:3])
         raise WhatIfError(
@@ -307,7 +323,17 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
     raw = data["requests"]
     if len(raw) > MAX_REQUESTS:
         raise WhatIfError(f"{source}: {len(raw)} requests, over the limit of {MAX_REQUESTS}")
-    requests = [_parse_request(entry, f"{source}: requests[{k}]", k, folder) for k, entry in enumerate(raw)]
+    seen: dict[str, RequestImage] = {}
+
+    def probed(name: str) -> RequestImage:
+        """The image ``name`` names, probed once however many requests send it (one copy of its bytes)."""
+        if name not in seen:
+            seen[name] = probe_image(resolve_image(name, folder), label=name)
+        return seen[name]
+
+    requests = [
+        _parse_request(entry, f"{source}: requests[{k}]", k, probed, context_len) for k, entry in enumerate(raw)
+    ]
     seeds = []
     cache = data.get("cache", [])
     if not isinstance(cache, list) or len(cache) > MAX_IMAGES:
@@ -318,18 +344,19 @@ def parse_workload(data: Any, *, folder: Path | None = None, source: str = "the 
             raise WhatIfError(f'{where}: expected {{"image": path, "tokens": count}}, got {seed!r}')
         seeds.append(
             CacheSeed(
-                probe_image(resolve_image(seed["image"], folder), label=seed["image"]),
+                probed(seed["image"]),
                 _count(seed["tokens"], f"{where}.tokens"),
             )
         )
-    return Workload(tuple(requests), tuple(seeds))
+    return Workload(tuple(requests), tuple(seeds), context_len)
 
 
-def read_workload(path: str | os.PathLike) -> Workload:
-    """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits."""
+def read_workload(path: str | os.PathLike, *, context_len: int = CONTEXT_LEN) -> Workload:
+    """Return the :class:`Workload` of a JSON file (``--requests FILE``), read strictly and within limits (outputs
+    up to ``context_len``: a server log's ``context_len=``; Kimi-K3's by default)."""
     path = Path(path)
     data = read_json_file(path, error=WhatIfError, limit=1 << 20)
-    return parse_workload(data, folder=path.parent, source=str(path))
+    return parse_workload(data, folder=path.parent, source=str(path), context_len=context_len)
 
 
 def _kind(value: Any) -> str:
@@ -343,6 +370,7 @@ def _kind(value: Any) -> str:
 __all__ = [
     "MAX_REQUESTS",
     "MAX_IMAGES",
+    "CONTEXT_LEN",
     "DEFAULT_TEXT",
     "Request",
     "CacheSeed",

@@ -6,17 +6,20 @@ A map of SGLang's parts (``python/sglang/srt/``, 0.5.17–0.5.23) to the kit's m
 SGLang                                                              kimi-viz
 ==================================================================  =========================================
 ``server_args.py``: the scheduler's flags and their defaults        :mod:`.flags` (``FLAGS``, ``LoadSettings``)
-``arg_groups/``: what a Kimi-K3 server resolves them to           :mod:`.server_config` (``ServerConfig``)
+``arg_groups/``: what a Kimi-K3 server resolves them to             :mod:`.server_config` (``ServerConfig``)
 ``managers/schedule_batch.py`` ``Req``; ``pad_input_ids``           :mod:`.req` (``Req``, image runs, windows)
-``managers/mm_utils.py`` pad values; the match's record            :mod:`.prefix` (``padded_ids``, ``PrefixMatch``)
+``managers/mm_utils.py`` pad values; the match's record             :mod:`.prefix` (``padded_ids``, ``PrefixMatch``)
 ``mem_cache/unified_cache/`` ``UnifiedTreeNode``                    :mod:`.node` (``Node``)
 ``mem_cache/unified_radix_cache.py`` (FULL + MAMBA), its eviction   :mod:`.radix_cache` (``RadixCache``)
 ``mem_cache/kv_cache_configurator.py`` pools; ``new_token_ratio``   :mod:`.memory` (``MemoryConfig``, ``Pools``)
-``managers/schedule_batch.py`` batches, ``retract_decode``; inserts :mod:`.batch` (``ScheduleState``)
-``managers/schedule_policy.py`` ``SchedulePolicy``,                 :mod:`.policy` (the order, the budgets,
-``PrefillAdder``                                                    the walk, the cut)
-``managers/scheduler.py`` the event loop,                           :mod:`.event_loop` (``schedule``,
-``get_new_batch_prefill``, ``process_batch_result_prefill``         ``Pass``, ``SchedulerStep``)
+``mem_cache/allocator/paged.py``; ``managers/schedule_batch.py``   :mod:`.batch` (``ScheduleState``)
+pages, batches, ``retract_decode``; the inserts
+``managers/schedule_policy.py`` ``SchedulePolicy``,                 :mod:`.policy` (``PrefillAdder``,
+``PrefillAdder``, ``AddReqResult``                                  ``AddReqResult``, the order)
+``managers/scheduler.py`` ``process_input_requests``                :mod:`.arrivals` (``Arrivals``)
+``managers/scheduler.py`` the event loop,                           :mod:`.event_loop` (``Scheduler``,
+``get_new_batch_prefill``, ``process_batch_result_prefill``         ``schedule``, ``Pass``, ``SchedulerStep``)
+(the kit's own: runs of decode steps jumped over)                   :mod:`.decode_run` (``DecodeRun``)
 ==================================================================  =========================================
 
 What differs between releases is each release's :class:`~kimi_viz.scheduler_rules.SchedulerRules`. The

@@ -9,12 +9,13 @@ them (``docs/hybrid-tree-notes.md`` §3, ``docs/memory-notes.md`` §3–§4):
   its FULL match; it copies that state into a slot of its own (evicting one state when no slot is free);
 * **prepare_for_extend**: the new rows' request rows and state slots (``alloc_req_slots``: evicting
   states when short: 0.5.18 three per request less the free ones, 0.5.22+ exactly those missing), their
-  windows' KV (the shortfall evicted from the tree's least recently used leaves), the extra-buffer save
-  point of each window;
-* **prepare_for_decode**: one KV token per row (the shortfall evicted), the decode save points;
-  ``check_decode_mem`` (one token per row must fit after evicting) and ``retract_decode`` (the rows with
-  the fewest outputs, then the longest prompts, go back to the waiting queue, their KV freed and not
-  inserted; the last row is kept, or aborted when even it does not fit);
+  windows' KV in whole pages (the shortfall of the tokens plus a page per request evicted from the tree's
+  least recently used leaves first), the extra-buffer save point of each window;
+* **prepare_for_decode**: one more KV token per row, a new page for a row on a page boundary (the
+  shortfall of a page per row evicted), the decode save points; ``check_decode_mem`` (a page for every row
+  on a page boundary must fit after evicting) and ``retract_decode`` (the rows with the fewest outputs,
+  then the longest prompts, go back to the waiting queue, their KV freed and not inserted; the last row
+  is kept, or aborted when even it does not fit);
 * **the inserts** (``cache_unfinished_req`` / ``cache_finished_req``): the key cut to the saved state
   (``extra_buffer``), the KV the tree lacks moved into it, the request's other KV past its protected
   prefix freed at a finish; a state slot donated to the new state (a fresh one replacing it while the
@@ -32,7 +33,7 @@ from .._records import frozen
 from ..releases import Release
 from .memory import CLIP_MAX_NEW_TOKENS, MAMBA_SLOTS_PER_REQ, KVBudget, NewTokenRatio, Pools
 from .node import Node
-from .prefix import PlainTree, PrefixMatch, page_floor, prefix_match
+from .prefix import PlainTree, PrefixMatch, page_ceil, page_floor, prefix_match
 from .radix_cache import Lost, RadixCache
 from .req import Req, Window
 from .server_config import ServerConfig
@@ -104,9 +105,6 @@ class ScheduleState:
         self.step_no = 0
         self.group_free = True  # alloc_group_begin took a slot for every waiting request's match
 
-    def finished(self, req: Req) -> None:
-        """Record a request leaving for good (its finish, or an abort)."""
-
     @property
     def extra_buffer(self) -> bool:
         return self.server.strategy == "extra_buffer"
@@ -121,17 +119,15 @@ class ScheduleState:
         remaining outputs (at most 4096 each) times ``new_token_ratio``, and the mixed decode rows."""
         if self.server.memory.kv_pool is None:
             return None
-        reserve = sum(
-            min(r.max_new_tokens - len(r.output_ids), CLIP_MAX_NEW_TOKENS) * self.ratio.current for r in running
-        )
+        reserve = sum(min(r.max_new_tokens - r.output_len, CLIP_MAX_NEW_TOKENS) * self.ratio.current for r in running)
         return KVBudget(self.pools, self.server.page_size, mixed + reserve, mixed)
 
     def match_waiting(self, req: Req, group_free: bool) -> PrefixMatch:
         """``init_next_round_input(tree)``: the request starts from the deepest saved state on its match and copies
         it into a working slot (evicting one state, its prefix locked, when no slot is free and the walk's group
         took none); a branching point is kept. Return the match, with what a plain tree would have matched."""
-        fill = req.fill_ids()
-        capped = fill[: max(len(fill) - 1, 0)]
+        fill = req.fill_view(req.fill_len)  # read as the walks go: no copy of a long request's ids
+        capped = req.fill_view(max(req.fill_len - 1, 0))
         found = self.tree.match_prefix(capped)
         req.prefix_len = req.protected = found.depth
         req.last_node = found.node
@@ -190,18 +186,22 @@ class ScheduleState:
                 req.ping_pong = self._tracking_slots()
                 self.pools.slots += req.ping_pong
 
-    def _alloc_kv(self, reqs: list[Req], tokens: list[int]) -> None:
-        """``alloc_token_slots``: evict the shortfall from the tree, then each request takes its tokens."""
-        self.pools.evict_for(sum(tokens))
-        for req, n in zip(reqs, tokens):
-            req.owned += n
-            self.pools.owned += n
+    def _take_kv(self, req: Req, tokens: int) -> None:
+        """The request takes ``tokens`` KV tokens (whole pages) from the pool."""
+        req.owned += tokens
+        self.pools.owned += tokens
 
     def prepare_for_extend(self, reqs: list[Req], windows: list[Window]) -> Batch:
-        """Return the prefill batch: rows, slots and KV taken, each window's end and save point set."""
+        """Return the prefill batch: rows, slots and KV taken, each window's end and save point set. The KV comes in
+        whole pages (``alloc_extend``: a window ``[prefix, end)`` takes ``ceil(end/P) - ceil(prefix/P)`` pages, its
+        last one maybe partial); the tree first evicts the shortfall of the tokens asked plus a page per request
+        (``alloc_paged_token_slots_extend``'s over-estimate; page 1: the tokens alone)."""
         self._alloc_req_slots(reqs)
-        self._alloc_kv(reqs, [w.extend_input_len for w in windows])
+        page = self.server.page_size
+        extend = sum(w.extend_input_len for w in windows)
+        self.pools.evict_for(extend + (len(reqs) * page if page > 1 else 0))
         for req, window in zip(reqs, windows):
+            self._take_kv(req, page_ceil(window.end, page) - page_ceil(window.prefix_len, page))
             req.extend_end = window.end
             req.kv_committed_len = window.end
             req.retracted = False
@@ -225,9 +225,14 @@ class ScheduleState:
         req.mamba_last_track_seqlen = save
 
     def _decode_rows(self, rows: list[Req], tracked: dict[int, int]) -> None:
-        """``prepare_for_decode``: one more KV token per row, and the decode save points due."""
-        self._alloc_kv(rows, [1] * len(rows))
+        """``prepare_for_decode``: one more KV token per row — a new page for a row whose length is on a page
+        boundary, after the tree evicted the shortfall of a page per row (``alloc_paged_token_slots_decode``'s
+        over-estimate; page 1: a token per row) — and the decode save points due."""
+        page = self.server.page_size
+        self.pools.evict_for(len(rows) * page)
         for req in rows:
+            if req.kv_committed_len % page == 0:
+                self._take_kv(req, page)
             req.kv_committed_len += 1
             if self.extra_buffer and req.kv_committed_len % self.server.decode_grid == 0:
                 tracked[id(req)] = req.kv_committed_len  # a save due at this length, set by the result
@@ -245,17 +250,23 @@ class ScheduleState:
         prefill.decoding = rows
 
     # --- decode memory and retraction ---------------------------------------------------------------------------
+    def decode_need(self, rows: list[Req]) -> int:
+        """Return ``new_tokens_required_next_decode``: a page for every row whose length is on a page boundary."""
+        page = self.server.page_size
+        return page * sum(1 for r in rows if r.kv_committed_len % page == 0)
+
     def check_decode_mem(self, rows: list[Req]) -> bool:
-        """``check_decode_mem``: evict the shortfall of one token per row; return whether they fit."""
-        self.pools.evict_for(len(rows))
-        return self.pools.kv_available() >= len(rows)
+        """``check_decode_mem``: evict the shortfall of the next decode step's pages; return whether they fit."""
+        need = self.decode_need(rows)
+        self.pools.evict_for(need)
+        return self.pools.kv_available() >= need
 
     def retract_decode(self, rows: list[Req]) -> tuple[list[Req], list[Req], list[Req]]:
         """``retract_decode``: release rows from the end of the keep order (most outputs, then shortest prompt,
         first) until the rest fit, keeping at least one (aborted when even it does not fit); return the rows kept,
         the rows retracted (in that order) and the rows aborted."""
         order = sorted(
-            range(len(rows)), key=lambda i: (len(rows[i].output_ids), -len(rows[i].origin_input_ids)), reverse=True
+            range(len(rows)), key=lambda i: (rows[i].output_len, -len(rows[i].origin_input_ids)), reverse=True
         )
         retracted: list[Req] = []
         first = True
@@ -277,7 +288,7 @@ class ScheduleState:
     def _retract(self, req: Req, remaining: int, aborted: bool = False) -> None:
         """``release_req``: free the request's KV without inserting it, its row and slots; evict 20 tokens per row
         still decoding; the request starts over (its outputs kept) from the waiting queue."""
-        self.retractions.append(Retraction(self.step_no, req.rid, len(req.output_ids), aborted))
+        self.retractions.append(Retraction(self.step_no, req.rid, req.output_len, aborted))
         self.pools.owned -= req.owned
         req.owned = 0
         self._unlock(req)
@@ -303,8 +314,7 @@ class ScheduleState:
         """Put ``req``'s first ``length`` fill ids in the tree, cut to its saved state under ``extra_buffer``. The
         tree takes the KV it lacks; an unfinished request's lock moves to the inserted node and it keeps the rest of
         its KV; at a finish the rest is freed (see the module doc)."""
-        ids = req.fill_ids()[:length]
-        self.plain.insert(ids)
+        self.plain.insert(req.fill_view(length))
         if self.tree.disabled:  # nothing is kept: a finish frees all the request's KV
             req.mamba_last_track_seqlen = None
             if finished:
@@ -312,7 +322,7 @@ class ScheduleState:
                 req.owned = 0
             return
         cut = min(length, req.mamba_last_track_seqlen or 0) if self.extra_buffer else length
-        key = ids[: page_floor(cut, self.server.page_size)]
+        key = req.fill_view(page_floor(min(cut, length), self.server.page_size))
         if not finished:
             req.mamba_last_track_seqlen = None
             if not key:

@@ -18,8 +18,9 @@
   (``min(1, (Σ outputs + 20·n) / (Σ max_new_tokens + 1))`` over the requests kept) and reset when the
   server is idle.
 
-The context length only enters the request-row estimate, which never binds a workload of at most 256
-requests (it is 2048 up to a pool of four context lengths).
+The context length only enters the request-row estimate, which never binds a workload of at most 1000
+requests (it is 2048 up to a pool of four context lengths); a workload's outputs are held to it
+(:class:`~kimi_viz.request.workload.Workload`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .._records import frozen
 from .node import Node
 from .radix_cache import Evicted, RadixCache
 
+UNBOUNDED_KV = 1 << 40  # the KV pool the row estimate reads when none is given (its estimate is then 4096)
 CONTEXT_LEN = 262_144  # Kimi-K3's context length as the row estimate reads it (2048 rows below 4x this)
 INIT_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
 MIN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
@@ -39,6 +41,11 @@ DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 MAMBA_SLOTS_PER_REQ = 3  # MAMBA_STATE_PER_REQ_PREFIX_CACHE / MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+
+
+def counted(n: int, noun: str) -> str:
+    """Return ``n`` with ``noun``, plural unless ``n`` is 1: ``1 request row``, ``0 tokens``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @frozen
@@ -61,9 +68,10 @@ class MemoryConfig:
         """Return one line: each pool's size, or that it is unbounded."""
         if not self.bounded:
             return "memory unbounded (no --max-total-tokens, --max-running-requests or --max-mamba-cache-size)"
-        kv = "unbounded" if self.kv_pool is None else f"{self.kv_pool} tokens"
-        mamba = "unbounded" if self.mamba_pool is None else f"{self.mamba_pool} slots"
-        return f"KV pool {kv}, {self.request_rows} request rows, mamba state pool {mamba}"
+        kv = "unbounded" if self.kv_pool is None else counted(self.kv_pool, "token")
+        mamba = "unbounded" if self.mamba_pool is None else counted(self.mamba_pool, "slot")
+        rows = "unbounded request rows" if self.request_rows is None else counted(self.request_rows, "request row")
+        return f"KV pool {kv}, {rows}, mamba state pool {mamba}"
 
     def to_json(self) -> dict[str, object]:
         """Return ``{"kv_pool", "request_rows", "mamba_pool", "new_token_ratio"}`` (None: unbounded)."""
@@ -91,20 +99,25 @@ def resolve_memory(
     strategy: str | None,
     overlap: bool,
     at_least_one_row: bool,
+    page_size: int = 1,
 ) -> MemoryConfig:
-    """Return the :class:`MemoryConfig` a release derives (``resolve_max_num_reqs``, ``NewTokenRatioTracker``)."""
+    """Return the :class:`MemoryConfig` a release derives (``resolve_max_num_reqs``, ``NewTokenRatioTracker``): the
+    KV pool floored to whole pages (``calculate_pool_sizes_from_max_tokens``), the rows it allows, the ratio."""
+    if kv_pool is not None:
+        kv_pool = kv_pool // page_size * page_size
     init = min(INIT_RATIO * conservativeness, 1.0)
     low = min(init * MIN_RATIO_FACTOR, 1.0)
     decay = (init - low) / DECAY_STEPS
     rows: int | None = None
     if kv_pool is not None or max_running_requests is not None or mamba_pool is not None:
-        capacity = kv_pool if kv_pool is not None else 1 << 40
+        capacity = kv_pool if kv_pool is not None else UNBOUNDED_KV
         estimated = max(min(int(capacity / CONTEXT_LEN * 512), 4096), 2048)
         if max_running_requests is not None:
-            asked = max(1, max_running_requests) if at_least_one_row else max_running_requests
-            rows = min(asked, capacity // 2)
+            rows = max(1, max_running_requests) if at_least_one_row else max_running_requests
         else:
-            rows = min(estimated, capacity // 2)
+            rows = estimated
+        if kv_pool is not None:  # at most half the pool (the unbounded stand-in caps nothing)
+            rows = min(rows, kv_pool // 2)
         if mamba_pool is not None:
             rows = min(rows, mamba_pool // mamba_slots_per_request(strategy, overlap))
     return MemoryConfig(kv_pool, rows, mamba_pool, init, low, decay)
@@ -127,6 +140,15 @@ class NewTokenRatio:
     def decay_step(self) -> None:
         """One decode step without retraction: decay towards the minimum."""
         self.current = max(self.current - self.decay, self.low)
+
+    def decay_steps(self, steps: int) -> None:
+        """``steps`` decode steps without retraction, each one's decay as :meth:`decay_step` computes it (the same
+        floats: at most 600 subtractions before the minimum holds it)."""
+        current, decay, low = self.current, self.decay, self.low
+        while steps > 0 and current > low:
+            current = max(current - decay, low)
+            steps -= 1
+        self.current = low if steps > 0 else current
 
     def reset(self) -> None:
         """The server is idle: back to the initial value."""
@@ -241,6 +263,7 @@ __all__ = [
     "MemoryConfig",
     "NewTokenRatio",
     "Pools",
+    "counted",
     "mamba_slots_per_request",
     "resolve_memory",
 ]

@@ -1,31 +1,37 @@
 """SGLang's ``managers/schedule_policy.py``: the policy's order of the waiting queue and ``PrefillAdder``.
 
 ``SchedulePolicy.calc_priority`` (:func:`policy_order`: ``fcfs`` keeps the queue, ``lpm`` sorts by
-cached prefix with the in-batch deprioritisation) and ``PrefillAdder``, driven by
+cached prefix with the in-batch deprioritisation) and :class:`PrefillAdder`, driven by
 ``managers/scheduler.py`` ``_get_new_batch_prefill_raw`` (``docs/scheduler-notes.md`` §1, §2, §4 and
-§6 hold the rules and the runs that checked them):
+§6 hold the rules and the runs that checked them). An adder owns one pass's budgets
+(``rem_input_tokens``, ``rem_chunk_tokens``, and with a bounded KV pool ``rem_total_tokens`` /
+``cur_rem_tokens``: :class:`~.memory.KVBudget`) and walks:
 
-* the **chunked request first** (:func:`continue_chunked`): ``min(remaining, rem_chunk_tokens)`` tokens
-  from where its last window ended, not floored to the page;
-* then the **waiting queue** in the policy's order, each through :func:`add_waiting`: admitted whole
-  when chunking is off or its *page-ceiled* extend fits the chunk budget, else cut at the budget
-  floored to the page; with chunking off a later request is refused once its page-ceiled extend
-  reaches ``rem_input_tokens`` (the first is always admitted whole);
-* every admission **charges** the chunk and input budgets its page-ceiled extend
-  (:func:`charged_tokens`); any result other than ``continue`` (:func:`budget_state`) ends the walk.
+* the **chunked request first** (:meth:`PrefillAdder.add_chunked_req`): ``min(remaining,
+  rem_chunk_tokens, rem_total_tokens)`` tokens from where its last window ended, not floored to the page;
+* then the **waiting queue** in the policy's order, each through :meth:`PrefillAdder.add_one_req`:
+  refused with ``NO_TOKEN`` when its window, remaining outputs (at most 4096) and a page do not fit the
+  KV budget left while its prefix is locked; admitted whole when chunking is off or its *page-ceiled*
+  extend fits the chunk budget, else cut at the budget floored to the page; with chunking off a later
+  request is refused once its page-ceiled extend reaches ``rem_input_tokens`` (the first is always
+  admitted whole);
+* every admission **charges** the budgets its page-ceiled extend (:func:`charged_tokens`, plus its
+  outputs and a page to ``rem_total_tokens``); any :class:`AddReqResult` other than ``CONTINUE``
+  (:meth:`PrefillAdder.budget_state`) ends the walk, as does running out of request rows.
 
 What differs between releases is the release's :class:`~kimi_viz.releases.SchedulerRules`: 0.5.23
 also checks ``budget_state()`` *before* each waiting candidate, so a spent ``--max-prefill-tokens``
 stops the walk even where chunk budget is left (0.5.18 still admits one more request within the chunk
-budget). The KV budgets (``rem_total_tokens``, ``cur_rem_tokens``) are taken as ample: memory never
-refuses anyone, nothing is evicted or retracted.
+budget); from 0.5.20 the KV test runs under the prefix lock first. With every pool unbounded memory never
+refuses anyone (``docs/memory-notes.md`` §2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Protocol
+from enum import Enum
+from typing import Literal, Protocol
 
 from .._records import frozen
 from ..scheduler_rules import SchedulerRules
@@ -35,17 +41,29 @@ from .radix_cache import RadixCache
 from .req import Req, Window
 from .server_config import ServerConfig
 
-CONTINUE = "continue"  # AddReqResult.CONTINUE
-OTHER = "other"  # AddReqResult.OTHER: a budget is spent, the walk stops
-NO_TOKEN = "no_token"  # AddReqResult.NO_TOKEN: the KV pool cannot take the request (or the budgets are spent)
 IN_BATCH_CHECK_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
 IN_BATCH_DEPRIORITIZE_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 LPM_MAX_WAITING = 128  # above this many waiting requests lpm falls back to fcfs
+ROWS: Literal["rows"] = "rows"  # the walk stopped: get_num_allocatable_reqs left no request row
+
+
+class AddReqResult(str, Enum):
+    """``AddReqResult``: what an offer leaves the walk (anything but ``CONTINUE`` ends it)."""
+
+    CONTINUE = "continue"
+    NO_TOKEN = "no_token"  # the KV pool cannot take the request (or the KV budgets are spent)
+    OTHER = "other"  # the input or chunk budget is spent
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @frozen
 class Budget:
-    """The adder's token budgets (``rem_chunk`` None: chunking off)."""
+    """The adder's token budgets at one moment (``rem_chunk`` None: chunking off)."""
 
     page_size: int
     rem_input: int  # rem_input_tokens
@@ -58,7 +76,7 @@ class Admission:
 
     window: Window | None
     cut: bool
-    result: str  # CONTINUE or OTHER
+    result: AddReqResult
     budget: Budget
 
 
@@ -88,7 +106,7 @@ class PassForm:
     start: Budget
     offers: tuple[Offer, ...]
     unoffered: tuple[str, ...]
-    stop: str | None = None  # why the walk stopped early: NO_TOKEN, OTHER, or "rows" (no request row left)
+    stop: AddReqResult | Literal["rows"] | None = None  # why the walk stopped early (None: the queue ran out)
     rem_total: float | None = None  # rem_total_tokens when the walk ended (None: the KV pool is unbounded)
 
 
@@ -131,131 +149,141 @@ def charged_tokens(extend: int, page_size: int) -> int:
     return page_ceil(extend, page_size)
 
 
-def charge(budget: Budget, extend: int) -> Budget:
-    """Return ``budget`` after charging a window of ``extend`` tokens (``_update_prefill_budget``)."""
-    cost = charged_tokens(extend, budget.page_size)
-    rem_chunk = None if budget.rem_chunk is None else budget.rem_chunk - cost
-    return Budget(budget.page_size, budget.rem_input - cost, rem_chunk)
-
-
-def budget_state(budget: Budget, kv: KVBudget | None = None) -> str:
-    """Return NO_TOKEN when the KV budgets are spent, OTHER when the input or the chunk budget is, else CONTINUE."""
-    if kv is not None and kv.no_token():
-        return NO_TOKEN
-    if budget.rem_input <= 0 or (budget.rem_chunk is not None and budget.rem_chunk <= 0):
-        return OTHER
-    return CONTINUE
-
-
 def _max_new(req: Req) -> int:
     """The outputs an admitted request reserves: ``min(max_new_tokens, 4096)``."""
     return min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
 
 
-def continue_chunked(budget: Budget, req: Req, kv: KVBudget | None = None) -> Admission:
-    """Return the chunked request's next window (``add_chunked_req``): the chunk budget's worth (at most the KV
-    budget, unless that is spent), unfloored."""
-    assert budget.rem_chunk is not None, "a chunked request needs chunking on"
-    remaining = len(req.fill_ids()) - req.prefix_len
-    room = budget.rem_chunk
-    if kv is not None:
-        room = min(room, int(kv.rem_total()))
-        if room <= 0:
-            room = budget.rem_chunk
-    extend = min(remaining, room)
-    if kv is not None:
-        kv.charge(page_ceil(extend, budget.page_size), 0 if remaining > extend else _max_new(req))
-    window = Window(req.rid, req.prefix_len, extend)
-    return Admission(window, remaining > extend, CONTINUE, charge(budget, extend))
+class PrefillAdder:
+    """``PrefillAdder``: one pass's budgets and the walk that spends them (the chunked request first, then the
+    waiting queue). Without a ``walk`` the candidates' prefixes are taken as set and nothing is locked."""
 
+    def __init__(self, budget: Budget, rules: SchedulerRules, walk: Walk | None = None) -> None:
+        self.start = budget
+        self.budget = budget  # rem_input_tokens, rem_chunk_tokens, as charged so far
+        self.rules = rules
+        self.walk = walk
+        self.kv: KVBudget | None = None if walk is None else walk.kv  # rem_total_tokens, cur_rem_tokens
+        self.can_run_list: list[Window] = []
+        self.offers: list[Offer] = []
+        self.new_chunked_req: str | None = None
 
-def add_waiting(
-    budget: Budget, req: Req, admitted: int, walk: Walk | None = None, rules: SchedulerRules | None = None
-) -> Admission:
-    """Return what ``add_one_req`` does with a waiting request when ``admitted`` windows are already in the pass
-    (with a bounded KV pool, ``walk.kv``: refused with NO_TOKEN when its window, remaining outputs and a page do
-    not fit the budget left while its prefix is locked)."""
-    kv = None if walk is None else walk.kv
-    extend = len(req.fill_ids()) - req.prefix_len
-    paged = page_ceil(extend, budget.page_size)
-    total = extend + min(max(req.max_new_tokens - len(req.output_ids), 0), CLIP_MAX_NEW_TOKENS) + budget.page_size
-    locked_first = rules is not None and rules.locked_token_check_first
-    if kv is not None and not locked_first and total >= kv.rem_total():
-        return Admission(None, False, NO_TOKEN, budget)
-    input_spent = budget.rem_chunk is None and admitted and paged >= budget.rem_input
-    if input_spent and not (kv is not None and locked_first):
-        return Admission(None, False, OTHER, budget)
-    with kv.locked(req.last_node) if kv is not None and req.last_node is not None else nullcontext():
-        if kv is not None and total >= kv.rem_total():
-            return Admission(None, False, NO_TOKEN, budget)
-        if input_spent:
-            return Admission(None, False, OTHER, budget)
-        if budget.rem_chunk is None or paged <= budget.rem_chunk:
-            window, cut = Window(req.rid, req.prefix_len, extend), False
-        else:
-            trunc = page_floor(budget.rem_chunk, budget.page_size)
-            trunc = page_floor(req.prefix_len + trunc, budget.page_size) - req.prefix_len
-            if trunc <= 0:
-                return Admission(None, False, OTHER, budget)
-            window, cut = Window(req.rid, req.prefix_len, trunc), True
-        if walk is not None:
-            walk.admitted(req)
-        if kv is not None:
-            kv.charge(page_ceil(window.extend_input_len, budget.page_size), 0 if cut else _max_new(req))
-        spent = charge(budget, window.extend_input_len)
-    return Admission(window, cut, budget_state(spent, kv), spent)
+    def budget_state(self) -> AddReqResult:
+        """Return ``NO_TOKEN`` when the KV budgets are spent, ``OTHER`` when the input or the chunk budget is, else
+        ``CONTINUE``."""
+        budget = self.budget
+        if self.kv is not None and self.kv.no_token():
+            return AddReqResult.NO_TOKEN
+        if budget.rem_input <= 0 or (budget.rem_chunk is not None and budget.rem_chunk <= 0):
+            return AddReqResult.OTHER
+        return AddReqResult.CONTINUE
 
+    def _charge(self, extend: int) -> None:
+        """``_update_prefill_budget``'s input and chunk part: the window page-ceiled."""
+        budget = self.budget
+        cost = charged_tokens(extend, budget.page_size)
+        rem_chunk = None if budget.rem_chunk is None else budget.rem_chunk - cost
+        self.budget = Budget(budget.page_size, budget.rem_input - cost, rem_chunk)
 
-def _offer(req: Req, chunked: bool, admission: Admission, before: Budget) -> Offer:
-    charged = before.rem_input - admission.budget.rem_input
-    return Offer(req.rid, len(req.fill_ids()), req.prefix_len, chunked, admission, charged)
+    def _offered(self, req: Req, chunked: bool, admission: Admission, before: Budget) -> Admission:
+        charged = before.rem_input - admission.budget.rem_input
+        self.offers.append(Offer(req.rid, req.fill_len, req.prefix_len, chunked, admission, charged))
+        if admission.window is not None:
+            self.can_run_list.append(admission.window)
+            if admission.cut:
+                assert self.new_chunked_req is None, "at most one request is cut per pass"
+                self.new_chunked_req = req.rid
+        return admission
 
+    def add_chunked_req(self, req: Req) -> Admission:
+        """Return the chunked request's next window (``add_chunked_req``): the chunk budget's worth (at most the KV
+        budget, unless that is spent), unfloored."""
+        before = self.budget
+        assert before.rem_chunk is not None, "a chunked request needs chunking on"
+        remaining = req.fill_len - req.prefix_len
+        room = before.rem_chunk
+        if self.kv is not None:
+            room = min(room, int(self.kv.rem_total()))
+            if room <= 0:
+                room = before.rem_chunk
+        extend = min(remaining, room)
+        if self.kv is not None:
+            self.kv.charge(page_ceil(extend, before.page_size), 0 if remaining > extend else _max_new(req))
+        self._charge(extend)
+        admission = Admission(
+            Window(req.rid, req.prefix_len, extend), remaining > extend, AddReqResult.CONTINUE, self.budget
+        )
+        return self._offered(req, True, admission, before)
 
-def form_pass(
-    budget: Budget, chunked: Req | None, waiting: Sequence[Req], rules: SchedulerRules, walk: Walk | None = None
-) -> PassForm:
-    """Return the pass the adder forms: the chunked request's window first, then the waiting ones in order (each
-    matched in the tree when it is reached, with ``walk``; without it, their prefixes are taken as set)."""
-    start = budget
-    kv = None if walk is None else walk.kv
-    windows: list[Window] = []
-    offers: list[Offer] = []
-    still_cut: str | None = None
-    stop: str | None = None
-    if chunked is not None:
-        first = continue_chunked(budget, chunked, kv)
-        assert first.window is not None
-        windows.append(first.window)
-        offers.append(_offer(chunked, True, first, budget))
-        still_cut = chunked.rid if first.cut else None
-        budget = first.budget
-    for req in waiting:
-        if rules.budget_state_before_candidate and budget_state(budget, kv) == OTHER:
-            stop = OTHER
-            break
-        held = int(chunked is not None and rules.counts_held_rows)
-        if walk is not None and not walk.has_room(len(windows), held):
-            stop = "rows"
-            break
-        if walk is not None:
-            walk.match(req)
-        outcome = add_waiting(budget, req, len(windows), walk, rules)
-        offers.append(_offer(req, False, outcome, budget))
-        if outcome.window is not None:
-            windows.append(outcome.window)
-            if outcome.cut:
-                assert still_cut is None, "at most one request is cut per pass"
-                still_cut = req.rid
-        elif walk is not None:
-            walk.refused(req)
-        budget = outcome.budget
-        if outcome.result != CONTINUE:
-            stop = outcome.result
-            break
-    offered = {o.rid for o in offers}
-    unoffered = tuple(r.rid for r in waiting if r.rid not in offered)
-    rem_total = None if kv is None or kv.pools.config.kv_pool is None else kv.rem_total()
-    return PassForm(tuple(windows), still_cut, budget, start, tuple(offers), unoffered, stop, rem_total)
+    def add_one_req(self, req: Req) -> Admission:
+        """Return what ``add_one_req`` does with a waiting request (with a bounded KV pool: refused with
+        ``NO_TOKEN`` when its window, remaining outputs and a page do not fit the budget left while its prefix is
+        locked)."""
+        before = self.budget
+        return self._offered(req, False, self._admit(req), before)
+
+    def _admit(self, req: Req) -> Admission:
+        budget, kv = self.budget, self.kv
+        extend = req.fill_len - req.prefix_len
+        paged = page_ceil(extend, budget.page_size)
+        total = extend + min(max(req.max_new_tokens - req.output_len, 0), CLIP_MAX_NEW_TOKENS) + budget.page_size
+        locked_first = self.rules.locked_token_check_first
+        if kv is not None and not locked_first and total >= kv.rem_total():
+            return Admission(None, False, AddReqResult.NO_TOKEN, budget)
+        input_spent = budget.rem_chunk is None and bool(self.can_run_list) and paged >= budget.rem_input
+        if input_spent and not (kv is not None and locked_first):
+            return Admission(None, False, AddReqResult.OTHER, budget)
+        with kv.locked(req.last_node) if kv is not None and req.last_node is not None else nullcontext():
+            if kv is not None and total >= kv.rem_total():
+                return Admission(None, False, AddReqResult.NO_TOKEN, budget)
+            if input_spent:
+                return Admission(None, False, AddReqResult.OTHER, budget)
+            if budget.rem_chunk is None or paged <= budget.rem_chunk:
+                window, cut = Window(req.rid, req.prefix_len, extend), False
+            else:
+                trunc = page_floor(budget.rem_chunk, budget.page_size)
+                trunc = page_floor(req.prefix_len + trunc, budget.page_size) - req.prefix_len
+                if trunc <= 0:
+                    return Admission(None, False, AddReqResult.OTHER, budget)
+                window, cut = Window(req.rid, req.prefix_len, trunc), True
+            if self.walk is not None:
+                self.walk.admitted(req)  # its lock, taken before the budgets are read again (_req_inc_lock_ref)
+            if kv is not None:
+                kv.charge(page_ceil(window.extend_input_len, budget.page_size), 0 if cut else _max_new(req))
+            self._charge(window.extend_input_len)
+        return Admission(window, cut, self.budget_state(), self.budget)
+
+    def form(self, chunked: Req | None, waiting: Sequence[Req]) -> PassForm:
+        """Return the pass the adder forms: the chunked request's window first, then the waiting ones in order (each
+        matched in the tree when it is reached, with a walk)."""
+        walk, rules = self.walk, self.rules
+        stop: AddReqResult | Literal["rows"] | None = None
+        if chunked is not None:
+            self.add_chunked_req(chunked)
+        for req in waiting:
+            if rules.budget_state_before_candidate and self.budget_state() == AddReqResult.OTHER:
+                stop = AddReqResult.OTHER
+                break
+            held = int(chunked is not None and rules.counts_held_rows)
+            if walk is not None and not walk.has_room(len(self.can_run_list), held):
+                stop = ROWS
+                break
+            if walk is not None:
+                walk.match(req)
+            outcome = self.add_one_req(req)
+            if outcome.window is None and walk is not None:
+                walk.refused(req)
+            if outcome.result != AddReqResult.CONTINUE:
+                stop = outcome.result
+                break
+        offered = {o.rid for o in self.offers}
+        unoffered = tuple(r.rid for r in waiting if r.rid not in offered)
+        kv = self.kv
+        rem_total = None if kv is None or kv.pools.config.kv_pool is None else kv.rem_total()
+        windows = tuple(self.can_run_list)
+        return PassForm(
+            windows, self.new_chunked_req, self.budget, self.start, tuple(self.offers), unoffered, stop, rem_total
+        )
 
 
 def active_policy(policy: str, tree: RadixCache | PlainTree) -> str:
@@ -288,21 +316,17 @@ def policy_order(policy: str, fill_ids: Sequence[Sequence[int]], tree: RadixCach
 
 
 __all__ = [
-    "CONTINUE",
-    "NO_TOKEN",
-    "OTHER",
+    "LPM_MAX_WAITING",
+    "ROWS",
+    "AddReqResult",
     "Admission",
     "Budget",
     "Offer",
     "PassForm",
+    "PrefillAdder",
     "Walk",
     "active_policy",
-    "add_waiting",
-    "budget_state",
-    "charge",
     "charged_tokens",
-    "continue_chunked",
-    "form_pass",
     "mixed_decode_rows",
     "policy_order",
     "start_budget",

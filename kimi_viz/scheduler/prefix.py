@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from .._records import frozen
 from ..scheduler_rules import SchedulerRules
-from .req import Image, Req
+from .req import Image, Req, same_ids
 
 PAD_SHIFT = 1_000_000  # MM_PAD_SHIFT_VALUE
 WIDE_PAD_TAG = b"sglang-mm-wide-pad-v1"
@@ -87,8 +87,24 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+class _Run:
+    """A node of :class:`PlainTree`: the ids ``source[lo:hi]`` of a key it was given (read on demand: a view of a
+    request's ids keeps no copy), its children by their first id."""
+
+    __slots__ = ("source", "lo", "hi", "children")
+
+    def __init__(self, source: Sequence[int], lo: int, hi: int) -> None:
+        self.source, self.lo, self.hi = source, lo, hi
+        self.children: dict[int, _Run] = {}
+
+    def ids(self) -> Sequence[int]:
+        return self.source[self.lo : self.hi]
+
+
 class PlainTree:
-    """A plain radix tree's memory of what was inserted (``RadixCache`` without eviction): the page-floored keys.
+    """A plain radix tree's memory of what was inserted (``RadixCache`` without eviction): the page-floored keys, kept
+    as a radix tree of id runs (a match walks one path, not every key); a run holds no copy of a
+    :class:`~.req.FillIds` view it was given.
 
     The scheduler keeps one beside Kimi-K3's hybrid tree, given every insert whole, to say what a plain tree
     would have matched; ``lpm`` keeps one of the waiting queue (its in-batch check)."""
@@ -96,15 +112,33 @@ class PlainTree:
     def __init__(self, page_size: int, disabled: bool = False) -> None:
         self.page_size = page_size
         self.disabled = disabled
-        self.keys: list[tuple[int, ...]] = []
+        self.root = _Run((), 0, 0)
 
-    def shared(self, ids: Sequence[int]) -> int:
-        """Return the most leading tokens any inserted key shares with ``ids`` floored to the page (0 when disabled),
-        before the match is floored to the page itself."""
+    def _walk(self, key: Sequence[int], length: int) -> tuple[_Run, int, int]:
+        """Return the deepest node the walk of ``key[:length]`` reaches, how many of its ids the key shares, and the
+        ids shared in all."""
+        node, pos = self.root, 0
+        while pos < length:
+            child = node.children.get(key[pos])
+            if child is None:
+                return node, node.hi - node.lo, pos
+            size = child.hi - child.lo
+            if child.lo == pos and same_ids(child.source, key):
+                common = min(size, length - pos)  # the same request's ids at the same offset
+            else:
+                common = common_prefix(child.ids(), key[pos : min(pos + size, length)])
+            pos += common
+            if common < size:
+                return child, common, pos
+            node = child
+        return node, node.hi - node.lo, pos
+
+    def shared(self, ids: Sequence[int], length: int | None = None) -> int:
+        """Return the most leading tokens any inserted key shares with ``ids`` (their first ``length``) floored to the
+        page (0 when disabled), before the match is floored to the page itself."""
         if self.disabled:
             return 0
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        return max((common_prefix(key, stored) for stored in self.keys), default=0)
+        return self._walk(ids, page_floor(len(ids) if length is None else length, self.page_size))[2]
 
     def match(self, ids: Sequence[int]) -> int:
         """Return the longest cached prefix of ``ids`` (page-floored key and match)."""
@@ -114,10 +148,16 @@ class PlainTree:
         """Insert ``ids`` floored to the page (a key already covered by a longer one adds nothing)."""
         if self.disabled:
             return
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        if key and not any(stored[: len(key)] == key for stored in self.keys):
-            self.keys = [stored for stored in self.keys if key[: len(stored)] != stored]
-            self.keys.append(key)
+        length = page_floor(len(ids), self.page_size)
+        node, inside, pos = self._walk(ids, length)
+        if pos == length:
+            return
+        if inside < node.hi - node.lo:  # the walk stopped inside a node: split it where the key leaves it
+            lower = _Run(node.source, node.lo + inside, node.hi)
+            lower.children = node.children
+            node.hi = node.lo + inside
+            node.children = {lower.source[lower.lo]: lower}
+        node.children[ids[pos]] = _Run(ids, pos, length)
 
 
 @frozen
@@ -146,9 +186,9 @@ class PrefixMatch:
 
 def prefix_match(tree: PlainTree, fill_ids: Sequence[int]) -> PrefixMatch:
     """Return the :class:`PrefixMatch` of a waiting request's padded ``fill_ids`` in a plain tree."""
-    capped = fill_ids[: max(len(fill_ids) - 1, 0)]
-    shared = tree.shared(capped)
-    key = 0 if tree.disabled else page_floor(len(capped), tree.page_size)
+    capped = max(len(fill_ids) - 1, 0)
+    shared = tree.shared(fill_ids, capped)
+    key = 0 if tree.disabled else page_floor(capped, tree.page_size)
     full = page_floor(shared, tree.page_size)
     return PrefixMatch(len(fill_ids), key, shared, full, full)
 

@@ -2,7 +2,8 @@
 
 ``mem_cache/unified_radix_cache.py`` with a FULL and a MAMBA component (``docs/hybrid-tree-notes.md``
 §2, ``docs/memory-notes.md`` §3), on the Python tree core's rules (0.5.23's Rust core gives the same
-results). A node holds a run of token ids (its FULL KV: one pool token per id) and maybe a saved
+results). A node (:class:`~.node.Node`) holds a run of token ids (its FULL KV: one pool token per id, in
+whole pages; the ids read from the request they were inserted from, not copied) and maybe a saved
 linear-attention state (one mamba slot). What this module keeps, as SGLang does:
 
 * **the match** (:meth:`RadixCache.match_prefix`): the key walked page by page; a match ending inside
@@ -28,11 +29,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Literal
 
+from .._records import frozen
 from .node import Node
 from .prefix import common_prefix, page_floor
+from .req import same_ids
 
 ANCESTOR_STEP = 0.00001  # each ancestor of a matched node is this much older (_match_post_processor)
 
@@ -45,20 +48,30 @@ class Evicted:
     states: int = 0
 
 
-class Lost(NamedTuple):
+Segment = tuple[Sequence[int], int, int]  # ids[lo:hi] of the ids a node was inserted from
+
+
+@frozen
+class Lost:
     """One piece of the tree an eviction took: a node's tokens ``[start, end)`` (``kind`` "kv", its state with
-    it) or only the state saved at ``end`` ("state"), and the hash of the token path from the root to ``end``, so
-    a request's own prefix can be recognised (:func:`lost_on`)."""
+    it) or only the state saved at ``end`` ("state"), and the token path from the root to ``end`` (its nodes' ids,
+    read where they were inserted from: no copy), so a request's own prefix can be recognised (:func:`lost_on`)."""
 
     kind: Literal["kv", "state"]
     start: int
     end: int
-    path: int
+    path: tuple[Segment, ...] = field(default=(), compare=False, repr=False)
 
 
 def lost_on(ids: Sequence[int], lost: Iterable[Lost]) -> list[Lost]:
-    """Return the pieces of ``lost`` that lay on the path of ``ids`` (a request's fill ids)."""
-    return [piece for piece in lost if piece.end <= len(ids) and hash(tuple(ids[: piece.end])) == piece.path]
+    """Return the pieces of ``lost`` that lay on the path of ``ids`` (a request's fill ids): the same ids from the
+    root to the piece's end (read at once where both are the same request's ids)."""
+    return [
+        piece
+        for piece in lost
+        if piece.end <= len(ids)
+        and all(same_ids(source, ids) or tuple(source[lo:hi]) == tuple(ids[lo:hi]) for source, lo, hi in piece.path)
+    ]
 
 
 @dataclass(eq=False)
@@ -81,7 +94,7 @@ class RadixCache:
         self.disabled = disabled
         self.split_keeps_recency = split_keeps_recency  # 0.5.20+: a split leaves the lower state's LRU place
         self._clock = 0.0
-        self.root = Node((), None, 0)
+        self.root = Node((), 0, 0, None)
         self.root.lock = 1  # the root is never evicted
         self.total = 0  # KV tokens the tree holds
         self.protected = 0  # of them, under a FULL lock
@@ -108,18 +121,21 @@ class RadixCache:
         self._clock += 1.0
         return now
 
-    def _child_key(self, key: Sequence[int]) -> object:
-        return key[0] if self.page_size == 1 else tuple(key[: self.page_size])
+    def _child_key_at(self, ids: Sequence[int], pos: int) -> object:
+        """The child key of ``ids[pos:]``: its first id (page 1) or first page."""
+        return ids[pos] if self.page_size == 1 else tuple(ids[pos : pos + self.page_size])
 
     @staticmethod
-    def _raw_common(stored: tuple[int, ...], key: tuple[int, ...]) -> int:
-        return common_prefix(stored, key)
+    def _shared_with(child: Node, ids: Sequence[int], pos: int, length: int) -> int:
+        """How many of ``child``'s ids ``ids[pos:length]`` share: counted at once when both read the same request's
+        ids at the same offset, else compared."""
+        size = min(child.size, length - pos)
+        if child.lo == pos and same_ids(child.source, ids):
+            return size
+        return common_prefix(tuple(child.source[child.lo : child.lo + size]), tuple(ids[pos : pos + size]))
 
-    def _common(self, stored: tuple[int, ...], key: tuple[int, ...]) -> int:
-        return page_floor(self._raw_common(stored, key), self.page_size)
-
-    def _new_node(self, key: tuple[int, ...], parent: Node) -> Node:
-        node = Node(key, parent, parent.depth + len(key))
+    def _new_node(self, source: Sequence[int], lo: int, hi: int, parent: Node) -> Node:
+        node = Node(source, lo, hi, parent, self._child_key_at(source, lo))
         node.last_access = self._tick()
         self._tick()  # creation_time
         self.nodes.add(node)
@@ -129,12 +145,13 @@ class RadixCache:
         """Split ``child`` after ``at`` ids: the new parent takes them, holds no state and no MAMBA lock."""
         parent = child.parent
         assert parent is not None
-        upper = self._new_node(child.key[:at], parent)
+        upper = self._new_node(child.source, child.lo, child.lo + at, parent)
         upper.lock = child.lock
-        parent.children[self._child_key(child.key)] = upper
-        child.key = child.key[at:]
+        parent.children[upper.child_key] = upper
+        child.lo += at
+        child.child_key = self._child_key_at(child.source, child.lo)
         child.parent = upper
-        upper.children[self._child_key(child.key)] = child
+        upper.children[child.child_key] = child
         if child.state and not self.split_keeps_recency:  # 0.5.18-0.5.19: the lower state becomes the most recent
             self.mamba_lru.pop(child)
             self.mamba_lru[child] = None
@@ -151,13 +168,12 @@ class RadixCache:
         self.mamba_lru.pop(node, None)
 
     def _log_loss(self, node: Node, kind: Literal["kv", "state"]) -> None:
-        keys = []
+        path: list[Segment] = []
         walk: Node | None = node
         while walk is not None and walk is not self.root:
-            keys.append(walk.key)
+            path.append((walk.source, walk.lo, walk.hi))
             walk = walk.parent
-        path = tuple(token for key in reversed(keys) for token in key)
-        piece = Lost(kind, node.depth - len(node.key), node.depth, hash(path))
+        piece = Lost(kind, node.lo, node.hi, tuple(reversed(path)))
         self.lost.append(piece)
         self.lost_since_pass.append(piece)
 
@@ -165,20 +181,20 @@ class RadixCache:
     def match_prefix(self, ids: Sequence[int]) -> MatchResult:
         """Return the match of ``ids`` (a request's key: its fill ids capped at ``len - 1``), splitting and touching
         as SGLang does."""
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        if self.disabled or not key:
+        length = page_floor(len(ids), self.page_size)
+        if self.disabled or not length:
             return MatchResult(0, self.root, 0, (), 0)
         node, best, full, raw = self.root, self.root, 0, 0
         states: list[int] = []
-        while key:
-            child = node.children.get(self._child_key(key))
+        while full < length:
+            child = node.children.get(self._child_key_at(ids, full))
             if child is None:
                 break
-            common = self._raw_common(child.key, key)
+            common = self._shared_with(child, ids, full, length)
             shared = page_floor(common, self.page_size)
             raw = full + common
             full += shared
-            if shared < len(child.key):
+            if shared < child.size:
                 if shared:
                     node = self._split(child, shared)  # holds no state: never the best
                 break
@@ -186,7 +202,6 @@ class RadixCache:
             if node.state:
                 best = node
                 states.append(node.depth)
-            key = key[shared:]
         if best.state:
             self.mamba_lru.pop(best)
             self.mamba_lru[best] = None
@@ -201,24 +216,24 @@ class RadixCache:
     def insert(self, ids: Sequence[int], *, state: bool) -> tuple[Node, int, bool]:
         """Insert ``ids`` floored to the page, with a saved state at its end when ``state``; return the node it ends
         at, the KV tokens the tree took in (the rest were already there) and whether the state is new."""
-        key = tuple(ids[: page_floor(len(ids), self.page_size)])
-        node = self.root
-        while key:
-            child = node.children.get(self._child_key(key))
+        length = page_floor(len(ids), self.page_size)
+        node, pos = self.root, 0
+        while pos < length:
+            child = node.children.get(self._child_key_at(ids, pos))
             if child is None:
                 break
             child.last_access = self._tick()
-            shared = self._common(child.key, key)
-            if shared < len(child.key):
+            shared = page_floor(self._shared_with(child, ids, pos, length), self.page_size)
+            if shared < child.size:
                 child = self._split(child, shared)
             node = child
-            key = key[shared:]
+            pos += shared
         added = 0
-        if key:
-            leaf = self._new_node(tuple(key), node)
-            node.children[self._child_key(key)] = leaf
-            self.total += len(key)
-            added = len(key)
+        if pos < length:
+            leaf = self._new_node(ids, pos, length, node)
+            node.children[leaf.child_key] = leaf
+            self.total += leaf.size
+            added = leaf.size
             node = leaf
             if state:
                 self._set_state(node)
@@ -236,7 +251,7 @@ class RadixCache:
         walk: Node | None = node
         while walk is not None and walk is not self.root:
             if walk.lock == 0:
-                self.protected += len(walk.key)
+                self.protected += walk.size
             walk.lock += 1
             walk = walk.parent
         if node.state:
@@ -250,7 +265,7 @@ class RadixCache:
         while walk is not None and walk is not self.root:
             walk.lock -= 1
             if walk.lock == 0:
-                self.protected -= len(walk.key)
+                self.protected -= walk.size
             walk = walk.parent
         if mamba:
             node.mamba_lock -= 1
@@ -264,10 +279,10 @@ class RadixCache:
         assert parent is not None
         self._log_loss(node, "kv")
         self.kv_lost = True
-        del parent.children[self._child_key(node.key)]
+        del parent.children[node.child_key]
         self.nodes.discard(node)
-        self.total -= len(node.key)
-        freed.tokens += len(node.key)
+        self.total -= node.size
+        freed.tokens += node.size
         if node.state:
             self._drop_state(node)
             freed.states += 1

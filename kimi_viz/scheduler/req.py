@@ -11,9 +11,11 @@ Time is counted in scheduler *steps* (one event-loop iteration: one forward pass
 decode). A request joins the waiting queue at step ``arrival``, or — with ``after`` — at the first
 step not before ``arrival`` that follows the finish of request ``after`` (a chat's next turn). It
 generates ``max_new_tokens`` tokens (``generated_ids`` when given, else distinct stand-ins below the
-pad range), the first one by its last prefill pass, one more per decode step. While the scheduler
-holds it, a :class:`Req` also carries SGLang's own state: its padded prompt, the ids generated so
-far, its prefix and extend end, and its committed KV.
+pad range; a ``range`` costs no memory however long the answer), the first one by its last prefill pass,
+one more per decode step. While the scheduler holds it, a :class:`Req` also carries SGLang's own state:
+its padded prompt, how many ids it generated so far (``output_len``; ``output_ids`` reads them), its prefix
+and extend end, and its committed KV. :class:`FillIds` reads a request's fill ids where they are (its prompt,
+then its generated ids) for what keeps them after it finished: the trees' nodes.
 
 The real-SGLang lane hands the same records to SGLang's own scheduler (``tests/parity/scheduler/``).
 """
@@ -21,7 +23,9 @@ The real-SGLang lane hands the same records to SGLang's own scheduler (``tests/p
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import overload
 
 from .._records import frozen
 from .node import Node
@@ -52,6 +56,50 @@ def prompt_length(parts: tuple[Part, ...] | list[Part]) -> int:
     return sum(p.length if isinstance(p, Image) else 1 for p in parts)
 
 
+class FillIds(Sequence[int]):
+    """A request's first ``length`` fill ids (prompt, then generated ids), read on demand: a view that holds no copy,
+    for what keeps a request's ids long after it finished (the plain tree beside the hybrid one)."""
+
+    __slots__ = ("prompt", "generated", "length")
+
+    def __init__(self, prompt: tuple[int, ...], generated: Sequence[int], length: int) -> None:
+        self.prompt = prompt
+        self.generated = generated
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        prompt = self.prompt
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.length)
+            if stop <= len(prompt):
+                return prompt[start:stop]
+            head = prompt[start:] if start < len(prompt) else ()
+            return head + tuple(self.generated[max(start - len(prompt), 0) : stop - len(prompt)])
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        index %= self.length
+        return prompt[index] if index < len(prompt) else self.generated[index - len(prompt)]
+
+
+def same_ids(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Return True when ``a`` and ``b`` read the very same ids (one object, or views of one request's ids), so that
+    they are equal at equal offsets without comparing them."""
+    if a is b:
+        return True
+    if not (isinstance(a, FillIds) and isinstance(b, FillIds)):
+        return False
+    return a.prompt is b.prompt and a.generated is b.generated
+
+
 @dataclass(eq=False)
 class Req:
     """One request: its prompt parts, when it arrives and what it generates; while scheduled, SGLang's state."""
@@ -61,10 +109,10 @@ class Req:
     arrival: int = 0
     after: str | None = None  # arrive only once this request has finished
     max_new_tokens: int = 1
-    generated_ids: tuple[int, ...] | None = None  # the ids it generates (len == max_new_tokens; None: stand-ins)
+    generated_ids: Sequence[int] | None = None  # the ids it generates (len == max_new_tokens; None: stand-ins)
     # SGLang's state while the scheduler holds it (not part of the request as given)
     origin_input_ids: tuple[int, ...] = field(default=(), init=False, repr=False)  # the padded prompt
-    output_ids: list[int] = field(default_factory=list, init=False, repr=False)
+    output_len: int = field(default=0, init=False, repr=False)  # len(output_ids): the tokens generated so far
     prefix_len: int = field(default=0, init=False, repr=False)
     extend_end: int = field(default=0, init=False, repr=False)
     kv_committed_len: int = field(default=0, init=False, repr=False)
@@ -81,7 +129,7 @@ class Req:
     ping_pong: int = field(default=0, init=False, repr=False)  # its track slots (extra_buffer)
     retracted: bool = field(default=False, init=False, repr=False)  # is_retracted: its in-flight result is dropped
     retractions: int = field(default=0, init=False, repr=False)
-    _outputs: list[int] | None = field(default=None, init=False, repr=False)
+    _stand_ins: tuple[int, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -96,33 +144,51 @@ class Req:
         """Return the prompt length in tokens."""
         return prompt_length(self.parts)
 
+    def _generated(self) -> Sequence[int]:
+        """The ids it generates: as given (a tuple, or a range of stand-ins), else stand-ins made once."""
+        if self.generated_ids is not None:
+            return self.generated_ids
+        if self._stand_ins is None:
+            self._stand_ins = tuple(
+                OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)
+            )
+        return self._stand_ins
+
     def outputs(self) -> list[int]:
         """Return the tokens this request generates, in order."""
-        if self._outputs is None:
-            if self.generated_ids is not None:
-                self._outputs = list(self.generated_ids)
-            else:
-                self._outputs = [
-                    OUTPUT_BASE + zlib.crc32(f"{self.rid}:{k}".encode()) % 300_000 for k in range(self.max_new_tokens)
-                ]
-        return list(self._outputs)
+        return list(self._generated())
 
     # --- while scheduled ------------------------------------------------------------------------
-    def fill_ids(self) -> tuple[int, ...]:
-        """Return ``origin_input_ids + output_ids``: what the radix tree is matched with and inserts."""
-        return self.origin_input_ids + tuple(self.output_ids)
+    @property
+    def output_ids(self) -> Sequence[int]:
+        """Return the tokens generated so far (``output_ids``)."""
+        return self._generated()[: self.output_len]
 
-    def emit(self) -> None:
-        """Append the next generated token."""
-        if self._outputs is None:
-            self.outputs()
-        assert self._outputs is not None
-        self.output_ids.append(self._outputs[len(self.output_ids)])
+    @property
+    def fill_len(self) -> int:
+        """Return ``len(fill_ids())`` without building them."""
+        return len(self.origin_input_ids) + self.output_len
+
+    def fill_ids(self, length: int | None = None) -> tuple[int, ...]:
+        """Return ``origin_input_ids + output_ids`` (their first ``length``): what the tree matches and inserts."""
+        prompt = self.origin_input_ids
+        end = self.fill_len if length is None else min(length, self.fill_len)
+        if end <= len(prompt):
+            return prompt[:end]
+        return prompt + tuple(self._generated()[: end - len(prompt)])
+
+    def fill_view(self, length: int) -> FillIds:
+        """Return the first ``length`` fill ids as a :class:`FillIds` view (no copy)."""
+        return FillIds(self.origin_input_ids, self._generated(), min(length, self.fill_len))
+
+    def emit(self, tokens: int = 1) -> None:
+        """Generate the next ``tokens`` tokens."""
+        self.output_len += tokens
 
     @property
     def finished(self) -> bool:
         """Return True once it has generated ``max_new_tokens`` tokens (the finish by length)."""
-        return len(self.output_ids) >= self.max_new_tokens
+        return self.output_len >= self.max_new_tokens
 
     def given(self) -> Req:
         """Return a fresh copy of the request as given, with no scheduler state."""
@@ -145,9 +211,11 @@ class Window:
 
 __all__ = [
     "OUTPUT_BASE",
+    "FillIds",
     "Image",
     "Part",
     "Req",
     "Window",
     "prompt_length",
+    "same_ids",
 ]

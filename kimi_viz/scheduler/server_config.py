@@ -27,10 +27,10 @@ import math
 from typing import Literal
 
 from .._records import frozen
-from ..errors import SettingNotInReleaseError, WhatIfError
+from ..errors import SettingNotInReleaseError
 from ..releases import Release
 from .flags import LoadSettings, SchedulePolicy
-from .memory import MemoryConfig, resolve_memory
+from .memory import MemoryConfig, counted, mamba_slots_per_request, resolve_memory
 
 FLA_CHUNK = 64  # FLA's CHUNK_SIZE: Kimi-K3's config sets no mamba_chunk_size
 DEFAULT_BACKENDS = {"hopper": "fa3", "blackwell": "trtllm_mla", "rocm": "triton"}
@@ -152,6 +152,30 @@ def _backend_and_page(load: LoadSettings, release: Release) -> tuple[str, int, l
     return backend, 1 if page is None else page, []
 
 
+def _no_rows(
+    load: LoadSettings, release: Release, memory: MemoryConfig, strategy: Strategy | None, overlap: bool, page: int
+) -> str:
+    """Return why the server cannot start with no request row, naming the pool (or flag) that left none: the mamba
+    pool in SGLang's own words, else the KV pool (at most half of it in rows), else ``--max-running-requests 0``."""
+    head = f"SGLang {release.version} cannot start Kimi-K3 with these flags: "
+    slots = mamba_slots_per_request(strategy, overlap)
+    if memory.mamba_pool is not None and memory.mamba_pool // slots <= 0:
+        return (
+            f"{head}Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            f"max_mamba_cache_size={memory.mamba_pool}, mamba_ratio={slots}, resulting max_num_reqs=0; give "
+            f"--max-mamba-cache-size {slots} or more (a running request takes {slots} state slots)"
+        )
+    if memory.kv_pool is not None and memory.kv_pool // 2 <= 0:
+        given = load.max_total_tokens
+        pool = counted(memory.kv_pool, "token")
+        held = pool if given == memory.kv_pool else f"{counted(given or 0, 'token')}, {pool} in whole pages of {page}"
+        return (
+            f"{head}--max-total-tokens {given} is a KV pool of 0 request rows (at most half of its {held}); give "
+            f"--max-total-tokens {2 * page} or more"
+        )
+    return f"{head}--max-running-requests {load.max_running_requests} leaves no request row; give 1 or more"
+
+
 def resolve_server(load: LoadSettings, release: Release) -> ServerConfig:
     """Return the :class:`ServerConfig` ``release`` runs Kimi-K3's scheduler with under ``load``; raise
     SettingNotInReleaseError (SGLang's words) for a combination the release refuses."""
@@ -186,17 +210,10 @@ def resolve_server(load: LoadSettings, release: Release) -> ServerConfig:
         strategy=strategy,
         overlap=overlap,
         at_least_one_row=rules.at_least_one_row,
+        page_size=page,
     )
-    if memory.bounded and page != 1:
-        raise WhatIfError(
-            f"--max-total-tokens / --max-running-requests / --max-mamba-cache-size at page {page}: the kit models "
-            "memory pressure at page 1 (a Hopper's default); give --page-size 1 or leave the pools unbounded"
-        )
     if memory.request_rows is not None and memory.request_rows <= 0:
-        raise SettingNotInReleaseError(
-            f"SGLang {release.version} cannot start Kimi-K3 with these flags: Hybrid (mamba/linear-attention) state "
-            f"cache is too small to serve any requests. max_mamba_cache_size={load.max_mamba_cache_size}"
-        )
+        raise SettingNotInReleaseError(_no_rows(load, release, memory, strategy, overlap, page))
     interval = load.mamba_track_interval
     decode_grid = math.lcm(cache_chunk, interval) if rules.decode_track_on_checkpoint_grid else interval
     return ServerConfig(

@@ -21,6 +21,7 @@ SUITES = (
     "scheduler",
     "resolution",
     "memory",
+    "recency",
     "conversation",
     "conversation-memory",
     "conversation-scenarios",

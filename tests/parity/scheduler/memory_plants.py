@@ -23,8 +23,17 @@ def _no_reserve(self, running, mixed):
     return _KV_BUDGET(self, [], mixed)  # the running requests' reserved outputs left out of the budget
 
 
+def _token_per_row(self, rows):
+    return len(rows)  # the page-1 rule at every page: a decode step needs one token per row
+
+
 _KV_BUDGET = batch.ScheduleState.kv_budget
 MEMORY_PLANTS = {
     "eviction order reversed": (radix_cache.RadixCache, "evict_tokens", _mru_first),
     "the running requests' reserved outputs ignored": (batch.ScheduleState, "kv_budget", _no_reserve),
+    "a decode step needs a token per row, not a page per row on a page boundary": (
+        batch.ScheduleState,
+        "decode_need",
+        _token_per_row,
+    ),
 }

@@ -13,7 +13,7 @@ images drawn from a small pool (the same image comes back in another conversatio
 follow identical text), sometimes a burst of short requests arriving together, outputs of 1 to 40
 tokens or, now and then, long enough to cross a decode save point.
 
-:func:`memory_workload` draws workloads that run short of memory at page 1: 3–9 requests (some with an
+:func:`memory_workload` draws workloads that run short of memory at page 1, 16 or 64: 3–9 requests (some with an
 image, some followed by a next turn) with outputs of 5 to 300 tokens, a KV pool
 (``--max-total-tokens``) from just above the longest request to 1500 tokens more, sometimes two to four
 request rows (``--max-running-requests``), a mamba state pool of 12 to 40 slots
@@ -136,9 +136,11 @@ def random_workload(seed: int) -> Workload:
     return Workload(_settings(rng), tuple(requests))
 
 
-def memory_workload(seed: int) -> Workload:
-    """Return memory workload number ``seed`` (the same every run): a small pool the requests outgrow."""
-    rng = random.Random(10_000 + seed)
+def memory_workload(seed: int, page: int = 1) -> Workload:
+    """Return memory workload number ``seed`` at ``page`` (the same every run): a small pool the requests outgrow.
+    Page 1 draws the workloads it always drew; pages 16 and 64 draw their own, with the radix cache on (0.5.18's
+    tree asserts page 1 with the radix cache off) and a pool of whole pages that holds the longest request."""
+    rng = random.Random(10_000 + seed if page == 1 else 20_000 + 1_000 * page + seed)
     system = _text(rng, rng.choice((0, 64, 200)))
     images = [(rng.getrandbits(64), rng.randint(20, 150)) for _ in range(3)]
     requests: list[Req] = []
@@ -154,9 +156,10 @@ def memory_workload(seed: int) -> Workload:
     longest = max(r.length + r.max_new_tokens for r in requests)
     strategy = rng.choice(("default", "default", "no_buffer", "extra_buffer"))
     chunk = rng.choice((None, 128, 256, 8192))
+    low = longest + 10 if page == 1 else longest + 2 * page + page
     load = LoadSettings(
-        page_size=1,
-        max_total_tokens=rng.randint(longest + 10, longest + 1500),
+        page_size=page,
+        max_total_tokens=rng.randint(low, low + 1500),
         chunked_prefill_size=chunk,
         enable_mixed_chunk=chunk is not None and rng.random() < 0.3,
         disable_overlap_schedule=strategy != "default",
@@ -166,6 +169,6 @@ def memory_workload(seed: int) -> Workload:
         max_running_requests=rng.randint(1, 4) if rng.random() < 0.3 else None,
         max_mamba_cache_size=rng.randint(12, 40) if rng.random() < 0.3 else None,
         schedule_conservativeness=rng.choice((0.3, 2.0)) if rng.random() < 0.2 else 1.0,
-        disable_radix_cache=rng.random() < 0.1,
+        disable_radix_cache=rng.random() < 0.1 and page == 1,
     )
     return Workload(load, tuple(requests), max_steps=40_000)

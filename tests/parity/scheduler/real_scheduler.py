@@ -44,9 +44,11 @@ extra-buffer track point) / ``prepare_for_decode`` (the decode track mask) / ``f
 Stand-ins: the scheduler loop (``event_loop_overlap`` by default, ``event_loop_normal`` with
 ``disable_overlap_schedule``, and ``get_next_batch_to_run`` / ``_get_new_batch_prefill_raw`` /
 ``update_running_batch`` / 0.5.23 ``_reqs_finishing_inflight``, written out below in each release's
-order, without request-slot limits, retraction, priority preemption, LoRA, grammar, HiCache, PP or
-DP); the KV allocator (:class:`LargeKVAllocator`, on ``BaseTokenToKVPoolAllocator``: never short,
-fresh indices); the forward (``run_batch`` only counts; a request's next token is its workload
+order, with the request-slot check and SGLang's own ``retract_decode``, without priority preemption, LoRA,
+grammar, HiCache, PP or DP); the KV allocator when no pool is given (:class:`LargeKVAllocator`, on
+``BaseTokenToKVPoolAllocator``: never short, fresh indices; with ``max_total_tokens`` the release's own
+``TokenToKVPoolAllocator`` at page 1 or ``PagedTokenToKVPoolAllocator`` above it, over a tiny MLA pool
+floored to whole pages); the forward (``run_batch`` only counts; a request's next token is its workload
 output, committed when the result is processed); metrics / streaming / worker sinks. A request with
 ``after`` arrives at the first step after the one whose processed result finished its predecessor.
 
@@ -54,6 +56,9 @@ Patches and seeds (all scoped to a call):
 - ``torch.Tensor.pin_memory`` returns the tensor and ``torch.tensor(..., pin_memory=True)`` builds an
   ordinary tensor (:func:`_patches`): CPU-only torch has no pinned allocator, and 0.5.18 pins
   unconditionally in ``set_mamba_track_indices_from_reqs``, both releases in ``prepare_for_decode``.
+- 0.5.18's ``PagedTokenToKVPoolAllocator`` always launches its Triton kernels; ``alloc_extend_kernel`` /
+  ``alloc_decode_kernel`` are routed to the module's own ``alloc_extend_naive`` and the same decode rule in
+  PyTorch (:func:`_paged_kernels_on_cpu`; 0.5.23 takes its PyTorch path itself without Triton).
 - The mamba pass sees a CUDA machine: 0.5.18 ``sglang.srt.server_args.is_cuda`` returns True; 0.5.23
   ``runtime_context.override_platform(is_cuda=True)`` (SGLang's own override). 0.5.23 also
   ``configs.linear_attn_model_registry.get_linear_attn_spec`` returns None (Kimi-K3 has no spec; the
@@ -466,20 +471,20 @@ def make_pool(
 
 
 def make_kv_allocator(s: dict, pool: HybridReqToTokenPool):
-    """The KV allocator: the release's own ``TokenToKVPoolAllocator`` over a (tiny) MLA pool of
-    ``max_total_tokens`` tokens, or the never-short stand-in when the pool is unbounded."""
-    total = s["max_total_tokens"]
+    """The KV allocator: the release's own ``TokenToKVPoolAllocator`` (page 1) or ``PagedTokenToKVPoolAllocator``
+    over a (tiny) MLA pool of ``max_total_tokens`` tokens floored to whole pages (what
+    ``calculate_pool_sizes_from_max_tokens`` leaves), or the never-short stand-in when the pool is unbounded."""
+    total, page = s["max_total_tokens"], s["page_size"]
     if total is None:
-        return LargeKVAllocator(s["page_size"])
-    if s["page_size"] != 1:
-        raise ValueError("the driver sizes a KV pool at page 1 only")
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        return LargeKVAllocator(page)
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
     from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool
 
+    total = total // page * page
     kv_pool = HybridLinearKVPool(
         size=total,
         dtype=torch.bfloat16,
-        page_size=1,
+        page_size=page,
         head_num=1,
         head_dim=16,
         full_attention_layer_ids=[1],
@@ -489,7 +494,47 @@ def make_kv_allocator(s: dict, pool: HybridReqToTokenPool):
         kv_lora_rank=8,
         qk_rope_head_dim=4,
     )
-    return TokenToKVPoolAllocator(total, dtype=torch.bfloat16, device="cpu", kvcache=kv_pool, need_sort=False)
+    if page == 1:
+        return TokenToKVPoolAllocator(total, dtype=torch.bfloat16, device="cpu", kvcache=kv_pool, need_sort=False)
+    return PagedTokenToKVPoolAllocator(
+        total, page_size=page, dtype=torch.bfloat16, device="cpu", kvcache=kv_pool, need_sort=False
+    )
+
+
+@contextmanager
+def _paged_kernels_on_cpu():
+    """0.5.18: ``PagedTokenToKVPoolAllocator.alloc_extend`` / ``alloc_decode`` always launch Triton kernels ("0 active
+    drivers" on the CPU); route them to the module's own ``alloc_extend_naive`` and the same decode rule in PyTorch
+    (0.5.23 takes its PyTorch path itself where Triton is missing). Index values never steer scheduling; how many
+    pages each call takes is the allocator's own code either way."""
+    if NEW_API:
+        yield
+        return
+    from sglang.srt.mem_cache.allocator import paged
+
+    class _Extend:
+        def __getitem__(self, grid):
+            def run(prefix_lens, seq_lens, last_loc, free_pages, out_indices, _bs_pow2, page_size):
+                paged.alloc_extend_naive(
+                    prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, out_indices.device
+                )
+
+            return run
+
+    class _Decode:
+        def __getitem__(self, grid):
+            def run(seq_lens, last_loc, free_pages, out_indices, _bs_pow2, page_size):
+                need = ((seq_lens - 1) % page_size == 0).to(torch.int64)
+                rank = (torch.cumsum(need, 0) - need).clamp(max=max(len(free_pages) - 1, 0))
+                new_start = free_pages[rank] * page_size if len(free_pages) else last_loc + 1
+                out_indices.copy_(torch.where(need.bool(), new_start, last_loc + 1))
+
+            return run
+
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(paged, "alloc_extend_kernel", _Extend()))
+        stack.enter_context(mock.patch.object(paged, "alloc_decode_kernel", _Decode()))
+        yield
 
 
 def request_rows(s: dict, strategy_extra: bool, overlap: bool) -> int | None:
@@ -498,7 +543,7 @@ def request_rows(s: dict, strategy_extra: bool, overlap: bool) -> int | None:
     total, flag, mamba = s["max_total_tokens"], s["max_running_requests"], s["max_mamba_cache_size"]
     if total is None and flag is None and mamba is None:
         return None
-    capacity = total if total is not None else KV_POOL_TOKENS
+    capacity = total // s["page_size"] * s["page_size"] if total is not None else KV_POOL_TOKENS
     estimated = max(min(int(capacity / CONTEXT_LEN * 512), 4096), 2048)
     if flag is not None:
         rows = min(max(1, flag) if NEW_API else flag, capacity // 2)
@@ -1261,6 +1306,7 @@ def _patches():
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, *a, **k: self))
         stack.enter_context(mock.patch.object(torch, "tensor", tensor))
+        stack.enter_context(_paged_kernels_on_cpu())
         yield
 
 

@@ -11,6 +11,10 @@ The server flags the kit resolves for Kimi-K3 (attention backend, page size, mam
 schedule, or SGLang's refusal) must be the release's own, on every GPU family. Planted bugs show each
 comparison can fail: the plain rule (no cut back), decode saves ignored, inserts not cut, the
 overlap delay dropped, budgets charged without the page ceiling, pad values blind to the image hash.
+
+Memory pressure (``memory_workload``, pages 1, 16 and 64 on the release's own token and paged allocators) and
+0.5.22+'s refresh of the waiting prefixes (``recency_workloads``) are held to the same comparisons, with the
+pools after every step; their planted bugs are in ``memory_plants.py`` and below.
 """
 
 from __future__ import annotations
@@ -23,16 +27,19 @@ import pytest
 from kimi_viz.errors import SettingNotInReleaseError
 from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler import batch, event_loop, policy, prefix, radix_cache
+from kimi_viz.scheduler.event_loop import REFRESH_EVERY, REFRESH_FIRST
 from kimi_viz.scheduler.flags import LoadSettings
 from kimi_viz.scheduler.server_config import resolve_server
 
 from ..lane import record
 from .memory_plants import MEMORY_PLANTS
 from .random_workloads import memory_workload, random_workload
+from .recency_workloads import recency_workloads
 from .workload import View, Workload, kit_schedule, kit_view, real_payload, real_view
 
 SEEDS = range(160)
 MEMORY_SEEDS = range(120)
+PAGED_SEEDS = {16: range(50), 64: range(50)}  # memory workloads at the pages Blackwell backends force
 
 
 def _real(workloads: list[Workload], release: str) -> list[tuple[Workload, View]]:
@@ -50,7 +57,8 @@ def real_runs(release) -> list[tuple[Workload, View]]:
 @pytest.fixture(scope="module")
 def memory_runs(release) -> list[tuple[Workload, View]]:
     """Every memory workload with what this venv's SGLang does with it, on its own pools (computed once)."""
-    return _real([memory_workload(seed) for seed in MEMORY_SEEDS], release)
+    paged = [memory_workload(seed, page) for page, seeds in PAGED_SEEDS.items() for seed in seeds]
+    return _real([memory_workload(seed) for seed in MEMORY_SEEDS] + paged, release)
 
 
 def disagreements(runs: list[tuple[Workload, View]], release: str) -> list[str]:
@@ -221,7 +229,8 @@ def test_inserts_not_cut_to_the_saved_state_are_caught(real_runs, release, monke
 def _memory_counts(runs: list[tuple[Workload, View]], release: str) -> dict[str, int]:
     counts = dict.fromkeys(
         ("workloads", "passes", "no_token", "retractions", "evicting_steps", "evicted_tokens", "evicted_states",
-         "rows_bound", "mamba_bound", "no_buffer", "overlap", "lpm", "mixed_chunk", "radix_off"),
+         "rows_bound", "mamba_bound", "no_buffer", "overlap", "lpm", "mixed_chunk", "radix_off", "page_16",
+         "page_64", "paged_evicting_steps"),
         0,
     )  # fmt: skip
     for workload, (passes, _, _, pressure) in runs:
@@ -241,17 +250,31 @@ def _memory_counts(runs: list[tuple[Workload, View]], release: str) -> dict[str,
         counts["lpm"] += s.schedule_policy == "lpm"
         counts["mixed_chunk"] += s.enable_mixed_chunk
         counts["radix_off"] += s.disable_radix_cache
+        counts["page_16"] += s.page_size == 16
+        counts["page_64"] += s.page_size == 64
+        counts["paged_evicting_steps"] += len(evictions) if s.page_size != 1 else 0
     return counts
 
 
 def test_memory_pressure_gives_sglangs_passes_evictions_and_retractions(memory_runs, release):
-    """Small pools on the real allocators: every pass, match and save, every NO_TOKEN walk and retraction, and the
-    free and evictable KV and free state slots after every step, as SGLang's own."""
+    """Small pools on the real allocators (``TokenToKVPoolAllocator`` at page 1, ``PagedTokenToKVPoolAllocator`` at
+    pages 16 and 64): every pass, match and save, every NO_TOKEN walk and retraction, and the free and evictable KV
+    and free state slots after every step, as SGLang's own."""
     found = disagreements(memory_runs, release)
     counts = _memory_counts(memory_runs, release)
     record("memory", **counts, disagreements=len(found))
     assert found == [], "\n".join(found[:10])
-    for what in ("no_token", "retractions", "evicting_steps", "evicted_states", "rows_bound", "mamba_bound"):
+    for what in (
+        "no_token",
+        "retractions",
+        "evicting_steps",
+        "evicted_states",
+        "rows_bound",
+        "mamba_bound",
+        "page_16",
+        "page_64",
+        "paged_evicting_steps",
+    ):
         assert counts[what] > 0, what
 
 
@@ -262,3 +285,43 @@ def test_a_planted_memory_bug_is_caught(memory_runs, release, monkeypatch, plant
     found = disagreements(memory_runs, release)
     record("planted-bug", plant=f"memory: {plant}", disagreements=len(found))
     assert len(found) > 0
+
+
+# --- the waiting requests' prefixes refreshed (0.5.22+): the state a full mamba pool evicts -------------------------
+@pytest.fixture(scope="module")
+def recency_runs(release) -> list[tuple[Workload, View]]:
+    """The recency workloads with what this venv's SGLang does with them (computed once)."""
+    return _real(recency_workloads(), release)
+
+
+def _no_refresh(self):
+    return None  # the waiting prefixes never touched
+
+
+def _counting_an_empty_queue(self):
+    if self.refreshes % REFRESH_EVERY == 0:
+        for req in reversed(self.waiting[:REFRESH_FIRST]):
+            self.state.tree.match_prefix(req.fill_ids())
+    self.refreshes += 1  # a call without a waiting request counted too (a chunk continued alone)
+
+
+def test_the_waiting_prefix_refresh_decides_the_evictions_sglang_makes(recency_runs, release, monkeypatch):
+    """Chunked prefills under a full mamba pool while the next turns wait: every pass, eviction and match as SGLang's
+    own, where the refresh at the 32nd call decides which state the pool evicts (in 0.5.22+)."""
+    found = disagreements(recency_runs, release)
+    refreshes = RELEASES[release].scheduler.touches_waiting_prefixes
+    with monkeypatch.context() as patch:
+        patch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", _no_refresh)
+        without = [kit_view(kit_schedule(w, release)) for w, _ in recency_runs]
+    decided = sum(kit_view(kit_schedule(w, release)) != other for (w, _), other in zip(recency_runs, without))
+    record("recency", workloads=len(recency_runs), refresh_decides=decided, disagreements=len(found))
+    assert found == [], "\n".join(found[:10])
+    assert decided == (8 if refreshes else 0)
+    if not refreshes:
+        return
+    for plant, touch in (("no refresh", _no_refresh), ("an empty queue counted", _counting_an_empty_queue)):
+        with monkeypatch.context() as patch:
+            patch.setattr(event_loop.Scheduler, "_touch_waiting_prefixes", touch)
+            caught = len(disagreements(recency_runs, release))
+        record("planted-bug", plant=f"recency: {plant}", disagreements=caught)
+        assert caught > 0, plant

@@ -77,7 +77,7 @@ def kit_pressure(planned: Schedule) -> list[tuple]:
     pressure += [("no_token", step) for step in planned.no_token]
     pressure += [
         ("memory", m.step, int(m.kv_available) if kv else None, m.evictable, int(m.mamba_available) if mamba else None)
-        for m in planned.memory
+        for m in planned.memory_after_each_step()
     ]
     pressure += [("evicted", m.step, m.evicted_tokens, m.evicted_states) for m in planned.evictions]
     return sorted(pressure, key=repr)
