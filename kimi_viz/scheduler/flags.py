@@ -305,11 +305,9 @@ class LoadSettings:
     )  # SGLANG_VLM_CACHE_SIZE_MB in MB (0 stores nothing)
     platform: Platform = flag(
         "choice",
-        dest=None,
+        dest="device",
         option="--platform",
         default="cuda",
-        changes="cuda and cpu take the per-image path, one call for every request of the pass; hip/npu/xpu encode "
-        "per request",
         sglang="`--device` (no flag for ROCm: its CUDA build runs hip)",
         choices=PLATFORMS,
         searched=False,

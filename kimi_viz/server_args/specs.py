@@ -45,7 +45,6 @@ DEPLOYMENT_FIELDS = (
     "enable_dp_attention",
     "attn_dp_size",
     "attn_cp_size",
-    "device",
     "model_path",
     "tokenizer_path",
     "context_length",
