@@ -197,7 +197,7 @@ try:
     )
     shared = " | ".join(", ".join(w.rid for w in plan.windows) for plan in pass_answer.replay.plans)
     outcome = [pass_answer.status.value, str(pass_answer.error or "—"), shared]
-except KimiVizError as refused:  # flags the kit does not replay under load (a bounded pool at a page above 1)
+except KimiVizError as refused:  # flags the kit does not replay under load (a policy or strategy it does not model)
     outcome = ["refused", str(refused), "—"]
 Table(
     ["status", "error", "which requests share a pass", "the scheduler's flags (from the log)"],

@@ -83,8 +83,8 @@ def test_whatif_notebook_reads_another_servers_log_and_names_what_it_does_not_mo
     assert "not modelled: --dcp-size  2  server log line 1: context parallelism" in rows
     assert "Kimi-K3 deferred feature length does not match image grids  SGLang 0.5.23" in rows
     assert "CLEAN REPLAY" in text and "all 4 ranks pass" in text
-    # under load the kit refuses a bounded pool at page 64, in its one line
-    assert "refused  --max-total-tokens / --max-running-requests / --max-mamba-cache-size at page 64" in rows
+    # under load the two requests share one pass on the log's own scheduler: page 64 and its pools
+    assert "clean  —  r1, r2  --chunked-prefill-size 8192 --page-size 64 --max-total-tokens 1185024" in rows
 
 
 def test_whatif_notebook_takes_a_launch_command_without_a_log(tmp_path):
