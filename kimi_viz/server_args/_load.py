@@ -129,8 +129,8 @@ def _spec(dest: str, data: object, where: str) -> ArgSpec:
     )
 
 
-def read_specs(path: str = SPECS_FILE) -> dict[str, tuple[SpecRow, ...]]:
-    """Return every dest's rows, oldest first, from ``server_args.json``."""
+def _read_table(path: str) -> tuple[str, dict[str, Any]]:
+    """Return a data file's name and its JSON object, checked to be of this format over the table's releases."""
     where = os.path.basename(path)
     try:
         with open(path, encoding="utf-8") as file:
@@ -139,6 +139,12 @@ def read_specs(path: str = SPECS_FILE) -> dict[str, tuple[SpecRow, ...]]:
         raise ValueError(f"{where}: {error}") from None
     if type(data) is not dict or data.get("format") != FORMAT or tuple(data.get("releases", ())) != ORDER:
         raise ValueError(f"{where}: expected format {FORMAT} over the releases {', '.join(ORDER)}")
+    return where, data
+
+
+def read_specs(path: str = SPECS_FILE) -> dict[str, tuple[SpecRow, ...]]:
+    """Return every dest's rows, oldest first, from ``server_args.json``."""
+    where, data = _read_table(path)
     args = data.get("args")
     if type(args) is not dict or not args:
         raise ValueError(f"{where}: no args")
@@ -166,14 +172,7 @@ def read_specs(path: str = SPECS_FILE) -> dict[str, tuple[SpecRow, ...]]:
 def read_printed(path: str = PRINTED_FILE) -> dict[str, frozenset[str]]:
     """Return, per release, the fields its start-up line prints (``startup_fields.json``: per field, the spans of
     the releases that print it)."""
-    where = os.path.basename(path)
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{where}: {error}") from None
-    if type(data) is not dict or data.get("format") != FORMAT or tuple(data.get("releases", ())) != ORDER:
-        raise ValueError(f"{where}: expected format {FORMAT} over the releases {', '.join(ORDER)}")
+    where, data = _read_table(path)
     fields = data.get("fields")
     if type(fields) is not dict:
         raise ValueError(f"{where}: expected an object of fields")
