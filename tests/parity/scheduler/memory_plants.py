@@ -37,3 +37,6 @@ MEMORY_PLANTS = {
         _token_per_row,
     ),
 }
+#: The plants that only a page above 1 can show: the conversation lane runs its memory workloads at page 1, the
+#: scheduler lane's memory suite at pages 1, 16 and 64 catches them.
+PAGED_PLANTS = ("a decode step needs a token per row, not a page per row on a page boundary",)
