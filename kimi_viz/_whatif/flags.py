@@ -22,6 +22,7 @@ from ..request.settings import Mode
 from ..scheduler.flags import LoadSettings, alternatives
 from ..scheduler.server_config import ServerConfig, resolve_server
 from .protocol import Question
+from .questions import PreparedWorkload
 
 
 def flag_search(
@@ -33,12 +34,16 @@ def flag_search(
         return None
     tried, changes = [], []
     same = _server_of(load, answer.release)
+    base = answer.workload
     for flag, other in alternatives(load):
         scheduler_only = (other.cache_mb, other.platform) == (load.cache_mb, load.platform)
         if same is not None and scheduler_only and _server_of(other, answer.release) == same:
             continue  # the server resolves it to what it runs already
         try:
             prepared = question.with_load(other).prepare(answer.release, mode)
+            forward_only = replace(other, cache_mb=load.cache_mb, platform=load.platform) == load
+            if forward_only and base is not None and isinstance(prepared, PreparedWorkload):
+                prepared.planned = base.schedule  # the scheduler reads neither: its passes are the answer's
             status = prepared.status(answer.tp_size, mode=mode, device=device)
         except WhatIfError:  # a combination the release or the kit refuses: not a change to suggest
             continue
