@@ -89,7 +89,8 @@ def test_a_placeholder_id_the_tokenizer_does_not_share_is_named(tmp_path):
     )
     assert folder.placeholder.mismatch == (
         "the processor counts <|media_pad|> as id 163605 (config.json media_placeholder_token_id) but the tokenizer "
-        "encodes it as id 163602: every image request fails the placeholder count"
+        "encodes it as id 163602: a chat's image prompts carry no id the processor counts, so every chat with an "
+        "image fails its placeholder check (--chat replays one)"
     )
 
 

@@ -112,3 +112,17 @@ def test_a_missing_or_hostile_folder_is_refused_in_one_line(tmp_path, capsys):
     assert main(["whatif", "rocket.jpg", "--model-path", str(folder), "--sglang-version", "0.5.23", "--tp", "1"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "config.json" in error
+
+
+def test_a_placeholder_id_the_tokenizer_does_not_write_fails_the_chat_as_the_processor_counts(
+    folders, tmp_path, capsys
+):
+    _, _, chat = folders
+    mismatched = write_folder(tmp_path / "k3-other-id", placeholder=163600)  # the config names another id
+    code, found = answer_json(
+        capsys, "--chat", str(chat), "--model-path", str(mismatched), "--sglang-version", "0.5.23", "--tp", "1"
+    )
+    assert code == 1 and found["status"] == "error-reproduced" and found["stage"] == "request side"
+    assert found["request_side"]["rendered"]["placeholders"] == 0  # the tokenizer's 163605 is no placeholder here
+    assert found["request_side"]["rendered"]["input_ids"].count(163605) == 1  # turn 1, as the tokenizer wrote it
+    assert any("a chat's image prompts carry no id the processor counts" in note for note in found["server"]["notes"])

@@ -176,7 +176,14 @@ class ChatQuestion:
             turns, chats = tokenized_turns(self.request, self.model, release)
             by = f"tokenized by {self.model.asked}"
             renderings = [
-                rendered_from_ids(c.input_ids, origin="apply_chat_template ids", by=by, tokens=c.tokens, notes=c.notes)
+                rendered_from_ids(
+                    c.input_ids,
+                    origin="apply_chat_template ids",
+                    by=by,
+                    tokens=c.tokens,
+                    notes=c.notes,
+                    placeholder=self.model.placeholder.resolved,
+                )
                 for c in chats
             ]
         outcomes = []

@@ -474,12 +474,17 @@ def rendered_from_ids(
     by: str,
     tokens: tuple[str, ...] | None = None,
     notes: tuple[str, ...] = (),
+    placeholder: int = MEDIA_PAD_ID,
 ) -> Rendered:
     """Return exact ``ids`` (a ``/generate`` body's, or a chat tokenized by the checkpoint's tokenizer) as the runs
-    the processor receives: media tokens one each, the ids between them as exact text runs."""
+    the processor receives: media tokens one each, the ids between them as exact text runs. ``placeholder`` is the
+    id the processor counts as ``<|media_pad|>`` (the config's ``media_placeholder_token_id``): where a checkpoint's
+    tokenizer writes another id, that one is no placeholder to the processor, and the count says so."""
     build = _Builder(Renderer())
     run: list[int] = []
-    for k, token in enumerate(ids):
+    for k, given in enumerate(ids):
+        # the processor's placeholder id is the kit's pad; the kit's pad id, when it is not the processor's, is not
+        token = MEDIA_PAD_ID if given == placeholder else placeholder if given == MEDIA_PAD_ID else given
         if token in MEDIA_TOKEN_IDS.values():
             if run:
                 build.pieces.append(Piece("text", len(run), origin, ids=tuple(run)))

@@ -114,7 +114,8 @@ class PlaceholderId:
         return (
             f"the processor counts <|media_pad|> as id {self.resolved} (config.json media_placeholder_token_id"
             f"{'' if self.config_id is not None else ', missing: the default'}) but the tokenizer encodes it as "
-            f"{rendered}: every image request fails the placeholder count"
+            f"{rendered}: a chat's image prompts carry no id the processor counts, so every chat with an image fails "
+            "its placeholder check (--chat replays one)"
         )
 
 
