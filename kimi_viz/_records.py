@@ -72,9 +72,10 @@ def _repr(self: Any) -> str:
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
-    if name in self.__dict__ or name not in self.__dataclass_fields__:
+    own = self.__dict__
+    if name in own or name not in self.__dataclass_fields__:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
-    object.__setattr__(self, name, value)  # __init__ setting a field for the first time
+    own[name] = value  # __init__ setting a field for the first time (a record's fields live in its __dict__)
 
 
 def _delattr(self: Any, name: str) -> None:

@@ -4,6 +4,8 @@ pools at pages 1, 16 and 64 (``kimi_viz/scheduler/decode_run.py``)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from parity.scheduler.random_workloads import memory_workload, random_workload
 from parity.scheduler.recency_workloads import recency_workloads
@@ -15,6 +17,7 @@ from kimi_viz.releases import RELEASES
 from kimi_viz.scheduler.decode_run import DecodeRun, advance_rows, pages_opened, quiet_decode_steps
 from kimi_viz.scheduler.event_loop import schedule
 from kimi_viz.scheduler.flags import LoadSettings
+from kimi_viz.scheduler.memory import NewTokenRatio
 from kimi_viz.scheduler.req import Req
 
 RELEASE_PAIR = ("0.5.18", "0.5.23")
@@ -79,12 +82,18 @@ def test_the_quiet_steps_stop_where_the_pool_would_evict_or_a_row_finish():
     rows[0].kv_committed_len, rows[1].kv_committed_len = 16, 20
     # page 16, 64 free tokens, a page per row kept free: step 16 opens a's second page (32 left), step 17 b's (16)
     assert pages_opened([16, 20], 16, 16) == 32 and pages_opened([16, 20], 17, 16) == 48
-    assert quiet_decode_steps(rows, 16, 64, 1000) == 17
-    assert quiet_decode_steps(rows, 16, 31, 1000) == 0
-    assert quiet_decode_steps(rows, 1, 64, 1000) == 32  # page 1: two tokens a step, two kept free
+    assert quiet_decode_steps(rows, 16, 64, 1, 1000) == 17
+    assert quiet_decode_steps(rows, 16, 31, 1, 1000) == 0
+    assert quiet_decode_steps(rows, 1, 64, 1, 1000) == 32  # page 1: two tokens a step, two kept free
+    # nothing evictable: the over-estimate evicts nothing, a step is quiet while its own pages fit — 64 free tokens
+    # are steps 0 (a), 12 (b), 16 (a) and 28 (b): four pages, the fifth (step 32, a) does not fit
+    assert pages_opened([16, 20], 33, 16) == 80
+    assert quiet_decode_steps(rows, 16, 64, 0, 1000) == 32
+    assert quiet_decode_steps(rows, 16, 15, 0, 1000) == 0
+    assert quiet_decode_steps(rows, 16, 16, 0, 1000) == 12
     rows[1].output_len = 90  # the 10th step's result brings b's 100th token, its last: 9 steps are quiet
-    assert quiet_decode_steps(rows, 16, float("inf"), 1000) == 9
-    assert quiet_decode_steps(rows, 16, float("inf"), 5) == 5
+    assert quiet_decode_steps(rows, 16, float("inf"), 1, 1000) == 9
+    assert quiet_decode_steps(rows, 16, float("inf"), 1, 5) == 5
 
 
 def test_advancing_rows_takes_pages_outputs_and_the_last_save_point():
@@ -108,3 +117,18 @@ def test_a_decode_run_writes_out_the_pools_after_each_step():
         (9, 68.0, 5, 2.0),
     ]
     assert [m.ratio for m in steps] == [0.1 - 0.001, 0.098, 0.098]
+
+
+def test_a_jumped_run_decays_the_ratio_to_the_very_floats_of_one_step_at_a_time():
+    rng = random.Random(7)
+    for _ in range(3000):
+        init = rng.choice([0.7, 1.0, 0.35])
+        low = init * rng.choice([0.1, 0.14, 1.0])
+        decay = (init - low) / rng.choice([600, 7, 1])
+        current = rng.choice([init, low, rng.uniform(0.0, 1.0), rng.uniform(low, init)])
+        steps = rng.choice([0, 1, 2, rng.randint(0, 700), rng.randint(0, 1_000_000)])
+        jumped, stepped = NewTokenRatio(init, low, decay, current), NewTokenRatio(init, low, decay, current)
+        jumped.decay_steps(steps)
+        for _ in range(min(steps, 3000)):  # the minimum holds it within 2,000 steps here
+            stepped.decay_step()
+        assert jumped.current == stepped.current, (init, low, decay, current, steps)

@@ -202,8 +202,11 @@ class Scheduler:
         """0.5.22+ ``_reqs_finishing_inflight``: rows the queued result will finish by length (overlap only)."""
         if not (self.rules.skips_finishing_inflight and self.server.overlap and self.queued):
             return set()
+        near = [r for r in rows if r.output_len + 1 >= r.max_new_tokens]
+        if not near:
+            return set()
         queued = {id(r) for r in self.queued[0].batch.reqs}
-        return {id(r) for r in rows if id(r) in queued and r.output_len + 1 >= r.max_new_tokens}
+        return {id(r) for r in near if id(r) in queued}
 
     def _update_running_batch(self) -> Batch | None:
         """``update_running_batch``: the decode memory check, retraction or the ratio's decay, then one token each."""
@@ -319,13 +322,15 @@ class Scheduler:
     def _launch(self, formed: PassForm, mixed: int) -> Batch:
         """The pass's requests leave the queue (one maybe cut), their batch is prepared, the running rows mix in."""
         server, state = self.server, self.state
-        by_rid = {r.rid: r for r in self.waiting}
+        reached = len(self.waiting) - len(formed.never_offered)  # the adder offered the queue's head, in order
+        head = self.waiting[:reached]
+        by_rid = {r.rid: r for r in head}
         if self.chunked is not None:
             by_rid[self.chunked.rid] = self.chunked
         batch = [by_rid[window.rid] for window in formed.windows]
         offered = {o.rid for o in formed.offers}
         admitted = {id(r) for r in batch}
-        self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        self.waiting = [r for r in head if id(r) not in admitted] + self.waiting[reached:]
         self.chunked = None if formed.chunked is None else by_rid[formed.chunked]
         if self.chunked is not None:
             self.chunked.inflight_middle_chunks += 1
@@ -455,7 +460,8 @@ class Scheduler:
         if self.server.overlap and not steady:
             return 0
         bound = int(min(limit, self.arrivals.next_due() - step))
-        return quiet_decode_steps(running, self.server.page_size, self.state.pools.kv_available(), bound)
+        pools = self.state.pools
+        return quiet_decode_steps(running, self.server.page_size, pools.kv_available(), pools.tree.evictable, bound)
 
     def run_quiet(self, steps: int) -> None:
         """Take ``steps`` quiet decode steps at once (:func:`~.decode_run.advance_rows`), as one by one."""

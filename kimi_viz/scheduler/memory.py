@@ -25,9 +25,12 @@ requests (it is 2048 up to a pool of four context lengths); a workload's outputs
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import sub
 
 from .._records import frozen
 from .node import Node
@@ -142,13 +145,18 @@ class NewTokenRatio:
         self.current = max(self.current - self.decay, self.low)
 
     def decay_steps(self, steps: int) -> None:
-        """``steps`` decode steps without retraction, each one's decay as :meth:`decay_step` computes it (the same
-        floats: at most 600 subtractions before the minimum holds it)."""
+        """``steps`` decode steps without retraction, each one's decay as :meth:`decay_step` computes it: the same
+        floats, subtracted one by one (in C) until the minimum holds it — once a step's result falls below the
+        minimum, every later one is the minimum."""
         current, decay, low = self.current, self.decay, self.low
-        while steps > 0 and current > low:
-            current = max(current - decay, low)
-            steps -= 1
-        self.current = low if steps > 0 else current
+        if current <= low or steps <= 0:
+            self.current = max(current, low) if steps > 0 else current
+            return
+        if decay <= 0:  # the minimum is the initial value: nothing decays
+            return
+        reach = min(steps, int((current - low) / decay) + 2)  # past the minimum by a whole decay from here
+        last = deque(accumulate(repeat(decay, reach), sub, initial=current), maxlen=1)[0]
+        self.current = max(last, low)
 
     def reset(self) -> None:
         """The server is idle: back to the initial value."""

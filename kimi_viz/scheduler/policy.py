@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import field
 from enum import Enum
+from operator import attrgetter
 from typing import Literal, Protocol
 
 from .._records import frozen
@@ -40,6 +42,8 @@ from .prefix import PlainTree, page_ceil, page_floor
 from .radix_cache import RadixCache
 from .req import Req, Window
 from .server_config import ServerConfig
+
+_RID = attrgetter("rid")
 
 IN_BATCH_CHECK_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
 IN_BATCH_DEPRIORITIZE_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
@@ -98,16 +102,22 @@ class Offer:
 class PassForm:
     """One pass as the adder formed it: the windows in batch order and the request left cut (None: none), the
     budgets it started from and ended with, every offer in order, and the waiting requests never offered (the walk
-    stopped before them)."""
+    stopped before them: kept as the requests, their ids read on demand, so that a pass formed before a long queue
+    costs no more than its offers)."""
 
     windows: tuple[Window, ...]
     chunked: str | None
     budget: Budget
     start: Budget
     offers: tuple[Offer, ...]
-    unoffered: tuple[str, ...]
+    never_offered: tuple[Req, ...] = field(default=(), compare=False, repr=False)
     stop: AddReqResult | Literal["rows"] | None = None  # why the walk stopped early (None: the queue ran out)
     rem_total: float | None = None  # rem_total_tokens when the walk ended (None: the KV pool is unbounded)
+
+    @property
+    def unoffered(self) -> tuple[str, ...]:
+        """Return the ids of the waiting requests never offered, in queue order."""
+        return tuple(map(_RID, self.never_offered))
 
 
 class Walk(Protocol):
@@ -260,6 +270,7 @@ class PrefillAdder:
         stop: AddReqResult | Literal["rows"] | None = None
         if chunked is not None:
             self.add_chunked_req(chunked)
+        reached = 0  # every candidate reached is offered (add_one_req): the rest are the waiting ones past them
         for req in waiting:
             if rules.budget_state_before_candidate and self.budget_state() == AddReqResult.OTHER:
                 stop = AddReqResult.OTHER
@@ -270,19 +281,19 @@ class PrefillAdder:
                 break
             if walk is not None:
                 walk.match(req)
+            reached += 1
             outcome = self.add_one_req(req)
             if outcome.window is None and walk is not None:
                 walk.refused(req)
             if outcome.result != AddReqResult.CONTINUE:
                 stop = outcome.result
                 break
-        offered = {o.rid for o in self.offers}
-        unoffered = tuple(r.rid for r in waiting if r.rid not in offered)
+        never_offered = tuple(waiting[reached:])
         kv = self.kv
         rem_total = None if kv is None or kv.pools.config.kv_pool is None else kv.rem_total()
         windows = tuple(self.can_run_list)
         return PassForm(
-            windows, self.new_chunked_req, self.budget, self.start, tuple(self.offers), unoffered, stop, rem_total
+            windows, self.new_chunked_req, self.budget, self.start, tuple(self.offers), never_offered, stop, rem_total
         )
 
 

@@ -70,8 +70,14 @@ def lost_on(ids: Sequence[int], lost: Iterable[Lost]) -> list[Lost]:
         piece
         for piece in lost
         if piece.end <= len(ids)
-        and all(same_ids(source, ids) or tuple(source[lo:hi]) == tuple(ids[lo:hi]) for source, lo, hi in piece.path)
+        and all(same_ids(source, ids) or _same_span(source, ids, lo, hi) for source, lo, hi in piece.path)
     ]
+
+
+def _same_span(a: Sequence[int], b: Sequence[int], lo: int, hi: int, chunk: int = 256) -> bool:
+    """Return True when ``a[lo:hi] == b[lo:hi]``, read a chunk at a time (two requests' ids part early: a long
+    answer is never copied whole to learn that)."""
+    return all(tuple(a[k : min(k + chunk, hi)]) == tuple(b[k : min(k + chunk, hi)]) for k in range(lo, hi, chunk))
 
 
 @dataclass(eq=False)
