@@ -109,36 +109,39 @@ def whatif(
     alone: ``Answer.flags`` names those that change its status. ``server`` (what a launch command and a log said,
     :func:`~.deployment.read_deployment`) is carried on the answer as ``Answer.server``.
     """
-    question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
-    release, sentence = release_for(sglang_version)
-    try:
-        answer = answer_on(question, release, tp_size, mode, device)
-    except SettingNotInReleaseError as exc:
-        if sglang_version.strip() == release.version:
-            raise
-        raise SettingNotInReleaseError(f"{exc} ({sentence})") from None
-    if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
-        answer = replace(answer, notes=(sentence, *answer.notes))
-    idle = [] if question.load_settings is None else question.load_settings.idle_flags()
-    if idle:
-        answer = replace(answer, notes=(*answer.notes, *idle))
-    borrowed = [] if settings is None else [c for c in (settings.producer_config, settings.consumer) if c == K25]
-    if borrowed:  # a K2.5 preset on a K3 replay: say which code runs
-        answer = replace(answer, notes=(*answer.notes, K25_LIMITS_NOTE))
-    if find_fix:
-        answer = with_fix(question, answer)
-    if try_flags:
-        answer = replace(answer, flags=flag_search(question, answer, mode, device))
-    if under_load and isinstance(question, RequestQuestion) and answer.status is Status.CLEAN:
-        hint = pair_hint(question, release, answer.tp_size, paths=subject)
-        answer = answer if hint is None else replace(answer, under_load=hint)
-    return answer if server is None else replace(answer, server=server)
+    with collector_paused():  # every replay's records only grow the heap: rescanning it cost a third of an answer
+        question = as_question(subject, settings=settings, load=load, renderer=renderer, beside=beside, model=model)
+        release, sentence = release_for(sglang_version)
+        try:
+            answer = answer_on(question, release, tp_size, mode, device)
+        except SettingNotInReleaseError as exc:
+            if sglang_version.strip() == release.version:
+                raise
+            raise SettingNotInReleaseError(f"{exc} ({sentence})") from None
+        if sglang_version.strip() != release.version:  # a build or a future release runs a known release's code: say so
+            answer = replace(answer, notes=(sentence, *answer.notes))
+        idle = [] if question.load_settings is None else question.load_settings.idle_flags()
+        if idle:
+            answer = replace(answer, notes=(*answer.notes, *idle))
+        borrowed = [] if settings is None else [c for c in (settings.producer_config, settings.consumer) if c == K25]
+        if borrowed:  # a K2.5 preset on a K3 replay: say which code runs
+            answer = replace(answer, notes=(*answer.notes, K25_LIMITS_NOTE))
+        if find_fix:
+            answer = with_fix(question, answer)
+        if try_flags:
+            answer = replace(answer, flags=flag_search(question, answer, mode, device))
+        if under_load and isinstance(question, RequestQuestion) and answer.status is Status.CLEAN:
+            hint = pair_hint(question, release, answer.tp_size, paths=subject)
+            answer = answer if hint is None else replace(answer, under_load=hint)
+        return answer if server is None else replace(answer, server=server)
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a sweep keeps every cell's answer: the answers are acyclic records
-    that only grow the heap, and rescanning it on every collection cost half a sweep's time. Restored after."""
+    """Pause Python's cycle collector while an answer is worked out or a sweep keeps every cell's answer: the
+    replays' records only grow the heap, and rescanning it on every collection cost a third of an answer's time and
+    half a sweep's. Restored after (nested pauses leave it to the outermost); what a replay left for it is
+    collected then."""
     was_on = gc.isenabled()
     gc.disable()
     try:

@@ -146,11 +146,12 @@ class PreparedWorkload:
         return load_answer(self.replay(tp_size, mode=mode, device=device))
 
     def status(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> Status:
-        """Return the replay's status at ``tp_size`` (no why)."""
-        return Status(self.replay(tp_size, mode=mode, device=device).status)
+        """Return the replay's status at ``tp_size`` (no why, no scheduler steps)."""
+        return Status(self.replay(tp_size, mode=mode, device=device, explain=False).status)
 
-    def replay(self, tp_size: int, *, mode: Mode, device: DeviceLike) -> LoadResult:
-        """Return the workload replayed at ``tp_size`` (its passes planned on the first call)."""
+    def replay(self, tp_size: int, *, mode: Mode, device: DeviceLike, explain: bool = True) -> LoadResult:
+        """Return the workload replayed at ``tp_size`` (its passes planned on the first call; ``explain=False``: its
+        traces without the scheduler steps that formed them)."""
         question = self.question
         result = replay_workload(
             question.workload,
@@ -163,6 +164,7 @@ class PreparedWorkload:
             built=self.built,
             planned=self.planned,
             release=self.release,
+            explain=explain,
         )
         self.planned = result.schedule
         return result

@@ -128,13 +128,14 @@ class LoadResult:
     def image_supplies(self) -> list[ImageSupply]:
         """Return where every image of every request got its rows: the radix prefix, the cache or a call."""
         matched, matches, out = self.matched, self.prefix_matches(), []
+        windows_of: dict[int, list[tuple[int, ForwardTrace, ForwardRequest]]] = {}  # each request's, pass by pass
+        for k, trace in enumerate(self.passes):
+            for window in trace.batch:
+                windows_of.setdefault(window.index, []).append((k, trace, window))
         for r, (request, built, prompt) in enumerate(zip(self.workload.requests, self.built, self.prompts)):
             for i, (image, run) in enumerate(zip(built.images, prompt.pad_runs)):
                 by_pass = tuple(
-                    (k, pass_supplier(trace, r, i))
-                    for k, trace in enumerate(self.passes)
-                    for window in trace.batch
-                    if window.index == r and window.touches(i)
+                    (k, pass_supplier(trace, r, i)) for k, trace, window in windows_of.get(r, ()) if window.touches(i)
                 )
                 match = matches[r]
                 plain = None if match is None or not self.schedule.server.hybrid else match.plain
@@ -292,6 +293,7 @@ def replay_workload(
     built: list[BuiltRequest] | None = None,
     planned: Schedule | None = None,
     release: Release | None = None,
+    explain: bool = True,
 ) -> LoadResult:
     """Return the :class:`LoadResult` of ``workload`` on SGLang ``sglang_version`` at attention-TP ``tp_size``.
 
@@ -300,7 +302,8 @@ def replay_workload(
     built them with this release's request side (a sweep builds each once); ``planned`` the schedule already
     planned for these requests and ``load`` on this release (they do not depend on the TP size); ``release`` the
     release entry to run when the caller holds one (a question's: the fix search changes one change's rules of
-    it), else the one ``sglang_version`` names. Raises :class:`~kimi_viz.errors.WhatIfError` for settings the
+    it), else the one ``sglang_version`` names. ``explain=False`` leaves out the scheduler steps that formed each pass
+    (the same status; what a flag search asks). Raises :class:`~kimi_viz.errors.WhatIfError` for settings the
     release refuses or contradictory ones.
     """
     named, sentence = release_for(sglang_version)
@@ -342,15 +345,15 @@ def replay_workload(
         cache.set(key, Rows.of(Source(-1, 0, "earlier", f"{seed.image.label}, cached", key), seed.tokens))
     consumer = built[0].consumer.to_media_proc_cfg()
     encode = call_encoder(release=release, tp_size=tp, processor=consumer, mode=mode, device=device)
-    _replay_passes(result, items, cache, encode)
+    _replay_passes(result, items, cache, encode, explain)
     return result
 
 
 def _replay_passes(
-    result: LoadResult, items: list[tuple[ForwardItem, ...]], cache: EmbeddingCache, encode: Encoder
+    result: LoadResult, items: list[tuple[ForwardItem, ...]], cache: EmbeddingCache, encode: Encoder, explain: bool
 ) -> None:
     """Replay every planned pass in order into ``result.passes``, one embedding cache carried along, up to the
-    first that raises (it kills the scheduler process)."""
+    first that raises (it kills the scheduler process); ``explain``: each trace opens with the steps that formed it."""
     load = result.load
     admitted: dict[str, PrefixMatch] = {}  # each request's latest admission (a retracted one is matched again)
     index = {r.rid: k for k, r in enumerate(result.workload.requests)}
@@ -396,7 +399,7 @@ def _replay_passes(
             encode=encode,
             platform=load.platform,
             chunked_prefill_size=load.chunked_prefill_size or -1,
-            formed_by=() if plan.formed is None else scheduler_steps(batch, plan.formed),
+            formed_by=() if plan.formed is None or not explain else scheduler_steps(batch, plan.formed),
         )
         pressure = None if plan.formed is None else plan.formed.pressure
         if pressure is not None and not pressure.quiet:
