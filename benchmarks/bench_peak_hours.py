@@ -11,8 +11,9 @@ that its peak memory (``ru_maxrss``) is its own:
   (``whatif``: every pass replayed, the fix and flag searches) within 5 s and 250 MB;
 * ``long-4096`` / ``long-40960``: one request of 4,096 / 40,960 outputs (``--max-total-tokens 50000``, 0.5.23);
   target: the long one within 1.5x the short one's time (cost grows with events, not decode steps);
-* ``thousand``: 1,000 requests of 32,768 outputs on a 200,000-token pool (0.5.23); target: the kit's scheduler
-  within 30 s and 500 MB (the whole answer, twelve more schedules in its flag search, is reported beside it).
+* ``thousand``: 1,000 requests of 32,768 outputs on a 200,000-token pool (0.5.23); target: the whole answer (its
+  flag search replays the workload under eleven more servers) within 30 s and 500 MB; the kit's scheduler alone is
+  reported beside it.
 
 Baseline, measured in the same run where the lane's 0.5.23 venv is there (``$HOME/.cache/kimi-viz/sglang-envs/0.5.23``
 or ``KIMI_VIZ_SGLANG_ENV``): SGLang's own scheduler (``tests/parity/scheduler/real_scheduler.py``: the real allocator,
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     met = {
         "storm": storm,
         "long": long_ratio <= LONG_RATIO,
-        "thousand": thousand["scheduler_s"] <= THOUSAND_S and thousand["peak_mb"] <= THOUSAND_MB,
+        "thousand": thousand["answer_s"] <= THOUSAND_S and thousand["peak_mb"] <= THOUSAND_MB,
         "scheduler_ratio": None if base is None else base["ratio"] >= SCHEDULER_RATIO,
     }
     result = {
