@@ -121,7 +121,8 @@ def test_each_value_says_where_it_came_from_and_typed_options_win(tmp_path):
         plain.report.value("chunked_prefill_size").text == "chunked_prefill_size 8192 (SGLang's default for this GPU)"
     )
     assert plain.report.value("schedule_policy").text == "schedule_policy fcfs (SGLang 0.5.23's default)"
-    assert plain.tp_size is None  # the command gives no parallel flag: the question must name it
+    assert plain.tp_size == 1  # the command gives no parallel flag: it runs SGLang's default, as every other flag
+    assert plain.report.tp == "attention-TP 1 = tp_size 1 (SGLang's default: the launch command sets no parallel flag)"
 
 
 def test_attention_tp_is_derived_as_sglang_derives_it():
@@ -143,6 +144,10 @@ def test_attention_tp_is_derived_as_sglang_derives_it():
     assert tp("--tensor-parallel-size 8 --data-parallel-size 2 --enable-dp-attention", "0.5.18")[0] == 4
     log = read_deployment(DeploymentInput(server_log=str(LOGS / "kimi-k3-0.5.23-dp-attention.log")))
     assert log.tp_size == 4 and log.sglang_version == "0.5.23"
+    # no parallel flag: SGLang's defaults (tp_size 1), said as such; with neither a command nor a log nothing says
+    assert tp("") == (1, "attention-TP 1 = tp_size 1 (SGLang's default: the launch command sets no parallel flag)")
+    assert tp("--enable-dp-attention")[0] == 1
+    assert read_deployment(DeploymentInput(sglang_version="0.5.23")).tp_size is None
 
 
 def test_flags_the_kit_does_not_model_are_listed_with_what_they_could_change():

@@ -254,7 +254,8 @@ def _load_settings(
 
 
 def _tp_size(given: DeploymentInput, log: ServerLog | None, command: ParsedCommand | None) -> tuple[int | None, str]:
-    """Return the attention-TP size (typed, else derived from the log's or command's parallel flags) and how."""
+    """Return the attention-TP size (typed, else derived from the log's or command's parallel flags; a launch command
+    that sets none runs SGLang's defaults, TP 1) and how (None: nothing says)."""
     if given.tp_size is not None:
         return given.tp_size, f"attention-TP {given.tp_size}: --tp (typed)"
     tp_values: dict[str, tuple[Any, Source]] = {}
@@ -262,7 +263,14 @@ def _tp_size(given: DeploymentInput, log: ServerLog | None, command: ParsedComma
         found, value, source = _given(log, command, dest)
         if found and source is not None:
             tp_values[dest] = (value, source)
-    return _attention_tp(tp_values) if tp_values else (None, "")
+    if tp_values:
+        return _attention_tp(tp_values)
+    if command is not None:
+        derived = attention_tp({})
+        return derived.size, (
+            f"attention-TP {derived.size} = {derived.how} (SGLang's default: the launch command sets no parallel flag)"
+        )
+    return None, ""
 
 
 def read_deployment(given: DeploymentInput) -> Deployment:
