@@ -30,6 +30,7 @@ from ..request.settings import ServerSettings
 from ..request.sides import build_request
 from ..request.workload import Request, Workload
 from ..scheduler.flags import LoadSettings
+from ..scheduler.prefix import common_prefix
 from ..split.verdict import Status
 from .protocol import workload_sees
 from .questions import PreparedWorkload, WorkloadQuestion, load_answer
@@ -57,11 +58,6 @@ def chat_turns(request: ChatRequest) -> list[tuple[ChatRequest, int]]:
     return [*turns, (request, 1)]
 
 
-def _common(one: tuple[int, ...], other: tuple[int, ...]) -> int:
-    """Return the length of the ids' common prefix."""
-    return next((k for k, (a, b) in enumerate(zip(one, other)) if a != b), min(len(one), len(other)))
-
-
 def tokenized_turns(
     request: ChatRequest, model: ModelFolder, release: Release
 ) -> tuple[list[tuple[ChatRequest, int]], list[RenderedChat]]:
@@ -80,14 +76,15 @@ def tokenized_turns(
     for k, body in enumerate(bodies[:-1]):
         prompt, following = renderings[k].input_ids, renderings[k + 1].input_ids
         if following[: len(prompt)] != prompt:
+            parted = common_prefix(prompt, following)
             raise WhatIfError(
                 f"--chat with --model-path: turn {k + 2}'s ids do not start with turn {k + 1}'s (they part at token "
-                f"{_common(prompt, following)} of {len(prompt)}: the checkpoint's renderer writes the earlier turn "
+                f"{parted} of {len(prompt)}: the checkpoint's renderer writes the earlier turn "
                 "otherwise); the kit replays a later turn that repeats the earlier one id for id: send the last turn "
                 "alone, or drop --model-path to count"
             )
         through_answer = encode(_sliced(request, len(body.messages) + 1)).input_ids
-        turns.append((body, max(1, _common(through_answer, following) - len(prompt))))
+        turns.append((body, max(1, common_prefix(through_answer, following) - len(prompt))))
     return [*turns, (request, 1)], renderings
 
 
