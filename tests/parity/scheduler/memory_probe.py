@@ -26,7 +26,8 @@ Patches and stand-ins (nothing here needs a GPU):
   instead of a Triton kernel.
 * 0.5.18 only: ``PagedTokenToKVPoolAllocator.alloc_extend`` / ``alloc_decode`` always launch Triton
   kernels ("0 active drivers" on the CPU); the probe swaps in the module's own ``alloc_extend_naive``
-  and an equivalent decode loop. 0.5.23 has both fallbacks built in and picks them on the CPU.
+  and an equivalent decode loop (the lane's ``real_scheduler.paged_kernels_on_cpu``). 0.5.23 has both
+  fallbacks built in and picks them on the CPU.
 * The KDA state shape is tiny (2 heads of 8, 3 linear layers + 1 MLA layer): slot counts and token
   counts are what matter here, not bytes.
 * Sequences that "finished earlier" are put into the tree with ``UnifiedRadixCache.insert`` (a fresh KV
@@ -53,6 +54,7 @@ logging.disable(logging.WARNING)
 
 import sglang  # noqa: E402
 import torch  # noqa: E402
+from real_scheduler import paged_kernels_on_cpu  # noqa: E402  (this folder: run as a script)
 from sglang.srt import server_args as _server_args  # noqa: E402
 
 RELEASE = sglang.__version__
@@ -64,6 +66,7 @@ KV_TOKENS = 2048
 REQ_ROWS = 4
 MAMBA_SLOTS = 12  # ratio 5 (3 + 2 ping-pong, extra_buffer + overlap) -> room for 2 running requests
 DTYPE = torch.bfloat16
+_RUN_PATCHES = contextlib.ExitStack()  # held open for the run
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -85,33 +88,9 @@ def publish(page_size: int, chunk: int = 8192) -> _server_args.ServerArgs:
 
 
 def patch_paged_allocator_for_cpu() -> None:
-    """0.5.18: route the paged allocator's Triton kernels to plain PyTorch loops."""
-    if NEW_API:
-        return
-    from sglang.srt.mem_cache.allocator import paged
-
-    class _ExtendKernel:
-        def __getitem__(self, grid):
-            def run(prefix_lens, seq_lens, last_loc, free_pages, out_indices, _bs_pow2, page_size):
-                paged.alloc_extend_naive(
-                    prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, out_indices.device
-                )
-
-            return run
-
-    class _DecodeKernel:
-        def __getitem__(self, grid):
-            def run(seq_lens, last_loc, free_pages, out_indices, _bs_pow2, page_size):
-                need = ((seq_lens - 1) % page_size == 0).to(torch.int64)
-                rank = torch.cumsum(need, 0) - need
-                rank = rank.clamp(max=max(len(free_pages) - 1, 0))
-                new_start = free_pages[rank] * page_size if len(free_pages) else last_loc + 1
-                out_indices.copy_(torch.where(need.bool(), new_start, last_loc + 1))
-
-            return run
-
-    paged.alloc_extend_kernel = _ExtendKernel()
-    paged.alloc_decode_kernel = _DecodeKernel()
+    """0.5.18: route the paged allocator's Triton kernels to plain PyTorch loops for the whole run (the lane's
+    stand-ins, ``real_scheduler.paged_kernels_on_cpu``)."""
+    _RUN_PATCHES.enter_context(paged_kernels_on_cpu())
 
 
 # --- the real pools, allocator and tree ------------------------------------------------------------

@@ -58,7 +58,7 @@ Patches and seeds (all scoped to a call):
   unconditionally in ``set_mamba_track_indices_from_reqs``, both releases in ``prepare_for_decode``.
 - 0.5.18's ``PagedTokenToKVPoolAllocator`` always launches its Triton kernels; ``alloc_extend_kernel`` /
   ``alloc_decode_kernel`` are routed to the module's own ``alloc_extend_naive`` and the same decode rule in
-  PyTorch (:func:`_paged_kernels_on_cpu`; 0.5.23 takes its PyTorch path itself without Triton).
+  PyTorch (:func:`paged_kernels_on_cpu`; 0.5.23 takes its PyTorch path itself without Triton).
 - The mamba pass sees a CUDA machine: 0.5.18 ``sglang.srt.server_args.is_cuda`` returns True; 0.5.23
   ``runtime_context.override_platform(is_cuda=True)`` (SGLang's own override). 0.5.23 also
   ``configs.linear_attn_model_registry.get_linear_attn_spec`` returns None (Kimi-K3 has no spec; the
@@ -502,7 +502,7 @@ def make_kv_allocator(s: dict, pool: HybridReqToTokenPool):
 
 
 @contextmanager
-def _paged_kernels_on_cpu():
+def paged_kernels_on_cpu():
     """0.5.18: ``PagedTokenToKVPoolAllocator.alloc_extend`` / ``alloc_decode`` always launch Triton kernels ("0 active
     drivers" on the CPU); route them to the module's own ``alloc_extend_naive`` and the same decode rule in PyTorch
     (0.5.23 takes its PyTorch path itself where Triton is missing). Index values never steer scheduling; how many
@@ -1306,7 +1306,7 @@ def _patches():
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, *a, **k: self))
         stack.enter_context(mock.patch.object(torch, "tensor", tensor))
-        stack.enter_context(_paged_kernels_on_cpu())
+        stack.enter_context(paged_kernels_on_cpu())
         yield
 
 
